@@ -1,0 +1,102 @@
+// config.h — the run configuration: one struct, filled from an INI file (libinih) checked
+// against a schema (src/core/config.c) in which every section and key is known, typed and
+// range-checked. DESIGN 7. An unknown section/key, a bad type or an out-of-range value is an
+// error naming file, line, key and what is allowed; the run starts only when all is valid.
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CFG_STR 256
+
+typedef struct {
+    // [model]
+    char pattern[64];        // G/S/A letters, repeated to n_layers            default "GS"
+    int n_layers;            // >= 1                                           default 2
+    int d_model;             // >= 1                                           default 128
+    int vocab_size;          // >= 2; 0 = take it from the dataset           default 0
+    bool tie_embeddings;     //                                                default true
+    double dropout;          // [0, 1)                                         default 0
+    double mlp_ratio;        // > 0; hidden = 2/3 * ratio * d rounded up to 256 default 4
+    int mlp_hidden;          // >= 0; 0 = from mlp_ratio                       default 0
+    double norm_eps;         // > 0                                            default 1e-6
+    double init_std;         // > 0                                            default 0.02
+    // [gdn]
+    int gdn_n_heads;         // >= 1                                           default 2
+    int gdn_head_dim;        // dk, >= 1                                       default 32
+    double gdn_expand_v;     // dv = expand_v * dk (must be a whole number)    default 2
+    int gdn_conv_size;       // >= 1                                           default 4
+    bool gdn_short_conv;     //                                                default true
+    bool gdn_output_gate;    //                                                default true
+    bool gdn_gate;           //                                                default true
+    bool gdn_delta;          //                                                default true
+    bool gdn_allow_neg_eigval; //                                              default false
+    int gdn_chunk_size;      // 1..256                                         default 64
+    bool gdn_save_states;    //                                                default false
+    // [swa]
+    int swa_n_heads;         // >= 1                                           default 2
+    int swa_head_dim;        // >= 2, even                                     default 32
+    int swa_window;          // >= 1 (>= seq_len: full attention)              default 64
+    double swa_rope_base;    // > 0                                            default 10000
+    // [data]
+    char data_path[CFG_STR]; // HDF5 token file (DESIGN 5)                     default "data/tinyshakespeare.h5"
+    int seq_len;             // >= 1                                           default 128
+    // [train]
+    char device[16];         // auto | cpu | cuda                              default "auto"
+    char precision[16];      // fp32 | bf16 (GPU only; CPU is always float64)  default "bf16"
+    int batch_size;          // sequences per micro-batch per rank, >= 1       default 8
+    int grad_accum;          // micro-batches per step, >= 1                   default 1
+    int steps;               // >= 1                                           default 1000
+    uint64_t seed;           //                                                default 1337
+    int eval_every;          // >= 0 (0 = only at the end)                     default 100
+    int eval_batches;        // >= 1                                           default 8
+    int ckpt_every;          // >= 0 (0 = only at the end)                     default 0
+    char out_dir[CFG_STR];   // run directory                                  default "runs/default"
+    int threads;             // CPU threads for BLAS, 0 = library default      default 0
+    // [optim]
+    double lr;               // > 0                                            default 1e-3
+    double min_lr;           // >= 0                                           default 1e-4
+    int warmup_steps;        // >= 0                                           default 50
+    char schedule[16];       // cosine | linear | constant | wsd               default "cosine"
+    double decay_frac;       // (0, 1]: last fraction of steps decaying (wsd)  default 0.2
+    double weight_decay;     // >= 0                                           default 0.1
+    double beta1, beta2;     // [0, 1)                                         default 0.9, 0.95
+    double adam_eps;         // > 0                                            default 1e-8
+    double grad_clip;        // >= 0 (0 = off)                                 default 1.0
+    bool wd_embeddings;      // weight decay on embeddings                     default false
+    // [dist]
+    bool zero1;              // shard AdamW state across ranks                 default false
+    char nccl_id_path[CFG_STR]; // file used to share the NCCL id w/o MPI      default ""
+    double bucket_mb;        // > 0, all-reduce bucket size                    default 25
+    int timeout_s;           // > 0, collective timeout                        default 300
+    // [log]
+    int log_every;           // >= 1                                           default 10
+    char metrics_file[CFG_STR]; // file name inside out_dir                   default "metrics.jsonl"
+} gdn_config;
+
+// Fill *c with the defaults above.
+void config_defaults(gdn_config *c);
+
+// Parse `path` into *c (starting from what *c already holds, normally the defaults), then
+// apply the `--set section.key=value` overrides (nset of them), then check the cross-key rules
+// (e.g. pattern letters, expand_v whole). A top-level `include = other.ini` (before the first
+// section) loads that file first, relative to the including file's folder.
+// On any error: prints every error found ("file:line: [section] key: message; allowed: ...")
+// to stderr and returns false. Returns true when the whole config is valid.
+bool config_load(gdn_config *c, const char *path, const char *const *sets, int nset);
+
+// Apply one override "section.key=value" (used by config_load; exposed for tools).
+bool config_set(gdn_config *c, const char *assignment);
+
+// Write the effective config as INI text (every key, in schema order). Round-trips through
+// config_load.
+void config_write(const gdn_config *c, FILE *f);
+// The same as a malloc'd string (for checkpoints).
+char *config_to_string(const gdn_config *c);
+// Parse config text (as written by config_write) — used when resuming from a checkpoint.
+bool config_load_string(gdn_config *c, const char *text, const char *name_for_errors);
+
+// Derived sizes.
+int config_mlp_hidden(const gdn_config *c);   // mlp_hidden or 2/3*ratio*d rounded up to 256
+int config_gdn_dv(const gdn_config *c);       // expand_v * head_dim
+char config_layer_kind(const gdn_config *c, int layer); // 'G', 'S' or 'A'

@@ -1,0 +1,70 @@
+// dataset.h — HDF5 token datasets (DESIGN 5): the file format, its reader and writer, and the
+// seeded batch sampler with a prefetch thread.
+//
+// File: root attributes format = "gdn-tokens" (string), version = 1 (int), vocab_size (int),
+// tokenizer ("bytes" or "spm:<model file>") (string), eot_token (int, -1 = none); 1-D datasets
+// /train and /val of uint16 (uint32 when vocab_size > 65535), chunked for random reads.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+
+enum { DATA_SPLIT_TRAIN = 0, DATA_SPLIT_VAL = 1 };
+
+typedef struct {
+    char path[512];
+    int64_t file;            // hid_t of the open file
+    int64_t dset[2];         // hid_t of /train, /val
+    int vocab_size;
+    char tokenizer[512];
+    int eot_token;
+    uint64_t n_tokens[2];    // lengths of /train, /val
+} token_file;
+
+// Open and validate: the file exists and is HDF5, format/version attributes match, vocab_size
+// is sane, both datasets are 1-D unsigned integers of the right width and every token < vocab.
+// On failure writes a message naming the file and the field into err and returns false.
+bool tokfile_open(token_file *f, const char *path, char *err, size_t errlen);
+void tokfile_close(token_file *f);
+// Read tokens [start, start + n) of a split (checked bounds) into out.
+void tokfile_read(token_file *f, int split, uint64_t start, size_t n, int32_t *out);
+
+// Write a complete file atomically (temporary name, flush, rename). False + message on error
+// (e.g. disk full), with nothing left under `path`.
+bool tokfile_write(const char *path, int vocab_size, const char *tokenizer, int eot_token,
+                   const uint32_t *train, size_t n_train, const uint32_t *val, size_t n_val,
+                   char *err, size_t errlen);
+
+// Batch sampler. Batch number `pos` (0, 1, 2, ...) of the whole job is world * B windows of
+// T + 1 tokens whose starts are a pure function of (seed, split, pos, j) (counter-based RNG);
+// rank r takes windows [r*B, (r+1)*B). So 2 ranks with B/2 each see exactly the windows that
+// 1 rank with B sees, and the position to checkpoint is just `pos`.
+// x[b*T + t] = tokens[start_b + t], y[b*T + t] = tokens[start_b + t + 1].
+typedef struct {
+    token_file *f;
+    int split, B, T, rank, world;
+    uint64_t seed;
+    uint64_t pos;            // next batch number to hand out (checkpointed)
+    // prefetch: a background thread fills the next batch while the step runs
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool running, ready, stop;
+    uint64_t ready_pos;
+    int32_t *buf_x, *buf_y;  // (B*T) each, the prefetched batch
+} batch_sampler;
+
+// Fails (message + false) when the split is shorter than one window of T + 1 tokens.
+bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint64_t seed,
+                  int rank, int world, uint64_t pos, bool prefetch, char *err, size_t errlen);
+void sampler_next(batch_sampler *s, int32_t *x, int32_t *y);   // batch `pos`, then pos++
+void sampler_free(batch_sampler *s);
+
+// Tokenizers. bytes: token = byte value, vocab 256. spm:<model>: SentencePiece via Debian's
+// spm_encode / spm_decode (subprocesses). Encode returns a malloc'd array; false + err on error.
+bool tokenizer_encode(const char *tokenizer, const char *text, size_t len, uint32_t **ids,
+                      size_t *n, char *err, size_t errlen);
+// Decode ids to a malloc'd NUL-terminated string.
+bool tokenizer_decode(const char *tokenizer, const int32_t *ids, size_t n, char **text,
+                      char *err, size_t errlen);

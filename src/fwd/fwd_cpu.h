@@ -1,0 +1,95 @@
+// fwd_cpu.h — the float64 CPU forward of every op: the oracle the CUDA kernels are checked
+// against, and a complete (slow) backend. Layout is row-major, token-major: a tensor of
+// "N rows" has N = B*T tokens, each row contiguous. Heads are contiguous inside a row:
+// x[n, h, i] = x[(n*H + h)*D + i].
+// Outputs are always overwritten (=). Nothing here allocates except where noted.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+// ---- embedding: out[n, :] = wte[tok[n], :] -------------------------------------------------
+void embedding_fwd_cpu(double *out /*(N,d)*/, const int32_t *tok /*(N)*/,
+                       const double *wte /*(V,d)*/, int N, int d);
+
+// ---- RMSNorm: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N) --------------
+void rmsnorm_fwd_cpu(double *y /*(N,d)*/, double *rstd /*(N)*/, const double *x /*(N,d)*/,
+                     const double *w /*(d)*/, int N, int d, double eps);
+
+// ---- linear: y = x W^T (+ b); W is (out, in) as in PyTorch ------------------------------------
+// Uses cblas_dgemm when built with OpenBLAS (GDN_HAVE_CBLAS), plain loops otherwise.
+void linear_fwd_cpu(double *y /*(N,out)*/, const double *x /*(N,in)*/, const double *W /*(out,in)*/,
+                    const double *b /*(out) or NULL*/, int N, int in, int out);
+
+// ---- causal depthwise conv1d, per sequence, no bias --------------------------------------------
+// y[b,t,c] = sum_{j<K} w[c,j] * x[b, t-(K-1)+j, c]   (x at negative time is 0)
+void conv1d_fwd_cpu(double *y /*(B,T,C)*/, const double *x /*(B,T,C)*/, const double *w /*(C,K)*/,
+                    int B, int T, int C, int K);
+
+// ---- SiLU: y = x * sigmoid(x) ------------------------------------------------------------------
+void silu_fwd_cpu(double *y, const double *x, size_t n);
+
+// ---- per-row L2 norm: y = scale * x / sqrt(sum x^2 + eps); saves rnorm = 1/sqrt(..) (rows) -----
+void l2norm_fwd_cpu(double *y /*(rows,D)*/, double *rnorm /*(rows)*/, const double *x,
+                    size_t rows, int D, double eps, double scale);
+
+// ---- GDN gates (DESIGN 2.1), a, b (N,H); A_log, dt_bias (H) ------------------------------------
+// g = -exp(A_log) * softplus(a + dt_bias)   (gate off: g = 0, a unused)
+// beta = sigmoid(b) (x2 when neg_eigval)    (delta off: beta unused, may be NULL)
+typedef struct {
+    bool gate;      // false: alpha = 1 (plain DeltaNet)
+    bool delta;     // false: S_t = alpha S_{t-1} + v k^T (no beta)
+    bool neg_eigval;// beta in (0, 2)
+} gdn_mode;
+void gdn_gates_fwd_cpu(double *g /*(N,H)*/, double *beta /*(N,H) or NULL*/, const double *a,
+                       const double *b, const double *A_log, const double *dt_bias, int N, int H,
+                       gdn_mode mode);
+
+// ---- per-head output norm with SiLU gate: y = x * rstd * w * silu(z) (z NULL: no gate) --------
+void gated_rmsnorm_fwd_cpu(double *y /*(rows,D)*/, double *rstd /*(rows)*/, const double *x,
+                           const double *z /*(rows,D) or NULL*/, const double *w /*(D)*/,
+                           size_t rows, int D, double eps);
+
+// ---- SwiGLU: h = silu(gate) * up ----------------------------------------------------------------
+void swiglu_fwd_cpu(double *h, const double *gate, const double *up, size_t n);
+
+// ---- softmax cross-entropy: losses[n] = logsumexp(logits[n]) - logits[n, tgt[n]] ----------------
+// tgt[n] < 0 means "ignore" (loss 0). Returns the mean over the non-ignored rows (0 if none).
+double crossentropy_fwd_cpu(double *losses /*(N) or NULL*/, const double *logits /*(N,V)*/,
+                            const int32_t *tgt /*(N)*/, int N, int V);
+
+// ---- dropout with a counter-based mask: keep iff rng(seed, i) >= p; y = x * keep / (1-p) --------
+void dropout_fwd_cpu(double *y, const double *x, size_t n, double p, uint64_t seed);
+
+// ---- RoPE (rotate-half / NeoX pairing: (i, i + D/2)), position of token t is t within its
+// sequence; theta_i = base^(-2i/D). In place allowed (y == x).
+void rope_fwd_cpu(double *y /*(B,T,H,D)*/, const double *x, int B, int T, int H, int D, double base);
+
+// ---- causal sliding-window softmax attention (DESIGN 2.2) --------------------------------------
+// Query i sees keys j with i - window < j <= i (window >= T: full causal).
+// o (B,T,H,D); lse (B,H,T) = log sum_j exp(scale q_i.k_j) is saved for the backward.
+void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k, const double *v,
+                       int B, int T, int H, int D, int window, double scale);
+
+// ---- the gated delta rule (DESIGN 3) ------------------------------------------------------------
+// One params struct for the family: the forward reads the inputs and writes o (and ht); the
+// backward reads the inputs, dO (and dht) and writes the gradients.
+// Layout: q, k (B,T,H,Dk); v, o (B,T,H,Dv); g, beta (B,T,H); states h0, ht (B,H,Dk,Dv), stored
+// transposed as in DESIGN 3 (H = S^T, rows = key dims).
+typedef struct {
+    int B, T, H, Dk, Dv;
+    int chunk;              // chunk size C for the chunkwise algorithm (ignored token-level)
+    gdn_mode mode;          // mode.gate false: g ignored (may be NULL); mode.delta false: beta ignored
+    const double *q, *k, *v, *g, *beta;
+    const double *h0;       // initial state, NULL = zero
+    double *o;              // output
+    double *ht;             // final state, NULL = not wanted
+    // backward
+    const double *dO;       // gradient of o
+    const double *dht;      // gradient of the final state, NULL = zero
+    double *dq, *dk, *dv, *dg, *dbeta; // dg NULL allowed when gate off, dbeta NULL when delta off
+    double *dh0;            // gradient of the initial state, NULL = not wanted
+} gdn_cpu_params;
+
+void gdn_token_fwd_cpu(const gdn_cpu_params *p);  // DESIGN 3.3, token by token (ground truth)
+void gdn_chunk_fwd_cpu(const gdn_cpu_params *p);  // DESIGN 3.1, the kernel's algorithm
