@@ -1,0 +1,28 @@
+// activations.c — CPU float64 backward of SiLU and SwiGLU, with s = sigmoid(x):
+//   silu'(x) = s (1 + x (1 - s))
+//   SiLU:   dx = dy silu'(x)
+//   SwiGLU: h = silu(gate) up  ->  dgate = dh up silu'(gate),  dup = dh silu(gate)
+#include <math.h>
+#include "bwd_cpu.h"
+
+static inline double sigmoid(double x) {
+    if (x >= 0) return 1.0 / (1.0 + exp(-x));
+    double e = exp(x);
+    return e / (1.0 + e);
+}
+
+void silu_bwd_cpu(double *dx, const double *dy, const double *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double s = sigmoid(x[i]);
+        dx[i] = dy[i] * s * (1.0 + x[i] * (1.0 - s));
+    }
+}
+
+void swiglu_bwd_cpu(double *dgate, double *dup, const double *dh, const double *gate,
+                    const double *up, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double g = gate[i], s = sigmoid(g), d = dh[i], u = up[i];
+        dgate[i] = d * u * s * (1.0 + g * (1.0 - s));
+        dup[i] = d * g * s;
+    }
+}

@@ -1,0 +1,47 @@
+// attention.c — float64 CPU backward of causal sliding-window softmax attention (the oracle
+// for src/bwd/attention.cu). Probabilities are recomputed from the saved lse:
+//   p_ij  = exp(scale q_i.k_j - lse_i)              (i - window < j <= i)
+//   D_i   = dO_i . o_i                              (= sum_j p_ij dO_i.v_j)
+//   dv_j  = sum_i p_ij dO_i
+//   ds_ij = p_ij (dO_i.v_j - D_i)
+//   dq_i  = scale sum_j ds_ij k_j,   dk_j = scale sum_i ds_ij q_i
+// All three gradients are activation gradients: overwritten (=).
+#include "bwd_cpu.h"
+#include <math.h>
+#include "../core/common.h"
+
+void attention_bwd_cpu(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                       const double *k, const double *v, const double *o, const double *lse,
+                       int B, int T, int H, int D, int window, double scale) {
+    if (window < 1) gdn_die("attention_bwd_cpu: window %d < 1", window);
+    const size_t n = (size_t)B * T * H * D, rs = (size_t)H * D;
+    memset(dq, 0, n * sizeof(double));
+    memset(dk, 0, n * sizeof(double));
+    memset(dv, 0, n * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                size_t oi = ((size_t)b * T + i) * rs + (size_t)h * D;
+                const double *qi = q + oi, *doi = dout + oi;
+                double l = lse[((size_t)b * H + h) * T + i];
+                double Di = 0;
+                for (int e = 0; e < D; e++) Di += doi[e] * o[oi + e];
+                int j0 = i - window + 1 > 0 ? i - window + 1 : 0;
+                for (int j = j0; j <= i; j++) {
+                    size_t oj = ((size_t)b * T + j) * rs + (size_t)h * D;
+                    const double *kj = k + oj, *vj = v + oj;
+                    double s = 0, dp = 0;
+                    for (int e = 0; e < D; e++) {
+                        s += qi[e] * kj[e];
+                        dp += doi[e] * vj[e];
+                    }
+                    double p = exp(scale * s - l);
+                    double ds = p * (dp - Di) * scale;
+                    for (int e = 0; e < D; e++) {
+                        dv[oj + e] += p * doi[e];
+                        dq[oi + e] += ds * kj[e];
+                        dk[oj + e] += ds * qi[e];
+                    }
+                }
+            }
+}

@@ -1,0 +1,539 @@
+// attention.cu — backward of causal sliding-window softmax attention (see
+// src/fwd/attention_cuda.h; the CPU twin is attention_bwd_cpu). Deterministic: no atomics.
+//   p_ij  = exp(scale q_i.k_j - lse_i)      recomputed from the forward's lse
+//   D_i   = dO_i . o_i                      (pass 0, fp32, into the workspace)
+//   ds_ij = p_ij (dO_i.v_j - D_i)
+//   dv_j  = sum_i p_ij dO_i,  dk_j = scale sum_i ds_ij q_i       (pass 1: one CTA per key block)
+//   dq_i  = scale sum_j ds_ij k_j                                 (pass 2: one CTA per query block)
+// Pass 1 (bf16): 8 warps own BKV = 128 keys (16 each), hold dK, dV in registers and walk the
+// query blocks of BQ = 64 that see those keys (k0 <= i <= k0 + 127 + window - 1); it computes
+// S^T = K Q^T and dP^T = V dO^T, so P^T and dS^T come out in the A-fragment layout of
+// dV += P^T dO and dK += dS^T Q. Q, dO, lse, D are double-buffered with cp.async.
+// Pass 2 (bf16): 8 warps own BQ = 128 query rows (16 each) and walk the key blocks of BK = 64
+// in the window, recomputing S and dP, dQ += dS K. The price of determinism is S and dP
+// computed twice: 7 matrix products per tile instead of flash-attention 2's 5 with dq atomics.
+// fp32: the same passes with one warp per row and plain fp32 FMA (slower; for checks).
+#include "../core/cuda_check.h"
+#define ATTN_DEVICE_HELPERS
+#include "../fwd/attention_cuda.h"
+#include <math.h>
+
+namespace {
+
+constexpr int KV_BK = 128, KV_BQ = 64, KV_WARPS = 8, KV_THREADS = KV_WARPS * 32;
+constexpr int DQ_BQ = 128, DQ_BK = 64, DQ_WARPS = 8, DQ_THREADS = DQ_WARPS * 32;
+
+struct bwd_kparams {
+    int B, T, H, window;  // window clamped to <= T
+    float scale, scale_log2;
+    const __nv_bfloat16 *q, *k, *v, *dO;
+    const float *lse, *Dd;  // (B,H,T): forward lse (natural log), D_i = dO_i . o_i
+    __nv_bfloat16 *dq, *dk, *dv;
+};
+
+template <int D>
+constexpr int kv_smem_bytes() {
+    return (2 * KV_BK * D + 4 * KV_BQ * D) * 2 + 4 * KV_BQ * 4;  // K, V, 2x(Q, dO), 2x(lse, D)
+}
+template <int D>
+constexpr int dq_smem_bytes() {
+    return (2 * DQ_BQ * D + 4 * DQ_BK * D) * 2;  // Q, dO, 2x(K, V)
+}
+
+// ---- pass 0: D_i = dO_i . o_i (one warp per (b, i, h) row) --------------------------------
+template <typename E>
+__device__ __forceinline__ float attn_to_f(E x);
+template <>
+__device__ __forceinline__ float attn_to_f<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ float attn_to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename E>
+__global__ void __launch_bounds__(256) attention_bwd_dot_kernel(int B, int T, int H, int D, const E *__restrict__ dO,
+                                                                const E *__restrict__ o, float *__restrict__ Dd) {
+    const int lane = threadIdx.x & 31;
+    const long row = (long)blockIdx.x * 8 + (threadIdx.x >> 5);  // (b*T + i)*H + h
+    if (row >= (long)B * T * H) return;
+    const int h = (int)(row % H), i = (int)((row / H) % T), b = (int)(row / ((long)H * T));
+    float s = 0.f;
+    for (int e = lane; e < D; e += 32) s += attn_to_f(dO[(size_t)row * D + e]) * attn_to_f(o[(size_t)row * D + e]);
+#pragma unroll
+    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) Dd[((size_t)b * H + h) * T + i] = s;
+}
+
+// lse (natural) and D of query rows [q0, q0 + n) into shared memory; rows >= T get lse = +inf
+// (so p = 0) and D = 0.
+__device__ __forceinline__ void attn_load_rowstats(float *lse2s, float *Ds, const float *lse, const float *Dd,
+                                                   size_t base, int q0, int n, int T, int tid) {
+    if (tid < n) {
+        const int i = q0 + tid;
+        lse2s[tid] = i < T ? lse[base + i] * ATTN_LOG2E : INFINITY;
+        Ds[tid] = i < T ? Dd[base + i] : 0.f;
+    }
+}
+
+// ---- pass 1 (bf16): dK, dV of one key block; grid (ceil(T/BKV), H, B) -----------------------
+template <int D>
+__global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const __grid_constant__ bwd_kparams p) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(smem_raw);  // (BKV, D)
+    __nv_bfloat16 *Vs = Ks + KV_BK * D;                                // (BKV, D)
+    __nv_bfloat16 *Qs = Vs + KV_BK * D;                                // 2 x (BQ, D)
+    __nv_bfloat16 *dOs = Qs + 2 * KV_BQ * D;                           // 2 x (BQ, D)
+    float *lse2s = reinterpret_cast<float *>(dOs + 2 * KV_BQ * D);     // 2 x BQ (log2 domain)
+    float *Dss = lse2s + 2 * KV_BQ;                                    // 2 x BQ
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, W = p.window;
+    const int k0 = n * KV_BK;
+    // query rows that see some key of [k0, k0 + BKV): k0 <= i <= k0 + BKV - 1 + W - 1
+    const int i_hi = min(T - 1, k0 + KV_BK - 2 + W);
+    const int m_lo = k0 / KV_BQ, m_hi = i_hi / KV_BQ;
+    const size_t sbase = ((size_t)b * H + h) * T;
+
+    attn_load_tile<KV_BK, D, KV_THREADS>(Ks, p.k, b, h, k0, T, H, tid);
+    attn_load_tile<KV_BK, D, KV_THREADS>(Vs, p.v, b, h, k0, T, H, tid);
+    attn_load_tile<KV_BQ, D, KV_THREADS>(Qs, p.q, b, h, m_lo * KV_BQ, T, H, tid);
+    attn_load_tile<KV_BQ, D, KV_THREADS>(dOs, p.dO, b, h, m_lo * KV_BQ, T, H, tid);
+    attn_cp_async_commit();
+    attn_load_rowstats(lse2s, Dss, p.lse, p.Dd, sbase, m_lo * KV_BQ, KV_BQ, T, tid);
+
+    float dk[D / 8][4], dv[D / 8][4];  // rows (g, g+8) of this warp's 16 keys, cols dt*8 + 2t
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.f;
+
+    const int wrow0 = warp * 16;
+    const uint32_t ks_base = attn_smem_u32(Ks), vs_base = attn_smem_u32(Vs);
+
+    for (int m = m_lo, it = 0; m <= m_hi; m++, it++) {
+        attn_cp_async_wait_all();
+        __syncthreads();  // tile m visible; every warp is done with buffer (it+1)&1
+        if (m < m_hi) {
+            const int nb = (it + 1) & 1;
+            attn_load_tile<KV_BQ, D, KV_THREADS>(Qs + nb * KV_BQ * D, p.q, b, h, (m + 1) * KV_BQ, T, H, tid);
+            attn_load_tile<KV_BQ, D, KV_THREADS>(dOs + nb * KV_BQ * D, p.dO, b, h, (m + 1) * KV_BQ, T, H, tid);
+            attn_cp_async_commit();
+            attn_load_rowstats(lse2s + nb * KV_BQ, Dss + nb * KV_BQ, p.lse, p.Dd, sbase, (m + 1) * KV_BQ, KV_BQ, T, tid);
+        }
+        const int cb = it & 1;
+        const uint32_t qs_base = attn_smem_u32(Qs + cb * KV_BQ * D), dos_base = attn_smem_u32(dOs + cb * KV_BQ * D);
+        const float *l2 = lse2s + cb * KV_BQ, *Dv = Dss + cb * KV_BQ;
+        const int q0 = m * KV_BQ;
+
+        // S^T = K Q^T, dP^T = V dO^T : (16 keys x BQ queries) per warp
+        float st[KV_BQ / 8][4], dpt[KV_BQ / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < KV_BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t ak[4], av[4];
+            const int ar = wrow0 + (lane & 15), ac = kk * 16 + (lane >> 4) * 8;
+            attn_ldsm_x4(ak, ks_base + 2 * attn_swz<D>(ar, ac));
+            attn_ldsm_x4(av, vs_base + 2 * attn_swz<D>(ar, ac));
+#pragma unroll
+            for (int np = 0; np < KV_BQ / 16; np++) {
+                const int br = np * 16 + (lane & 7) + ((lane >> 4) << 3), bc = kk * 16 + ((lane >> 3) & 1) * 8;
+                uint32_t bq[4], bo[4];
+                attn_ldsm_x4(bq, qs_base + 2 * attn_swz<D>(br, bc));
+                attn_ldsm_x4(bo, dos_base + 2 * attn_swz<D>(br, bc));
+                attn_mma(st[2 * np], ak, bq[0], bq[1]);
+                attn_mma(st[2 * np + 1], ak, bq[2], bq[3]);
+                attn_mma(dpt[2 * np], av, bo[0], bo[1]);
+                attn_mma(dpt[2 * np + 1], av, bo[2], bo[3]);
+            }
+        }
+
+        // P^T = 2^(s scale log2e - lse2), dS^T = P^T (dP^T - D); masked entries 0
+        const bool need_mask = (k0 + KV_BK - 1 > q0) || (k0 <= q0 + KV_BQ - 1 - W);
+#pragma unroll
+        for (int nt = 0; nt < KV_BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = nt * 8 + 2 * t4 + (e & 1);
+                float pv = exp2f(st[nt][e] * p.scale_log2 - l2[c]);
+                if (need_mask) {
+                    const int j = k0 + wrow0 + g + ((e >> 1) << 3), i = q0 + c;
+                    if (j > i || j <= i - W) pv = 0.f;
+                }
+                st[nt][e] = pv;
+                dpt[nt][e] = pv * (dpt[nt][e] - Dv[c]);
+            }
+
+        // dV += P^T dO, dK += dS^T Q (B operands: row-major [query][d] tiles, transposed ldmatrix)
+#pragma unroll
+        for (int kk = 0; kk < KV_BQ / 16; kk++) {
+            uint32_t ap[4], as[4];
+            ap[0] = attn_pack_bf16(st[2 * kk][0], st[2 * kk][1]);
+            ap[1] = attn_pack_bf16(st[2 * kk][2], st[2 * kk][3]);
+            ap[2] = attn_pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]);
+            ap[3] = attn_pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3]);
+            as[0] = attn_pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
+            as[1] = attn_pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
+            as[2] = attn_pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+            as[3] = attn_pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                const int br = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, bc = dp * 16 + (lane >> 4) * 8;
+                uint32_t bo[4], bq[4];
+                attn_ldsm_x4_t(bo, dos_base + 2 * attn_swz<D>(br, bc));
+                attn_mma(dv[2 * dp], ap, bo[0], bo[1]);
+                attn_mma(dv[2 * dp + 1], ap, bo[2], bo[3]);
+                attn_ldsm_x4_t(bq, qs_base + 2 * attn_swz<D>(br, bc));
+                attn_mma(dk[2 * dp], as, bq[0], bq[1]);
+                attn_mma(dk[2 * dp + 1], as, bq[2], bq[3]);
+            }
+        }
+    }
+
+    // epilogue: stage dK (x scale) in this warp's K rows, dV in its V rows, 16-byte stores
+    __syncwarp();
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = wrow0 + g + r * 8;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            const int off = attn_swz<D>(row, dt * 8 + 2 * t4);
+            *reinterpret_cast<uint32_t *>(Ks + off) = attn_pack_bf16(dk[dt][2 * r] * p.scale, dk[dt][2 * r + 1] * p.scale);
+            *reinterpret_cast<uint32_t *>(Vs + off) = attn_pack_bf16(dv[dt][2 * r], dv[dt][2 * r + 1]);
+        }
+    }
+    __syncwarp();
+    constexpr int CPR = D / 8;
+#pragma unroll
+    for (int c = lane; c < 16 * CPR; c += 32) {
+        const int row = wrow0 + c / CPR, ch = c % CPR, j = k0 + row;
+        if (j < T) {
+            const size_t go = (((size_t)b * T + j) * H + h) * D + ch * 8;
+            *reinterpret_cast<uint4 *>(p.dk + go) = *reinterpret_cast<const uint4 *>(Ks + attn_swz<D>(row, ch * 8));
+            *reinterpret_cast<uint4 *>(p.dv + go) = *reinterpret_cast<const uint4 *>(Vs + attn_swz<D>(row, ch * 8));
+        }
+    }
+}
+
+// ---- pass 2 (bf16): dQ of one query block; grid (ceil(T/BQ), H, B), heaviest first ----------
+template <int D>
+__global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const __grid_constant__ bwd_kparams p) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(smem_raw);  // (BQ, D)
+    __nv_bfloat16 *dOs = Qs + DQ_BQ * D;                               // (BQ, D)
+    __nv_bfloat16 *Ks = dOs + DQ_BQ * D;                               // 2 x (BK, D)
+    __nv_bfloat16 *Vs = Ks + 2 * DQ_BK * D;                            // 2 x (BK, D)
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int m = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, W = p.window;
+    const int q0 = m * DQ_BQ;
+    const int j_hi = min(T - 1, q0 + DQ_BQ - 1), j_lo = max(0, q0 - W + 1);
+    const int n_hi = j_hi / DQ_BK, n_lo = j_lo / DQ_BK;
+    const int wrow0 = warp * 16;
+
+    attn_load_tile<DQ_BQ, D, DQ_THREADS>(Qs, p.q, b, h, q0, T, H, tid);
+    attn_load_tile<DQ_BQ, D, DQ_THREADS>(dOs, p.dO, b, h, q0, T, H, tid);
+    attn_load_tile<DQ_BK, D, DQ_THREADS>(Ks, p.k, b, h, n_hi * DQ_BK, T, H, tid);
+    attn_load_tile<DQ_BK, D, DQ_THREADS>(Vs, p.v, b, h, n_hi * DQ_BK, T, H, tid);
+    attn_cp_async_commit();
+
+    float lse2[2], Drow[2];  // rows g, g+8 of this warp
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = q0 + wrow0 + g + 8 * r;
+        const size_t si = ((size_t)b * H + h) * T + i;
+        lse2[r] = i < T ? p.lse[si] * ATTN_LOG2E : INFINITY;
+        Drow[r] = i < T ? p.Dd[si] : 0.f;
+    }
+    float acc[D / 8][4];
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[dt][e] = 0.f;
+    const uint32_t qs_base = attn_smem_u32(Qs), dos_base = attn_smem_u32(dOs);
+
+    for (int n = n_hi, it = 0; n >= n_lo; n--, it++) {
+        attn_cp_async_wait_all();
+        __syncthreads();
+        if (n > n_lo) {
+            const int nb = (it + 1) & 1;
+            attn_load_tile<DQ_BK, D, DQ_THREADS>(Ks + nb * DQ_BK * D, p.k, b, h, (n - 1) * DQ_BK, T, H, tid);
+            attn_load_tile<DQ_BK, D, DQ_THREADS>(Vs + nb * DQ_BK * D, p.v, b, h, (n - 1) * DQ_BK, T, H, tid);
+            attn_cp_async_commit();
+        }
+        const uint32_t ks_base = attn_smem_u32(Ks + (it & 1) * DQ_BK * D), vs_base = attn_smem_u32(Vs + (it & 1) * DQ_BK * D);
+        const int k0 = n * DQ_BK;
+
+        // S = Q K^T, dP = dO V^T : (16 rows x BK keys) per warp
+        float s[DQ_BK / 8][4], dp[DQ_BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < DQ_BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t aq[4], ao[4];
+            const int ar = wrow0 + (lane & 15), ac = kk * 16 + (lane >> 4) * 8;
+            attn_ldsm_x4(aq, qs_base + 2 * attn_swz<D>(ar, ac));
+            attn_ldsm_x4(ao, dos_base + 2 * attn_swz<D>(ar, ac));
+#pragma unroll
+            for (int np = 0; np < DQ_BK / 16; np++) {
+                const int br = np * 16 + (lane & 7) + ((lane >> 4) << 3), bc = kk * 16 + ((lane >> 3) & 1) * 8;
+                uint32_t bk[4], bv[4];
+                attn_ldsm_x4(bk, ks_base + 2 * attn_swz<D>(br, bc));
+                attn_ldsm_x4(bv, vs_base + 2 * attn_swz<D>(br, bc));
+                attn_mma(s[2 * np], aq, bk[0], bk[1]);
+                attn_mma(s[2 * np + 1], aq, bk[2], bk[3]);
+                attn_mma(dp[2 * np], ao, bv[0], bv[1]);
+                attn_mma(dp[2 * np + 1], ao, bv[2], bv[3]);
+            }
+        }
+
+        // dS = P (dP - D), P recomputed from lse; masked entries 0
+        const bool need_mask = (k0 + DQ_BK - 1 > q0) || (k0 <= q0 + DQ_BQ - 1 - W);
+#pragma unroll
+        for (int nt = 0; nt < DQ_BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                float pv = exp2f(s[nt][e] * p.scale_log2 - lse2[r]);
+                if (need_mask) {
+                    const int i = q0 + wrow0 + g + 8 * r, j = k0 + nt * 8 + 2 * t4 + (e & 1);
+                    if (j > i || j <= i - W) pv = 0.f;
+                }
+                dp[nt][e] = pv * (dp[nt][e] - Drow[r]);
+            }
+
+        // dQ += dS K (B operand: K tile [key][d], transposed ldmatrix)
+#pragma unroll
+        for (int kk = 0; kk < DQ_BK / 16; kk++) {
+            uint32_t a[4];
+            a[0] = attn_pack_bf16(dp[2 * kk][0], dp[2 * kk][1]);
+            a[1] = attn_pack_bf16(dp[2 * kk][2], dp[2 * kk][3]);
+            a[2] = attn_pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            a[3] = attn_pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+            for (int dq = 0; dq < D / 16; dq++) {
+                uint32_t bk[4];
+                attn_ldsm_x4_t(bk, ks_base + 2 * attn_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                              dq * 16 + (lane >> 4) * 8));
+                attn_mma(acc[2 * dq], a, bk[0], bk[1]);
+                attn_mma(acc[2 * dq + 1], a, bk[2], bk[3]);
+            }
+        }
+    }
+
+    // epilogue: dq = scale * acc, staged in this warp's Q rows
+    __syncwarp();
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = wrow0 + g + r * 8;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+            *reinterpret_cast<uint32_t *>(Qs + attn_swz<D>(row, dt * 8 + 2 * t4)) =
+                attn_pack_bf16(acc[dt][2 * r] * p.scale, acc[dt][2 * r + 1] * p.scale);
+    }
+    __syncwarp();
+    constexpr int CPR = D / 8;
+#pragma unroll
+    for (int c = lane; c < 16 * CPR; c += 32) {
+        const int row = wrow0 + c / CPR, ch = c % CPR, i = q0 + row;
+        if (i < T)
+            *reinterpret_cast<uint4 *>(p.dq + (((size_t)b * T + i) * H + h) * D + ch * 8) =
+                *reinterpret_cast<const uint4 *>(Qs + attn_swz<D>(row, ch * 8));
+    }
+}
+
+// ---- fp32 passes: one warp per row, 4 warps per block ----------------------------------------
+struct bwd_f32_params {
+    int B, T, H, window;
+    float scale;
+    const float *q, *k, *v, *dO, *lse, *Dd;
+    float *dq, *dk, *dv;
+};
+
+__device__ __forceinline__ float attn_dot_f32(const float *s, const float *g, int D) {
+    const float4 *g4 = reinterpret_cast<const float4 *>(g);
+    float d = 0.f;
+#pragma unroll 8
+    for (int e = 0; e < D / 4; e++) {
+        const float4 x = g4[e];
+        d += s[4 * e] * x.x + s[4 * e + 1] * x.y + s[4 * e + 2] * x.z + s[4 * e + 3] * x.w;
+    }
+    return d;
+}
+
+// dq of query row (b, i, h): keys i - W < j <= i, 32 at a time (lane = key)
+template <int D>
+__global__ void __launch_bounds__(128) attention_bwd_dq_f32_kernel(const __grid_constant__ bwd_f32_params p) {
+    __shared__ float qs[4][D], dos[4][D];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int T = p.T, H = p.H;
+    const long row = (long)blockIdx.x * 4 + warp;
+    if (row >= (long)p.B * T * H) return;
+    const int h = (int)(row % H), i = (int)((row / H) % T), b = (int)(row / ((long)H * T));
+    const size_t rs = (size_t)H * D;
+    for (int e = lane; e < D; e += 32) qs[warp][e] = p.q[(size_t)row * D + e], dos[warp][e] = p.dO[(size_t)row * D + e];
+    __syncwarp();
+    const size_t si = ((size_t)b * H + h) * T + i;
+    const float lse = p.lse[si], Di = p.Dd[si];
+    const float *kb = p.k + (size_t)b * T * rs + (size_t)h * D;
+    const float *vb = p.v + (size_t)b * T * rs + (size_t)h * D;
+    float acc[D / 32];
+#pragma unroll
+    for (int r = 0; r < D / 32; r++) acc[r] = 0.f;
+    for (int j0 = max(0, i - p.window + 1); j0 <= i; j0 += 32) {
+        const int j = j0 + lane;
+        float ds = 0.f;
+        if (j <= i) {
+            const float s = attn_dot_f32(qs[warp], kb + (size_t)j * rs, D) * p.scale;
+            const float dpv = attn_dot_f32(dos[warp], vb + (size_t)j * rs, D);
+            ds = expf(s - lse) * (dpv - Di);
+        }
+        const int nj = min(32, i - j0 + 1);
+        for (int jj = 0; jj < nj; jj++) {
+            const float d = __shfl_sync(0xffffffffu, ds, jj);
+            const float *kr = kb + (size_t)(j0 + jj) * rs;
+#pragma unroll
+            for (int r = 0; r < D / 32; r++) acc[r] += d * kr[lane + 32 * r];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < D / 32; r++) p.dq[(size_t)row * D + lane + 32 * r] = acc[r] * p.scale;
+}
+
+// dk, dv of key row (b, j, h): queries j <= i < j + W, 32 at a time (lane = query)
+template <int D>
+__global__ void __launch_bounds__(128) attention_bwd_dkdv_f32_kernel(const __grid_constant__ bwd_f32_params p) {
+    __shared__ float ks[4][D], vs[4][D];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int T = p.T, H = p.H;
+    const long row = (long)blockIdx.x * 4 + warp;
+    if (row >= (long)p.B * T * H) return;
+    const int h = (int)(row % H), j = (int)((row / H) % T), b = (int)(row / ((long)H * T));
+    const size_t rs = (size_t)H * D;
+    for (int e = lane; e < D; e += 32) ks[warp][e] = p.k[(size_t)row * D + e], vs[warp][e] = p.v[(size_t)row * D + e];
+    __syncwarp();
+    const float *qb = p.q + (size_t)b * T * rs + (size_t)h * D;
+    const float *ob = p.dO + (size_t)b * T * rs + (size_t)h * D;
+    const size_t sb = ((size_t)b * H + h) * T;
+    float ak[D / 32], av[D / 32];
+#pragma unroll
+    for (int r = 0; r < D / 32; r++) ak[r] = av[r] = 0.f;
+    const int i_hi = min(T - 1, j + p.window - 1);
+    for (int i0 = j; i0 <= i_hi; i0 += 32) {
+        const int i = i0 + lane;
+        float pv = 0.f, ds = 0.f;
+        if (i <= i_hi) {
+            const float s = attn_dot_f32(ks[warp], qb + (size_t)i * rs, D) * p.scale;
+            const float dpv = attn_dot_f32(vs[warp], ob + (size_t)i * rs, D);
+            pv = expf(s - p.lse[sb + i]);
+            ds = pv * (dpv - p.Dd[sb + i]);
+        }
+        const int ni = min(32, i_hi - i0 + 1);
+        for (int ii = 0; ii < ni; ii++) {
+            const float pb = __shfl_sync(0xffffffffu, pv, ii), db = __shfl_sync(0xffffffffu, ds, ii);
+            const float *qr = qb + (size_t)(i0 + ii) * rs, *dr = ob + (size_t)(i0 + ii) * rs;
+#pragma unroll
+            for (int r = 0; r < D / 32; r++) {
+                av[r] += pb * dr[lane + 32 * r];
+                ak[r] += db * qr[lane + 32 * r];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < D / 32; r++) {
+        p.dk[(size_t)row * D + lane + 32 * r] = ak[r] * p.scale;
+        p.dv[(size_t)row * D + lane + 32 * r] = av[r];
+    }
+}
+
+// ---- launchers ------------------------------------------------------------------------------
+template <typename E>
+void attention_bwd_dot_launch(const attn_params *p, float *Dd) {
+    const long rows = (long)p->B * p->T * p->H;
+    attention_bwd_dot_kernel<E><<<(unsigned)GDN_CDIV(rows, 8), 256, 0, p->stream>>>(
+        p->B, p->T, p->H, p->D, static_cast<const E *>(p->dO), static_cast<const E *>(p->o), Dd);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd) {
+    bwd_kparams kp;
+    kp.B = p->B; kp.T = p->T; kp.H = p->H; kp.window = W;
+    kp.scale = p->scale;
+    kp.scale_log2 = p->scale * ATTN_LOG2E;
+    kp.q = static_cast<const __nv_bfloat16 *>(p->q);
+    kp.k = static_cast<const __nv_bfloat16 *>(p->k);
+    kp.v = static_cast<const __nv_bfloat16 *>(p->v);
+    kp.dO = static_cast<const __nv_bfloat16 *>(p->dO);
+    kp.lse = p->lse;
+    kp.Dd = Dd;
+    kp.dq = static_cast<__nv_bfloat16 *>(p->dq);
+    kp.dk = static_cast<__nv_bfloat16 *>(p->dk);
+    kp.dv = static_cast<__nv_bfloat16 *>(p->dv);
+    constexpr int kv_smem = kv_smem_bytes<D>(), dq_smem = dq_smem_bytes<D>();
+    CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_smem));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_smem));
+    attention_bwd_dkdv_kernel<D><<<dim3(GDN_CDIV(p->T, KV_BK), p->H, p->B), KV_THREADS, kv_smem, p->stream>>>(kp);
+    CUDA_CHECK_LAUNCH();
+    attention_bwd_dq_kernel<D><<<dim3(GDN_CDIV(p->T, DQ_BQ), p->H, p->B), DQ_THREADS, dq_smem, p->stream>>>(kp);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void attention_bwd_launch_f32(const attn_params *p, int W, const float *Dd) {
+    bwd_f32_params kp;
+    kp.B = p->B; kp.T = p->T; kp.H = p->H; kp.window = W;
+    kp.scale = p->scale;
+    kp.q = static_cast<const float *>(p->q);
+    kp.k = static_cast<const float *>(p->k);
+    kp.v = static_cast<const float *>(p->v);
+    kp.dO = static_cast<const float *>(p->dO);
+    kp.lse = p->lse;
+    kp.Dd = Dd;
+    kp.dq = static_cast<float *>(p->dq);
+    kp.dk = static_cast<float *>(p->dk);
+    kp.dv = static_cast<float *>(p->dv);
+    const unsigned blocks = (unsigned)GDN_CDIV((long)p->B * p->T * p->H, 4);
+    attention_bwd_dkdv_f32_kernel<D><<<blocks, 128, 0, p->stream>>>(kp);
+    CUDA_CHECK_LAUNCH();
+    attention_bwd_dq_f32_kernel<D><<<blocks, 128, 0, p->stream>>>(kp);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+extern "C" size_t attention_workspace_bytes(const attn_params *p) {
+    return (((size_t)p->B * p->H * p->T * sizeof(float)) + 255) & ~(size_t)255;
+}
+
+extern "C" void attention_bwd(const attn_params *p) {
+    const char *who = "attention_bwd";
+    attn_check_common(p, who);
+    attn_check_ptr(p->q, "q", who);
+    attn_check_ptr(p->k, "k", who);
+    attn_check_ptr(p->v, "v", who);
+    attn_check_ptr(p->o, "o", who);
+    attn_check_ptr(p->lse, "lse", who);
+    attn_check_ptr(p->dO, "dO", who);
+    attn_check_ptr(p->dq, "dq", who);
+    attn_check_ptr(p->dk, "dk", who);
+    attn_check_ptr(p->dv, "dv", who);
+    attn_check_ptr(p->workspace, "workspace", who);
+    if (p->H > 65535 || p->B > 65535) gdn_die("%s: B %d / H %d exceed the grid", who, p->B, p->H);
+    const int W = p->window < p->T ? p->window : p->T;
+    float *Dd = static_cast<float *>(p->workspace);  // (B,H,T)
+    const bool bf16 = p->dtype == ATTN_DTYPE_BF16;
+    if (bf16) attention_bwd_dot_launch<__nv_bfloat16>(p, Dd);
+    else attention_bwd_dot_launch<float>(p, Dd);
+    switch (p->D) {
+    case 64: bf16 ? attention_bwd_launch_bf16<64>(p, W, Dd) : attention_bwd_launch_f32<64>(p, W, Dd); break;
+    case 128: bf16 ? attention_bwd_launch_bf16<128>(p, W, Dd) : attention_bwd_launch_f32<128>(p, W, Dd); break;
+    default: gdn_die("%s: head dim %d not supported", who, p->D);
+    }
+}

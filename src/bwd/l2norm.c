@@ -1,0 +1,16 @@
+// l2norm.c — CPU float64 per-row L2 norm backward. y = scale x rn, rn = (sum x^2 + eps)^(-1/2)
+// saved by the forward, drn/dx_j = -rn^3 x_j:
+//   dx_j = scale (rn dy_j - rn^3 x_j sum_i x_i dy_i)     (=)
+#include "bwd_cpu.h"
+
+void l2norm_bwd_cpu(double *dx, const double *dy, const double *x, const double *rnorm,
+                    size_t rows, int D, double scale) {
+    for (size_t r = 0; r < rows; r++) {
+        const double *xr = x + r * D, *gr = dy + r * D;
+        double *dxr = dx + r * D;
+        double rn = rnorm[r], xg = 0;
+        for (int i = 0; i < D; i++) xg += xr[i] * gr[i];
+        double c = rn * rn * rn * xg;
+        for (int i = 0; i < D; i++) dxr[i] = scale * (rn * gr[i] - c * xr[i]);
+    }
+}

@@ -1,0 +1,18 @@
+// activations.c — CPU float64 elementwise activations: SiLU y = x sigmoid(x) and
+// SwiGLU h = silu(gate) * up. sigmoid never evaluates exp of a large positive number.
+#include <math.h>
+#include "fwd_cpu.h"
+
+static inline double sigmoid(double x) {
+    if (x >= 0) return 1.0 / (1.0 + exp(-x));
+    double e = exp(x);
+    return e / (1.0 + e);
+}
+
+void silu_fwd_cpu(double *y, const double *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = x[i] * sigmoid(x[i]);
+}
+
+void swiglu_fwd_cpu(double *h, const double *gate, const double *up, size_t n) {
+    for (size_t i = 0; i < n; i++) h[i] = gate[i] * sigmoid(gate[i]) * up[i];
+}

@@ -1,0 +1,42 @@
+// attention.c — float64 CPU forward of causal sliding-window softmax attention (DESIGN 2.2):
+// the oracle for src/fwd/attention.cu.
+//   s_ij = scale * q_i . k_j  for  i - window < j <= i  (window >= T: full causal)
+//   lse_i = log sum_j exp(s_ij),  p_ij = exp(s_ij - lse_i),  o_i = sum_j p_ij v_j
+// q, k, v, o (B,T,H,D) token-major; lse (B,H,T) head-major (read by attention_bwd_cpu to
+// recompute p without a second max/sum pass).
+#include "fwd_cpu.h"
+#include <math.h>
+#include "../core/common.h"
+
+void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k, const double *v,
+                       int B, int T, int H, int D, int window, double scale) {
+    if (window < 1) gdn_die("attention_fwd_cpu: window %d < 1", window);
+    double *s = gdn_malloc((size_t)(window < T ? window : T) * sizeof(double));
+    const size_t rs = (size_t)H * D;  // stride between tokens
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                const double *qi = q + ((size_t)b * T + i) * rs + (size_t)h * D;
+                int j0 = i - window + 1 > 0 ? i - window + 1 : 0;
+                double m = -INFINITY;
+                for (int j = j0; j <= i; j++) {
+                    const double *kj = k + ((size_t)b * T + j) * rs + (size_t)h * D;
+                    double d = 0;
+                    for (int e = 0; e < D; e++) d += qi[e] * kj[e];
+                    s[j - j0] = scale * d;
+                    if (s[j - j0] > m) m = s[j - j0];
+                }
+                double z = 0;
+                for (int j = j0; j <= i; j++) z += exp(s[j - j0] - m);
+                double l = m + log(z);
+                lse[((size_t)b * H + h) * T + i] = l;
+                double *oi = o + ((size_t)b * T + i) * rs + (size_t)h * D;
+                for (int e = 0; e < D; e++) oi[e] = 0;
+                for (int j = j0; j <= i; j++) {
+                    double p = exp(s[j - j0] - l);
+                    const double *vj = v + ((size_t)b * T + j) * rs + (size_t)h * D;
+                    for (int e = 0; e < D; e++) oi[e] += p * vj[e];
+                }
+            }
+    free(s);
+}

@@ -1,0 +1,141 @@
+// attention_cuda.h — CUDA causal sliding-window softmax attention (DESIGN 2.2), forward and
+// backward, flash-attention scheme: q/k/v tiles in shared memory, online softmax, bf16 tensor
+// cores (mma.sync m16n8k16, fp32 accumulate; sm_80 and sm_90a), only the log-sum-exp saved per
+// row, the backward recomputes the scores. Key/query blocks outside the window are never
+// visited, so the cost is O(T * window), not O(T^2).
+//
+//   s_ij = scale q_i.k_j  for  i - window < j <= i   (window >= T: full causal)
+//   lse_i = log sum_j exp(s_ij),  o_i = sum_j exp(s_ij - lse_i) v_j
+//
+// Layout as the CPU twins (fwd_cpu.h: attention_fwd_cpu, bwd_cpu.h: attention_bwd_cpu):
+// q, k, v, o, dO, dq, dk, dv are (B,T,H,D) token-major, element (b,t,h,e) at
+// ((b*T + t)*H + h)*D + e; lse is (B,H,T) fp32. RoPE is applied to q and k before the call.
+// dtype: bf16 (tensor cores) or fp32 (plain fp32 FMA path, slower, for checks and fp32 runs).
+// The backward is deterministic (no atomics): dk/dv by one CTA per key block looping over the
+// query blocks that see it, dq by a second pass over key blocks. All gradients are "=".
+#pragma once
+#include <stddef.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { ATTN_DTYPE_BF16 = 0, ATTN_DTYPE_FP32 = 1 } attn_dtype;
+
+typedef struct {
+    int B, T, H, D;          // D in {64, 128}
+    int window;              // >= 1; query i sees keys i - window < j <= i (>= T: full causal)
+    float scale;             // usually 1/sqrt(D)
+    attn_dtype dtype;        // of q, k, v, o, dO, dq, dk, dv
+    const void *q, *k, *v;   // (B,T,H,D)
+    void *o;                 // (B,T,H,D)  written by attention_fwd
+    float *lse;              // (B,H,T) natural log; written by the forward, read by the
+                             // backward to recompute p = exp(s - lse) without a max/sum pass
+    const void *dO;          // (B,T,H,D)  backward only
+    void *dq, *dk, *dv;      // (B,T,H,D)  backward only, overwritten (=)
+    void *workspace;         // attention_workspace_bytes(p) bytes, backward only
+    cudaStream_t stream;
+} attn_params;
+
+// Bytes of device workspace the backward needs: D_i = dO_i . o_i, fp32 (B,H,T).
+size_t attention_workspace_bytes(const attn_params *p);
+// Public entries: check shapes, dtype, pointers and alignment (16 bytes), then launch.
+void attention_fwd(const attn_params *p);  // reads q, k, v; writes o, lse
+void attention_bwd(const attn_params *p);  // reads q, k, v, o, lse, dO; writes dq, dk, dv
+
+#ifdef __cplusplus
+}
+#endif
+
+// ---- device helpers shared by src/fwd/attention.cu and src/bwd/attention.cu ---------------
+#if defined(__CUDACC__) && defined(ATTN_DEVICE_HELPERS)
+#include <stdint.h>
+#include <cuda_bf16.h>
+
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2 0.6931471805599453f
+
+// Validation shared by both entries (aborts with a hint).
+static inline void attn_check_common(const attn_params *p, const char *who) {
+    if (!p) gdn_die("%s: params is NULL", who);
+    if (p->B < 1 || p->T < 1 || p->H < 1)
+        gdn_die("%s: bad shape B %d T %d H %d (each must be >= 1)", who, p->B, p->T, p->H);
+    if (p->D != 64 && p->D != 128)
+        gdn_die("%s: head dim %d not supported\nHINT: kernels are built for D = 64 and 128", who,
+                p->D);
+    if (p->window < 1) gdn_die("%s: window %d < 1\nHINT: use window >= T for full causal", who,
+                               p->window);
+    if (p->dtype != ATTN_DTYPE_BF16 && p->dtype != ATTN_DTYPE_FP32)
+        gdn_die("%s: unknown dtype %d", who, (int)p->dtype);
+    if (!(p->scale > 0.f)) gdn_die("%s: scale %g must be > 0", who, (double)p->scale);
+}
+static inline void attn_check_ptr(const void *ptr, const char *name, const char *who) {
+    if (!ptr) gdn_die("%s: %s is NULL", who, name);
+    if ((uintptr_t)ptr % 16)
+        gdn_die("%s: %s = %p is not 16-byte aligned\nHINT: tiles are copied in 16-byte pieces; "
+                "carve tensors at 16-byte offsets", who, name, ptr);
+}
+
+// Shared-memory tile of R rows x D bf16, 16-byte chunks XOR-swizzled by (row & 7): the eight
+// rows an ldmatrix phase reads at one logical chunk land in eight different bank groups.
+template <int D>
+__device__ __forceinline__ int attn_swz(int row, int col) {
+    return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+}
+
+__device__ __forceinline__ uint32_t attn_smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+// 16-byte global -> shared copy; src_bytes 0 writes zeros (rows past T).
+__device__ __forceinline__ void attn_cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void attn_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+__device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void attn_ldsm_x4_t(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+// c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col).
+// Fragments (g = lane/4, t = lane%4): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..),
+// a3 (g+8, 2t+8..); b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); c0,c1 (g, 2t..), c2,c3 (g+8, 2t..).
+__device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// Copy rows [row0, row0 + R) of head (b, h) of a (B,T,H,D) bf16 tensor into a swizzled tile;
+// rows >= T are zero-filled. All NT threads of the block take part; no commit here.
+template <int R, int D, int NT>
+__device__ __forceinline__ void attn_load_tile(__nv_bfloat16 *tile, const __nv_bfloat16 *g,
+                                               int b, int h, int row0, int T, int H, int tid) {
+    constexpr int CPR = D / 8;  // 16-byte chunks per row
+#pragma unroll
+    for (int i = tid; i < R * CPR; i += NT) {
+        int r = i / CPR, c = i % CPR, t = row0 + r;
+        const __nv_bfloat16 *src = g;
+        int bytes = 0;
+        if (t < T) {
+            src = g + (((size_t)b * T + t) * H + h) * D + c * 8;
+            bytes = 16;
+        }
+        attn_cp_async16(attn_smem_u32(tile + attn_swz<D>(r, c * 8)), src, bytes);
+    }
+}
+#endif

@@ -1,0 +1,27 @@
+// gated_rmsnorm.c — CPU float64 GDN output norm per head row with SiLU output gate:
+//   rstd_r = 1/sqrt(mean_i x[r,i]^2 + eps),  y[r,i] = x[r,i] * rstd_r * w[i] * silu(z[r,i])
+// (z NULL: no gate, plain RMSNorm). rstd (rows) is saved for gated_rmsnorm_bwd_cpu.
+#include <math.h>
+#include "fwd_cpu.h"
+
+static inline double silu(double x) {
+    if (x >= 0) return x / (1.0 + exp(-x));
+    double e = exp(x);
+    return x * e / (1.0 + e);
+}
+
+void gated_rmsnorm_fwd_cpu(double *y, double *rstd, const double *x, const double *z,
+                           const double *w, size_t rows, int D, double eps) {
+    for (size_t r = 0; r < rows; r++) {
+        const double *xr = x + r * D;
+        double *yr = y + r * D;
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += xr[i] * xr[i];
+        double rs = 1.0 / sqrt(ss / D + eps);
+        for (int i = 0; i < D; i++) {
+            double v = xr[i] * rs * w[i];
+            yr[i] = z ? v * silu(z[r * D + i]) : v;
+        }
+        rstd[r] = rs;
+    }
+}

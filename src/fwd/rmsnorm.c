@@ -1,0 +1,18 @@
+// rmsnorm.c — CPU float64 RMSNorm over the last dim:
+//   rstd_n = 1/sqrt(mean_i x[n,i]^2 + eps),  y[n,i] = x[n,i] * rstd_n * w[i].
+// rstd (N) is saved: rmsnorm_bwd_cpu reads it instead of recomputing the row norm.
+#include <math.h>
+#include "fwd_cpu.h"
+
+void rmsnorm_fwd_cpu(double *y, double *rstd, const double *x, const double *w, int N, int d,
+                     double eps) {
+    for (int n = 0; n < N; n++) {
+        const double *xr = x + (size_t)n * d;
+        double *yr = y + (size_t)n * d;
+        double ss = 0;
+        for (int i = 0; i < d; i++) ss += xr[i] * xr[i];
+        double r = 1.0 / sqrt(ss / d + eps);
+        for (int i = 0; i < d; i++) yr[i] = xr[i] * r * w[i];
+        rstd[n] = r;
+    }
+}

@@ -1,0 +1,83 @@
+// backend.h — the op interface the model is written against. The model never knows whether
+// tensors live in host float64 (the CPU reference backend, backend_cpu.c) or on a GPU in
+// bf16/fp32 (the CUDA backend, a later issue): it holds void pointers carved from arenas that
+// the backend allocated, and calls the ops below. Shapes and maths of each op are those of
+// src/fwd/fwd_cpu.h; the gradient rule is that of src/bwd/bwd_cpu.h (parameter grads +=,
+// activation grads =).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "../fwd/fwd_cpu.h"
+
+typedef struct {
+    int B, T, H, Dk, Dv, chunk;
+    gdn_mode mode;
+    const void *q, *k, *v, *g, *beta;
+    void *o;
+    const void *dO;
+    void *dq, *dk, *dv, *dg, *dbeta;
+} gdn_op;
+
+typedef struct backend {
+    const char *name;
+    size_t elem;                                       // bytes of one element (8 on the CPU)
+    void *(*alloc)(size_t bytes);                      // zero-filled
+    void (*release)(void *p);
+    void (*to_host_f64)(double *dst, const void *src, size_t n);
+    void (*from_host_f64)(void *dst, const double *src, size_t n);
+    void (*zero)(void *p, size_t n);
+    void (*add)(void *y, const void *x, size_t n);     // y += x
+    void (*copy)(void *y, const void *x, size_t n);
+    void (*scale)(void *y, double s, size_t n);        // y *= s
+    double (*sumsq)(const void *x, size_t n);          // sum of squares, in double
+    // ops (see fwd_cpu.h / bwd_cpu.h)
+    void (*embedding_fwd)(void *out, const int32_t *tok, const void *wte, int N, int d);
+    void (*embedding_bwd)(void *dwte, const void *dout, const int32_t *tok, int N, int d);
+    void (*rmsnorm_fwd)(void *y, void *rstd, const void *x, const void *w, int N, int d, double eps);
+    void (*rmsnorm_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w,
+                        const void *rstd, int N, int d);
+    void (*linear_fwd)(void *y, const void *x, const void *W, int N, int in, int out);
+    void (*linear_bwd)(void *dx, void *dW, const void *dy, const void *x, const void *W, int N,
+                       int in, int out);
+    void (*conv1d_fwd)(void *y, const void *x, const void *w, int B, int T, int C, int K);
+    void (*conv1d_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w, int B,
+                       int T, int C, int K);
+    void (*silu_fwd)(void *y, const void *x, size_t n);
+    void (*silu_bwd)(void *dx, const void *dy, const void *x, size_t n);
+    void (*l2norm_fwd)(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
+                       double scale);
+    void (*l2norm_bwd)(void *dx, const void *dy, const void *x, const void *rnorm, size_t rows,
+                       int D, double scale);
+    void (*gdn_gates_fwd)(void *g, void *beta, const void *a, const void *b, const void *A_log,
+                          const void *dt_bias, int N, int H, gdn_mode mode);
+    void (*gdn_gates_bwd)(void *da, void *db, void *dA_log, void *ddt_bias, const void *dg,
+                          const void *dbeta, const void *a, const void *b, const void *A_log,
+                          const void *dt_bias, int N, int H, gdn_mode mode);
+    void (*gated_rmsnorm_fwd)(void *y, void *rstd, const void *x, const void *z, const void *w,
+                              size_t rows, int D, double eps);
+    void (*gated_rmsnorm_bwd)(void *dx, void *dz, void *dw, const void *dy, const void *x,
+                              const void *z, const void *w, const void *rstd, size_t rows, int D);
+    void (*swiglu_fwd)(void *h, const void *gate, const void *up, size_t n);
+    void (*swiglu_bwd)(void *dgate, void *dup, const void *dh, const void *gate, const void *up,
+                       size_t n);
+    // Fused softmax cross-entropy: returns the summed loss over non-ignored rows and, when
+    // dlogits_scale != 0, overwrites logits with (softmax - onehot) * dlogits_scale.
+    double (*crossentropy)(void *logits, const int32_t *tgt, int N, int V, double dlogits_scale);
+    void (*dropout_fwd)(void *y, const void *x, size_t n, double p, uint64_t seed);
+    void (*dropout_bwd)(void *dx, const void *dy, size_t n, double p, uint64_t seed);
+    void (*rope_fwd)(void *y, const void *x, int B, int T, int H, int D, double base);
+    void (*rope_bwd)(void *dx, const void *dy, int B, int T, int H, int D, double base);
+    void (*attention_fwd)(void *o, void *lse, const void *q, const void *k, const void *v, int B,
+                          int T, int H, int D, int window, double scale);
+    void (*attention_bwd)(void *dq, void *dk, void *dv, const void *dout, const void *q,
+                          const void *k, const void *v, const void *o, const void *lse, int B,
+                          int T, int H, int D, int window, double scale);
+    void (*gdn_fwd)(const gdn_op *op);
+    void (*gdn_bwd)(const gdn_op *op);
+    // AdamW on one tensor (master weights, moments in the backend's optimizer precision):
+    // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (mhat/(sqrt(vhat)+eps) + wd p)
+    void (*adamw)(void *p, const void *g, void *m, void *v, size_t n, double lr, double b1,
+                  double b2, double eps, double wd, double bc1, double bc2, double gscale);
+} backend;
+
+extern const backend backend_cpu;

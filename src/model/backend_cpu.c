@@ -1,0 +1,115 @@
+// backend_cpu.c — the float64 reference backend: every op of backend.h is the CPU function of
+// src/fwd/*.c and src/bwd/*.c, with the void pointers read as double.
+#include <math.h>
+#include "backend.h"
+#include "../bwd/bwd_cpu.h"
+#include "../core/common.h"
+
+static void *cpu_alloc(size_t bytes) { return gdn_malloc(bytes); }
+static void cpu_release(void *p) { free(p); }
+static void cpu_to_host(double *dst, const void *src, size_t n) { memcpy(dst, src, n * 8); }
+static void cpu_from_host(void *dst, const double *src, size_t n) { memcpy(dst, src, n * 8); }
+static void cpu_zero(void *p, size_t n) { memset(p, 0, n * sizeof(double)); }
+static void cpu_add(void *y, const void *x, size_t n) {
+    double *a = y;
+    const double *b = x;
+    for (size_t i = 0; i < n; i++) a[i] += b[i];
+}
+static void cpu_copy(void *y, const void *x, size_t n) { memmove(y, x, n * sizeof(double)); }
+static void cpu_scale(void *y, double s, size_t n) {
+    double *a = y;
+    for (size_t i = 0; i < n; i++) a[i] *= s;
+}
+static double cpu_sumsq(const void *x, size_t n) {
+    const double *a = x;
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * a[i];
+    return s;
+}
+static void cpu_linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
+    linear_fwd_cpu(y, x, W, NULL, N, in, out);
+}
+static void cpu_linear_bwd(void *dx, void *dW, const void *dy, const void *x, const void *W,
+                           int N, int in, int out) {
+    linear_bwd_cpu(dx, dW, NULL, dy, x, W, N, in, out);
+}
+static double cpu_crossentropy(void *logits, const int32_t *tgt, int N, int V, double scale) {
+    double mean = crossentropy_fwd_cpu(NULL, logits, tgt, N, V);
+    int valid = 0;
+    for (int i = 0; i < N; i++) valid += tgt[i] >= 0;
+    if (scale != 0) crossentropy_bwd_cpu(logits, logits, tgt, N, V, scale);
+    return mean * valid;
+}
+static gdn_cpu_params gdn_params_of(const gdn_op *op) {
+    gdn_cpu_params p = {
+        .B = op->B, .T = op->T, .H = op->H, .Dk = op->Dk, .Dv = op->Dv, .chunk = op->chunk,
+        .mode = op->mode, .q = op->q, .k = op->k, .v = op->v, .g = op->g, .beta = op->beta,
+        .o = op->o, .dO = op->dO, .dq = op->dq, .dk = op->dk, .dv = op->dv, .dg = op->dg,
+        .dbeta = op->dbeta,
+    };
+    return p;
+}
+static void cpu_gdn_fwd(const gdn_op *op) {
+    gdn_cpu_params p = gdn_params_of(op);
+    gdn_chunk_fwd_cpu(&p);
+}
+static void cpu_gdn_bwd(const gdn_op *op) {
+    gdn_cpu_params p = gdn_params_of(op);
+    gdn_chunk_bwd_cpu(&p);
+}
+static void cpu_adamw(void *pp, const void *gg, void *mm, void *vv, size_t n, double lr, double b1,
+                      double b2, double eps, double wd, double bc1, double bc2, double gscale) {
+    double *p = pp, *m = mm, *v = vv;
+    const double *g = gg;
+    for (size_t i = 0; i < n; i++) {
+        double gi = g[i] * gscale;
+        m[i] = b1 * m[i] + (1 - b1) * gi;
+        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+        double mh = m[i] / bc1, vh = v[i] / bc2;
+        p[i] -= lr * (mh / (sqrt(vh) + eps) + wd * p[i]);
+    }
+}
+
+// The casts below only change pointer types (void* <-> double*): same ABI, same arguments.
+#define F(fn) ((void *)(fn))
+const backend backend_cpu = {
+    .name = "cpu",
+    .elem = sizeof(double),
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .to_host_f64 = cpu_to_host,
+    .from_host_f64 = cpu_from_host,
+    .zero = cpu_zero,
+    .add = cpu_add,
+    .copy = cpu_copy,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .embedding_fwd = F(embedding_fwd_cpu),
+    .embedding_bwd = F(embedding_bwd_cpu),
+    .rmsnorm_fwd = F(rmsnorm_fwd_cpu),
+    .rmsnorm_bwd = F(rmsnorm_bwd_cpu),
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd = cpu_linear_bwd,
+    .conv1d_fwd = F(conv1d_fwd_cpu),
+    .conv1d_bwd = F(conv1d_bwd_cpu),
+    .silu_fwd = F(silu_fwd_cpu),
+    .silu_bwd = F(silu_bwd_cpu),
+    .l2norm_fwd = F(l2norm_fwd_cpu),
+    .l2norm_bwd = F(l2norm_bwd_cpu),
+    .gdn_gates_fwd = F(gdn_gates_fwd_cpu),
+    .gdn_gates_bwd = F(gdn_gates_bwd_cpu),
+    .gated_rmsnorm_fwd = F(gated_rmsnorm_fwd_cpu),
+    .gated_rmsnorm_bwd = F(gated_rmsnorm_bwd_cpu),
+    .swiglu_fwd = F(swiglu_fwd_cpu),
+    .swiglu_bwd = F(swiglu_bwd_cpu),
+    .crossentropy = cpu_crossentropy,
+    .dropout_fwd = F(dropout_fwd_cpu),
+    .dropout_bwd = F(dropout_bwd_cpu),
+    .rope_fwd = F(rope_fwd_cpu),
+    .rope_bwd = F(rope_bwd_cpu),
+    .attention_fwd = F(attention_fwd_cpu),
+    .attention_bwd = F(attention_bwd_cpu),
+    .gdn_fwd = cpu_gdn_fwd,
+    .gdn_bwd = cpu_gdn_bwd,
+    .adamw = cpu_adamw,
+};

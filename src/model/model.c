@@ -1,0 +1,546 @@
+// model.c — description, parameter table, arenas, init, forward and backward of the whole
+// network (DESIGN 2) over the op interface of backend.h.
+//
+// Residual stream per block l:  x_mid = x_in + drop(mixer(rmsnorm(x_in)))
+//                               x_out = x_mid + drop(mlp(rmsnorm(x_mid)))
+// then logits = rmsnorm(x_L) lm_head^T and the fused softmax cross-entropy, whose gradient
+// overwrites the logits (the probabilities are never kept).
+#include "model.h"
+#include <math.h>
+#include "../core/common.h"
+#include "../core/rng.h"
+
+#define E(m) ((m)->be->elem)
+
+void *model_param(const model *m, int i) {
+    return (char *)m->param_mem + m->params[i].offset * E(m);
+}
+void *model_grad(const model *m, int i) {
+    return (char *)m->grad_mem + m->params[i].offset * E(m);
+}
+
+static int add_param(model *m, param_kind kind, int rows, int cols, bool decay, const char *fmt,
+                     int layer, const char *what) {
+    if (m->n_params >= MAX_PARAMS) gdn_die("model: too many parameter tensors");
+    param_info *p = &m->params[m->n_params];
+    if (layer >= 0)
+        snprintf(p->name, sizeof p->name, fmt, layer, what);
+    else
+        snprintf(p->name, sizeof p->name, "%s", what);
+    p->kind = kind;
+    p->rows = rows;
+    p->cols = cols;
+    p->numel = (size_t)rows * cols;
+    p->offset = m->n_elems;
+    p->decay = decay;
+    // keep every tensor 64-byte aligned inside the arenas (8 doubles / 32 bf16)
+    m->n_elems += (p->numel + 31) & ~(size_t)31;
+    return m->n_params++;
+}
+
+static void build_table(model *m) {
+    const gdn_config *c = &m->cfg;
+    int d = m->d;
+    for (int l = 0; l < m->L; l++) {
+        layer_params *lp = &m->lp[l];
+        memset(lp, -1, sizeof *lp);
+        lp->kind = config_layer_kind(c, l);
+        const char *F = "layers.%d.%s";
+        lp->norm1 = add_param(m, PARAM_NORM, 1, d, false, F, l, "norm1");
+        if (lp->kind == 'G') {
+            int hk = m->H * m->dk, hv = m->H * m->dv;
+            lp->wq = add_param(m, PARAM_LINEAR, hk, d, true, F, l, "gdn.q_proj");
+            lp->wk = add_param(m, PARAM_LINEAR, hk, d, true, F, l, "gdn.k_proj");
+            lp->wv = add_param(m, PARAM_LINEAR, hv, d, true, F, l, "gdn.v_proj");
+            if (c->gdn_gate) lp->wa = add_param(m, PARAM_LINEAR, m->H, d, true, F, l, "gdn.a_proj");
+            if (c->gdn_delta) lp->wb = add_param(m, PARAM_LINEAR, m->H, d, true, F, l, "gdn.b_proj");
+            if (c->gdn_output_gate) lp->wz = add_param(m, PARAM_LINEAR, hv, d, true, F, l, "gdn.g_proj");
+            if (c->gdn_short_conv) {
+                int K = c->gdn_conv_size;
+                lp->conv_q = add_param(m, PARAM_CONV, hk, K, true, F, l, "gdn.q_conv");
+                lp->conv_k = add_param(m, PARAM_CONV, hk, K, true, F, l, "gdn.k_conv");
+                lp->conv_v = add_param(m, PARAM_CONV, hv, K, true, F, l, "gdn.v_conv");
+            }
+            if (c->gdn_gate) {
+                lp->A_log = add_param(m, PARAM_ALOG, 1, m->H, false, F, l, "gdn.A_log");
+                lp->dt_bias = add_param(m, PARAM_DTBIAS, 1, m->H, false, F, l, "gdn.dt_bias");
+            }
+            lp->onorm = add_param(m, PARAM_NORM, 1, m->dv, false, F, l, "gdn.o_norm");
+            lp->wo = add_param(m, PARAM_OUTPROJ, d, hv, true, F, l, "gdn.o_proj");
+        } else {
+            int ha = m->Ha * m->Da;
+            lp->sq = add_param(m, PARAM_LINEAR, ha, d, true, F, l, "attn.q_proj");
+            lp->sk = add_param(m, PARAM_LINEAR, ha, d, true, F, l, "attn.k_proj");
+            lp->sv = add_param(m, PARAM_LINEAR, ha, d, true, F, l, "attn.v_proj");
+            lp->so = add_param(m, PARAM_OUTPROJ, d, ha, true, F, l, "attn.o_proj");
+        }
+        lp->norm2 = add_param(m, PARAM_NORM, 1, d, false, F, l, "norm2");
+        lp->wgate = add_param(m, PARAM_LINEAR, m->F, d, true, F, l, "mlp.gate_proj");
+        lp->wup = add_param(m, PARAM_LINEAR, m->F, d, true, F, l, "mlp.up_proj");
+        lp->wdown = add_param(m, PARAM_OUTPROJ, d, m->F, true, F, l, "mlp.down_proj");
+    }
+    m->norm_f = add_param(m, PARAM_NORM, 1, d, false, NULL, -1, "norm_f");
+    m->wte = add_param(m, PARAM_EMBED, m->V, d, c->wd_embeddings, NULL, -1, "embed");
+    m->lm_head = c->tie_embeddings ? m->wte
+                                   : add_param(m, PARAM_LINEAR, m->V, d, true, NULL, -1, "lm_head");
+}
+
+// Carve every activation and scratch tensor; run twice (plan, then real) by model_create.
+static void carve(model *m) {
+    arena_t *A = &m->a_acts, *S = &m->a_scratch;
+    size_t e = E(m), N = (size_t)m->N, d = (size_t)m->d;
+    size_t hk = (size_t)m->H * m->dk, hv = (size_t)m->H * m->dv, ha = (size_t)m->Ha * m->Da;
+#define ACT(n) arena_alloc(A, (n) * e)
+    for (int l = 0; l < m->L; l++) {
+        layer_acts *a = &m->acts[l];
+        memset(a, 0, sizeof *a);
+        a->x_in = ACT(N * d);
+        a->xn1 = ACT(N * d);
+        a->rstd1 = ACT(N);
+        if (m->lp[l].kind == 'G') {
+            a->q_lin = ACT(N * hk);
+            a->k_lin = ACT(N * hk);
+            a->v_lin = ACT(N * hv);
+            if (m->cfg.gdn_short_conv) {
+                a->q_conv = ACT(N * hk);
+                a->k_conv = ACT(N * hk);
+                a->v_conv = ACT(N * hv);
+            } else {
+                a->q_conv = a->q_lin;
+                a->k_conv = a->k_lin;
+                a->v_conv = a->v_lin;
+            }
+            a->q_act = ACT(N * hk);
+            a->k_act = ACT(N * hk);
+            a->v_act = ACT(N * hv);
+            a->qn = ACT(N * hk);
+            a->kn = ACT(N * hk);
+            a->rq = ACT(N * m->H);
+            a->rk = ACT(N * m->H);
+            if (m->cfg.gdn_gate) a->a = ACT(N * m->H);
+            if (m->cfg.gdn_delta) {
+                a->b = ACT(N * m->H);
+                a->beta = ACT(N * m->H);
+            }
+            a->g = ACT(N * m->H);
+            if (m->cfg.gdn_output_gate) a->z = ACT(N * hv);
+            a->o = ACT(N * hv);
+            a->rstd_o = ACT(N * m->H);
+            a->on = ACT(N * hv);
+        } else {
+            a->aq = ACT(N * ha);
+            a->ak = ACT(N * ha);
+            a->av = ACT(N * ha);
+            a->ao = ACT(N * ha);
+            a->lse = ACT(N * m->Ha);
+        }
+        a->x_mid = ACT(N * d);
+        a->xn2 = ACT(N * d);
+        a->rstd2 = ACT(N);
+        a->m_gate = ACT(N * m->F);
+        a->m_up = ACT(N * m->F);
+        a->m_h = ACT(N * m->F);
+    }
+    m->x_final = ACT(N * d);
+    m->xf = ACT(N * d);
+    m->rstd_f = ACT(N);
+    m->logits = ACT(N * m->V);
+#undef ACT
+    size_t wide = GDN_MAX(GDN_MAX(hk, hv), GDN_MAX((size_t)m->F, ha));
+    m->dx = arena_alloc(S, N * d * e);
+    m->dbranch = arena_alloc(S, N * d * e);
+    m->dxn = arena_alloc(S, N * d * e);
+    m->dtmp = arena_alloc(S, N * d * e);
+    m->dmix = arena_alloc(S, N * d * e);
+    for (int i = 0; i < 6; i++) m->dbig[i] = arena_alloc(S, N * wide * e);
+    for (int i = 0; i < 4; i++) m->dsmall[i] = arena_alloc(S, N * GDN_MAX(m->H, 1) * e);
+}
+
+static double flops_per_token(const model *m) {
+    // 6 x (matmul parameters incl. the LM head) + the mixers' token-mixing work, fwd + bwd.
+    double mm = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        param_kind k = m->params[i].kind;
+        if (k == PARAM_LINEAR || k == PARAM_OUTPROJ) mm += (double)m->params[i].numel;
+    }
+    if (m->cfg.tie_embeddings) mm += (double)m->V * m->d;  // the tied LM head is a matmul too
+    double mix = 0;
+    int C = m->cfg.gdn_chunk_size;
+    for (int l = 0; l < m->L; l++) {
+        if (m->lp[l].kind == 'G') {
+            // per token per head, forward: KK^T, W, U, QK^T, P*Delta (~C-wide), W H, Q H,
+            // K^T Delta (dk x dv): 2 * (C*(3 dk + 2 dv) / 2 + 3 dk dv); backward ~ 2x forward
+            double f = 2.0 * (0.5 * C * (3.0 * m->dk + 2.0 * m->dv) + 3.0 * m->dk * m->dv);
+            mix += 3.0 * f * m->H;
+        } else {
+            double w = GDN_MIN(m->window, m->T);
+            mix += 3.0 * 4.0 * w * 0.5 * m->Da * m->Ha;
+        }
+    }
+    return 6.0 * mm + mix;
+}
+
+model *model_create(const gdn_config *c, const backend *be, int B, int T) {
+    model *m = gdn_malloc(sizeof *m);
+    m->cfg = *c;
+    m->be = be;
+    m->L = c->n_layers;
+    m->d = c->d_model;
+    m->V = c->vocab_size;
+    m->F = config_mlp_hidden(c);
+    m->B = B;
+    m->T = T;
+    m->N = B * T;
+    m->H = c->gdn_n_heads;
+    m->dk = c->gdn_head_dim;
+    m->dv = config_gdn_dv(c);
+    m->Ha = c->swa_n_heads;
+    m->Da = c->swa_head_dim;
+    m->window = c->swa_window;
+    if (m->L > MAX_LAYERS) gdn_die("model.n_layers = %d: at most %d", m->L, MAX_LAYERS);
+    if (m->V < 2) gdn_die("model: vocab_size %d (set model.vocab_size or use a dataset)", m->V);
+    build_table(m);
+
+    arena_plan(&m->a_params, "params");
+    arena_plan(&m->a_grads, "grads");
+    arena_plan(&m->a_opt, "optimizer");
+    arena_plan(&m->a_acts, "activations");
+    arena_plan(&m->a_scratch, "scratch");
+    arena_alloc(&m->a_params, m->n_elems * E(m));
+    arena_alloc(&m->a_grads, m->n_elems * E(m));
+    arena_alloc(&m->a_opt, 2 * m->n_elems * E(m));
+    carve(m);
+    arena_reserve(&m->a_params, be->alloc);
+    arena_reserve(&m->a_grads, be->alloc);
+    arena_reserve(&m->a_opt, be->alloc);
+    arena_reserve(&m->a_acts, be->alloc);
+    arena_reserve(&m->a_scratch, be->alloc);
+    m->param_mem = arena_alloc(&m->a_params, m->n_elems * E(m));
+    m->grad_mem = arena_alloc(&m->a_grads, m->n_elems * E(m));
+    m->opt_m = arena_alloc(&m->a_opt, m->n_elems * E(m));
+    m->opt_v = arena_alloc(&m->a_opt, m->n_elems * E(m));
+    carve(m);
+    m->tok = gdn_malloc((size_t)m->N * sizeof(int32_t));
+    m->tgt = gdn_malloc((size_t)m->N * sizeof(int32_t));
+    m->flops_per_token = flops_per_token(m);
+    return m;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    arena_release(&m->a_params, m->be->release);
+    arena_release(&m->a_grads, m->be->release);
+    arena_release(&m->a_opt, m->be->release);
+    arena_release(&m->a_acts, m->be->release);
+    arena_release(&m->a_scratch, m->be->release);
+    free(m->tok);
+    free(m->tgt);
+    free(m);
+}
+
+void model_init_params(model *m, uint64_t seed) {
+    // Each tensor draws from its own stream (seed, tensor index): adding a layer does not
+    // change the init of the others, and the result does not depend on the backend.
+    size_t maxn = 0;
+    for (int i = 0; i < m->n_params; i++) maxn = GDN_MAX(maxn, m->params[i].numel);
+    double *h = gdn_malloc(maxn * sizeof(double));
+    double std = m->cfg.init_std, out_std = std / sqrt(2.0 * m->L);
+    for (int i = 0; i < m->n_params; i++) {
+        param_info *p = &m->params[i];
+        rng_t r;
+        rng_init(&r, seed, 1000 + (uint64_t)i);
+        for (size_t j = 0; j < p->numel; j++) {
+            switch (p->kind) {
+            case PARAM_LINEAR:
+            case PARAM_EMBED: h[j] = std * rng_normal(&r); break;
+            case PARAM_OUTPROJ: h[j] = out_std * rng_normal(&r); break;
+            case PARAM_NORM: h[j] = 1.0; break;
+            case PARAM_CONV: {
+                double bound = 1.0 / sqrt((double)p->cols);
+                h[j] = bound * (2 * rng_uniform(&r) - 1);
+                break;
+            }
+            case PARAM_ALOG: h[j] = log(1.0 + 15.0 * rng_uniform(&r)); break;
+            case PARAM_DTBIAS: {
+                double dt = exp(log(1e-3) + (log(0.1) - log(1e-3)) * rng_uniform(&r));
+                if (dt < 1e-4) dt = 1e-4;
+                h[j] = dt + log(-expm1(-dt));  // softplus^-1(dt)
+                break;
+            }
+            }
+        }
+        m->be->from_host_f64(model_param(m, i), h, p->numel);
+    }
+    free(h);
+    m->be->zero(m->grad_mem, m->n_elems);
+    m->be->zero(m->opt_m, m->n_elems);
+    m->be->zero(m->opt_v, m->n_elems);
+}
+
+void model_zero_grads(model *m) { m->be->zero(m->grad_mem, m->n_elems); }
+
+static uint64_t branch_key(const model *m, int l, int br) {
+    return m->dropout_key + (uint64_t)(2 * l + br + 1) * 0x9E3779B97F4A7C15ull;
+}
+
+// x_out = x_in + drop(branch)
+static void residual_fwd(model *m, void *x_out, const void *x_in, void *branch, int l, int br,
+                         bool train) {
+    const backend *be = m->be;
+    size_t n = (size_t)m->N * m->d;
+    double p = m->cfg.dropout;
+    if (train && p > 0) be->dropout_fwd(branch, branch, n, p, branch_key(m, l, br));
+    if (x_out != x_in) be->copy(x_out, x_in, n);
+    be->add(x_out, branch, n);
+}
+
+static void gdn_mixer_fwd(model *m, int l) {
+    const backend *be = m->be;
+    const layer_params *lp = &m->lp[l];
+    layer_acts *a = &m->acts[l];
+    const gdn_config *c = &m->cfg;
+    int N = m->N, d = m->d, H = m->H, hk = H * m->dk, hv = H * m->dv, K = c->gdn_conv_size;
+    gdn_mode mode = {c->gdn_gate, c->gdn_delta, c->gdn_allow_neg_eigval};
+#define P(i) model_param(m, i)
+    be->linear_fwd(a->q_lin, a->xn1, P(lp->wq), N, d, hk);
+    be->linear_fwd(a->k_lin, a->xn1, P(lp->wk), N, d, hk);
+    be->linear_fwd(a->v_lin, a->xn1, P(lp->wv), N, d, hv);
+    if (c->gdn_short_conv) {
+        be->conv1d_fwd(a->q_conv, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K);
+        be->conv1d_fwd(a->k_conv, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K);
+        be->conv1d_fwd(a->v_conv, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K);
+    }
+    be->silu_fwd(a->q_act, a->q_conv, (size_t)N * hk);
+    be->silu_fwd(a->k_act, a->k_conv, (size_t)N * hk);
+    be->silu_fwd(a->v_act, a->v_conv, (size_t)N * hv);
+    be->l2norm_fwd(a->qn, a->rq, a->q_act, (size_t)N * H, m->dk, 1e-6, 1.0 / sqrt(m->dk));
+    be->l2norm_fwd(a->kn, a->rk, a->k_act, (size_t)N * H, m->dk, 1e-6, 1.0);
+    if (c->gdn_gate) be->linear_fwd(a->a, a->xn1, P(lp->wa), N, d, H);
+    if (c->gdn_delta) be->linear_fwd(a->b, a->xn1, P(lp->wb), N, d, H);
+    be->gdn_gates_fwd(a->g, a->beta, a->a, a->b, c->gdn_gate ? P(lp->A_log) : NULL,
+                      c->gdn_gate ? P(lp->dt_bias) : NULL, N, H, mode);
+    gdn_op op = {.B = m->B, .T = m->T, .H = H, .Dk = m->dk, .Dv = m->dv, .chunk = c->gdn_chunk_size,
+                 .mode = mode, .q = a->qn, .k = a->kn, .v = a->v_act, .g = a->g, .beta = a->beta,
+                 .o = a->o};
+    be->gdn_fwd(&op);
+    if (c->gdn_output_gate) be->linear_fwd(a->z, a->xn1, P(lp->wz), N, d, hv);
+    be->gated_rmsnorm_fwd(a->on, a->rstd_o, a->o, a->z, P(lp->onorm), (size_t)N * H, m->dv,
+                          c->norm_eps);
+    be->linear_fwd(m->dmix, a->on, P(lp->wo), N, hv, d);
+}
+
+static void attn_mixer_fwd(model *m, int l) {
+    const backend *be = m->be;
+    const layer_params *lp = &m->lp[l];
+    layer_acts *a = &m->acts[l];
+    int N = m->N, d = m->d, ha = m->Ha * m->Da;
+    int window = m->lp[l].kind == 'A' ? m->T : m->window;
+    be->linear_fwd(a->aq, a->xn1, P(lp->sq), N, d, ha);
+    be->linear_fwd(a->ak, a->xn1, P(lp->sk), N, d, ha);
+    be->linear_fwd(a->av, a->xn1, P(lp->sv), N, d, ha);
+    be->rope_fwd(a->aq, a->aq, m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
+    be->rope_fwd(a->ak, a->ak, m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
+    be->attention_fwd(a->ao, a->lse, a->aq, a->ak, a->av, m->B, m->T, m->Ha, m->Da, window,
+                      1.0 / sqrt(m->Da));
+    be->linear_fwd(m->dmix, a->ao, P(lp->so), N, ha, d);
+}
+
+// Forward through the logits; returns nothing (the loss is taken by the caller).
+static void forward(model *m, const int32_t *x, bool train) {
+    const backend *be = m->be;
+    int N = m->N, d = m->d, F = m->F;
+    double eps = m->cfg.norm_eps;
+    memcpy(m->tok, x, (size_t)N * sizeof(int32_t));
+    be->embedding_fwd(m->acts[0].x_in, m->tok, P(m->wte), N, d);
+    for (int l = 0; l < m->L; l++) {
+        const layer_params *lp = &m->lp[l];
+        layer_acts *a = &m->acts[l];
+        be->rmsnorm_fwd(a->xn1, a->rstd1, a->x_in, P(lp->norm1), N, d, eps);
+        if (lp->kind == 'G')
+            gdn_mixer_fwd(m, l);
+        else
+            attn_mixer_fwd(m, l);
+        residual_fwd(m, a->x_mid, a->x_in, m->dmix, l, 0, train);
+        be->rmsnorm_fwd(a->xn2, a->rstd2, a->x_mid, P(lp->norm2), N, d, eps);
+        be->linear_fwd(a->m_gate, a->xn2, P(lp->wgate), N, d, F);
+        be->linear_fwd(a->m_up, a->xn2, P(lp->wup), N, d, F);
+        be->swiglu_fwd(a->m_h, a->m_gate, a->m_up, (size_t)N * F);
+        be->linear_fwd(m->dmix, a->m_h, P(lp->wdown), N, F, d);
+        void *x_out = l + 1 < m->L ? m->acts[l + 1].x_in : m->x_final;
+        residual_fwd(m, x_out, a->x_mid, m->dmix, l, 1, train);
+    }
+    be->rmsnorm_fwd(m->xf, m->rstd_f, m->x_final, P(m->norm_f), N, d, eps);
+    be->linear_fwd(m->logits, m->xf, P(m->lm_head), N, d, m->V);
+}
+
+double model_loss(model *m, const int32_t *x, const int32_t *y, bool train) {
+    forward(m, x, train);
+    memcpy(m->tgt, y, (size_t)m->N * sizeof(int32_t));
+    int valid = 0;
+    for (int i = 0; i < m->N; i++) valid += y[i] >= 0;
+    double sum = m->be->crossentropy(m->logits, m->tgt, m->N, m->V, 0.0);
+    return valid ? sum / valid : 0.0;
+}
+
+double model_eval_loss(model *m, const int32_t *x, const int32_t *y) {
+    return model_loss(m, x, y, false);
+}
+
+#define G(i) model_grad(m, i)
+
+// dbranch = d(drop(branch)) / d branch applied to dx
+static void *residual_bwd(model *m, int l, int br, bool train) {
+    size_t n = (size_t)m->N * m->d;
+    double p = m->cfg.dropout;
+    if (train && p > 0) {
+        m->be->dropout_bwd(m->dbranch, m->dx, n, p, branch_key(m, l, br));
+        return m->dbranch;
+    }
+    return m->dx;
+}
+
+// dxn += d/dxn of linear(xn, W) given dy; uses dtmp
+static void linear_bwd_acc(model *m, void *dxn, bool first, int w, const void *dy, const void *xn,
+                           int in, int out) {
+    const backend *be = m->be;
+    if (first) {
+        be->linear_bwd(dxn, G(w), dy, xn, P(w), m->N, in, out);
+    } else {
+        be->linear_bwd(m->dtmp, G(w), dy, xn, P(w), m->N, in, out);
+        be->add(dxn, m->dtmp, (size_t)m->N * in);
+    }
+}
+
+static void gdn_mixer_bwd(model *m, int l, const void *dbr) {
+    const backend *be = m->be;
+    const layer_params *lp = &m->lp[l];
+    layer_acts *a = &m->acts[l];
+    const gdn_config *c = &m->cfg;
+    int N = m->N, d = m->d, H = m->H, hk = H * m->dk, hv = H * m->dv, K = c->gdn_conv_size;
+    gdn_mode mode = {c->gdn_gate, c->gdn_delta, c->gdn_allow_neg_eigval};
+    void **D = m->dbig;
+    be->linear_bwd(D[0], G(lp->wo), dbr, a->on, P(lp->wo), N, hv, d);          // d on
+    be->gated_rmsnorm_bwd(D[1], c->gdn_output_gate ? D[2] : NULL, G(lp->onorm), D[0], a->o,
+                          a->z, P(lp->onorm), a->rstd_o, (size_t)N * H, m->dv);  // d o, d z
+    bool first = true;
+    if (c->gdn_output_gate) {
+        linear_bwd_acc(m, m->dxn, true, lp->wz, D[2], a->xn1, d, hv);
+        first = false;
+    }
+    gdn_op op = {.B = m->B, .T = m->T, .H = H, .Dk = m->dk, .Dv = m->dv, .chunk = c->gdn_chunk_size,
+                 .mode = mode, .q = a->qn, .k = a->kn, .v = a->v_act, .g = a->g, .beta = a->beta,
+                 .o = a->o, .dO = D[1], .dq = D[3], .dk = D[4], .dv = D[5],
+                 .dg = c->gdn_gate ? m->dsmall[0] : NULL, .dbeta = c->gdn_delta ? m->dsmall[1] : NULL};
+    be->gdn_bwd(&op);
+    if (c->gdn_gate || c->gdn_delta)
+        be->gdn_gates_bwd(c->gdn_gate ? m->dsmall[2] : NULL, c->gdn_delta ? m->dsmall[3] : NULL,
+                          c->gdn_gate ? G(lp->A_log) : NULL, c->gdn_gate ? G(lp->dt_bias) : NULL,
+                          op.dg, op.dbeta, a->a, a->b, c->gdn_gate ? P(lp->A_log) : NULL,
+                          c->gdn_gate ? P(lp->dt_bias) : NULL, N, H, mode);
+    if (c->gdn_gate) {
+        linear_bwd_acc(m, m->dxn, first, lp->wa, m->dsmall[2], a->xn1, d, H);
+        first = false;
+    }
+    if (c->gdn_delta) {
+        linear_bwd_acc(m, m->dxn, first, lp->wb, m->dsmall[3], a->xn1, d, H);
+        first = false;
+    }
+    // q, k, v paths: (l2norm) <- silu <- (conv) <- linear
+    struct { void *dgrad; int w, conv, width; void *lin, *conv_out, *act, *rn; double scale; } path[3] = {
+        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->q_conv, a->q_act, a->rq, 1.0 / sqrt(m->dk)},
+        {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->k_conv, a->k_act, a->rk, 1.0},
+        {D[5], lp->wv, lp->conv_v, hv, a->v_lin, a->v_conv, a->v_act, NULL, 1.0},
+    };
+    for (int i = 0; i < 3; i++) {
+        size_t n = (size_t)N * path[i].width;
+        void *dact = path[i].dgrad;
+        if (path[i].rn) {
+            be->l2norm_bwd(D[0], path[i].dgrad, path[i].act, path[i].rn, (size_t)N * H, m->dk,
+                           path[i].scale);
+            dact = D[0];
+        }
+        be->silu_bwd(D[1], dact, path[i].conv_out, n);
+        void *dlin = D[1];
+        if (c->gdn_short_conv) {
+            be->conv1d_bwd(D[2], G(path[i].conv), D[1], path[i].lin, P(path[i].conv), m->B, m->T,
+                           path[i].width, K);
+            dlin = D[2];
+        }
+        linear_bwd_acc(m, m->dxn, first, path[i].w, dlin, a->xn1, d, path[i].width);
+        first = false;
+    }
+}
+
+static void attn_mixer_bwd(model *m, int l, const void *dbr) {
+    const backend *be = m->be;
+    const layer_params *lp = &m->lp[l];
+    layer_acts *a = &m->acts[l];
+    int N = m->N, d = m->d, ha = m->Ha * m->Da;
+    int window = lp->kind == 'A' ? m->T : m->window;
+    void **D = m->dbig;
+    be->linear_bwd(D[0], G(lp->so), dbr, a->ao, P(lp->so), N, ha, d);
+    be->attention_bwd(D[1], D[2], D[3], D[0], a->aq, a->ak, a->av, a->ao, a->lse, m->B, m->T,
+                      m->Ha, m->Da, window, 1.0 / sqrt(m->Da));
+    be->rope_bwd(D[1], D[1], m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
+    be->rope_bwd(D[2], D[2], m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
+    linear_bwd_acc(m, m->dxn, true, lp->sq, D[1], a->xn1, d, ha);
+    linear_bwd_acc(m, m->dxn, false, lp->sk, D[2], a->xn1, d, ha);
+    linear_bwd_acc(m, m->dxn, false, lp->sv, D[3], a->xn1, d, ha);
+}
+
+double model_forward_backward(model *m, const int32_t *x, const int32_t *y, double grad_scale,
+                              bool train) {
+    const backend *be = m->be;
+    int N = m->N, d = m->d, F = m->F;
+    size_t nd = (size_t)N * d;
+    forward(m, x, train);
+    memcpy(m->tgt, y, (size_t)N * sizeof(int32_t));
+    double loss_sum = be->crossentropy(m->logits, m->tgt, N, m->V, grad_scale);  // -> dlogits
+    be->linear_bwd(m->dxn, G(m->lm_head), m->logits, m->xf, P(m->lm_head), N, d, m->V);
+    be->rmsnorm_bwd(m->dx, G(m->norm_f), m->dxn, m->x_final, P(m->norm_f), m->rstd_f, N, d);
+    for (int l = m->L - 1; l >= 0; l--) {
+        const layer_params *lp = &m->lp[l];
+        layer_acts *a = &m->acts[l];
+        // MLP branch: dx holds d x_out
+        const void *dbr = residual_bwd(m, l, 1, train);
+        be->linear_bwd(m->dbig[0], G(lp->wdown), dbr, a->m_h, P(lp->wdown), N, F, d);
+        be->swiglu_bwd(m->dbig[1], m->dbig[2], m->dbig[0], a->m_gate, a->m_up, (size_t)N * F);
+        linear_bwd_acc(m, m->dxn, true, lp->wgate, m->dbig[1], a->xn2, d, F);
+        linear_bwd_acc(m, m->dxn, false, lp->wup, m->dbig[2], a->xn2, d, F);
+        be->rmsnorm_bwd(m->dtmp, G(lp->norm2), m->dxn, a->x_mid, P(lp->norm2), a->rstd2, N, d);
+        be->add(m->dx, m->dtmp, nd);                                   // dx = d x_mid
+        // mixer branch
+        dbr = residual_bwd(m, l, 0, train);
+        if (lp->kind == 'G')
+            gdn_mixer_bwd(m, l, dbr);
+        else
+            attn_mixer_bwd(m, l, dbr);
+        be->rmsnorm_bwd(m->dtmp, G(lp->norm1), m->dxn, a->x_in, P(lp->norm1), a->rstd1, N, d);
+        be->add(m->dx, m->dtmp, nd);                                   // dx = d x_in
+    }
+    be->embedding_bwd(G(m->wte), m->dx, m->tok, N, d);
+    return loss_sum;
+}
+
+size_t model_count_params(const model *m, bool include_embeddings) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        if (!include_embeddings && m->params[i].kind == PARAM_EMBED) continue;
+        n += m->params[i].numel;
+    }
+    return n;
+}
+
+void model_print_summary(const model *m, FILE *f) {
+    fprintf(f, "model: %d layers, pattern %s, d %d, vocab %d, mlp %d, GDN %dx(dk %d, dv %d), "
+               "attn %dx%d window %d, %s embeddings\n",
+            m->L, m->cfg.pattern, m->d, m->V, m->F, m->H, m->dk, m->dv, m->Ha, m->Da, m->window,
+            m->cfg.tie_embeddings ? "tied" : "untied");
+    fprintf(f, "model: %.3fM parameters (%.3fM without embeddings), %d tensors, %.2f MFLOP/token\n",
+            model_count_params(m, true) / 1e6, model_count_params(m, false) / 1e6, m->n_params,
+            m->flops_per_token / 1e6);
+    fprintf(f, "memory: params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f MiB, "
+               "scratch %.1f MiB (%s, %zu-byte elements)\n",
+            m->a_params.size / 1048576.0, m->a_grads.size / 1048576.0, m->a_opt.size / 1048576.0,
+            m->a_acts.size / 1048576.0, m->a_scratch.size / 1048576.0, m->be->name, m->be->elem);
+}

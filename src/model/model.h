@@ -1,0 +1,108 @@
+// model.h — the model of DESIGN 2: description from the config, the parameter table, one arena
+// per memory class, init, and forward/backward of the whole network over the op interface of
+// backend.h (so the CUDA backend plugs in without touching this code).
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "../core/arena.h"
+#include "../core/config.h"
+#include "backend.h"
+
+typedef enum {
+    PARAM_LINEAR,   // (out, in) matrix, N(0, init_std)
+    PARAM_OUTPROJ,  // mixer / MLP output projection: N(0, init_std / sqrt(2 n_layers))
+    PARAM_EMBED,    // (V, d), N(0, init_std)
+    PARAM_NORM,     // RMSNorm weight, ones
+    PARAM_CONV,     // depthwise conv (C, K), U(-1/sqrt(K), 1/sqrt(K)) as PyTorch's Conv1d
+    PARAM_ALOG,     // GDN A_log (H): log U(1, 16)
+    PARAM_DTBIAS,   // GDN dt_bias (H): softplus^-1(dt), dt log-uniform in [1e-3, 0.1], >= 1e-4
+} param_kind;
+
+typedef struct {
+    char name[64];      // e.g. "layers.3.gdn.q_proj"
+    param_kind kind;
+    int rows, cols;     // vectors: rows = 1
+    size_t offset;      // element offset in the params / grads / optimizer arenas
+    size_t numel;
+    bool decay;         // AdamW weight decay applies
+} param_info;
+
+enum { MAX_LAYERS = 256, MAX_PARAMS = 16 * MAX_LAYERS + 8 };
+
+// Indices into the parameter table (-1: absent in this configuration).
+typedef struct {
+    char kind;                                   // 'G', 'S' or 'A'
+    int norm1, norm2;                            // pre-mixer and pre-MLP RMSNorm
+    int wq, wk, wv, wa, wb, wz, wo;              // GDN projections (wa/wb/wz may be absent)
+    int conv_q, conv_k, conv_v, A_log, dt_bias, onorm;
+    int sq, sk, sv, so;                          // attention projections
+    int wgate, wup, wdown;                       // SwiGLU MLP
+} layer_params;
+
+// Activations of one block, saved by the forward for the backward (pointers into the
+// activation arena; element type is the backend's). N = B*T tokens.
+typedef struct {
+    void *x_in, *xn1, *rstd1;                    // (N,d) block input, normed, (N) 1/rms
+    void *q_lin, *k_lin, *v_lin;                 // GDN: projections (N,H*dk|dv)
+    void *q_conv, *k_conv, *v_conv;              // after the causal conv (== *_lin without conv)
+    void *q_act, *k_act, *v_act;                 // after SiLU
+    void *qn, *kn, *rq, *rk;                     // per-head L2-normed q (x 1/sqrt dk), k; (N*H)
+    void *a, *b, *g, *beta;                      // gate projections (N,H) and gates (N,H)
+    void *z, *o, *rstd_o, *on;                   // output gate (N,H*dv), rule output, norm
+    void *aq, *ak, *av, *ao, *lse;               // attention: roped q,k, v, output, (B,H,T)
+    void *mix_out;                               // (N,d) mixer output before dropout
+    void *x_mid, *xn2, *rstd2;                   // after the mixer residual; MLP input normed
+    void *m_gate, *m_up, *m_h, *mlp_out;         // (N,F) x3, (N,d)
+} layer_acts;
+
+typedef struct {
+    gdn_config cfg;
+    const backend *be;
+    int L, d, V, F, B, T, N;                     // layers, width, vocab, MLP hidden, batch, seq
+    int H, dk, dv;                               // GDN heads and dims
+    int Ha, Da;                                  // attention heads and head dim
+    int window;
+    // parameter table
+    param_info params[MAX_PARAMS];
+    int n_params;
+    size_t n_elems;                              // total parameter elements
+    layer_params lp[MAX_LAYERS];
+    int wte, lm_head, norm_f;                    // lm_head == wte when tied
+    // memory classes
+    arena_t a_params, a_grads, a_opt, a_acts, a_scratch;
+    void *param_mem, *grad_mem, *opt_m, *opt_v;  // (n_elems) each
+    layer_acts acts[MAX_LAYERS];
+    void *x_final, *xf, *rstd_f, *logits;        // (N,d) (N,d) (N) (N,V)
+    int32_t *tok, *tgt;                          // host copies of the batch
+    // backward scratch (one block's worth, reused layer after layer)
+    void *dx, *dbranch, *dxn, *dtmp, *dbig[6], *dsmall[4], *dmix;
+    uint64_t dropout_key;                        // set by the loop for each micro-batch
+    double flops_per_token;                      // forward+backward, for MFU
+} model;
+
+// Build the description and allocate every arena for micro-batches of B sequences of T tokens.
+// vocab_size must already be set (> 1). Errors (bad shapes) end the program with a message.
+model *model_create(const gdn_config *c, const backend *be, int B, int T);
+void model_free(model *m);
+void model_init_params(model *m, uint64_t seed);
+void *model_param(const model *m, int i);        // pointer to parameter tensor i
+void *model_grad(const model *m, int i);
+void model_zero_grads(model *m);
+// Mean loss over non-ignored targets of the batch; no backward. Dropout off.
+double model_eval_loss(model *m, const int32_t *x, const int32_t *y);
+// The same with dropout as in training when train is true (masks from m->dropout_key).
+double model_loss(model *m, const int32_t *x, const int32_t *y, bool train);
+// Forward, fused loss, backward: grads += d(sum of losses * grad_scale)/dparams.
+// Returns the summed loss over the batch's targets (caller divides). train: dropout on.
+double model_forward_backward(model *m, const int32_t *x, const int32_t *y, double grad_scale,
+                              bool train);
+void model_print_summary(const model *m, FILE *f);
+size_t model_count_params(const model *m, bool include_embeddings);
+
+// Finite-difference check of the whole model as configured, shrunk to B x T tokens, on the CPU
+// in float64 (src/model/gradcheck.c): samples up to `samples` elements of every parameter
+// tensor, prints a table (norm-wise relative error, worst element, pass/fail) to out and
+// returns the number of failing tensors.
+int model_gradcheck(const gdn_config *c, int B, int T, int samples, double tol, uint64_t seed,
+                    FILE *out);

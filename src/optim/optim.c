@@ -1,0 +1,47 @@
+// optim.c — see optim.h.
+#include "optim.h"
+#include <math.h>
+#include <string.h>
+
+double optim_lr(const gdn_config *c, long step) {
+    double lr = c->lr, lo = c->min_lr;
+    long W = c->warmup_steps, S = c->steps;
+    if (step < W) return lr * (double)(step + 1) / (double)W;
+    if (!strcmp(c->schedule, "constant")) return lr;
+    double span = (double)(S - W);
+    double prog = span > 0 ? (double)(step - W) / span : 1.0;
+    if (prog > 1) prog = 1;
+    if (!strcmp(c->schedule, "cosine")) return lo + 0.5 * (lr - lo) * (1 + cos(3.141592653589793 * prog));
+    if (!strcmp(c->schedule, "linear")) return lr - (lr - lo) * prog;
+    // wsd: stable until the last decay_frac of all steps, then linear to min_lr
+    double decay_start = (double)S * (1.0 - c->decay_frac);
+    if ((double)step < decay_start) return lr;
+    double p = ((double)step - decay_start) / ((double)S - decay_start);
+    if (p > 1) p = 1;
+    return lr - (lr - lo) * p;
+}
+
+double optim_grad_norm(const model *m) {
+    double s = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        s += m->be->sumsq(model_grad(m, i), m->params[i].numel);
+    }
+    return sqrt(s);
+}
+
+double optim_step(model *m, long step, double lr, double grad_norm) {
+    const gdn_config *c = &m->cfg;
+    double scale = 1.0;
+    if (c->grad_clip > 0 && grad_norm > c->grad_clip) scale = c->grad_clip / grad_norm;
+    double t = (double)(step + 1);
+    double bc1 = 1 - pow(c->beta1, t), bc2 = 1 - pow(c->beta2, t);
+    size_t e = m->be->elem;
+    for (int i = 0; i < m->n_params; i++) {
+        const param_info *p = &m->params[i];
+        size_t off = p->offset * e;
+        m->be->adamw(model_param(m, i), model_grad(m, i), (char *)m->opt_m + off,
+                     (char *)m->opt_v + off, p->numel, lr, c->beta1, c->beta2, c->adam_eps,
+                     p->decay ? c->weight_decay : 0.0, bc1, bc2, scale);
+    }
+    return scale;
+}

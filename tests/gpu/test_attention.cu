@@ -1,0 +1,204 @@
+// test_attention.cu — the CUDA attention (src/fwd/attention.cu, src/bwd/attention.cu) against
+// the float64 CPU oracle (attention_fwd_cpu / attention_bwd_cpu) for T in {1, 63, 64, 65, 300,
+// 4096}, windows {1, 64, 2048, >= T}, head dims 64 and 128, bf16 and fp32, random q, k, v, dO.
+// Inputs are drawn in float64 and rounded to bf16 once, so the same rounded values feed the
+// oracle and both dtypes (exactly representable in fp32 too). o, lse, dq, dk, dv and the
+// workspace are poisoned with NaN before every run. The backward runs on the GPU's own o and lse.
+// Pass: relative L2 <= 5e-3 (fwd) / 1e-2 (bwd) for bf16, <= 1e-4 for fp32. A gradient whose
+// exact value is 0 (window 1: dq = dk = 0) is measured against ||dv|| instead.
+// Also: the backward is bitwise deterministic (two runs compared byte for byte).
+// The oracle runs on all CPU cores, one task per (config, head).
+#include "gputest.h"
+#include <atomic>
+#include <thread>
+#include <vector>
+#include <unistd.h>
+extern "C" {
+#include "../../src/bwd/bwd_cpu.h"
+}
+#include "../../src/fwd/attention_cuda.h"
+
+struct cfg {
+    int T, W, D;
+    int B, H;
+    std::vector<double> q, k, v, dO;           // (B,T,H,D), bf16-rounded
+    std::vector<double> o, lse, dq, dk, dv;     // oracle
+};
+
+static double bf16_round(double x) { return (double)__bfloat162float(__float2bfloat16((float)x)); }
+
+// Oracle for head (b, h) of c: gather to (1,T,1,D), run, scatter.
+static void oracle_head(cfg *c, int bh) {
+    const int b = bh / c->H, h = bh % c->H, T = c->T, D = c->D, H = c->H;
+    const size_t n = (size_t)T * D;
+    std::vector<double> q(n), k(n), v(n), dO(n), o(n), lse(T), dq(n), dk(n), dv(n);
+    for (int t = 0; t < T; t++)
+        for (int e = 0; e < D; e++) {
+            const size_t g = (((size_t)b * T + t) * H + h) * D + e, l = (size_t)t * D + e;
+            q[l] = c->q[g]; k[l] = c->k[g]; v[l] = c->v[g]; dO[l] = c->dO[g];
+        }
+    const double scale = 1.0 / sqrt((double)D);
+    attention_fwd_cpu(o.data(), lse.data(), q.data(), k.data(), v.data(), 1, T, 1, D, c->W, scale);
+    attention_bwd_cpu(dq.data(), dk.data(), dv.data(), dO.data(), q.data(), k.data(), v.data(), o.data(),
+                      lse.data(), 1, T, 1, D, c->W, scale);
+    for (int t = 0; t < T; t++) {
+        c->lse[((size_t)b * H + h) * T + t] = lse[t];
+        for (int e = 0; e < D; e++) {
+            const size_t g = (((size_t)b * T + t) * H + h) * D + e, l = (size_t)t * D + e;
+            c->o[g] = o[l]; c->dq[g] = dq[l]; c->dk[g] = dk[l]; c->dv[g] = dv[l];
+        }
+    }
+}
+
+struct dev_bufs {
+    void *q, *k, *v, *o, *dO, *dq, *dk, *dv, *ws;
+    float *lse;
+};
+
+static void upload(void *d, const std::vector<double> &x, attn_dtype dt) {
+    const size_t n = x.size();
+    if (dt == ATTN_DTYPE_BF16) {
+        std::vector<__nv_bfloat16> h(n);
+        for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16((float)x[i]);
+        CUDA_CHECK(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice));
+    } else {
+        std::vector<float> h(n);
+        for (size_t i = 0; i < n; i++) h[i] = (float)x[i];
+        CUDA_CHECK(cudaMemcpy(d, h.data(), n * 4, cudaMemcpyHostToDevice));
+    }
+}
+static std::vector<double> download(const void *d, size_t n, attn_dtype dt) {
+    std::vector<double> x(n);
+    if (dt == ATTN_DTYPE_BF16) {
+        std::vector<__nv_bfloat16> h(n);
+        CUDA_CHECK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
+    } else {
+        std::vector<float> h(n);
+        CUDA_CHECK(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) x[i] = h[i];
+    }
+    return x;
+}
+static double norm2(const std::vector<double> &x) {
+    double s = 0;
+    for (double v : x) s += v * v;
+    return sqrt(s);
+}
+// relative L2; against `fallback` norm when the exact answer is identically 0
+static double rel_err(const std::vector<double> &got, const std::vector<double> &ref, double fallback) {
+    double num = 0;
+    for (size_t i = 0; i < got.size(); i++) num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    const double den = norm2(ref);
+    const double e = sqrt(num) / (den > 0 ? den : fallback);
+    return std::isnan(e) ? INFINITY : e;
+}
+
+int main() {
+    gpu_require("test_attention");
+    const int Ts[] = {1, 63, 64, 65, 300, 4096};
+    const int Ds[] = {64, 128};
+    std::vector<cfg *> cfgs;
+    rng_t r;
+    rng_init(&r, 6, 0);
+    for (int T : Ts)
+        for (int D : Ds) {
+            const int Ws[] = {1, 64, 2048, T + 7};  // T + 7 >= T: full causal
+            for (int W : Ws) {
+                cfg *c = new cfg;
+                c->T = T; c->W = W; c->D = D; c->B = 2; c->H = 2;
+                const size_t n = (size_t)c->B * T * c->H * D;
+                for (auto *x : {&c->q, &c->k, &c->v, &c->dO}) {
+                    x->resize(n);
+                    for (auto &e : *x) e = bf16_round(rng_normal(&r));
+                }
+                c->o.resize(n); c->dq.resize(n); c->dk.resize(n); c->dv.resize(n);
+                c->lse.resize((size_t)c->B * c->H * T);
+                cfgs.push_back(c);
+            }
+        }
+
+    // oracle on every core, biggest tasks first
+    double t0 = gdn_now();
+    std::vector<std::pair<cfg *, int>> tasks;
+    for (int pass = 0; pass < 2; pass++)
+        for (cfg *c : cfgs)
+            if ((c->T >= 1024) == (pass == 0))
+                for (int bh = 0; bh < c->B * c->H; bh++) tasks.push_back({c, bh});
+    std::atomic<size_t> next(0);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const int nth = (int)(ncpu > 0 ? ncpu : 1);
+    std::vector<std::thread> pool;
+    for (int i = 0; i < nth; i++)
+        pool.emplace_back([&]() {
+            for (size_t t; (t = next.fetch_add(1)) < tasks.size();) oracle_head(tasks[t].first, tasks[t].second);
+        });
+    for (auto &th : pool) th.join();
+    printf("float64 oracle: %zu configs, %zu head tasks on %d threads, %.1f s\n", cfgs.size(), tasks.size(), nth,
+           gdn_now() - t0);
+
+    printf("\n%5s %6s %4s %5s | %9s %9s | %9s %9s %9s | %s\n", "T", "window", "D", "dtype", "o", "lse", "dq", "dk",
+           "dv", "result");
+    t0 = gdn_now();
+    for (cfg *c : cfgs)
+        for (attn_dtype dt : {ATTN_DTYPE_BF16, ATTN_DTYPE_FP32}) {
+            const size_t n = c->q.size(), nl = c->lse.size(), es = dt == ATTN_DTYPE_BF16 ? 2 : 4;
+            attn_params p = {};
+            p.B = c->B; p.T = c->T; p.H = c->H; p.D = c->D; p.window = c->W;
+            p.scale = (float)(1.0 / sqrt((double)c->D));
+            p.dtype = dt;
+            dev_bufs d;
+            for (void **x : {&d.q, &d.k, &d.v, &d.o, &d.dO, &d.dq, &d.dk, &d.dv}) CUDA_CHECK(cudaMalloc(x, n * es));
+            CUDA_CHECK(cudaMalloc(&d.lse, nl * 4));
+            const size_t wsb = attention_workspace_bytes(&p);
+            CUDA_CHECK(cudaMalloc(&d.ws, wsb));
+            upload(d.q, c->q, dt); upload(d.k, c->k, dt); upload(d.v, c->v, dt); upload(d.dO, c->dO, dt);
+            for (void *x : {d.o, d.dq, d.dk, d.dv}) CUDA_CHECK(cudaMemset(x, 0xff, n * es));  // NaN
+            CUDA_CHECK(cudaMemset(d.lse, 0xff, nl * 4));
+            CUDA_CHECK(cudaMemset(d.ws, 0xff, wsb));
+            p.q = d.q; p.k = d.k; p.v = d.v; p.o = d.o; p.lse = d.lse;
+            p.dO = d.dO; p.dq = d.dq; p.dk = d.dk; p.dv = d.dv; p.workspace = d.ws;
+            attention_fwd(&p);
+            attention_bwd(&p);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<float> lsef(nl);
+            CUDA_CHECK(cudaMemcpy(lsef.data(), d.lse, nl * 4, cudaMemcpyDeviceToHost));
+            std::vector<double> lse(lsef.begin(), lsef.end());
+            const double dvn = norm2(c->dv);
+            const double e_o = rel_err(download(d.o, n, dt), c->o, 1), e_l = rel_err(lse, c->lse, 1);
+            const double e_dq = rel_err(download(d.dq, n, dt), c->dq, dvn);
+            const double e_dk = rel_err(download(d.dk, n, dt), c->dk, dvn);
+            const double e_dv = rel_err(download(d.dv, n, dt), c->dv, dvn);
+            const double tf = dt == ATTN_DTYPE_BF16 ? 5e-3 : 1e-4, tb = dt == ATTN_DTYPE_BF16 ? 1e-2 : 1e-4;
+            const bool ok = e_o <= tf && e_l <= tf && e_dq <= tb && e_dk <= tb && e_dv <= tb;
+            printf("%5d %6d %4d %5s | %9.2e %9.2e | %9.2e %9.2e %9.2e | %s\n", c->T, c->W, c->D,
+                   dt == ATTN_DTYPE_BF16 ? "bf16" : "fp32", e_o, e_l, e_dq, e_dk, e_dv, ok ? "pass" : "FAIL");
+            gc_checks++;
+            if (!ok) gc_failures++;
+
+            // determinism: rerun the backward (poisoned again) and compare bytes
+            if (c->T == 4096 && c->W > c->T) {
+                std::vector<unsigned char> a(3 * n * es), bb(3 * n * es);
+                CUDA_CHECK(cudaMemcpy(a.data(), d.dq, n * es, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemcpy(a.data() + n * es, d.dk, n * es, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemcpy(a.data() + 2 * n * es, d.dv, n * es, cudaMemcpyDeviceToHost));
+                for (void *x : {d.dq, d.dk, d.dv}) CUDA_CHECK(cudaMemset(x, 0xff, n * es));
+                CUDA_CHECK(cudaMemset(d.ws, 0xff, wsb));
+                attention_bwd(&p);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                CUDA_CHECK(cudaMemcpy(bb.data(), d.dq, n * es, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemcpy(bb.data() + n * es, d.dk, n * es, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemcpy(bb.data() + 2 * n * es, d.dv, n * es, cudaMemcpyDeviceToHost));
+                const bool same = memcmp(a.data(), bb.data(), a.size()) == 0;
+                printf("      backward bitwise deterministic (T %d D %d %s, two runs): %s\n", c->T, c->D,
+                       dt == ATTN_DTYPE_BF16 ? "bf16" : "fp32", same ? "pass" : "FAIL");
+                gc_checks++;
+                if (!same) gc_failures++;
+            }
+            for (void *x : {d.q, d.k, d.v, d.o, d.dO, d.dq, d.dk, d.dv, d.ws}) CUDA_CHECK(cudaFree(x));
+            CUDA_CHECK(cudaFree(d.lse));
+        }
+    printf("GPU runs and checks: %.1f s\n", gdn_now() - t0);
+    for (cfg *c : cfgs) delete c;
+    return gc_finish("test_attention");
+}

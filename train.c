@@ -1,0 +1,297 @@
+// train.c — gdn-train: config -> model -> data -> loop -> checkpoints (DESIGN 2, 4-7).
+//
+//   gdn-train CONFIG.ini [--set section.key=value ...] [--resume CKPT.h5] [--gradcheck]
+//   gdn-train --resume CKPT.h5 [--set ...]          (the config stored in the checkpoint)
+//
+// Each step: grad_accum micro-batches of batch_size x seq_len tokens (forward, fused loss,
+// backward, gradients accumulated), global-norm clipping, AdamW, the LR schedule. A progress
+// line every log.every steps, JSON lines in <out_dir>/metrics.jsonl, validation every
+// train.eval_every steps, an atomic HDF5 checkpoint every train.ckpt_every steps and at the end.
+// SIGINT/SIGTERM: the step in flight finishes, a checkpoint is written, exit 0. A NaN/inf loss
+// or gradient stops the run (exit 3) naming the step and the last good checkpoint.
+#include <math.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "core/common.h"
+#include "core/config.h"
+#include "core/rng.h"
+#include "data/dataset.h"
+#include "fwd/fwd_cpu.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "optim/optim.h"
+
+static volatile sig_atomic_t g_stop = 0;
+static void on_signal(int sig) { g_stop = sig; }
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: gdn-train CONFIG.ini [--set section.key=value ...] [--resume CKPT.h5] [--gradcheck]\n"
+            "       gdn-train --resume CKPT.h5 [--set ...]   (uses the config saved in the checkpoint)\n"
+            "  --set        override one config key (repeatable), e.g. --set train.steps=200\n"
+            "  --resume     continue from a checkpoint, bit for bit (same config, same world size)\n"
+            "  --gradcheck  finite-difference check of the configured model on the CPU (float64)\n");
+}
+
+static void mkdir_p(const char *dir) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) gdn_die("cannot create directory '%s': %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) gdn_die("cannot create directory '%s': %s", buf, strerror(errno));
+}
+
+static void fmt_eta(char *buf, size_t n, double s) {
+    if (!isfinite(s) || s < 0) s = 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, n, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+    else
+        snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+}
+
+// Dense float64 matrix-product rate of this CPU (the op the model spends its time in): the
+// denominator of the CPU MFU. Measured once at start on a 384^3 product, ~0.1 s.
+static double cpu_peak_flops(void) {
+    int n = 384;
+    double *a = gdn_malloc(sizeof(double) * n * n), *b = gdn_malloc(sizeof(double) * n * n),
+           *c = gdn_malloc(sizeof(double) * n * n);
+    for (int i = 0; i < n * n; i++) a[i] = b[i] = 1e-3 * (i % 97);
+    linear_fwd_cpu(c, a, b, NULL, n, n, n);
+    double t0 = gdn_now();
+    int reps = 0;
+    do {
+        linear_fwd_cpu(c, a, b, NULL, n, n, n);
+        reps++;
+    } while (gdn_now() - t0 < 0.1);
+    double rate = 2.0 * n * n * (double)n * reps / (gdn_now() - t0);
+    free(a);
+    free(b);
+    free(c);
+    return rate;
+}
+
+static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x, int32_t *y) {
+    batch_sampler vs;
+    char err[512];
+    if (!sampler_init(&vs, tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed ^ 0x5A17u, 0, 1,
+                      0, false, err, sizeof err))
+        gdn_die("validation data: %s", err);
+    double s = 0;
+    for (int i = 0; i < c->eval_batches; i++) {
+        sampler_next(&vs, x, y);
+        s += model_eval_loss(m, x, y);
+    }
+    sampler_free(&vs);
+    return s / c->eval_batches;
+}
+
+static void save_or_die(const char *path, const model *m, const train_state *st) {
+    char err[1024];
+    if (!checkpoint_save(path, m, st, err, sizeof err)) gdn_die("step %ld: %s", st->step, err);
+}
+
+int main(int argc, char **argv) {
+    const char *cfg_path = NULL, *resume = NULL;
+    const char **sets = gdn_malloc(sizeof(char *) * (size_t)argc);
+    int nset = 0;
+    bool gradcheck = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--set") && i + 1 < argc)
+            sets[nset++] = argv[++i];
+        else if (!strncmp(argv[i], "--set=", 6))
+            sets[nset++] = argv[i] + 6;
+        else if (!strcmp(argv[i], "--resume") && i + 1 < argc)
+            resume = argv[++i];
+        else if (!strcmp(argv[i], "--gradcheck"))
+            gradcheck = true;
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (argv[i][0] == '-' || cfg_path) {
+            fprintf(stderr, "error: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else
+            cfg_path = argv[i];
+    }
+    if (!cfg_path && !resume) {
+        usage(stderr);
+        return 2;
+    }
+
+    gdn_config cfg;
+    config_defaults(&cfg);
+    char err[1024];
+    if (cfg_path) {
+        if (!config_load(&cfg, cfg_path, sets, nset)) return 2;
+    } else {
+        char *text = checkpoint_read_config(resume, err, sizeof err);
+        if (!text) gdn_die("%s", err);
+        bool ok = config_load_string(&cfg, text, resume);
+        free(text);
+        for (int i = 0; ok && i < nset; i++) ok = config_set(&cfg, sets[i]);
+        if (!ok) return 2;
+    }
+
+    if (gradcheck) {
+        int fails = model_gradcheck(&cfg, 2, 9, 12, 1e-6, cfg.seed, stdout);
+        return fails ? 1 : 0;
+    }
+
+    // backend
+    if (!strcmp(cfg.device, "cuda"))
+        gdn_die("train.device = cuda: the whole-model CUDA backend is not built yet (issue 7); "
+                "use train.device = cpu or auto");
+    const backend *be = &backend_cpu;
+
+    // data
+    token_file tf;
+    if (!tokfile_open(&tf, cfg.data_path, err, sizeof err))
+        gdn_die("%s\nHINT: make it with gdn-prepare (see README.md), or set data.path", err);
+    if (cfg.vocab_size == 0) cfg.vocab_size = tf.vocab_size;
+    if (cfg.vocab_size < tf.vocab_size)
+        gdn_die("model.vocab_size = %d but '%s' has vocab_size %d", cfg.vocab_size, cfg.data_path,
+                tf.vocab_size);
+
+    mkdir_p(cfg.out_dir);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.ini", cfg.out_dir);
+    FILE *cf = fopen(path, "w");
+    if (!cf) gdn_die("cannot write '%s': %s", path, strerror(errno));
+    config_write(&cfg, cf);
+    if (fclose(cf) != 0) gdn_die("cannot write '%s': %s", path, strerror(errno));
+    printf("effective config (also in %s):\n", path);
+    config_write(&cfg, stdout);
+
+    model *m = model_create(&cfg, be, cfg.batch_size, cfg.seq_len);
+    model_print_summary(m, stdout);
+    train_state st = {.step = 0, .tokens_seen = 0, .sampler_pos = 0, .seed = cfg.seed,
+                      .best_val = INFINITY, .world_size = 1};
+    char ckpt[1200];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.h5", cfg.out_dir);
+    if (resume) {
+        if (!checkpoint_load(resume, m, &st, err, sizeof err)) gdn_die("%s", err);
+        if (st.world_size != 1)
+            printf("note: checkpoint written by %d ranks, resuming on 1: weights and optimizer "
+                   "state continue, the data order differs\n", st.world_size);
+        printf("resumed from %s at step %ld (%llu tokens seen)\n", resume, st.step,
+               (unsigned long long)st.tokens_seen);
+        st.world_size = 1;
+    } else {
+        model_init_params(m, cfg.seed);
+    }
+
+    batch_sampler ts;
+    if (!sampler_init(&ts, &tf, DATA_SPLIT_TRAIN, cfg.batch_size, cfg.seq_len, cfg.seed, 0, 1,
+                      st.sampler_pos, true, err, sizeof err))
+        gdn_die("training data: %s", err);
+    batch_sampler vcheck;  // fail early when the validation split is too short
+    if (!sampler_init(&vcheck, &tf, DATA_SPLIT_VAL, cfg.batch_size, cfg.seq_len, cfg.seed, 0, 1,
+                      0, false, err, sizeof err))
+        gdn_die("validation data: %s", err);
+    sampler_free(&vcheck);
+
+    snprintf(path, sizeof path, "%s/%s", cfg.out_dir, cfg.metrics_file);
+    FILE *mf = fopen(path, resume ? "a" : "w");
+    if (!mf) gdn_die("cannot open metrics file '%s': %s", path, strerror(errno));
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C kills at once
+    CHECK_SYS(sigaction(SIGINT, &sa, NULL));
+    CHECK_SYS(sigaction(SIGTERM, &sa, NULL));
+
+    double peak = cpu_peak_flops();
+    long tokens_per_step = (long)cfg.batch_size * cfg.seq_len * cfg.grad_accum;
+    printf("training: %d steps of %ld tokens, device %s (float64), MFU against this CPU's "
+           "measured float64 matmul rate %.1f GFLOP/s\n", cfg.steps, tokens_per_step, be->name,
+           peak / 1e9);
+    int N = m->N;
+    int32_t *x = gdn_malloc(sizeof(int32_t) * N), *y = gdn_malloc(sizeof(int32_t) * N);
+    double t_start = gdn_now(), t_win = t_start, last_val = NAN;
+    long win_steps = 0;
+    const char *last_good = resume ? resume : "none";
+    int rc = 0;
+    while (st.step < cfg.steps) {
+        long step = st.step;
+        model_zero_grads(m);
+        double loss_sum = 0;
+        for (int mb = 0; mb < cfg.grad_accum; mb++) {
+            sampler_next(&ts, x, y);
+            m->dropout_key = cfg.seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 1024 + (uint64_t)mb;
+            loss_sum += model_forward_backward(m, x, y, 1.0 / ((double)N * cfg.grad_accum), true);
+        }
+        double loss = loss_sum / ((double)N * cfg.grad_accum);
+        double gnorm = optim_grad_norm(m);
+        if (!isfinite(loss) || !isfinite(gnorm)) {
+            fprintf(stderr, "error: step %ld: %s is %g; stopping without updating the weights.\n"
+                            "  last good checkpoint: %s\n"
+                            "HINT: lower optim.lr or set optim.grad_clip, then --resume from it\n",
+                    step + 1, isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? gnorm : loss,
+                    last_good);
+            rc = 3;
+            break;
+        }
+        double lr = optim_lr(&cfg, step);
+        optim_step(m, step, lr, gnorm);
+        st.step++;
+        st.tokens_seen += (uint64_t)tokens_per_step;
+        st.sampler_pos = ts.pos;
+        win_steps++;
+
+        bool last = st.step == cfg.steps;
+        bool do_eval = last || (cfg.eval_every > 0 && st.step % cfg.eval_every == 0);
+        if (do_eval) {
+            last_val = evaluate(m, &tf, &cfg, x, y);
+            if (last_val < st.best_val) st.best_val = last_val;
+            fprintf(mf, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",
+                    st.step, (unsigned long long)st.tokens_seen, last_val, gdn_now() - t_start);
+        }
+        if (st.step % cfg.log_every == 0 || last || do_eval) {
+            double now = gdn_now(), dt = (now - t_win) / (double)GDN_MAX(win_steps, 1);
+            double tps = tokens_per_step / dt, fl = tps * m->flops_per_token;
+            char eta[32], val[32] = "";
+            fmt_eta(eta, sizeof eta, dt * (double)(cfg.steps - st.step));
+            if (do_eval) snprintf(val, sizeof val, " | val %.4f", last_val);
+            printf("step %6ld/%d | loss %.4f%s | lr %.2e | gnorm %.3f | %.0f tok/s | MFU %.1f%% | "
+                   "%.1f ms/step | ETA %s\n",
+                   st.step, cfg.steps, loss, val, lr, gnorm, tps, 100.0 * fl / peak, 1e3 * dt, eta);
+            fflush(stdout);
+            fprintf(mf, "{\"step\": %ld, \"tokens\": %llu, \"loss\": %.17g, \"lr\": %.6e, "
+                        "\"grad_norm\": %.6f, \"tok_s\": %.1f, \"mfu\": %.5f, \"time\": %.3f}\n",
+                    st.step, (unsigned long long)st.tokens_seen, loss, lr, gnorm, tps, fl / peak,
+                    now - t_start);
+            fflush(mf);
+            t_win = now;
+            win_steps = 0;
+        }
+        bool do_ckpt = last || g_stop || (cfg.ckpt_every > 0 && st.step % cfg.ckpt_every == 0);
+        if (do_ckpt) {
+            save_or_die(ckpt, m, &st);
+            last_good = ckpt;
+        }
+        if (g_stop) {
+            printf("signal %d: stopped after step %ld, checkpoint written to %s\n", (int)g_stop,
+                   st.step, ckpt);
+            break;
+        }
+    }
+    if (rc == 0 && st.step == cfg.steps)
+        printf("done: %ld steps, %.1f s, final val loss %.4f, best %.4f, checkpoint %s\n", st.step,
+               gdn_now() - t_start, last_val, st.best_val, ckpt);
+    if (fclose(mf) != 0) gdn_die("cannot write metrics file: %s", strerror(errno));
+    sampler_free(&ts);
+    tokfile_close(&tf);
+    model_free(m);
+    free(x);
+    free(y);
+    free(sets);
+    return rc;
+}
