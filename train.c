@@ -2,6 +2,9 @@
 //
 //   gdn-train CONFIG.ini [--set section.key=value ...] [--resume CKPT.h5] [--gradcheck]
 //   gdn-train --resume CKPT.h5 [--set ...]          (the config stored in the checkpoint)
+//   --stop-after N: leave after step N with a checkpoint, as if interrupted (the schedule still
+//   spans train.steps), so a later --resume continues the same run.
+//   GDN_FAULT_NAN_STEP=N (environment, for tests): the loss of step N is made NaN.
 //
 // Each step: grad_accum micro-batches of batch_size x seq_len tokens (forward, fused loss,
 // backward, gradients accumulated), global-norm clipping, AdamW, the LR schedule. A progress
@@ -31,7 +34,8 @@ static void usage(FILE *f) {
             "       gdn-train --resume CKPT.h5 [--set ...]   (uses the config saved in the checkpoint)\n"
             "  --set        override one config key (repeatable), e.g. --set train.steps=200\n"
             "  --resume     continue from a checkpoint, bit for bit (same config, same world size)\n"
-            "  --gradcheck  finite-difference check of the configured model on the CPU (float64)\n");
+            "  --gradcheck  finite-difference check of the configured model on the CPU (float64)\n"
+            "  --stop-after N  stop after step N with a checkpoint, as if interrupted\n");
 }
 
 static void mkdir_p(const char *dir) {
@@ -101,6 +105,7 @@ int main(int argc, char **argv) {
     const char **sets = gdn_malloc(sizeof(char *) * (size_t)argc);
     int nset = 0;
     bool gradcheck = false;
+    long stop_after = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--set") && i + 1 < argc)
             sets[nset++] = argv[++i];
@@ -108,7 +113,14 @@ int main(int argc, char **argv) {
             sets[nset++] = argv[i] + 6;
         else if (!strcmp(argv[i], "--resume") && i + 1 < argc)
             resume = argv[++i];
-        else if (!strcmp(argv[i], "--gradcheck"))
+        else if (!strcmp(argv[i], "--stop-after") && i + 1 < argc) {
+            char *end;
+            stop_after = strtol(argv[++i], &end, 10);
+            if (*end || stop_after < 1) {
+                fprintf(stderr, "error: --stop-after takes a step number >= 1, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--gradcheck"))
             gradcheck = true;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -133,9 +145,8 @@ int main(int argc, char **argv) {
     } else {
         char *text = checkpoint_read_config(resume, err, sizeof err);
         if (!text) gdn_die("%s", err);
-        bool ok = config_load_string(&cfg, text, resume);
+        bool ok = config_load_string_sets(&cfg, text, resume, sets, nset);
         free(text);
-        for (int i = 0; ok && i < nset; i++) ok = config_set(&cfg, sets[i]);
         if (!ok) return 2;
     }
 
@@ -219,6 +230,8 @@ int main(int argc, char **argv) {
     long win_steps = 0;
     const char *last_good = resume ? resume : "none";
     int rc = 0;
+    const char *fault = getenv("GDN_FAULT_NAN_STEP");
+    long nan_step = fault ? atol(fault) : -1;
     while (st.step < cfg.steps) {
         long step = st.step;
         model_zero_grads(m);
@@ -229,6 +242,7 @@ int main(int argc, char **argv) {
             loss_sum += model_forward_backward(m, x, y, 1.0 / ((double)N * cfg.grad_accum), true);
         }
         double loss = loss_sum / ((double)N * cfg.grad_accum);
+        if (step + 1 == nan_step) loss = NAN;
         double gnorm = optim_grad_norm(m);
         if (!isfinite(loss) || !isfinite(gnorm)) {
             fprintf(stderr, "error: step %ld: %s is %g; stopping without updating the weights.\n"
@@ -272,7 +286,9 @@ int main(int argc, char **argv) {
             t_win = now;
             win_steps = 0;
         }
-        bool do_ckpt = last || g_stop || (cfg.ckpt_every > 0 && st.step % cfg.ckpt_every == 0);
+        bool stop_here = st.step == stop_after;
+        bool do_ckpt = last || g_stop || stop_here ||
+                       (cfg.ckpt_every > 0 && st.step % cfg.ckpt_every == 0);
         if (do_ckpt) {
             save_or_die(ckpt, m, &st);
             last_good = ckpt;
@@ -280,6 +296,10 @@ int main(int argc, char **argv) {
         if (g_stop) {
             printf("signal %d: stopped after step %ld, checkpoint written to %s\n", (int)g_stop,
                    st.step, ckpt);
+            break;
+        }
+        if (stop_here) {
+            printf("--stop-after %ld: stopped, checkpoint written to %s\n", stop_after, ckpt);
             break;
         }
     }

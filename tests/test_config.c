@@ -317,6 +317,8 @@ static void test_errors(void) {
                  S("late.ini:3: [model] include: include after a section header; allowed: include = path before the first section"));
     expect_error("include of a missing file", "incmiss.ini", "; c\ninclude = nope/none.ini\n[model]\n", NULL, 0, 1,
                  S("incmiss.ini:2: include: cannot open config ", "nope/none.ini: No such file or directory"));
+    expect_error("no key name", "noname.ini", "[log]\n = 3\n", NULL, 0, 1,
+                 S("noname.ini:2: [log]: no key name before '='; allowed: key = value"));
     expect_error("key before the first section", "nosec.ini", "n_layers = 2\n[model]\n", NULL, 0, 1,
                  S("nosec.ini:1: n_layers: a key before the first [section]; allowed: include = path"));
     expect_error("syntax: unclosed header (its keys skipped), a line without '='", "syn.ini",

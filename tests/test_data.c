@@ -18,8 +18,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-// In tokenizer.c; to move into dataset.h.
-bool tokenizer_vocab_size(const char *tokenizer, int *vocab, char *err, size_t errlen);
 
 static char dir[512];
 
@@ -69,8 +67,9 @@ static void round_trip(const char *name, int vocab, size_t n_train, size_t n_val
                        rng_t *r) {
     char p[600], err[1024];
     path_in(p, sizeof p, name);
-    uint32_t *tr = random_tokens(n_train, (uint32_t)vocab, r), *va = random_tokens(n_val, (uint32_t)vocab, r);
-    if (n_train > 0) tr[n_train - 1] = (uint32_t)vocab - 1;  // the largest id survives the width
+    uint32_t *tr = random_tokens(n_train, (uint32_t)vocab, r),
+             *va = random_tokens(n_val, (uint32_t)vocab, r);
+    if (n_train > 0) tr[n_train - 1] = (uint32_t)vocab - 1; // the largest id survives the width
     bool w = tokfile_write(p, vocab, "spm:some/model.model", vocab > 7 ? 7 : -1, tr, n_train, va,
                            n_val, err, sizeof err);
     check(w, "%s: write vocab %d, %zu + %zu tokens", name, vocab, n_train, n_val);
@@ -92,9 +91,10 @@ static void round_trip(const char *name, int vocab, size_t n_train, size_t n_val
         goto out;
     }
     check(f.vocab_size == vocab && !strcmp(f.tokenizer, "spm:some/model.model") &&
-              f.eot_token == (vocab > 7 ? 7 : -1) && f.n_tokens[0] == n_train && f.n_tokens[1] == n_val,
-          "%s: attributes and lengths (vocab %d, eot %d, %llu + %llu)", name, f.vocab_size, f.eot_token,
-          (unsigned long long)f.n_tokens[0], (unsigned long long)f.n_tokens[1]);
+              f.eot_token == (vocab > 7 ? 7 : -1) && f.n_tokens[0] == n_train &&
+              f.n_tokens[1] == n_val,
+          "%s: attributes and lengths (vocab %d, eot %d, %llu + %llu)", name, f.vocab_size,
+          f.eot_token, (unsigned long long)f.n_tokens[0], (unsigned long long)f.n_tokens[1]);
     int32_t *back = gdn_malloc(sizeof(int32_t) * (n_train + n_val + 1));
     tokfile_read(&f, DATA_SPLIT_TRAIN, 0, n_train, back);
     tokfile_read(&f, DATA_SPLIT_VAL, 0, n_val, back + n_train);
@@ -223,7 +223,8 @@ static void expect_bad(const char *p, const char *what, const char *field, const
     struct stat st;
     CHECK_SYS(stat(cap, &st));
     if (ok) tokfile_close(&f);
-    bool good = !ok && strstr(err, p) && strstr(err, field) && (!also || strstr(err, also)) && st.st_size == 0;
+    bool good = !ok && strstr(err, p) && strstr(err, field) && (!also || strstr(err, also)) &&
+                st.st_size == 0;
     check(good, "%s -> false, names file and %s%s%s, stderr empty (%lld B)", what, field,
           also ? " + " : "", also ? also : "", (long long)st.st_size);
     printf("    message: %s\n", err);
@@ -246,36 +247,53 @@ static void malformed_files(void) {
     CHECK_SYS(mkdir(p, 0700));
     expect_bad(p, "a directory", "not a regular file", NULL);
 
-#define CASE(file, mutate, what, field, also)                                                 \
-    do {                                                                                    \
-        path_in(p, sizeof p, file);                                                          \
-        make_good(p);                                                                        \
-        mutate;                                                                              \
-        expect_bad(p, what, field, also);                                                    \
+#define CASE(file, mutate, what, field, also)                                                      \
+    do {                                                                                           \
+        path_in(p, sizeof p, file);                                                                \
+        make_good(p);                                                                              \
+        mutate;                                                                                    \
+        expect_bad(p, what, field, also);                                                          \
     } while (0)
     CASE("nofmt.h5", remove_attr(p, "format"), "no format attribute", "'format'", "missing");
-    CASE("fmt.h5", set_attr_str(p, "format", "other-tokens"), "format = other-tokens", "'format'", "other-tokens");
+    CASE("fmt.h5", set_attr_str(p, "format", "other-tokens"), "format = other-tokens", "'format'",
+         "other-tokens");
     CASE("fmtint.h5", set_attr_int(p, "format", 1), "format is an integer", "'format'", "string");
-    CASE("ver2.h5", set_attr_int(p, "version", 2), "version = 2", "attribute 'version' is 2, this build reads version 1", NULL);
+    CASE("ver2.h5", set_attr_int(p, "version", 2), "version = 2",
+         "attribute 'version' is 2, this build reads version 1", NULL);
     CASE("nover.h5", remove_attr(p, "version"), "no version attribute", "'version'", "missing");
-    CASE("verstr.h5", set_attr_str(p, "version", "1"), "version is a string", "'version'", "integer");
+    CASE("verstr.h5", set_attr_str(p, "version", "1"), "version is a string", "'version'",
+         "integer");
     CASE("vocab0.h5", set_attr_int(p, "vocab_size", 0), "vocab_size = 0", "'vocab_size'", "is 0");
     CASE("vocabneg.h5", set_attr_int(p, "vocab_size", -5), "vocab_size = -5", "'vocab_size'", "-5");
-    CASE("vocabbig.h5", set_attr_int(p, "vocab_size", 1LL << 25), "vocab_size = 2^25", "'vocab_size'", "33554432");
-    CASE("notok.h5", remove_attr(p, "tokenizer"), "no tokenizer attribute", "'tokenizer'", "missing");
-    CASE("emptytok.h5", set_attr_str(p, "tokenizer", ""), "tokenizer = \"\"", "'tokenizer'", "empty");
-    CASE("eot.h5", set_attr_int(p, "eot_token", 256), "eot_token = 256 = vocab", "'eot_token'", "256");
-    CASE("noeot.h5", remove_attr(p, "eot_token"), "no eot_token attribute", "'eot_token'", "missing");
-    CASE("notrain.h5", replace_dset(p, "train", H5T_STD_U16LE, 0, 0, 0), "no /train", "'/train'", "missing");
-    CASE("noval.h5", replace_dset(p, "val", H5T_STD_U16LE, 0, 0, 0), "no /val", "'/val'", "missing");
-    CASE("traingrp.h5", replace_dset(p, "train", -1, 1, 0, 0), "/train is a group", "'/train'", "not a dataset");
-    CASE("i32.h5", replace_dset(p, "train", H5T_STD_I32LE, 1, 3, 3), "/train int32", "'/train'", "int32");
-    CASE("f32.h5", replace_dset(p, "val", H5T_IEEE_F32LE, 1, 3, 3), "/val float32", "'/val'", "float32");
-    CASE("u32.h5", replace_dset(p, "train", H5T_STD_U32LE, 1, 3, 3), "/train uint32 for vocab 256", "'/train'", "uint32");
+    CASE("vocabbig.h5", set_attr_int(p, "vocab_size", 1LL << 25), "vocab_size = 2^25",
+         "'vocab_size'", "33554432");
+    CASE("notok.h5", remove_attr(p, "tokenizer"), "no tokenizer attribute", "'tokenizer'",
+         "missing");
+    CASE("emptytok.h5", set_attr_str(p, "tokenizer", ""), "tokenizer = \"\"", "'tokenizer'",
+         "empty");
+    CASE("eot.h5", set_attr_int(p, "eot_token", 256), "eot_token = 256 = vocab", "'eot_token'",
+         "256");
+    CASE("noeot.h5", remove_attr(p, "eot_token"), "no eot_token attribute", "'eot_token'",
+         "missing");
+    CASE("notrain.h5", replace_dset(p, "train", H5T_STD_U16LE, 0, 0, 0), "no /train", "'/train'",
+         "missing");
+    CASE("noval.h5", replace_dset(p, "val", H5T_STD_U16LE, 0, 0, 0), "no /val", "'/val'",
+         "missing");
+    CASE("traingrp.h5", replace_dset(p, "train", -1, 1, 0, 0), "/train is a group", "'/train'",
+         "not a dataset");
+    CASE("i32.h5", replace_dset(p, "train", H5T_STD_I32LE, 1, 3, 3), "/train int32", "'/train'",
+         "int32");
+    CASE("f32.h5", replace_dset(p, "val", H5T_IEEE_F32LE, 1, 3, 3), "/val float32", "'/val'",
+         "float32");
+    CASE("u32.h5", replace_dset(p, "train", H5T_STD_U32LE, 1, 3, 3), "/train uint32 for vocab 256",
+         "'/train'", "uint32");
     CASE("u8.h5", replace_dset(p, "val", H5T_STD_U8LE, 1, 3, 3), "/val uint8", "'/val'", "uint8");
-    CASE("rank2.h5", replace_dset(p, "train", H5T_STD_U16LE, 2, 3, 3), "/train of rank 2", "'/train'", "rank 2");
-    CASE("tok300.h5", replace_dset(p, "val", H5T_STD_U16LE, 1, 3, 300), "/val token 300 >= vocab 256", "'/val'", "token 300 at index 599");
-    CASE("tokbig.h5", replace_dset(p, "train", H5T_STD_U16BE, 1, 256, 5), "/train token 256 (big-endian file)", "'/train'", "token 256 at index 0");
+    CASE("rank2.h5", replace_dset(p, "train", H5T_STD_U16LE, 2, 3, 3), "/train of rank 2",
+         "'/train'", "rank 2");
+    CASE("tok300.h5", replace_dset(p, "val", H5T_STD_U16LE, 1, 3, 300),
+         "/val token 300 >= vocab 256", "'/val'", "token 300 at index 599");
+    CASE("tokbig.h5", replace_dset(p, "train", H5T_STD_U16BE, 1, 256, 5),
+         "/train token 256 (big-endian file)", "'/train'", "token 256 at index 0");
 #undef CASE
     // a file another tool wrote big-endian, otherwise valid, is read (HDF5 converts)
     path_in(p, sizeof p, "bigendian.h5");
@@ -310,7 +328,8 @@ static void writer_failures(void) {
     uint32_t tok[4] = {1, 2, 3, 4};
     path_in(p, sizeof p, "no/such/dir/x.h5");
     bool w = tokfile_write(p, 256, "bytes", -1, tok, 4, tok, 0, err, sizeof err);
-    check(!w && strstr(err, p) && strstr(err, "No such file"), "missing directory -> false, message names the file");
+    check(!w && strstr(err, p) && strstr(err, "No such file"),
+          "missing directory -> false, message names the file");
     printf("    message: %s\n", err);
 
     path_in(p, sizeof p, "badtok.h5");
@@ -414,7 +433,8 @@ static void sampler_tests(void) {
     check(ok && s2.running, "init with prefetch starts the thread");
     take(&s2, P, x2, y2);
     sampler_free(&s2);
-    check(!memcmp(x1, x2, 4 * all) && !memcmp(y1, y2, 4 * all), "prefetch on == prefetch off for %d batches", P);
+    check(!memcmp(x1, x2, 4 * all) && !memcmp(y1, y2, 4 * all),
+          "prefetch on == prefetch off for %d batches", P);
     check(!s2.running, "sampler_free joined the thread");
 
     // 2 ranks x B/2 == 1 rank x B (one rank with prefetch, one without)
@@ -432,18 +452,21 @@ static void sampler_tests(void) {
     }
     sampler_free(&r0);
     sampler_free(&r1);
-    check(mism == 0, "2 ranks x B=%d reproduce 1 rank x B=%d exactly (%zu mismatching halves)", B / 2, B, mism);
+    check(mism == 0, "2 ranks x B=%d reproduce 1 rank x B=%d exactly (%zu mismatching halves)",
+          B / 2, B, mism);
 
     // resume: start at pos 5; with prefetch, move pos by hand after two batches
     sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 5, false, err, sizeof err);
     sampler_next(&s2, x2, y2);
     sampler_free(&s2);
-    check(!memcmp(x2, x1 + 5 * bt, 4 * bt) && !memcmp(y2, y1 + 5 * bt, 4 * bt), "init at pos 5 gives batch 5");
+    check(!memcmp(x2, x1 + 5 * bt, 4 * bt) && !memcmp(y2, y1 + 5 * bt, 4 * bt),
+          "init at pos 5 gives batch 5");
     sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 0, true, err, sizeof err);
     take(&s2, 2, x2, y2);
     s2.pos = 9;
     sampler_next(&s2, x2, y2);
-    check(!memcmp(x2, x1 + 9 * bt, 4 * bt) && s2.pos == 10, "prefetch: pos set to 9 by hand -> batch 9, pos 10");
+    check(!memcmp(x2, x1 + 9 * bt, 4 * bt) && s2.pos == 10,
+          "prefetch: pos set to 9 by hand -> batch 9, pos 10");
     sampler_next(&s2, x2, y2);
     check(!memcmp(x2, x1 + 10 * bt, 4 * bt), "prefetch: then batch 10");
     sampler_free(&s2);
@@ -451,7 +474,8 @@ static void sampler_tests(void) {
     // too short: /val holds 40 tokens
     ok = sampler_init(&s2, &f, DATA_SPLIT_VAL, B, 40, 1, 0, 1, 0, true, err, sizeof err);
     check(!ok && strstr(err, p) && strstr(err, "'/val'") && strstr(err, "40 tokens") &&
-              strstr(err, "41"), "/val of 40 tokens, T = 40 -> false: shorter than one window");
+              strstr(err, "41"),
+          "/val of 40 tokens, T = 40 -> false: shorter than one window");
     printf("    message: %s\n", err);
     ok = sampler_init(&s2, &f, DATA_SPLIT_VAL, B, 39, 1, 0, 1, 0, false, err, sizeof err);
     check(ok, "/val of 40 tokens, T = 39 -> exactly one window fits");
@@ -466,7 +490,8 @@ static void sampler_tests(void) {
 
     // every start in [0, n - (T+1)] is drawn, about equally: n = T + 4 -> 4 starts
     path_in(p, sizeof p, "tiny.h5");
-    if (!tokfile_write(p, 65536, "bytes", -1, t, (size_t)T + 4, t, 0, err, sizeof err)) gdn_die("%s", err);
+    if (!tokfile_write(p, 65536, "bytes", -1, t, (size_t)T + 4, t, 0, err, sizeof err))
+        gdn_die("%s", err);
     if (!tokfile_open(&f, p, err, sizeof err)) gdn_die("%s", err);
     sampler_init(&s2, &f, DATA_SPLIT_TRAIN, 8, T, 99, 0, 1, 0, true, err, sizeof err);
     int cnt[5] = {0};
@@ -478,8 +503,9 @@ static void sampler_tests(void) {
     sampler_free(&s2);
     tokfile_close(&f);
     bool even = cnt[4] == 0;
-    for (int i = 0; i < 4; i++) even &= cnt[i] > 140 && cnt[i] < 260;  // 200 +- 4.9 sigma
-    check(even, "n = T+4: starts 0..3 drawn %d %d %d %d times of 800, none beyond", cnt[0], cnt[1], cnt[2], cnt[3]);
+    for (int i = 0; i < 4; i++) even &= cnt[i] > 140 && cnt[i] < 260; // 200 +- 4.9 sigma
+    check(even, "n = T+4: starts 0..3 drawn %d %d %d %d times of 800, none beyond", cnt[0], cnt[1],
+          cnt[2], cnt[3]);
     free(tx);
     free(ty);
     free(hx);
@@ -533,14 +559,16 @@ static void tokenizer_tests(void) {
     printf("\n== tokenizers\n");
     char err[1024], *txt = NULL;
     char all[257];
-    for (int i = 0; i < 256; i++) all[i] = (char)(i == 0 ? 1 : i);  // NUL ends a C string
+    for (int i = 0; i < 256; i++) all[i] = (char)(i == 0 ? 1 : i); // NUL ends a C string
     all[256] = 0;
     round_trip_text("bytes", "every non-NUL byte value", all, -1);
-    round_trip_text("bytes", "text", "First Citizen:\nYou are all resolved rather to die than to famish?\n", -1);
+    round_trip_text("bytes", "text",
+                    "First Citizen:\nYou are all resolved rather to die than to famish?\n", -1);
     uint32_t *ids;
     size_t n;
     bool d, e = tokenizer_encode("bytes", "\xff\x00", 2, &ids, &n, err, sizeof err);
-    check(e && n == 2 && ids[0] == 255 && ids[1] == 0, "bytes: encode is the byte values (0xff 0x00 -> 255 0)");
+    check(e && n == 2 && ids[0] == 255 && ids[1] == 0,
+          "bytes: encode is the byte values (0xff 0x00 -> 255 0)");
     if (e) free(ids);
     int32_t withnul[3] = {104, 0, 105};
     d = tokenizer_decode("bytes", withnul, 3, &txt, err, sizeof err);
@@ -548,10 +576,12 @@ static void tokenizer_tests(void) {
     if (d) free(txt);
     int32_t badid[2] = {65, 256};
     d = tokenizer_decode("bytes", badid, 2, &txt, err, sizeof err);
-    check(!d && strstr(err, "256") && strstr(err, "position 1"), "bytes: decode of id 256 -> false");
+    check(!d && strstr(err, "256") && strstr(err, "position 1"),
+          "bytes: decode of id 256 -> false");
     int v = 0;
     check(tokenizer_vocab_size("bytes", &v, err, sizeof err) && v == 256, "bytes: vocab 256");
-    check(!tokenizer_encode("wordpiece", "a", 1, &ids, &n, err, sizeof err) && strstr(err, "wordpiece"),
+    check(!tokenizer_encode("wordpiece", "a", 1, &ids, &n, err, sizeof err) &&
+              strstr(err, "wordpiece"),
           "unknown tokenizer -> false, names it");
     check(!tokenizer_encode("spm:", "a", 1, &ids, &n, err, sizeof err) && strstr(err, "no model"),
           "spm: without a model -> false");
@@ -562,13 +592,15 @@ static void tokenizer_tests(void) {
           "spm with a missing model file -> false, names it");
 
     if (!on_path("spm_train")) {
-        printf("  spm round trip: SKIPPED (spm_train not on PATH; apt-get install sentencepiece)\n");
+        printf(
+            "  spm round trip: SKIPPED (spm_train not on PATH; apt-get install sentencepiece)\n");
         return;
     }
     // a small model on a synthetic corpus
-    static const char *words[] = {"the", "king", "queen", "and", "of", "to", "my", "lord", "thou",
-                                  "art", "good", "night", "sweet", "prince", "what", "is", "love",
-                                  "shall", "we", "go", "O", "Romeo", "wherefore", "speak"};
+    static const char *words[] = {"the",   "king",   "queen", "and",   "of",        "to",
+                                  "my",    "lord",   "thou",  "art",   "good",      "night",
+                                  "sweet", "prince", "what",  "is",    "love",      "shall",
+                                  "we",    "go",     "O",     "Romeo", "wherefore", "speak"};
     char corpus[600], prefix[600], cmd[2000];
     path_in(corpus, sizeof corpus, "corpus.txt");
     path_in(prefix, sizeof prefix, "tiny_spm");
@@ -596,7 +628,8 @@ static void tokenizer_tests(void) {
     v = 0;
     bool vs = tokenizer_vocab_size(tok, &v, err, sizeof err);
     check(vs && v == 121, "spm: vocab = 120 pieces + newline = %d", v);
-    round_trip_text(tok, "lines, empty lines, double spaces", "the king\n\n  thou  art good\nO Romeo, wherefore", 120);
+    round_trip_text(tok, "lines, empty lines, double spaces",
+                    "the king\n\n  thou  art good\nO Romeo, wherefore", 120);
     round_trip_text(tok, "leading and trailing newlines", "\nsweet prince\n\n", 120);
     round_trip_text(tok, "empty text", "", 120);
     char *corpus_text = NULL;
@@ -620,7 +653,8 @@ static void tokenizer_tests(void) {
     e = tokenizer_encode(tok, "the king", 8, &ids, &n, err, sizeof err);
     CHECK_SYS(setenv("PATH", old, 1));
     free(old);
-    check(!e && strstr(err, "not found: apt-get install sentencepiece"), "spm tools not on PATH -> false, says what to install");
+    check(!e && strstr(err, "not found: apt-get install sentencepiece"),
+          "spm tools not on PATH -> false, says what to install");
     printf("    message: %s\n", err);
 }
 
@@ -633,10 +667,10 @@ int main(void) {
     rng_init(&r, 42, 0);
 
     printf("\n== write / read round trips\n");
-    round_trip("u16.h5", 256, 150000, 1234, 2, &r);       // 3 chunks of 64K tokens
-    round_trip("u16max.h5", 65536, 70000, 100, 2, &r);    // the largest uint16 vocabulary
-    round_trip("u32.h5", 70000, 70000, 100, 4, &r);       // uint32 above it
-    round_trip("emptyval.h5", 300, 1000, 0, 2, &r);       // an empty split is legal
+    round_trip("u16.h5", 256, 150000, 1234, 2, &r);    // 3 chunks of 64K tokens
+    round_trip("u16max.h5", 65536, 70000, 100, 2, &r); // the largest uint16 vocabulary
+    round_trip("u32.h5", 70000, 70000, 100, 4, &r);    // uint32 above it
+    round_trip("emptyval.h5", 300, 1000, 0, 2, &r);    // an empty split is legal
 
     malformed_files();
     writer_failures();

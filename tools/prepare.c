@@ -15,31 +15,31 @@
 
 extern char **environ;
 
-// In tokenizer.c; to move into dataset.h.
-bool tokenizer_vocab_size(const char *tokenizer, int *vocab, char *err, size_t errlen);
 
 #define MAX_INPUTS 64
 #define DEFAULT_SPM_VOCAB 1024
 
 static void usage(FILE *fp) {
-    fprintf(fp,
-            "usage: gdn-prepare --input TEXT [--input TEXT2 ...] --out FILE.h5 [options]\n"
-            "\n"
-            "Tokenize text into a gdn-tokens HDF5 file: /train = the first (1 - val_frac) of the\n"
-            "tokens, /val = the rest.\n"
-            "\n"
-            "  --input TEXT        text file to read (repeat for several; read in order)\n"
-            "  --out FILE.h5       output file (written to a temporary name, then renamed)\n"
-            "  --tokenizer NAME    bytes (default: id = byte, vocab 256) or spm (SentencePiece BPE)\n"
-            "  --vocab N           spm: pieces to train (default %d; the file's vocab is N + 1,\n"
-            "                      the extra id being the newline)\n"
-            "  --spm-model PATH    spm: use this trained model instead of training one\n"
-            "                      (default: train <out without .h5>.spm.model with spm_train)\n"
-            "  --val-frac F        fraction of tokens for /val, 0 <= F < 1 (default 0.1)\n"
-            "  --help              this text\n"
-            "\n"
-            "example: gdn-prepare --input ../shared/data/tinyshakespeare.txt --out data/tinyshakespeare.h5\n",
-            DEFAULT_SPM_VOCAB);
+    fprintf(
+        fp,
+        "usage: gdn-prepare --input TEXT [--input TEXT2 ...] --out FILE.h5 [options]\n"
+        "\n"
+        "Tokenize text into a gdn-tokens HDF5 file: /train = the first (1 - val_frac) of the\n"
+        "tokens, /val = the rest.\n"
+        "\n"
+        "  --input TEXT        text file to read (repeat for several; read in order)\n"
+        "  --out FILE.h5       output file (written to a temporary name, then renamed)\n"
+        "  --tokenizer NAME    bytes (default: id = byte, vocab 256) or spm (SentencePiece BPE)\n"
+        "  --vocab N           spm: pieces to train (default %d; the file's vocab is N + 1,\n"
+        "                      the extra id being the newline)\n"
+        "  --spm-model PATH    spm: use this trained model instead of training one\n"
+        "                      (default: train <out without .h5>.spm.model with spm_train)\n"
+        "  --val-frac F        fraction of tokens for /val, 0 <= F < 1 (default 0.1)\n"
+        "  --help              this text\n"
+        "\n"
+        "example: gdn-prepare --input ../shared/data/tinyshakespeare.txt --out "
+        "data/tinyshakespeare.h5\n",
+        DEFAULT_SPM_VOCAB);
 }
 
 __attribute__((noreturn, format(printf, 1, 2))) static void fail(const char *fmt, ...) {
@@ -86,7 +86,8 @@ static void train_spm(const char *text, size_t len, const char *prefix, int voca
     if (!base || !base[0]) base = "/tmp";
     char dir[512], in[600], log[600];
     snprintf(dir, sizeof dir, "%s/gdn-prepare-XXXXXX", base);
-    if (!mkdtemp(dir)) fail("cannot create a temporary directory under %s: %s", base, strerror(errno));
+    if (!mkdtemp(dir))
+        fail("cannot create a temporary directory under %s: %s", base, strerror(errno));
     snprintf(in, sizeof in, "%s/text.txt", dir);
     snprintf(log, sizeof log, "%s/spm_train.log", dir);
     FILE *fp = fopen(in, "wb");
@@ -99,13 +100,20 @@ static void train_spm(const char *text, size_t len, const char *prefix, int voca
         fail("output path too long: %s", prefix);
     snprintf(a_vocab, sizeof a_vocab, "--vocab_size=%d", vocab);
     // identity normaliser and kept whitespace: decode(encode(text)) == text
-    char *argv[] = {"spm_train", a_in, a_prefix, a_vocab, "--model_type=bpe",
-                    "--character_coverage=1.0", "--normalization_rule_name=identity",
-                    "--remove_extra_whitespaces=false", NULL};
+    char *argv[] = {"spm_train",
+                    a_in,
+                    a_prefix,
+                    a_vocab,
+                    "--model_type=bpe",
+                    "--character_coverage=1.0",
+                    "--normalization_rule_name=identity",
+                    "--remove_extra_whitespaces=false",
+                    NULL};
     posix_spawn_file_actions_t fa;
     int rc = posix_spawn_file_actions_init(&fa);
     if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (rc == 0)
+        rc = posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (rc == 0) rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
     if (rc != 0) fail("posix_spawn_file_actions setup failed: %s", strerror(rc));
     pid_t pid;
@@ -153,7 +161,8 @@ static void train_spm(const char *text, size_t len, const char *prefix, int voca
     if (!ok) {
         if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
             fail("spm_train not found: apt-get install sentencepiece");
-        fail("spm_train failed (%s %d; its log is above) for --vocab %d", WIFEXITED(status) ? "exit status" : "signal",
+        fail("spm_train failed (%s %d; its log is above) for --vocab %d",
+             WIFEXITED(status) ? "exit status" : "signal",
              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), vocab);
     }
 }
@@ -189,7 +198,8 @@ int main(int argc, char **argv) {
         } else if ((v = flag_value(argc, argv, &i, "--out"))) {
             out = v;
         } else if ((v = flag_value(argc, argv, &i, "--tokenizer"))) {
-            if (strcmp(v, "bytes") && strcmp(v, "spm")) bad_usage("--tokenizer must be bytes or spm, not", v);
+            if (strcmp(v, "bytes") && strcmp(v, "spm"))
+                bad_usage("--tokenizer must be bytes or spm, not", v);
             tok = v;
         } else if ((v = flag_value(argc, argv, &i, "--vocab"))) {
             errno = 0;
@@ -212,8 +222,10 @@ int main(int argc, char **argv) {
     if (!out || !out[0]) bad_usage("no --out given", NULL);
     if (!tok) tok = spm_model ? "spm" : "bytes";
     bool spm = !strcmp(tok, "spm");
-    if (!spm && (vocab || spm_model)) bad_usage("--vocab and --spm-model need --tokenizer spm", NULL);
-    if (spm_model && vocab) bad_usage("--vocab trains a model; it cannot go with --spm-model", NULL);
+    if (!spm && (vocab || spm_model))
+        bad_usage("--vocab and --spm-model need --tokenizer spm", NULL);
+    if (spm_model && vocab)
+        bad_usage("--vocab trains a model; it cannot go with --spm-model", NULL);
     if (spm && !vocab) vocab = DEFAULT_SPM_VOCAB;
 
     double t0 = gdn_now();
@@ -245,7 +257,8 @@ int main(int argc, char **argv) {
         int keep = (ol > 3 && !strcmp(out + ol - 3, ".h5")) ? (int)ol - 3 : (int)ol;
         if (snprintf(prefix, sizeof prefix, "%.*s.spm", keep, out) >= (int)sizeof prefix)
             fail("--out path too long: %s", out);
-        printf("gdn-prepare: training a SentencePiece BPE model (%d pieces) -> %s.model\n", vocab, prefix);
+        printf("gdn-prepare: training a SentencePiece BPE model (%d pieces) -> %s.model\n", vocab,
+               prefix);
         fflush(stdout);
         train_spm(text, len, prefix, vocab);
         snprintf(tokenizer, sizeof tokenizer, "spm:%s.model", prefix);
@@ -260,8 +273,8 @@ int main(int argc, char **argv) {
     if (n == 0) fail("the inputs encode to no tokens");
     size_t n_train = (size_t)((double)n * (1.0 - val_frac));
     if (n_train > n) n_train = n;
-    if (!tokfile_write(out, file_vocab, tokenizer, -1, ids, n_train, ids + n_train, n - n_train, err,
-                       sizeof err))
+    if (!tokfile_write(out, file_vocab, tokenizer, -1, ids, n_train, ids + n_train, n - n_train,
+                       err, sizeof err))
         fail("%s", err);
     free(ids);
 

@@ -558,7 +558,8 @@ static int cfg_handler(void *user, const char *section, const char *name, const 
     }
     int ki = cfg_key_index(cfg_sections[f->sec], name);
     if (ki < 0) {
-        cfg_unknown_key(f->L, &at, f->sec, name);
+        if (*name) cfg_unknown_key(f->L, &at, f->sec, name);
+        else cfg_err(f->L, &at, cfg_sections[f->sec], NULL, "no key name before '='; allowed: key = value");
         return 1;
     }
     if (f->seen[ki]) {
@@ -753,9 +754,15 @@ bool config_set(gdn_config *c, const char *assignment) {
 }
 
 bool config_load_string(gdn_config *c, const char *text, const char *name_for_errors) {
+    return config_load_string_sets(c, text, name_for_errors, NULL, 0);
+}
+
+bool config_load_string_sets(gdn_config *c, const char *text, const char *name_for_errors,
+                             const char *const *sets, int nset) {
     cfg_load L;
     cfg_begin(&L, c);
     cfg_parse_text(&L, name_for_errors, ".", text, strlen(text));
+    for (int i = 0; i < nset; i++) cfg_set_one(&L, sets[i]);
     return cfg_end(&L, c);
 }
 

@@ -95,6 +95,9 @@ void config_write(const gdn_config *c, FILE *f);
 char *config_to_string(const gdn_config *c);
 // Parse config text (as written by config_write) — used when resuming from a checkpoint.
 bool config_load_string(gdn_config *c, const char *text, const char *name_for_errors);
+// The same followed by --set overrides, checked together (cross-key rules see the result).
+bool config_load_string_sets(gdn_config *c, const char *text, const char *name_for_errors,
+                             const char *const *sets, int nset);
 
 // Derived sizes.
 int config_mlp_hidden(const gdn_config *c);   // mlp_hidden or 2/3*ratio*d rounded up to 256

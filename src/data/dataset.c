@@ -24,17 +24,17 @@
 // real tokenizer, so a larger value is a corrupt or foreign attribute.
 #define VOCAB_MIN 2
 #define VOCAB_MAX (1 << 24)
-#define WRITE_CHUNK 65536          // tokens per HDF5 chunk (128 KiB as uint16)
-#define SCAN_BLOCK (1 << 20)       // tokens per read when validating at open
-#define READ_CACHE_BYTES (32u << 20)  // raw-data chunk cache per dataset for random window reads
+#define WRITE_CHUNK 65536            // tokens per HDF5 chunk (128 KiB as uint16)
+#define SCAN_BLOCK (1 << 20)         // tokens per read when validating at open
+#define READ_CACHE_BYTES (32u << 20) // raw-data chunk cache per dataset for random window reads
 
 static const char *const split_name[2] = {"/train", "/val"};
 
-#define CHECK_PTHREAD(stmt)                                                                 \
-    do {                                                                                    \
-        int pt_rc_ = (stmt);                                                                \
-        if (pt_rc_ != 0) gdn_die_at("pthread", #stmt, strerror(pt_rc_), __func__, __FILE__, \
-                                    __LINE__);                                              \
+#define CHECK_PTHREAD(stmt)                                                                        \
+    do {                                                                                           \
+        int pt_rc_ = (stmt);                                                                       \
+        if (pt_rc_ != 0)                                                                           \
+            gdn_die_at("pthread", #stmt, strerror(pt_rc_), __func__, __FILE__, __LINE__);          \
     } while (0)
 
 // ---- HDF5 error handling ------------------------------------------------------------------
@@ -50,7 +50,9 @@ static void h5_quiet_begin(h5_quiet *q) {
     CHECK_HDF5(H5Eget_auto2(H5E_DEFAULT, &q->fn, &q->data));
     CHECK_HDF5(H5Eset_auto2(H5E_DEFAULT, NULL, NULL));
 }
-static void h5_quiet_end(const h5_quiet *q) { CHECK_HDF5(H5Eset_auto2(H5E_DEFAULT, q->fn, q->data)); }
+static void h5_quiet_end(const h5_quiet *q) {
+    CHECK_HDF5(H5Eset_auto2(H5E_DEFAULT, q->fn, q->data));
+}
 
 static herr_t h5_walk_innermost(unsigned n, const H5E_error2_t *e, void *out) {
     if (n == 0 && e->desc) snprintf((char *)out, 256, "%s", e->desc);
@@ -121,8 +123,9 @@ static bool attr_int(hid_t file, const char *path, const char *name, long long *
     } else {
         char tn[64];
         h5_type_name(t, tn, sizeof tn);
-        snprintf(err, errlen, "%s: attribute '%s' must be one integer, found %lld value(s) of type %s",
-                 path, name, (long long)np, tn);
+        snprintf(err, errlen,
+                 "%s: attribute '%s' must be one integer, found %lld value(s) of type %s", path,
+                 name, (long long)np, tn);
     }
     CHECK_HDF5(H5Sclose(sp));
     CHECK_HDF5(H5Tclose(t));
@@ -152,8 +155,9 @@ static bool attr_str(hid_t file, const char *path, const char *name, char *out, 
     if (!ok) {
         char tn[64];
         h5_type_name(t, tn, sizeof tn);
-        snprintf(err, errlen, "%s: attribute '%s' must be one string, found %lld value(s) of type %s",
-                 path, name, (long long)np, tn);
+        snprintf(err, errlen,
+                 "%s: attribute '%s' must be one string, found %lld value(s) of type %s", path,
+                 name, (long long)np, tn);
     } else {
         htri_t vl = H5Tis_variable_str(t);
         CHECK_HDF5(vl);
@@ -240,8 +244,8 @@ static bool open_split(token_file *f, int split, char *err, size_t errlen) {
     }
     bool ok = true;
     if (rank != 1) {
-        snprintf(err, errlen, "%s: dataset '%s' has rank %d, expected a 1-D array of tokens", f->path,
-                 name, rank);
+        snprintf(err, errlen, "%s: dataset '%s' has rank %d, expected a 1-D array of tokens",
+                 f->path, name, rank);
         ok = false;
     } else if (!type_ok) {
         char tn[64];
@@ -271,8 +275,9 @@ static bool open_split(token_file *f, int split, char *err, size_t errlen) {
         CHECK_HDF5(H5Sclose(ms));
         for (hsize_t i = 0; i < cnt; i++) {
             if (buf[i] >= (uint32_t)f->vocab_size) {
-                snprintf(err, errlen, "%s: dataset '%s' holds token %u at index %llu, >= vocab_size %d",
-                         f->path, name, buf[i], (unsigned long long)(s + i), f->vocab_size);
+                snprintf(err, errlen,
+                         "%s: dataset '%s' holds token %u at index %llu, >= vocab_size %d", f->path,
+                         name, buf[i], (unsigned long long)(s + i), f->vocab_size);
                 ok = false;
                 break;
             }
@@ -288,7 +293,8 @@ bool tokfile_open(token_file *f, const char *path, char *err, size_t errlen) {
     f->file = H5I_INVALID_HID;
     f->dset[0] = f->dset[1] = H5I_INVALID_HID;
     if (strlen(path) >= sizeof f->path) {
-        snprintf(err, errlen, "%.200s...: path longer than %zu characters", path, sizeof f->path - 1);
+        snprintf(err, errlen, "%.200s...: path longer than %zu characters", path,
+                 sizeof f->path - 1);
         return false;
     }
     snprintf(f->path, sizeof f->path, "%s", path);
@@ -313,8 +319,8 @@ bool tokfile_open(token_file *f, const char *path, char *err, size_t errlen) {
     }
     h5_quiet_end(&q);
     if (is <= 0) {
-        snprintf(err, errlen, "%s: not an HDF5 file (expected a gdn-tokens file written by gdn-prepare)",
-                 path);
+        snprintf(err, errlen,
+                 "%s: not an HDF5 file (expected a gdn-tokens file written by gdn-prepare)", path);
         return false;
     }
     if (file < 0) {
@@ -346,13 +352,15 @@ bool tokfile_open(token_file *f, const char *path, char *err, size_t errlen) {
     if (ok) f->vocab_size = (int)vocab;
     ok = ok && attr_str(file, path, "tokenizer", f->tokenizer, sizeof f->tokenizer, err, errlen);
     if (ok && !f->tokenizer[0]) {
-        snprintf(err, errlen, "%s: attribute 'tokenizer' is empty (expected \"bytes\" or \"spm:<model>\")",
+        snprintf(err, errlen,
+                 "%s: attribute 'tokenizer' is empty (expected \"bytes\" or \"spm:<model>\")",
                  path);
         ok = false;
     }
     ok = ok && attr_int(file, path, "eot_token", &eot, err, errlen);
     if (ok && (eot < -1 || eot >= vocab)) {
-        snprintf(err, errlen, "%s: attribute 'eot_token' is %lld, expected -1 (none) or a token in [0, %lld)",
+        snprintf(err, errlen,
+                 "%s: attribute 'eot_token' is %lld, expected -1 (none) or a token in [0, %lld)",
                  path, eot, vocab);
         ok = false;
     }
@@ -396,21 +404,21 @@ void tokfile_read(token_file *f, int split, uint64_t start, size_t n, int32_t *o
 
 // Every HDF5 call in the writer may fail for a user reason (disk full, quota, permissions),
 // so a failure records which step failed and HDF5's innermost message, then unwinds.
-#define WCHECK(stmt, what)                                                                  \
-    do {                                                                                    \
-        if ((long long)(stmt) < 0) {                                                        \
-            h5_error_text(h5err, sizeof h5err);                                             \
-            step = (what);                                                                  \
-            goto fail;                                                                      \
-        }                                                                                   \
+#define WCHECK(stmt, what)                                                                         \
+    do {                                                                                           \
+        if ((long long)(stmt) < 0) {                                                               \
+            h5_error_text(h5err, sizeof h5err);                                                    \
+            step = (what);                                                                         \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
 static bool check_tokens(const char *path, const char *name, const uint32_t *x, size_t n, int vocab,
                          char *err, size_t errlen) {
     for (size_t i = 0; i < n; i++) {
         if (x[i] >= (uint32_t)vocab) {
-            snprintf(err, errlen, "%s: cannot write: %s token %u at index %zu >= vocab_size %d", path,
-                     name, x[i], i, vocab);
+            snprintf(err, errlen, "%s: cannot write: %s token %u at index %zu >= vocab_size %d",
+                     path, name, x[i], i, vocab);
             return false;
         }
     }
@@ -426,13 +434,14 @@ bool tokfile_write(const char *path, int vocab_size, const char *tokenizer, int 
         return false;
     }
     if (!tokenizer || !tokenizer[0] || strlen(tokenizer) >= sizeof(((token_file *)0)->tokenizer)) {
-        snprintf(err, errlen, "%s: cannot write: tokenizer must be a non-empty string of < %zu characters",
-                 path, sizeof(((token_file *)0)->tokenizer));
+        snprintf(err, errlen,
+                 "%s: cannot write: tokenizer must be a non-empty string of < %zu characters", path,
+                 sizeof(((token_file *)0)->tokenizer));
         return false;
     }
     if (eot_token < -1 || eot_token >= vocab_size) {
-        snprintf(err, errlen, "%s: cannot write: eot_token %d not -1 or in [0, %d)", path, eot_token,
-                 vocab_size);
+        snprintf(err, errlen, "%s: cannot write: eot_token %d not -1 or in [0, %d)", path,
+                 eot_token, vocab_size);
         return false;
     }
     if (!check_tokens(path, "/train", train, n_train, vocab_size, err, errlen) ||
@@ -444,8 +453,8 @@ bool tokfile_write(const char *path, int vocab_size, const char *tokenizer, int 
         snprintf(err, errlen, "%.200s...: path too long", path);
         return false;
     }
-    hid_t file = H5I_INVALID_HID, sp = H5I_INVALID_HID, at = H5I_INVALID_HID,
-          st = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, ds = H5I_INVALID_HID;
+    hid_t file = H5I_INVALID_HID, sp = H5I_INVALID_HID, at = H5I_INVALID_HID, st = H5I_INVALID_HID,
+          dcpl = H5I_INVALID_HID, ds = H5I_INVALID_HID;
     char h5err[256] = "";
     const char *step = "";
     h5_quiet q;
@@ -459,7 +468,8 @@ bool tokfile_write(const char *path, int vocab_size, const char *tokenizer, int 
         WCHECK(st = H5Tcopy(H5T_C_S1), "creating a string type");
         WCHECK(H5Tset_size(st, strlen(svals[i]) + 1), "creating a string type");
         WCHECK(H5Tset_strpad(st, H5T_STR_NULLTERM), "creating a string type");
-        WCHECK(at = H5Acreate2(file, snames[i], st, sp, H5P_DEFAULT, H5P_DEFAULT), "writing attributes");
+        WCHECK(at = H5Acreate2(file, snames[i], st, sp, H5P_DEFAULT, H5P_DEFAULT),
+               "writing attributes");
         WCHECK(H5Awrite(at, st, svals[i]), "writing attributes");
         WCHECK(H5Aclose(at), "writing attributes");
         at = H5I_INVALID_HID;
@@ -491,7 +501,8 @@ bool tokfile_write(const char *path, int vocab_size, const char *tokenizer, int 
         WCHECK(dcpl = H5Pcreate(H5P_DATASET_CREATE), "creating a property list");
         WCHECK(H5Pset_chunk(dcpl, 1, &chunk), "setting the chunk size");
         const char *what = s == 0 ? "writing /train" : "writing /val";
-        WCHECK(ds = H5Dcreate2(file, split_name[s], ftype, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT), what);
+        WCHECK(ds = H5Dcreate2(file, split_name[s], ftype, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+               what);
         if (len[s] > 0)
             WCHECK(H5Dwrite(ds, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, data[s]), what);
         WCHECK(H5Dclose(ds), what);
@@ -528,9 +539,12 @@ bool tokfile_write(const char *path, int vocab_size, const char *tokenizer, int 
     char dir[600];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash == dir) slash[1] = 0;
-    else if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
+    if (slash == dir)
+        slash[1] = 0;
+    else if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
     int dfd = open(dir, O_RDONLY);
     // a directory that cannot be synced (EINVAL on some filesystems) only weakens durability
     // of the rename; the file is complete under its name, so this is a warning, not a failure
@@ -552,7 +566,8 @@ fail_closed:
     if (unlink(tmp) != 0 && errno != ENOENT)
         fprintf(stderr, "warning: cannot remove temporary file %s: %s\n", tmp, strerror(errno));
     {
-        bool full = strstr(h5err, "No space") || strstr(h5err, "quota") || strstr(h5err, "too large");
+        bool full =
+            strstr(h5err, "No space") || strstr(h5err, "quota") || strstr(h5err, "too large");
         snprintf(err, errlen, "%s: write failed while %s: %s%s", path, step, h5err,
                  full ? " (HINT: the disk or quota is full; free space or write elsewhere)" : "");
     }
@@ -608,31 +623,43 @@ static void *sampler_thread(void *arg) {
     return NULL;
 }
 
-bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint64_t seed,
-                  int rank, int world, uint64_t pos, bool prefetch, char *err, size_t errlen) {
+bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint64_t seed, int rank,
+                  int world, uint64_t pos, bool prefetch, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     if (split != DATA_SPLIT_TRAIN && split != DATA_SPLIT_VAL) {
         snprintf(err, errlen, "%s: sampler split %d is not train (0) or val (1)", f->path, split);
         return false;
     }
     if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world) {
-        snprintf(err, errlen, "%s: sampler needs B >= 1, T >= 1, 0 <= rank < world (got B=%d T=%d rank=%d world=%d)",
-                 f->path, B, T, rank, world);
+        snprintf(
+            err, errlen,
+            "%s: sampler needs B >= 1, T >= 1, 0 <= rank < world (got B=%d T=%d rank=%d world=%d)",
+            f->path, B, T, rank, world);
         return false;
     }
     if (f->n_tokens[split] < (uint64_t)T + 1) {
-        snprintf(err, errlen, "%s: dataset '%s' has %llu tokens, shorter than one window of T + 1 = %d tokens",
+        snprintf(err, errlen,
+                 "%s: dataset '%s' has %llu tokens, shorter than one window of T + 1 = %d tokens",
                  f->path, split_name[split], (unsigned long long)f->n_tokens[split], T + 1);
         return false;
     }
-    *s = (batch_sampler){.f = f, .split = split, .B = B, .T = T, .rank = rank, .world = world,
-                         .seed = seed, .pos = pos};
+    *s = (batch_sampler){.f = f,
+                         .split = split,
+                         .B = B,
+                         .T = T,
+                         .rank = rank,
+                         .world = world,
+                         .seed = seed,
+                         .pos = pos};
     if (!prefetch) return true;
     hbool_t ts = 0;
     CHECK_HDF5(H5is_library_threadsafe(&ts));
     if (!ts) {
         static bool warned = false;
-        if (!warned) fprintf(stderr, "note: this HDF5 library is not thread-safe; batches are read without prefetch\n");
+        if (!warned)
+            fprintf(
+                stderr,
+                "note: this HDF5 library is not thread-safe; batches are read without prefetch\n");
         warned = true;
         return true;
     }

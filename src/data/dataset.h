@@ -3,7 +3,7 @@
 //
 // File: root attributes format = "gdn-tokens" (string), version = 1 (int), vocab_size (int),
 // tokenizer ("bytes" or "spm:<model file>") (string), eot_token (int, -1 = none); 1-D datasets
-// /train and /val of uint16 (uint32 when vocab_size > 65535), chunked for random reads.
+// /train and /val of uint16 (uint32 when vocab_size > 65536), chunked for random reads.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -58,6 +58,8 @@ typedef struct {
 // Fails (message + false) when the split is shorter than one window of T + 1 tokens.
 bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint64_t seed,
                   int rank, int world, uint64_t pos, bool prefetch, char *err, size_t errlen);
+// A sampler with prefetch must not be copied or moved after sampler_init (its thread holds
+// its address). Setting s->pos by hand is safe: a prefetched batch of another pos is dropped.
 void sampler_next(batch_sampler *s, int32_t *x, int32_t *y);   // batch `pos`, then pos++
 void sampler_free(batch_sampler *s);
 
@@ -65,6 +67,9 @@ void sampler_free(batch_sampler *s);
 // spm_encode / spm_decode (subprocesses). Encode returns a malloc'd array; false + err on error.
 bool tokenizer_encode(const char *tokenizer, const char *text, size_t len, uint32_t **ids,
                       size_t *n, char *err, size_t errlen);
+// Vocabulary size of a tokenizer: bytes 256; spm: the model's pieces + 1 (the extra id is "\n",
+// which SentencePiece drops).
+bool tokenizer_vocab_size(const char *tokenizer, int *vocab, char *err, size_t errlen);
 // Decode ids to a malloc'd NUL-terminated string.
 bool tokenizer_decode(const char *tokenizer, const int32_t *ids, size_t n, char **text,
                       char *err, size_t errlen);

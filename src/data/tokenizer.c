@@ -33,7 +33,8 @@ static bool tmp_init(spm_tmp *t, char *err, size_t errlen) {
     if (!base || !base[0]) base = "/tmp";
     snprintf(t->dir, sizeof t->dir, "%s/gdn-spm-XXXXXX", base);
     if (!mkdtemp(t->dir)) {
-        snprintf(err, errlen, "cannot create a temporary directory under %s: %s", base, strerror(errno));
+        snprintf(err, errlen, "cannot create a temporary directory under %s: %s", base,
+                 strerror(errno));
         return false;
     }
     snprintf(t->in, sizeof t->in, "%s/in.txt", t->dir);
@@ -47,7 +48,8 @@ static void tmp_free(spm_tmp *t) {
     for (int i = 0; i < 3; i++)
         if (unlink(files[i]) != 0 && errno != ENOENT)
             fprintf(stderr, "warning: cannot remove %s: %s\n", files[i], strerror(errno));
-    if (rmdir(t->dir) != 0) fprintf(stderr, "warning: cannot remove %s: %s\n", t->dir, strerror(errno));
+    if (rmdir(t->dir) != 0)
+        fprintf(stderr, "warning: cannot remove %s: %s\n", t->dir, strerror(errno));
 }
 
 static bool write_file(const char *path, const char *data, size_t n, char *err, size_t errlen) {
@@ -95,8 +97,10 @@ static bool run_tool(char *const argv[], const char *in, const char *out, const 
     posix_spawn_file_actions_t fa;
     int rc = posix_spawn_file_actions_init(&fa);
     if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
-    if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (rc == 0)
+        rc = posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (rc == 0)
+        rc = posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (rc != 0) gdn_die("posix_spawn_file_actions setup failed: %s", strerror(rc));
     pid_t pid;
     rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
@@ -129,7 +133,8 @@ static bool run_tool(char *const argv[], const char *in, const char *out, const 
     if (WIFEXITED(status))
         snprintf(err, errlen, "%s failed (exit status %d): %s", argv[0], WEXITSTATUS(status), tail);
     else
-        snprintf(err, errlen, "%s killed by signal %d", argv[0], WIFSIGNALED(status) ? WTERMSIG(status) : -1);
+        snprintf(err, errlen, "%s killed by signal %d", argv[0],
+                 WIFSIGNALED(status) ? WTERMSIG(status) : -1);
     free(msg);
     return false;
 }
@@ -139,7 +144,8 @@ static bool run_tool(char *const argv[], const char *in, const char *out, const 
 static bool spm_model_arg(const char *model, char *arg, size_t arglen, char *err, size_t errlen) {
     struct stat st;
     if (!model[0]) {
-        snprintf(err, errlen, "tokenizer \"spm:\" names no model file (expected spm:<path to .model>)");
+        snprintf(err, errlen,
+                 "tokenizer \"spm:\" names no model file (expected spm:<path to .model>)");
         return false;
     }
     errno = 0;
@@ -169,7 +175,8 @@ static bool spm_pieces(const char *model, spm_tmp *t, int *V, char *err, size_t 
     for (size_t i = 0; i < n; i++) lines += txt[i] == '\n';
     free(txt);
     if (lines < 1 || lines >= (1 << 24)) {
-        snprintf(err, errlen, "SentencePiece model %s: spm_export_vocab listed %ld pieces", model, lines);
+        snprintf(err, errlen, "SentencePiece model %s: spm_export_vocab listed %ld pieces", model,
+                 lines);
         return false;
     }
     *V = (int)lines;
@@ -200,7 +207,7 @@ static bool spm_encode_text(const char *model, const char *text, size_t len, uin
     if (!run_tool(argv, t.in, t.out, t.log, err, errlen)) goto done;
     size_t olen;
     if (!read_file(t.out, &out, &olen, err, errlen)) goto done;
-    if (!spm_pieces(model, &t, &V, err, errlen)) goto done;  // reuses in/out/log: after the read
+    if (!spm_pieces(model, &t, &V, err, errlen)) goto done; // reuses in/out/log: after the read
     // ids + one newline id per line break: at most olen / 2 + k
     size_t cap = olen / 2 + k + 1, cnt = 0, line = 0;
     v = gdn_malloc(sizeof(uint32_t) * cap);
@@ -215,8 +222,8 @@ static bool spm_encode_text(const char *model, const char *text, size_t len, uin
             errno = 0;
             unsigned long id = strtoul(p, &end, 10);
             if (end == p || errno || id >= (unsigned long)V) {
-                snprintf(err, errlen, "spm_encode (model %s) printed an unexpected id near \"%.20s\"",
-                         model, p);
+                snprintf(err, errlen,
+                         "spm_encode (model %s) printed an unexpected id near \"%.20s\"", model, p);
                 goto done;
             }
             v[cnt++] = (uint32_t)id;
@@ -252,7 +259,8 @@ static bool spm_decode_ids(const char *model, const int32_t *ids, size_t n, char
     size_t k = 1;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] > V) {
-            snprintf(err, errlen, "spm:%s: id %d at position %zu is outside [0, %d]", model, ids[i], i, V);
+            snprintf(err, errlen, "spm:%s: id %d at position %zu is outside [0, %d]", model, ids[i],
+                     i, V);
             goto done;
         }
         k += ids[i] == V;
@@ -280,7 +288,7 @@ static bool spm_decode_ids(const char *model, const int32_t *ids, size_t n, char
                  lines, k);
         goto done;
     }
-    out[olen - 1] = 0;  // the newline after the last line is ours, not the text's
+    out[olen - 1] = 0; // the newline after the last line is ours, not the text's
     *text = out;
     out = NULL;
     ok = true;
@@ -337,7 +345,8 @@ bool tokenizer_decode(const char *tokenizer, const int32_t *ids, size_t n, char 
         char *s = gdn_malloc(n + 1);
         for (size_t i = 0; i < n; i++) {
             if (ids[i] < 0 || ids[i] > 255) {
-                snprintf(err, errlen, "bytes tokenizer: id %d at position %zu is outside [0, 256)", ids[i], i);
+                snprintf(err, errlen, "bytes tokenizer: id %d at position %zu is outside [0, 256)",
+                         ids[i], i);
                 free(s);
                 return false;
             }

@@ -1,0 +1,56 @@
+// gdn_cuda.h — CUDA chunkwise forward of the gated delta rule (DESIGN 3.1), one fused kernel:
+// per (batch, head, block of DVB value columns) one CTA walks the chunks of C = 64 tokens in
+// order, keeping its columns of the state on chip (fp32 registers + a bf16 copy in shared
+// memory); everything chunk-local (gate cumsum in log2 space, A = KK^T masked, the unit
+// lower-triangular solve for T in fp32, P = QK^T ⊙ Gam) is recomputed per CTA. Tensor cores:
+// mma.sync m16n8k16 bf16 -> fp32 (sm_80 and sm_90a). fp32 inputs run the same kernel with every
+// matrix operand split into bf16 hi + lo planes (3 products per mma), accurate to ~1e-5.
+//
+// Columns of the state are independent (Δ's and O's columns depend only on the same columns of
+// H and V), so the value dimension is split across CTAs: that is where the parallel work comes
+// from when B*H is small (a long single sequence). The price is that each CTA of a head redoes
+// the chunk-local work that does not depend on V.
+//
+// Layout as the CPU twins (fwd_cpu.h, gdn_cpu_params): q, k (B,T,H,Dk); v, o (B,T,H,Dv),
+// element (b,t,h,e) at ((b*T + t)*H + h)*D + e; g, beta (B,T,H) fp32, g = log alpha (natural
+// log, <= 0); states h0, ht (B,H,Dk,Dv) fp32, H = S^T (rows = key dims).
+#pragma once
+#include <stddef.h>
+#include <cuda_runtime.h>
+#include "fwd_cpu.h"  // gdn_mode
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { GDN_DTYPE_BF16 = 0, GDN_DTYPE_FP32 = 1 } gdn_dtype;
+
+#define GDN_CHUNK 64  // C: tokens per chunk
+
+typedef struct {
+    int B, T, H, Dk, Dv;     // Dk in {64, 128, 256}, Dv in {Dk, 2 Dk}, T >= 0
+    gdn_mode mode;           // gate false: g ignored (may be NULL); delta false: beta ignored;
+                             // neg_eigval: beta in (0, 2) (no change in the kernel)
+    gdn_dtype dtype;         // of q, k, v, o
+    const void *q, *k;       // (B,T,H,Dk)
+    const void *v;           // (B,T,H,Dv)
+    const float *g, *beta;   // (B,T,H)
+    const float *h0;         // (B,H,Dk,Dv) initial state, NULL = zero
+    void *o;                 // (B,T,H,Dv) written
+    float *ht;               // (B,H,Dk,Dv) final state, NULL = not wanted
+    float *h_states;         // (B,H,NC,Dk,Dv) chunk-start states (NC = ceil(T/64)), NULL = not
+                             // wanted; read by the backward only when gdn.save_states is set
+                             // (otherwise it recomputes them with a second forward scan)
+    int dv_block;            // value columns per CTA: 0 = choose (gdn_chunk_fwd_dv_block), else
+                             // 16, 32 or 64 (bf16; 64 only for Dk <= 128) or 16 (fp32)
+    cudaStream_t stream;
+} gdn_fwd_params;
+
+// Public entry: checks shapes, dtype, pointers (16-byte aligned q, k, v, o), then launches.
+void gdn_chunk_fwd(const gdn_fwd_params *p);
+// The value-column block the launcher uses for p (p->dv_block when set).
+int gdn_chunk_fwd_dv_block(const gdn_fwd_params *p);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# test_cli_errors.sh — bad input through gdn-train: each case exits non-zero with a clear
+# message naming the file / key / field, and nothing already written is overwritten.
+. "$(dirname "$0")/lib.sh"
+make_text "$WORK/text.txt"
+"$BIN/gdn-prepare" --input "$WORK/text.txt" --out "$WORK/d.h5" >/dev/null || { fail "gdn-prepare"; finish test_cli_errors; }
+write_micro "$WORK/micro.ini" "$WORK/d.h5" "$WORK/run"
+"$BIN/gdn-train" "$WORK/micro.ini" --set train.steps=3 >/dev/null 2>&1 || fail "baseline run"
+sum_before=$(cksum <"$WORK/run/checkpoint.h5")
+
+# expect NAME EXPECTED_RC PATTERN... -- ARGS...: run gdn-train, check exit code and message
+expect() {
+  local name=$1 want=$2; shift 2
+  local pats=()
+  while [ "$1" != "--" ]; do pats+=("$1"); shift; done
+  shift
+  "$BIN/gdn-train" "$@" >"$WORK/out.log" 2>"$WORK/err.log"
+  local rc=$? ok=1
+  [ $rc -eq "$want" ] || ok=0
+  for p in "${pats[@]}"; do grep -qF -- "$p" "$WORK/err.log" || ok=0; done
+  if [ $ok -eq 1 ]; then pass "$name: exit $rc, \"$(head -1 "$WORK/err.log" | cut -c1-110)\""
+  else fail "$name: exit $rc (want $want), stderr:"; sed 's/^/        /' "$WORK/err.log" | head -8; fi
+}
+cfg() { cp "$WORK/micro.ini" "$WORK/bad.ini"; printf '%s\n' "$@" >>"$WORK/bad.ini"; }
+
+cfg "[optim]" "warmup_step = 5"
+expect "unknown key" 2 "bad.ini:" "warmup_step" "did you mean" -- "$WORK/bad.ini"
+cfg "[optimizer]" "lr = 1e-3"
+expect "unknown section" 2 "bad.ini:" "optimizer" -- "$WORK/bad.ini"
+cfg "[model]" "vocab_size = 12x"
+expect "wrong type" 2 "bad.ini:" "vocab_size" "12x" -- "$WORK/bad.ini"
+cfg "[optim]" "beta2 = 1.5"
+expect "out of range" 2 "bad.ini:" "beta2" "allowed" -- "$WORK/bad.ini"
+cfg "[train]" "device = tpu"
+expect "bad enum" 2 "device" "auto" "cpu" "cuda" -- "$WORK/bad.ini"
+expect "bad --set" 2 "--set" "n_layer" -- "$WORK/micro.ini" --set model.n_layer=3
+expect "missing config" 2 "nope.ini" -- "$WORK/nope.ini"
+expect "missing dataset" 1 "$WORK/none.h5" -- "$WORK/micro.ini" --set data.path="$WORK/none.h5"
+echo "not hdf5" >"$WORK/plain.h5"
+expect "not HDF5" 1 "plain.h5" "HDF5" -- "$WORK/micro.ini" --set data.path="$WORK/plain.h5"
+expect "wrong format attribute" 1 "checkpoint.h5" "format" -- "$WORK/micro.ini" --set data.path="$WORK/run/checkpoint.h5" --set train.out_dir="$WORK/x1"
+expect "vocab too small for the data" 1 "vocab_size" "256" -- "$WORK/micro.ini" --set model.vocab_size=100 --set train.out_dir="$WORK/x2"
+head -c 30 "$WORK/text.txt" >"$WORK/short.txt"
+"$BIN/gdn-prepare" --input "$WORK/short.txt" --out "$WORK/short.h5" >/dev/null 2>&1
+expect "dataset shorter than one window" 1 "short" "41" -- "$WORK/micro.ini" --set data.path="$WORK/short.h5" --set train.out_dir="$WORK/x3"
+expect "checkpoint of another shape" 1 "checkpoint.h5" "shape" -- "$WORK/micro.ini" --set model.d_model=48 --resume "$WORK/run/checkpoint.h5" --set train.out_dir="$WORK/x4"
+expect "resume from a missing checkpoint" 1 "missing.h5" -- --resume "$WORK/missing.h5"
+expect "bad --stop-after" 2 "--stop-after" -- "$WORK/micro.ini" --stop-after zero
+[ "$(cksum <"$WORK/run/checkpoint.h5")" = "$sum_before" ] && pass "existing checkpoint untouched by every failure" || fail "checkpoint was modified"
+finish test_cli_errors

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# test_train.sh — the loop end to end on the CPU: training lowers the loss; the same seed gives
+# the same losses bit for bit; 20 steps + checkpoint + resume + 20 steps equals 40 straight steps
+# bit for bit (weights, AdamW state, data position); SIGINT finishes the step, checkpoints and
+# exits 0; a NaN loss stops with the step and the last good checkpoint named.
+. "$(dirname "$0")/lib.sh"
+make_text "$WORK/text.txt"
+"$BIN/gdn-prepare" --input "$WORK/text.txt" --out "$WORK/d.h5" >/dev/null || { fail "gdn-prepare"; finish test_train; }
+write_micro "$WORK/micro.ini" "$WORK/d.h5" "$WORK/a"
+
+echo "== 40 steps, twice with the same seed"
+"$BIN/gdn-train" "$WORK/micro.ini" >"$WORK/a.log" 2>&1 && pass "run A exits 0" || { fail "run A"; cat "$WORK/a.log"; }
+"$BIN/gdn-train" "$WORK/micro.ini" --set train.out_dir="$WORK/b" >"$WORK/b.log" 2>&1 && pass "run B exits 0" || fail "run B"
+first=$(losses "$WORK/a/metrics.jsonl" | head -1 | cut -d' ' -f2)
+last=$(losses "$WORK/a/metrics.jsonl" | tail -1 | cut -d' ' -f2)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' && pass "loss falls: step 1 $first -> step 40 $last" || fail "loss did not fall by 1 nat: $first -> $last"
+grep -q '"val_loss"' "$WORK/a/metrics.jsonl" && pass "validation loss logged" || fail "no val_loss in metrics"
+grep -q "ETA" "$WORK/a.log" && grep -q "tok/s" "$WORK/a.log" && grep -q "MFU" "$WORK/a.log" && pass "progress line has tok/s, MFU, ETA" || fail "progress line incomplete"
+if cmp -s <(losses "$WORK/a/metrics.jsonl") <(losses "$WORK/b/metrics.jsonl"); then pass "same seed -> identical losses (40 steps, 17 digits)"; else fail "same seed gave different losses"; fi
+"$BIN/gdn-ckpt" diff "$WORK/a/checkpoint.h5" "$WORK/b/checkpoint.h5" >/dev/null && pass "same seed -> identical checkpoints" || fail "same seed -> checkpoints differ"
+"$BIN/gdn-train" "$WORK/micro.ini" --set train.out_dir="$WORK/s" --set train.seed=8 >/dev/null 2>&1
+cmp -s <(losses "$WORK/a/metrics.jsonl") <(losses "$WORK/s/metrics.jsonl") && fail "another seed gave the same losses" || pass "another seed -> other losses"
+
+echo "== 20 steps + checkpoint + resume + 20 steps == 40 steps"
+"$BIN/gdn-train" "$WORK/micro.ini" --set train.out_dir="$WORK/c" --stop-after 20 >"$WORK/c1.log" 2>&1 && pass "first half exits 0" || { fail "first half"; cat "$WORK/c1.log"; }
+"$BIN/gdn-ckpt" info "$WORK/c/checkpoint.h5" | grep -q "^step = 20$" && pass "checkpoint at step 20" || fail "no step-20 checkpoint"
+"$BIN/gdn-train" --resume "$WORK/c/checkpoint.h5" >"$WORK/c2.log" 2>&1 && pass "resume exits 0" || { fail "resume"; cat "$WORK/c2.log"; }
+"$BIN/gdn-ckpt" diff "$WORK/a/checkpoint.h5" "$WORK/c/checkpoint.h5" >"$WORK/diff.log" && pass "resumed run == straight run: weights, AdamW m and v, step, data position bitwise" || { fail "resumed run differs"; cat "$WORK/diff.log"; }
+cmp -s <(losses "$WORK/a/metrics.jsonl") <(losses "$WORK/c/metrics.jsonl") && pass "resumed losses == straight losses (all 40 steps)" || fail "resumed losses differ"
+
+echo "== SIGINT finishes the step, checkpoints, exits 0"
+"$BIN/gdn-train" "$WORK/micro.ini" --set train.out_dir="$WORK/i" --set train.steps=100000 --set train.eval_every=0 >"$WORK/i.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do [ -s "$WORK/i/metrics.jsonl" ] && break; sleep 0.1; done
+sleep 0.5
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 0 ] && pass "exit 0 after SIGINT" || fail "exit $rc after SIGINT"
+grep -q "signal 2: stopped after step" "$WORK/i.log" && pass "says where it stopped" || fail "no stop message"
+step=$("$BIN/gdn-ckpt" info "$WORK/i/checkpoint.h5" 2>/dev/null | sed -n 's/^step = //p')
+[ -n "$step" ] && [ "$step" -gt 0 ] && [ "$step" -lt 100000 ] && pass "checkpoint at step $step" || fail "no checkpoint after SIGINT"
+
+echo "== NaN loss stops the run, naming the step and the last good checkpoint"
+GDN_FAULT_NAN_STEP=30 "$BIN/gdn-train" "$WORK/micro.ini" --set train.out_dir="$WORK/n" --set train.ckpt_every=10 >"$WORK/n.log" 2>&1
+rc=$?
+[ $rc -eq 3 ] && pass "exit 3" || fail "exit $rc on NaN"
+grep -q "step 30: loss is nan" "$WORK/n.log" && pass "names step 30" || { fail "message"; cat "$WORK/n.log"; }
+grep -q "last good checkpoint: .*n/checkpoint.h5" "$WORK/n.log" && pass "names the last good checkpoint" || fail "no checkpoint named"
+"$BIN/gdn-ckpt" info "$WORK/n/checkpoint.h5" | grep -q "^step = 20$" && pass "checkpoint of step 20 kept intact" || fail "checkpoint damaged"
+finish test_train
