@@ -5,6 +5,9 @@
 //   * activation (input) gradients are OVERWRITTEN (=); a caller that needs a sum adds itself.
 // A gradient pointer documented "or NULL" may be NULL when that gradient is not wanted.
 #pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
 #include "../fwd/fwd_cpu.h"
 
 void embedding_bwd_cpu(double *dwte /*(V,d) +=*/, const double *dout /*(N,d)*/,
@@ -55,3 +58,7 @@ void attention_bwd_cpu(double *dq /*=*/, double *dk /*=*/, double *dv /*=*/, con
 // Gated delta rule backward (all gradients =): token-level (DESIGN 3.3) and chunkwise (3.2).
 void gdn_token_bwd_cpu(const gdn_cpu_params *p);
 void gdn_chunk_bwd_cpu(const gdn_cpu_params *p);
+
+#ifdef __cplusplus
+}
+#endif

@@ -3,6 +3,9 @@
 // counts (arena_alloc returns NULL and advances `used`); then arena_reserve allocates `used`
 // bytes once and the same carve sequence runs again for real. No allocation inside a step.
 #pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
 #include <stddef.h>
 
 typedef struct {
@@ -15,3 +18,7 @@ void arena_plan(arena_t *a, const char *name);          // start a counting pass
 void arena_reserve(arena_t *a, void *(*alloc)(size_t)); // allocate what was counted, reset used
 void *arena_alloc(arena_t *a, size_t bytes);            // 64-byte aligned carve
 void arena_release(arena_t *a, void (*release)(void *));
+
+#ifdef __cplusplus
+}
+#endif

@@ -3,6 +3,9 @@
 // range-checked. DESIGN 7. An unknown section/key, a bad type or an out-of-range value is an
 // error naming file, line, key and what is allowed; the run starts only when all is valid.
 #pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -103,3 +106,7 @@ bool config_load_string_sets(gdn_config *c, const char *text, const char *name_f
 int config_mlp_hidden(const gdn_config *c);   // mlp_hidden or 2/3*ratio*d rounded up to 256
 int config_gdn_dv(const gdn_config *c);       // expand_v * head_dim
 char config_layer_kind(const gdn_config *c, int layer); // 'G', 'S' or 'A'
+
+#ifdef __cplusplus
+}
+#endif

@@ -5,6 +5,9 @@
 // tokenizer ("bytes" or "spm:<model file>") (string), eot_token (int, -1 = none); 1-D datasets
 // /train and /val of uint16 (uint32 when vocab_size > 65536), chunked for random reads.
 #pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -73,3 +76,7 @@ bool tokenizer_vocab_size(const char *tokenizer, int *vocab, char *err, size_t e
 // Decode ids to a malloc'd NUL-terminated string.
 bool tokenizer_decode(const char *tokenizer, const int32_t *ids, size_t n, char **text,
                       char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

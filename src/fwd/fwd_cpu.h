@@ -4,6 +4,9 @@
 // x[n, h, i] = x[(n*H + h)*D + i].
 // Outputs are always overwritten (=). Nothing here allocates except where noted.
 #pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
@@ -93,3 +96,7 @@ typedef struct {
 
 void gdn_token_fwd_cpu(const gdn_cpu_params *p);  // DESIGN 3.3, token by token (ground truth)
 void gdn_chunk_fwd_cpu(const gdn_cpu_params *p);  // DESIGN 3.1, the kernel's algorithm
+
+#ifdef __cplusplus
+}
+#endif

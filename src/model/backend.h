@@ -5,6 +5,10 @@
 // src/fwd/fwd_cpu.h; the gradient rule is that of src/bwd/bwd_cpu.h (parameter grads +=,
 // activation grads =).
 #pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "../fwd/fwd_cpu.h"
@@ -18,18 +22,29 @@ typedef struct {
     void *dq, *dk, *dv, *dg, *dbeta;
 } gdn_op;
 
+// Memory classes: each has its own element type in a backend (CPU: all float64; GPU bf16 mode:
+// activations and params bf16, statistics / gradients / optimizer fp32; GPU fp32 mode: all fp32).
+typedef enum {
+    BE_ACT,    // activations: x, q, k, v, logits, ... and their gradients
+    BE_STAT,   // per-row statistics and gates: rstd, rnorm, lse, g, beta (fp32 on GPUs)
+    BE_PARAM,  // parameters as the ops read them
+    BE_GRAD,   // parameter gradients (accumulated over micro-batches)
+    BE_OPT,    // AdamW m, v and the master weights
+    BE_NCLASS
+} be_class;
+
 typedef struct backend {
     const char *name;
-    size_t elem;                                       // bytes of one element (8 on the CPU)
+    size_t elem[BE_NCLASS];                            // bytes of one element of each class
+    bool master;                                       // keeps master weights apart (BE_OPT type)
     void *(*alloc)(size_t bytes);                      // zero-filled
     void (*release)(void *p);
-    void (*to_host_f64)(double *dst, const void *src, size_t n);
-    void (*from_host_f64)(void *dst, const double *src, size_t n);
-    void (*zero)(void *p, size_t n);
-    void (*add)(void *y, const void *x, size_t n);     // y += x
-    void (*copy)(void *y, const void *x, size_t n);
-    void (*scale)(void *y, double s, size_t n);        // y *= s
-    double (*sumsq)(const void *x, size_t n);          // sum of squares, in double
+    void (*download)(double *dst, const void *src, size_t n, be_class c);  // to host float64
+    void (*upload)(void *dst, const double *src, size_t n, be_class c);    // from host float64
+    void (*zero)(void *p, size_t n, be_class c);
+    void (*add)(void *y, const void *x, size_t n);     // y += x (activations)
+    void (*copy)(void *y, const void *x, size_t n);    // activations
+    double (*sumsq)(const void *x, size_t n);          // sum of squares of gradients, in double
     // ops (see fwd_cpu.h / bwd_cpu.h)
     void (*embedding_fwd)(void *out, const int32_t *tok, const void *wte, int N, int d);
     void (*embedding_bwd)(void *dwte, const void *dout, const int32_t *tok, int N, int d);
@@ -74,10 +89,16 @@ typedef struct backend {
                           int T, int H, int D, int window, double scale);
     void (*gdn_fwd)(const gdn_op *op);
     void (*gdn_bwd)(const gdn_op *op);
-    // AdamW on one tensor (master weights, moments in the backend's optimizer precision):
-    // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (mhat/(sqrt(vhat)+eps) + wd p)
-    void (*adamw)(void *p, const void *g, void *m, void *v, size_t n, double lr, double b1,
-                  double b2, double eps, double wd, double bc1, double bc2, double gscale);
+    // AdamW on one tensor, g = grad * gscale: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+    // w -= lr (mhat/(sqrt(vhat)+eps) + wd w) with w the master weights when the backend keeps
+    // them (then p = round(w)), else p itself (master == NULL).
+    void (*adamw)(void *p, void *master, const void *g, void *m, void *v, size_t n, double lr,
+                  double b1, double b2, double eps, double wd, double bc1, double bc2,
+                  double gscale);
 } backend;
 
 extern const backend backend_cpu;
+
+#ifdef __cplusplus
+}
+#endif

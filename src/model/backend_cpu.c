@@ -7,19 +7,24 @@
 
 static void *cpu_alloc(size_t bytes) { return gdn_malloc(bytes); }
 static void cpu_release(void *p) { free(p); }
-static void cpu_to_host(double *dst, const void *src, size_t n) { memcpy(dst, src, n * 8); }
-static void cpu_from_host(void *dst, const double *src, size_t n) { memcpy(dst, src, n * 8); }
-static void cpu_zero(void *p, size_t n) { memset(p, 0, n * sizeof(double)); }
+static void cpu_download(double *dst, const void *src, size_t n, be_class c) {
+    (void)c;
+    memcpy(dst, src, n * sizeof(double));
+}
+static void cpu_upload(void *dst, const double *src, size_t n, be_class c) {
+    (void)c;
+    memcpy(dst, src, n * sizeof(double));
+}
+static void cpu_zero(void *p, size_t n, be_class c) {
+    (void)c;
+    memset(p, 0, n * sizeof(double));
+}
 static void cpu_add(void *y, const void *x, size_t n) {
     double *a = y;
     const double *b = x;
     for (size_t i = 0; i < n; i++) a[i] += b[i];
 }
 static void cpu_copy(void *y, const void *x, size_t n) { memmove(y, x, n * sizeof(double)); }
-static void cpu_scale(void *y, double s, size_t n) {
-    double *a = y;
-    for (size_t i = 0; i < n; i++) a[i] *= s;
-}
 static double cpu_sumsq(const void *x, size_t n) {
     const double *a = x;
     double s = 0;
@@ -57,8 +62,10 @@ static void cpu_gdn_bwd(const gdn_op *op) {
     gdn_cpu_params p = gdn_params_of(op);
     gdn_chunk_bwd_cpu(&p);
 }
-static void cpu_adamw(void *pp, const void *gg, void *mm, void *vv, size_t n, double lr, double b1,
-                      double b2, double eps, double wd, double bc1, double bc2, double gscale) {
+static void cpu_adamw(void *pp, void *master, const void *gg, void *mm, void *vv, size_t n,
+                      double lr, double b1, double b2, double eps, double wd, double bc1,
+                      double bc2, double gscale) {
+    (void)master;  // float64 parameters are their own master weights
     double *p = pp, *m = mm, *v = vv;
     const double *g = gg;
     for (size_t i = 0; i < n; i++) {
@@ -74,15 +81,15 @@ static void cpu_adamw(void *pp, const void *gg, void *mm, void *vv, size_t n, do
 #define F(fn) ((void *)(fn))
 const backend backend_cpu = {
     .name = "cpu",
-    .elem = sizeof(double),
+    .elem = {8, 8, 8, 8, 8},
+    .master = false,
     .alloc = cpu_alloc,
     .release = cpu_release,
-    .to_host_f64 = cpu_to_host,
-    .from_host_f64 = cpu_from_host,
+    .download = cpu_download,
+    .upload = cpu_upload,
     .zero = cpu_zero,
     .add = cpu_add,
     .copy = cpu_copy,
-    .scale = cpu_scale,
     .sumsq = cpu_sumsq,
     .embedding_fwd = F(embedding_fwd_cpu),
     .embedding_bwd = F(embedding_bwd_cpu),

@@ -87,8 +87,18 @@ static bool write_tensor(hid_t grp, const char *name, const double *data, int ro
 // Three groups of tensors: the parameters and the two AdamW moments.
 static const char *const GROUPS[3] = {"params", "adam_m", "adam_v"};
 
-static void *group_base(const model *m, int g) {
-    return g == 0 ? m->param_mem : g == 1 ? m->opt_m : m->opt_v;
+static void group_download(const model *m, int g, int i, double *h) {
+    if (g == 0)
+        model_param_download(m, i, h);
+    else
+        m->be->download(h, model_opt(m, g == 1 ? m->opt_m : m->opt_v, i), m->params[i].numel, BE_OPT);
+}
+
+static void group_upload(model *m, int g, int i, const double *h) {
+    if (g == 0)
+        model_param_upload(m, i, h);
+    else
+        m->be->upload(model_opt(m, g == 1 ? m->opt_m : m->opt_v, i), h, m->params[i].numel, BE_OPT);
 }
 
 bool checkpoint_save(const char *path, const model *m, const train_state *st, char *err,
@@ -124,7 +134,7 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
         ok &= grp >= 0;
         for (int i = 0; i < m->n_params && ok; i++) {
             const param_info *p = &m->params[i];
-            m->be->to_host_f64(h, (char *)group_base(m, g) + p->offset * m->be->elem, p->numel);
+            group_download(m, g, i, h);
             ok &= write_tensor(grp, p->name, h, p->rows, p->cols);
         }
         if (grp >= 0) ok &= H5Gclose(grp) >= 0;
@@ -244,7 +254,7 @@ bool checkpoint_load(const char *path, model *m, train_state *st, char *err, siz
                 seterr(err, errlen, "'%s': cannot read tensor '/%s/%s'", path, GROUPS[g], p->name);
                 ok = false;
             } else {
-                m->be->from_host_f64((char *)group_base(m, g) + p->offset * m->be->elem, h, p->numel);
+                group_upload(m, g, i, h);
             }
             if (s >= 0) H5Sclose(s);
             if (d >= 0) H5Dclose(d);

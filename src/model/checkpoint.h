@@ -4,6 +4,9 @@
 // and renamed: a crash or a full disk never leaves a half checkpoint under the real name, and
 // the previous checkpoint stays intact.
 #pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,3 +27,7 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
 bool checkpoint_load(const char *path, model *m, train_state *st, char *err, size_t errlen);
 // The config text stored in a checkpoint (malloc'd), or NULL + err.
 char *checkpoint_read_config(const char *path, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

@@ -20,6 +20,11 @@
 #include "../fwd/fwd_cpu.h"
 
 typedef struct {
+    double logit;
+    int id;
+} cand;
+
+typedef struct {
     double *S;                 // GDN: (H, dk, dv) states H = S^T per head
     double *hist[3];           // GDN conv: (K-1, C) past inputs of q, k, v (ring over time)
     double *kc, *vc;           // attention: (cap, Ha*Da) roped keys, values (ring over time)
@@ -41,6 +46,7 @@ struct decoder {
     double *aq, *ak, *av, *ao, *scores;              // (Ha*Da)x4, (max cap)
     double *mgate, *mup, *mh;                        // (F) x3
     double *logits;                                  // (V)
+    cand *cands;                                     // (V) decoder_sample scratch
 };
 
 // Hands out n doubles from the block; in the planning pass (mem NULL) only counts.
@@ -103,6 +109,7 @@ decoder *decoder_create(const model *m, int max_len) {
     d->max_len = max_len;
     d->ls = gdn_malloc(sizeof(layer_state) * (size_t)m->L);
     d->w = gdn_malloc(m->n_elems * sizeof(double));
+    d->cands = gdn_malloc((size_t)m->V * sizeof(cand));
     layout(d);                                 // plan
     d->mem = gdn_malloc(d->used * sizeof(double));
     layout(d);                                 // carve
@@ -111,7 +118,8 @@ decoder *decoder_create(const model *m, int max_len) {
 }
 
 void decoder_reset(decoder *d) {
-    d->m->be->to_host_f64(d->w, d->m->param_mem, d->m->n_elems);
+    for (int i = 0; i < d->m->n_params; i++)  // host float64 copy, same offsets as the model's
+        model_param_download(d->m, i, d->w + d->m->params[i].offset);
     memset(d->mem, 0, d->state_end * sizeof(double));
     d->pos = 0;
 }
@@ -123,6 +131,7 @@ void decoder_free(decoder *d) {
     free(d->mem);
     free(d->w);
     free(d->ls);
+    free(d->cands);
     free(d);
 }
 
@@ -288,4 +297,39 @@ const double *decoder_step(decoder *d, int32_t token) {
     linear_fwd_cpu(d->logits, d->xn, W(d, m->lm_head), NULL, 1, dm, m->V);
     d->pos++;
     return d->logits;
+}
+
+// Descending logit, then ascending id: a total order, so top-k is deterministic under ties.
+static int cand_cmp(const void *pa, const void *pb) {
+    const cand *a = pa, *b = pb;
+    if (a->logit != b->logit) return a->logit < b->logit ? 1 : -1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+// p_i = exp((l_i - l_max) / temperature) / Z over the k best; draw u ~ U[0, Z) and return the
+// first i (in descending-logit order) whose cumulative weight exceeds u.
+int32_t decoder_sample(decoder *d, const double *logits, double temperature, int top_k, rng_t *r) {
+    int V = d->m->V;
+    cand *c = d->cands;
+    if (!(temperature >= 0)) gdn_die("decoder_sample: temperature %g < 0", temperature);
+    for (int i = 0; i < V; i++) {
+        if (!isfinite(logits[i]))
+            gdn_die("decoder_sample: logit %d is %g (a diverged or broken checkpoint?)", i,
+                    logits[i]);
+        c[i] = (cand){logits[i], i};
+    }
+    qsort(c, (size_t)V, sizeof *c, cand_cmp);
+    if (temperature == 0) return c[0].id;
+    int k = (top_k <= 0 || top_k > V) ? V : top_k;
+    double total = 0, best = c[0].logit;
+    for (int i = 0; i < k; i++) {
+        c[i].logit = exp((c[i].logit - best) / temperature);  // in [0, 1], the best is 1
+        total += c[i].logit;
+    }
+    double u = rng_uniform(r) * total, acc = 0;
+    for (int i = 0; i < k; i++) {
+        acc += c[i].logit;
+        if (u < acc) return c[i].id;
+    }
+    return c[k - 1].id;  // not reached: u < total, and acc ends equal to total (same sums)
 }

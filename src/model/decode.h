@@ -9,6 +9,7 @@
 // x_0..x_t (tests/test_decode.c checks 1e-10 relative).
 #pragma once
 #include <stdint.h>
+#include "../core/rng.h"
 #include "model.h"
 
 typedef struct decoder decoder;
@@ -20,8 +21,12 @@ decoder *decoder_create(const model *m, int max_len);
 // Back to position 0 with zero states and empty caches; re-reads the model's parameters.
 void decoder_reset(decoder *d);
 // Feed token (0 <= token < V) at the next position; returns the logits (V) of the token that
-// follows. The pointer stays valid until the next decoder_step / decoder_free. Feeding more
+// follows (a buffer of the decoder, overwritten by the next step). Feeding more
 // than max_len tokens since the last reset is an error that ends the program.
 const double *decoder_step(decoder *d, int32_t token);
 int decoder_pos(const decoder *d);    // tokens fed since the last reset
+// One token drawn from logits (V): temperature 0 is greedy (argmax, lowest id on ties); else
+// softmax(logits / temperature) restricted to the top_k largest logits (top_k <= 0 or >= V:
+// all; ties broken towards the lower id), one uniform from r. Non-finite logits end the program.
+int32_t decoder_sample(decoder *d, const double *logits, double temperature, int top_k, rng_t *r);
 void decoder_free(decoder *d);

@@ -10,13 +10,26 @@
 #include "../core/common.h"
 #include "../core/rng.h"
 
-#define E(m) ((m)->be->elem)
+#define ELEM(m, c) ((m)->be->elem[c])
 
 void *model_param(const model *m, int i) {
-    return (char *)m->param_mem + m->params[i].offset * E(m);
+    return (char *)m->param_mem + m->params[i].offset * ELEM(m, BE_PARAM);
 }
 void *model_grad(const model *m, int i) {
-    return (char *)m->grad_mem + m->params[i].offset * E(m);
+    return (char *)m->grad_mem + m->params[i].offset * ELEM(m, BE_GRAD);
+}
+void *model_opt(const model *m, void *base, int i) {
+    return (char *)base + m->params[i].offset * ELEM(m, BE_OPT);
+}
+void model_param_download(const model *m, int i, double *dst) {
+    if (m->master)
+        m->be->download(dst, model_opt(m, m->master, i), m->params[i].numel, BE_OPT);
+    else
+        m->be->download(dst, model_param(m, i), m->params[i].numel, BE_PARAM);
+}
+void model_param_upload(model *m, int i, const double *src) {
+    m->be->upload(model_param(m, i), src, m->params[i].numel, BE_PARAM);
+    if (m->master) m->be->upload(model_opt(m, m->master, i), src, m->params[i].numel, BE_OPT);
 }
 
 static int add_param(model *m, param_kind kind, int rows, int cols, bool decay, const char *fmt,
@@ -88,15 +101,16 @@ static void build_table(model *m) {
 // Carve every activation and scratch tensor; run twice (plan, then real) by model_create.
 static void carve(model *m) {
     arena_t *A = &m->a_acts, *S = &m->a_scratch;
-    size_t e = E(m), N = (size_t)m->N, d = (size_t)m->d;
+    size_t e = ELEM(m, BE_ACT), es = ELEM(m, BE_STAT), N = (size_t)m->N, d = (size_t)m->d;
     size_t hk = (size_t)m->H * m->dk, hv = (size_t)m->H * m->dv, ha = (size_t)m->Ha * m->Da;
 #define ACT(n) arena_alloc(A, (n) * e)
+#define STAT(n) arena_alloc(A, (n) * es)
     for (int l = 0; l < m->L; l++) {
         layer_acts *a = &m->acts[l];
         memset(a, 0, sizeof *a);
         a->x_in = ACT(N * d);
         a->xn1 = ACT(N * d);
-        a->rstd1 = ACT(N);
+        a->rstd1 = STAT(N);
         if (m->lp[l].kind == 'G') {
             a->q_lin = ACT(N * hk);
             a->k_lin = ACT(N * hk);
@@ -115,37 +129,38 @@ static void carve(model *m) {
             a->v_act = ACT(N * hv);
             a->qn = ACT(N * hk);
             a->kn = ACT(N * hk);
-            a->rq = ACT(N * m->H);
-            a->rk = ACT(N * m->H);
+            a->rq = STAT(N * m->H);
+            a->rk = STAT(N * m->H);
             if (m->cfg.gdn_gate) a->a = ACT(N * m->H);
             if (m->cfg.gdn_delta) {
                 a->b = ACT(N * m->H);
-                a->beta = ACT(N * m->H);
+                a->beta = STAT(N * m->H);
             }
-            a->g = ACT(N * m->H);
+            a->g = STAT(N * m->H);
             if (m->cfg.gdn_output_gate) a->z = ACT(N * hv);
             a->o = ACT(N * hv);
-            a->rstd_o = ACT(N * m->H);
+            a->rstd_o = STAT(N * m->H);
             a->on = ACT(N * hv);
         } else {
             a->aq = ACT(N * ha);
             a->ak = ACT(N * ha);
             a->av = ACT(N * ha);
             a->ao = ACT(N * ha);
-            a->lse = ACT(N * m->Ha);
+            a->lse = STAT(N * m->Ha);
         }
         a->x_mid = ACT(N * d);
         a->xn2 = ACT(N * d);
-        a->rstd2 = ACT(N);
+        a->rstd2 = STAT(N);
         a->m_gate = ACT(N * m->F);
         a->m_up = ACT(N * m->F);
         a->m_h = ACT(N * m->F);
     }
     m->x_final = ACT(N * d);
     m->xf = ACT(N * d);
-    m->rstd_f = ACT(N);
+    m->rstd_f = STAT(N);
     m->logits = ACT(N * m->V);
 #undef ACT
+#undef STAT
     size_t wide = GDN_MAX(GDN_MAX(hk, hv), GDN_MAX((size_t)m->F, ha));
     m->dx = arena_alloc(S, N * d * e);
     m->dbranch = arena_alloc(S, N * d * e);
@@ -153,7 +168,8 @@ static void carve(model *m) {
     m->dtmp = arena_alloc(S, N * d * e);
     m->dmix = arena_alloc(S, N * d * e);
     for (int i = 0; i < 6; i++) m->dbig[i] = arena_alloc(S, N * wide * e);
-    for (int i = 0; i < 4; i++) m->dsmall[i] = arena_alloc(S, N * GDN_MAX(m->H, 1) * e);
+    // dg, dbeta (stat class: the rule's gate gradients), da, db (activation class)
+    for (int i = 0; i < 4; i++) m->dsmall[i] = arena_alloc(S, N * GDN_MAX(m->H, 1) * (i < 2 ? es : e));
 }
 
 static double flops_per_token(const model *m) {
@@ -206,19 +222,22 @@ model *model_create(const gdn_config *c, const backend *be, int B, int T) {
     arena_plan(&m->a_opt, "optimizer");
     arena_plan(&m->a_acts, "activations");
     arena_plan(&m->a_scratch, "scratch");
-    arena_alloc(&m->a_params, m->n_elems * E(m));
-    arena_alloc(&m->a_grads, m->n_elems * E(m));
-    arena_alloc(&m->a_opt, 2 * m->n_elems * E(m));
+    size_t P = ELEM(m, BE_PARAM), Gs = ELEM(m, BE_GRAD), O = ELEM(m, BE_OPT);
+    arena_alloc(&m->a_params, m->n_elems * P);
+    arena_alloc(&m->a_grads, m->n_elems * Gs);
+    arena_alloc(&m->a_opt, 2 * m->n_elems * O);
+    if (be->master) arena_alloc(&m->a_opt, m->n_elems * O);
     carve(m);
     arena_reserve(&m->a_params, be->alloc);
     arena_reserve(&m->a_grads, be->alloc);
     arena_reserve(&m->a_opt, be->alloc);
     arena_reserve(&m->a_acts, be->alloc);
     arena_reserve(&m->a_scratch, be->alloc);
-    m->param_mem = arena_alloc(&m->a_params, m->n_elems * E(m));
-    m->grad_mem = arena_alloc(&m->a_grads, m->n_elems * E(m));
-    m->opt_m = arena_alloc(&m->a_opt, m->n_elems * E(m));
-    m->opt_v = arena_alloc(&m->a_opt, m->n_elems * E(m));
+    m->param_mem = arena_alloc(&m->a_params, m->n_elems * P);
+    m->grad_mem = arena_alloc(&m->a_grads, m->n_elems * Gs);
+    m->opt_m = arena_alloc(&m->a_opt, m->n_elems * O);
+    m->opt_v = arena_alloc(&m->a_opt, m->n_elems * O);
+    m->master = be->master ? arena_alloc(&m->a_opt, m->n_elems * O) : NULL;
     carve(m);
     m->tok = gdn_malloc((size_t)m->N * sizeof(int32_t));
     m->tgt = gdn_malloc((size_t)m->N * sizeof(int32_t));
@@ -269,15 +288,15 @@ void model_init_params(model *m, uint64_t seed) {
             }
             }
         }
-        m->be->from_host_f64(model_param(m, i), h, p->numel);
+        model_param_upload(m, i, h);
     }
     free(h);
-    m->be->zero(m->grad_mem, m->n_elems);
-    m->be->zero(m->opt_m, m->n_elems);
-    m->be->zero(m->opt_v, m->n_elems);
+    m->be->zero(m->grad_mem, m->n_elems, BE_GRAD);
+    m->be->zero(m->opt_m, m->n_elems, BE_OPT);
+    m->be->zero(m->opt_v, m->n_elems, BE_OPT);
 }
 
-void model_zero_grads(model *m) { m->be->zero(m->grad_mem, m->n_elems); }
+void model_zero_grads(model *m) { m->be->zero(m->grad_mem, m->n_elems, BE_GRAD); }
 
 static uint64_t branch_key(const model *m, int l, int br) {
     return m->dropout_key + (uint64_t)(2 * l + br + 1) * 0x9E3779B97F4A7C15ull;
@@ -540,7 +559,7 @@ void model_print_summary(const model *m, FILE *f) {
             model_count_params(m, true) / 1e6, model_count_params(m, false) / 1e6, m->n_params,
             m->flops_per_token / 1e6);
     fprintf(f, "memory: params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f MiB, "
-               "scratch %.1f MiB (%s, %zu-byte elements)\n",
+               "scratch %.1f MiB (backend %s, %zu-byte activations)\n",
             m->a_params.size / 1048576.0, m->a_grads.size / 1048576.0, m->a_opt.size / 1048576.0,
-            m->a_acts.size / 1048576.0, m->a_scratch.size / 1048576.0, m->be->name, m->be->elem);
+            m->a_acts.size / 1048576.0, m->a_scratch.size / 1048576.0, m->be->name, ELEM(m, BE_ACT));
 }

@@ -2,6 +2,9 @@
 // per memory class, init, and forward/backward of the whole network over the op interface of
 // backend.h (so the CUDA backend plugs in without touching this code).
 #pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -72,6 +75,7 @@ typedef struct {
     // memory classes
     arena_t a_params, a_grads, a_opt, a_acts, a_scratch;
     void *param_mem, *grad_mem, *opt_m, *opt_v;  // (n_elems) each
+    void *master;                                // (n_elems) BE_OPT master weights, or NULL
     layer_acts acts[MAX_LAYERS];
     void *x_final, *xf, *rstd_f, *logits;        // (N,d) (N,d) (N) (N,V)
     int32_t *tok, *tgt;                          // host copies of the batch
@@ -88,6 +92,11 @@ void model_free(model *m);
 void model_init_params(model *m, uint64_t seed);
 void *model_param(const model *m, int i);        // pointer to parameter tensor i
 void *model_grad(const model *m, int i);
+void *model_opt(const model *m, void *base, int i);  // tensor i inside opt_m / opt_v / master
+// Parameter tensor i as float64 on the host (the master weights when the backend keeps them).
+void model_param_download(const model *m, int i, double *dst);
+// Set parameter tensor i (and its master copy) from host float64.
+void model_param_upload(model *m, int i, const double *src);
 void model_zero_grads(model *m);
 // Mean loss over non-ignored targets of the batch; no backward. Dropout off.
 double model_eval_loss(model *m, const int32_t *x, const int32_t *y);
@@ -106,3 +115,7 @@ size_t model_count_params(const model *m, bool include_embeddings);
 // returns the number of failing tensors.
 int model_gradcheck(const gdn_config *c, int B, int T, int samples, double tol, uint64_t seed,
                     FILE *out);
+
+#ifdef __cplusplus
+}
+#endif

@@ -35,12 +35,11 @@ double optim_step(model *m, long step, double lr, double grad_norm) {
     if (c->grad_clip > 0 && grad_norm > c->grad_clip) scale = c->grad_clip / grad_norm;
     double t = (double)(step + 1);
     double bc1 = 1 - pow(c->beta1, t), bc2 = 1 - pow(c->beta2, t);
-    size_t e = m->be->elem;
     for (int i = 0; i < m->n_params; i++) {
         const param_info *p = &m->params[i];
-        size_t off = p->offset * e;
-        m->be->adamw(model_param(m, i), model_grad(m, i), (char *)m->opt_m + off,
-                     (char *)m->opt_v + off, p->numel, lr, c->beta1, c->beta2, c->adam_eps,
+        m->be->adamw(model_param(m, i), m->master ? model_opt(m, m->master, i) : NULL,
+                     model_grad(m, i), model_opt(m, m->opt_m, i), model_opt(m, m->opt_v, i),
+                     p->numel, lr, c->beta1, c->beta2, c->adam_eps,
                      p->decay ? c->weight_decay : 0.0, bc1, bc2, scale);
     }
     return scale;

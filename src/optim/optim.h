@@ -2,6 +2,9 @@
 // The optimizer state (m, v) lives in the model's optimizer arena, one slot per parameter
 // element; the update runs per tensor through the backend (so the GPU does it in place).
 #pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
 #include "../core/config.h"
 #include "../model/model.h"
 
@@ -16,3 +19,7 @@ double optim_grad_norm(const model *m);
 // One AdamW step (t = step + 1 for the bias corrections). The gradients are scaled by
 // min(1, grad_clip / norm) first when grad_clip > 0. Returns the scale applied.
 double optim_step(model *m, long step, double lr, double grad_norm);
+
+#ifdef __cplusplus
+}
+#endif
