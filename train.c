@@ -102,8 +102,13 @@ static void save_or_die(const char *path, const model *m, const train_state *st)
 
 int main(int argc, char **argv) {
     const char *cfg_path = NULL, *resume = NULL;
-    const char **sets = gdn_malloc(sizeof(char *) * (size_t)argc);
+    enum { MAX_SETS = 256 };
+    const char *sets[MAX_SETS];
     int nset = 0;
+    if (argc > MAX_SETS) {
+        fprintf(stderr, "error: too many arguments (%d)\n", argc);
+        return 2;
+    }
     bool gradcheck = false;
     long stop_after = -1;
     for (int i = 1; i < argc; i++) {
@@ -312,6 +317,5 @@ int main(int argc, char **argv) {
     model_free(m);
     free(x);
     free(y);
-    free(sets);
     return rc;
 }
