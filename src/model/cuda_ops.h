@@ -1,0 +1,89 @@
+// cuda_ops.h — the CUDA kernels behind the GPU backend (backend_cuda.cu), one launcher per op
+// of backend.h. All pointers are device pointers unless named *_host. Element types follow the
+// backend's memory classes (backend.h): activations and parameters in `dt` (bf16 for training,
+// fp32 for tests), statistics (rstd, rnorm, lse, g, beta), parameter gradients, AdamW state and
+// master weights always fp32. Accumulation is fp32 everywhere. Parameter gradients accumulate
+// (+=), activation gradients are overwritten (=), as on the CPU (src/bwd/bwd_cpu.h). Every
+// reduction is deterministic (fixed order, no float atomics). Kernels live in src/fwd/*.cu and
+// src/bwd/*.cu next to their CPU twins; each launcher checks its launch (CUDA_CHECK_LAUNCH).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include "../fwd/fwd_cpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { CUDA_F32 = 0, CUDA_BF16 = 1 } cuda_dtype;
+
+// ---- memory helpers (dt applies to x/y) -------------------------------------------------------
+void cuda_add(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);      // y += x
+void cuda_convert(void *dst, cuda_dtype ddt, const void *src, cuda_dtype sdt, size_t n,
+                  cudaStream_t s);                                                     // any -> any
+// Deterministic sum of squares of an fp32 array, written to *out_dev (one fp64 value).
+void cuda_sumsq_f32(double *out_dev, const float *x, size_t n, cudaStream_t s);
+
+// ---- ops (shapes and maths as in fwd_cpu.h / bwd_cpu.h) ---------------------------------------
+// tok: device int32 (N). Embedding backward is deterministic: `order` is a device array of the
+// N token positions sorted by token id (stable), `starts` (n_unique + 1) the run boundaries and
+// `ids` (n_unique) the token id of each run — built on the host by the backend.
+void cuda_embedding_fwd(cuda_dtype dt, void *out, const int32_t *tok, const void *wte, int N,
+                        int d, cudaStream_t s);
+void cuda_embedding_bwd(cuda_dtype dt, float *dwte, const void *dout, const int32_t *order,
+                        const int32_t *starts, const int32_t *ids, int n_unique, int d,
+                        cudaStream_t s);
+void cuda_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const void *w, int N,
+                      int d, double eps, cudaStream_t s);
+void cuda_rmsnorm_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
+                      const void *w, const float *rstd, int N, int d, cudaStream_t s);
+void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C,
+                     int K, cudaStream_t s);
+void cuda_conv1d_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
+                     const void *w, int B, int T, int C, int K, cudaStream_t s);
+void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);
+void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_t n,
+                   cudaStream_t s);
+void cuda_l2norm_fwd(cuda_dtype dt, void *y, float *rnorm, const void *x, size_t rows, int D,
+                     double eps, double scale, cudaStream_t s);
+void cuda_l2norm_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, const float *rnorm,
+                     size_t rows, int D, double scale, cudaStream_t s);
+// a, b: activations (dt); A_log, dt_bias: parameters (dt); g, beta: fp32.
+void cuda_gdn_gates_fwd(cuda_dtype dt, float *g, float *beta, const void *a, const void *b,
+                        const void *A_log, const void *dt_bias, int N, int H, gdn_mode mode,
+                        cudaStream_t s);
+void cuda_gdn_gates_bwd(cuda_dtype dt, void *da, void *db, float *dA_log, float *ddt_bias,
+                        const float *dg, const float *dbeta, const void *a, const void *b,
+                        const void *A_log, const void *dt_bias, int N, int H, gdn_mode mode,
+                        cudaStream_t s);
+void cuda_gated_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const void *z,
+                            const void *w, size_t rows, int D, double eps, cudaStream_t s);
+void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, const void *dy,
+                            const void *x, const void *z, const void *w, const float *rstd,
+                            size_t rows, int D, cudaStream_t s);
+void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t n,
+                     cudaStream_t s);
+void cuda_swiglu_bwd(cuda_dtype dt, void *dgate, void *dup, const void *dh, const void *gate,
+                     const void *up, size_t n, cudaStream_t s);
+// Fused softmax cross-entropy: row losses (fp32, 0 for ignored) into losses, and when
+// scale != 0 the logits are overwritten by (softmax - onehot) * scale. tgt: device int32.
+void cuda_crossentropy(cuda_dtype dt, void *logits, float *losses, const int32_t *tgt, int N,
+                       int V, double scale, cudaStream_t s);
+// Same Philox mask as the CPU (rng_uniform_at(seed, i) >= p keeps element i).
+void cuda_dropout_fwd(cuda_dtype dt, void *y, const void *x, size_t n, double p, uint64_t seed,
+                      cudaStream_t s);
+void cuda_dropout_bwd(cuda_dtype dt, void *dx, const void *dy, size_t n, double p, uint64_t seed,
+                      cudaStream_t s);
+void cuda_rope_fwd(cuda_dtype dt, void *y, const void *x, int B, int T, int H, int D, double base,
+                   cudaStream_t s);
+void cuda_rope_bwd(cuda_dtype dt, void *dx, const void *dy, int B, int T, int H, int D,
+                   double base, cudaStream_t s);
+// AdamW on fp32 master weights (or on p itself when master == NULL, fp32 mode); writes p in dt.
+void cuda_adamw(cuda_dtype dt, void *p, float *master, const float *g, float *m, float *v,
+                size_t n, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                float gscale, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
