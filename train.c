@@ -12,6 +12,12 @@
 // train.eval_every steps, an atomic HDF5 checkpoint every train.ckpt_every steps and at the end.
 // SIGINT/SIGTERM: the step in flight finishes, a checkpoint is written, exit 0. A NaN/inf loss
 // or gradient stops the run (exit 3) naming the step and the last good checkpoint.
+//
+// Data parallel (DESIGN 8, src/dist): under mpirun / torchrun / srun every rank runs this loop
+// on batch_size sequences of its own (the sampler gives rank r windows [rB, (r+1)B) of each
+// global batch), gradients are summed across ranks in buckets of dist.bucket_mb and every rank
+// applies the same update; with dist.zero1 the AdamW update is sharded (reduce-scatter, update
+// of this rank's shard, all-gather). Rank 0 alone logs and writes checkpoints.
 #include <math.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -20,6 +26,7 @@
 #include "core/config.h"
 #include "core/rng.h"
 #include "data/dataset.h"
+#include "dist/dist.h"
 #include "fwd/fwd_cpu.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -95,9 +102,66 @@ static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x
     return s / c->eval_batches;
 }
 
-static void save_or_die(const char *path, const model *m, const train_state *st) {
+static void save_or_die(const char *path, const model *m, const train_state *st, dist *d) {
     char err[1024];
-    if (!checkpoint_save(path, m, st, err, sizeof err)) gdn_die("step %ld: %s", st->step, err);
+    bool ok = true;
+    if (d->rank == 0) ok = checkpoint_save(path, m, st, err, sizeof err);
+    if (dist_scalar_max_f64(d, ok ? 0.0 : 1.0) != 0.0) {
+        if (d->rank == 0) gdn_die("step %ld: %s", st->step, err);
+        gdn_die("step %ld: rank 0 could not write the checkpoint", st->step);
+    }
+}
+
+// Sum the gradients of all ranks (CPU float64 grads: one arena, bucket by bucket).
+static void allreduce_grads(dist *d, model *m, double bucket_mb) {
+    if (d->world == 1) return;
+    size_t n = m->n_elems, bucket = (size_t)(bucket_mb * 1048576.0 / sizeof(double));
+    if (bucket < 1) bucket = 1;
+    double *g = m->grad_mem;
+    for (size_t off = 0; off < n; off += bucket) dist_allreduce_sum_f64(d, g + off, GDN_MIN(bucket, n - off));
+}
+
+// ZeRO-1 step on the CPU: reduce-scatter the gradients, AdamW on this rank's shard of the flat
+// parameter arena (tensor by tensor, where a tensor crosses the shard only its part), all-gather
+// the parameters. Returns the clipped-gradient scale like optim_step. The flat buffer `z` holds
+// dist_shard_capacity(n) elements.
+static double zero1_step(dist *d, model *m, double *z, long step, double lr, double *gnorm_out) {
+    const gdn_config *c = &m->cfg;
+    size_t n = m->n_elems, lo, hi;
+    memcpy(z, m->grad_mem, n * sizeof(double));
+    memset(z + n, 0, (dist_shard_capacity(d, n) - n) * sizeof(double));
+    dist_reduce_scatter_sum_f64(d, z, n);
+    dist_shard_range(d, n, &lo, &hi);
+    double ss = 0;
+    for (size_t i = lo; i < hi; i++) ss += z[i] * z[i];
+    double gnorm = sqrt(dist_scalar_sum_f64(d, ss));
+    *gnorm_out = gnorm;
+    if (!isfinite(gnorm)) return 1.0;
+    double scale = (c->grad_clip > 0 && gnorm > c->grad_clip) ? c->grad_clip / gnorm : 1.0;
+    double t = (double)(step + 1), bc1 = 1 - pow(c->beta1, t), bc2 = 1 - pow(c->beta2, t);
+    double *p = m->param_mem, *mm = m->opt_m, *vv = m->opt_v;
+    for (int i = 0; i < m->n_params; i++) {
+        const param_info *pi = &m->params[i];
+        size_t a = GDN_MAX(lo, pi->offset), b = GDN_MIN(hi, pi->offset + pi->numel);
+        if (a >= b) continue;
+        m->be->adamw(p + a, NULL, z + a, mm + a, vv + a, b - a, lr, c->beta1, c->beta2, c->adam_eps,
+                     pi->decay ? c->weight_decay : 0.0, bc1, bc2, scale);
+    }
+    memcpy(z, p, n * sizeof(double));
+    dist_allgather_f64(d, z, n);
+    memcpy(p, z, n * sizeof(double));
+    return scale;
+}
+
+// Gather a ZeRO-1-sharded AdamW state (m, v) onto every rank, e.g. before a checkpoint.
+static void zero1_gather_moments(dist *d, model *m, double *z) {
+    size_t n = m->n_elems;
+    double *arr[2] = {m->opt_m, m->opt_v};
+    for (int k = 0; k < 2; k++) {
+        memcpy(z, arr[k], n * sizeof(double));
+        dist_allgather_f64(d, z, n);
+        memcpy(arr[k], z, n * sizeof(double));
+    }
 }
 
 int main(int argc, char **argv) {
@@ -160,6 +224,15 @@ int main(int argc, char **argv) {
         return fails ? 1 : 0;
     }
 
+    // data parallel: rank and world from the launcher (mpirun, torchrun, srun) or 1
+    dist_env env;
+    if (!dist_env_read(&env, err, sizeof err)) gdn_die("%s", err);
+    dist *dd = dist_init(env.mpi_launcher ? "mpi" : "none", cfg.timeout_s, cfg.nccl_id_path, err,
+                         sizeof err);
+    if (!dd) gdn_die("%s", err);
+    bool r0 = dd->rank == 0;
+    if (!r0 && !freopen("/dev/null", "w", stdout)) gdn_die("cannot silence rank %d's stdout", dd->rank);
+
     // backend
     if (!strcmp(cfg.device, "cuda"))
         gdn_die("train.device = cuda: the whole-model CUDA backend is not built yet (issue 7); "
@@ -175,37 +248,39 @@ int main(int argc, char **argv) {
         gdn_die("model.vocab_size = %d but '%s' has vocab_size %d", cfg.vocab_size, cfg.data_path,
                 tf.vocab_size);
 
-    mkdir_p(cfg.out_dir);
     char path[1200];
     snprintf(path, sizeof path, "%s/config.ini", cfg.out_dir);
-    FILE *cf = fopen(path, "w");
-    if (!cf) gdn_die("cannot write '%s': %s", path, strerror(errno));
-    config_write(&cfg, cf);
-    if (fclose(cf) != 0) gdn_die("cannot write '%s': %s", path, strerror(errno));
+    if (r0) {
+        mkdir_p(cfg.out_dir);
+        FILE *cf = fopen(path, "w");
+        if (!cf) gdn_die("cannot write '%s': %s", path, strerror(errno));
+        config_write(&cfg, cf);
+        if (fclose(cf) != 0) gdn_die("cannot write '%s': %s", path, strerror(errno));
+    }
     printf("effective config (also in %s):\n", path);
     config_write(&cfg, stdout);
 
     model *m = model_create(&cfg, be, cfg.batch_size, cfg.seq_len);
     model_print_summary(m, stdout);
     train_state st = {.step = 0, .tokens_seen = 0, .sampler_pos = 0, .seed = cfg.seed,
-                      .best_val = INFINITY, .world_size = 1};
+                      .best_val = INFINITY, .world_size = dd->world};
     char ckpt[1200];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.h5", cfg.out_dir);
     if (resume) {
         if (!checkpoint_load(resume, m, &st, err, sizeof err)) gdn_die("%s", err);
-        if (st.world_size != 1)
-            printf("note: checkpoint written by %d ranks, resuming on 1: weights and optimizer "
-                   "state continue, the data order differs\n", st.world_size);
+        if (st.world_size != dd->world)
+            printf("note: checkpoint written by %d ranks, resuming on %d: weights and optimizer "
+                   "state continue exactly, the data order differs\n", st.world_size, dd->world);
         printf("resumed from %s at step %ld (%llu tokens seen)\n", resume, st.step,
                (unsigned long long)st.tokens_seen);
-        st.world_size = 1;
+        st.world_size = dd->world;
     } else {
         model_init_params(m, cfg.seed);
     }
 
     batch_sampler ts;
-    if (!sampler_init(&ts, &tf, DATA_SPLIT_TRAIN, cfg.batch_size, cfg.seq_len, cfg.seed, 0, 1,
-                      st.sampler_pos, true, err, sizeof err))
+    if (!sampler_init(&ts, &tf, DATA_SPLIT_TRAIN, cfg.batch_size, cfg.seq_len, cfg.seed, dd->rank,
+                      dd->world, st.sampler_pos, true, err, sizeof err))
         gdn_die("training data: %s", err);
     batch_sampler vcheck;  // fail early when the validation split is too short
     if (!sampler_init(&vcheck, &tf, DATA_SPLIT_VAL, cfg.batch_size, cfg.seq_len, cfg.seed, 0, 1,
@@ -214,8 +289,9 @@ int main(int argc, char **argv) {
     sampler_free(&vcheck);
 
     snprintf(path, sizeof path, "%s/%s", cfg.out_dir, cfg.metrics_file);
-    FILE *mf = fopen(path, resume ? "a" : "w");
+    FILE *mf = fopen(r0 ? path : "/dev/null", resume ? "a" : "w");
     if (!mf) gdn_die("cannot open metrics file '%s': %s", path, strerror(errno));
+    double *zbuf = cfg.zero1 ? gdn_malloc(dist_shard_capacity(dd, m->n_elems) * sizeof(double)) : NULL;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -225,10 +301,12 @@ int main(int argc, char **argv) {
     CHECK_SYS(sigaction(SIGTERM, &sa, NULL));
 
     double peak = cpu_peak_flops();
-    long tokens_per_step = (long)cfg.batch_size * cfg.seq_len * cfg.grad_accum;
-    printf("training: %d steps of %ld tokens, device %s (float64), MFU against this CPU's "
-           "measured float64 matmul rate %.1f GFLOP/s\n", cfg.steps, tokens_per_step, be->name,
-           peak / 1e9);
+    long tokens_per_step = (long)cfg.batch_size * cfg.seq_len * cfg.grad_accum * dd->world;
+    printf("training: %d steps of %ld tokens (%d rank%s, %s%s), device %s (float64), MFU against "
+           "this CPU's measured float64 matmul rate %.1f GFLOP/s\n", cfg.steps, tokens_per_step,
+           dd->world, dd->world > 1 ? "s" : "", dist_backend_name(dd->backend),
+           cfg.zero1 ? ", ZeRO-1" : "", be->name, peak / 1e9);
+    peak *= dd->world;
     int N = m->N;
     int32_t *x = gdn_malloc(sizeof(int32_t) * N), *y = gdn_malloc(sizeof(int32_t) * N);
     double t_start = gdn_now(), t_win = t_start, last_val = NAN;
@@ -243,12 +321,24 @@ int main(int argc, char **argv) {
         double loss_sum = 0;
         for (int mb = 0; mb < cfg.grad_accum; mb++) {
             sampler_next(&ts, x, y);
-            m->dropout_key = cfg.seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 1024 + (uint64_t)mb;
-            loss_sum += model_forward_backward(m, x, y, 1.0 / ((double)N * cfg.grad_accum), true);
+            m->dropout_key = cfg.seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 1024 + (uint64_t)mb +
+                             ((uint64_t)dd->rank << 40);
+            loss_sum += model_forward_backward(m, x, y, 1.0 / ((double)N * cfg.grad_accum * dd->world), true);
         }
-        double loss = loss_sum / ((double)N * cfg.grad_accum);
+        double loss = dist_scalar_sum_f64(dd, loss_sum) / ((double)N * cfg.grad_accum * dd->world);
         if (step + 1 == nan_step) loss = NAN;
-        double gnorm = optim_grad_norm(m);
+        double lr = optim_lr(&cfg, step), gnorm;
+        bool updated = false;
+        if (cfg.zero1 && dd->world > 1) {
+            if (isfinite(loss)) {
+                zero1_step(dd, m, zbuf, step, lr, &gnorm);  // no update when gnorm is not finite
+                updated = isfinite(gnorm);
+            } else
+                gnorm = NAN;
+        } else {
+            allreduce_grads(dd, m, cfg.bucket_mb);
+            gnorm = optim_grad_norm(m);
+        }
         if (!isfinite(loss) || !isfinite(gnorm)) {
             fprintf(stderr, "error: step %ld: %s is %g; stopping without updating the weights.\n"
                             "  last good checkpoint: %s\n"
@@ -258,8 +348,7 @@ int main(int argc, char **argv) {
             rc = 3;
             break;
         }
-        double lr = optim_lr(&cfg, step);
-        optim_step(m, step, lr, gnorm);
+        if (!updated) optim_step(m, step, lr, gnorm);
         st.step++;
         st.tokens_seen += (uint64_t)tokens_per_step;
         st.sampler_pos = ts.pos;
@@ -268,7 +357,7 @@ int main(int argc, char **argv) {
         bool last = st.step == cfg.steps;
         bool do_eval = last || (cfg.eval_every > 0 && st.step % cfg.eval_every == 0);
         if (do_eval) {
-            last_val = evaluate(m, &tf, &cfg, x, y);
+            last_val = evaluate(m, &tf, &cfg, x, y);  // every rank: the same windows, the same weights
             if (last_val < st.best_val) st.best_val = last_val;
             fprintf(mf, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",
                     st.step, (unsigned long long)st.tokens_seen, last_val, gdn_now() - t_start);
@@ -292,10 +381,12 @@ int main(int argc, char **argv) {
             win_steps = 0;
         }
         bool stop_here = st.step == stop_after;
+        if (dd->world > 1 && dist_scalar_max_f64(dd, (double)g_stop) > 0 && !g_stop) g_stop = SIGTERM;
         bool do_ckpt = last || g_stop || stop_here ||
                        (cfg.ckpt_every > 0 && st.step % cfg.ckpt_every == 0);
         if (do_ckpt) {
-            save_or_die(ckpt, m, &st);
+            if (zbuf) zero1_gather_moments(dd, m, zbuf);
+            save_or_die(ckpt, m, &st, dd);
             last_good = ckpt;
         }
         if (g_stop) {
@@ -315,6 +406,8 @@ int main(int argc, char **argv) {
     sampler_free(&ts);
     tokfile_close(&tf);
     model_free(m);
+    free(zbuf);
+    dist_free(dd);
     free(x);
     free(y);
     return rc;

@@ -1,17 +1,19 @@
 // ckpt.c — gdn-ckpt: look into checkpoints.
 //   gdn-ckpt info CKPT.h5        loop state, config, tensor count and norms
-//   gdn-ckpt diff A.h5 B.h5      exit 0 iff every tensor of /params, /adam_m, /adam_v and the
+//   gdn-ckpt diff [--rtol R] A.h5 B.h5
+//                                exit 0 iff every tensor of /params, /adam_m, /adam_v and the
 //                                loop state (step, tokens_seen, sampler_pos, seed) are bitwise
-//                                equal; prints the first differences otherwise
+//                                equal (or, with --rtol, every tensor within ||a-b|| <= R ||b||);
+//                                prints the first differences and the worst relative error
 #include <hdf5.h>
 #include <math.h>
 #include "core/common.h"
 
 typedef struct {
-    const char *path;
-    hid_t f;
     int ndiff, ntensors;
     hid_t other;
+    double rtol;        // < 0: bitwise
+    double worst;       // worst norm-wise relative difference seen
 } walk_ctx;
 
 static hid_t open_or_die(const char *path) {
@@ -47,9 +49,20 @@ static herr_t diff_one(hid_t grp, const char *name, const H5L_info_t *info, void
     if (!a || !b || na != nb) {
         if (w->ndiff++ < 10) printf("  %s: %s\n", name, !b ? "missing in B" : "sizes differ");
     } else if (memcmp(a, b, na * sizeof(double)) != 0) {
-        size_t k = 0;
-        while (k < na && memcmp(&a[k], &b[k], sizeof(double)) == 0) k++;
-        if (w->ndiff++ < 10) printf("  %s: first difference at element %zu: %.17g vs %.17g\n", name, k, a[k], b[k]);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < na; i++) {
+            num += (a[i] - b[i]) * (a[i] - b[i]);
+            den += b[i] * b[i];
+        }
+        double rel = den > 0 ? sqrt(num / den) : INFINITY;
+        if (!(rel <= w->worst)) w->worst = rel;
+        if (w->rtol < 0 || !(rel <= w->rtol)) {
+            size_t k = 0;
+            while (k < na && memcmp(&a[k], &b[k], sizeof(double)) == 0) k++;
+            if (w->ndiff++ < 10)
+                printf("  %s: relative difference %.3e; first at element %zu: %.17g vs %.17g\n",
+                       name, rel, k, a[k], b[k]);
+        }
     }
     free(a);
     free(b);
@@ -93,9 +106,17 @@ int main(int argc, char **argv) {
         CHECK_HDF5(H5Fclose(f));
         return 0;
     }
+    double rtol = -1;
+    if (argc == 6 && !strcmp(argv[1], "diff") && !strcmp(argv[2], "--rtol")) {
+        rtol = atof(argv[3]);
+        argv[2] = argv[4];
+        argv[3] = argv[5];
+        argc = 4;
+    }
     if (argc == 4 && !strcmp(argv[1], "diff")) {
         hid_t fa = open_or_die(argv[2]), fb = open_or_die(argv[3]);
         int nd = 0, nt = 0;
+        double worst = 0;
         for (int i = 0; i < 4; i++) {
             long long a = attr_i64(fa, STATE[i]), b = attr_i64(fb, STATE[i]);
             if (a != b) {
@@ -106,18 +127,21 @@ int main(int argc, char **argv) {
         for (int gi = 0; gi < 3; gi++) {
             hid_t ga = H5Gopen2(fa, GROUPS[gi], H5P_DEFAULT), gb = H5Gopen2(fb, GROUPS[gi], H5P_DEFAULT);
             if (ga < 0 || gb < 0) gdn_die("group /%s missing in %s", GROUPS[gi], ga < 0 ? argv[2] : argv[3]);
-            walk_ctx w = {.other = gb};
+            walk_ctx w = {.other = gb, .rtol = rtol};
             CHECK_HDF5(H5Literate(ga, H5_INDEX_NAME, H5_ITER_INC, NULL, diff_one, &w));
             nd += w.ndiff;
             nt += w.ntensors;
+            worst = fmax(worst, w.worst);
             CHECK_HDF5(H5Gclose(ga));
             CHECK_HDF5(H5Gclose(gb));
         }
         CHECK_HDF5(H5Fclose(fa));
         CHECK_HDF5(H5Fclose(fb));
-        printf("%s: %d tensors compared, %d differ\n", nd ? "DIFFERENT" : "IDENTICAL", nt, nd);
+        printf("%s: %d tensors compared, %d differ%s; worst relative difference %.3e\n",
+               nd ? "DIFFERENT" : rtol < 0 ? "IDENTICAL" : "CLOSE", nt, nd,
+               rtol < 0 ? " bitwise" : " beyond --rtol", worst);
         return nd ? 1 : 0;
     }
-    fprintf(stderr, "usage: gdn-ckpt info CKPT.h5 | gdn-ckpt diff A.h5 B.h5\n");
+    fprintf(stderr, "usage: gdn-ckpt info CKPT.h5 | gdn-ckpt diff [--rtol R] A.h5 B.h5\n");
     return 2;
 }

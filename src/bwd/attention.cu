@@ -12,6 +12,10 @@
 // Pass 2 (bf16): 8 warps own BQ = 128 query rows (16 each) and walk the key blocks of BK = 64
 // in the window, recomputing S and dP, dQ += dS K. The price of determinism is S and dP
 // computed twice: 7 matrix products per tile instead of flash-attention 2's 5 with dq atomics.
+// Measured alternative (bench/attention.md): dQ fused into pass 1 with an ordered fp32
+// accumulation (semaphore per query block, key blocks in a fixed order) was correct and
+// deterministic but slower (10.5 vs 7.5 ms at B8 T4096 H16 D128): with one CTA per SM the
+// read-modify-write, fence and semaphore latency of every tile stall all warps.
 // fp32: the same passes with one warp per row and plain fp32 FMA (slower; for checks).
 #include "../core/cuda_check.h"
 #define ATTN_DEVICE_HELPERS
@@ -73,7 +77,7 @@ __device__ __forceinline__ void attn_load_rowstats(float *lse2s, float *Ds, cons
     }
 }
 
-// ---- pass 1 (bf16): dK, dV of one key block; grid (ceil(T/BKV), H, B) -----------------------
+// ---- pass 1 (bf16): dK, dV of one key block; grid (ceil(T/BKV), H, B), heaviest (first) first
 template <int D>
 __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const __grid_constant__ bwd_kparams p) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -157,7 +161,7 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int c = nt * 8 + 2 * t4 + (e & 1);
-                float pv = exp2f(st[nt][e] * p.scale_log2 - l2[c]);
+                float pv = attn_ex2(fmaf(st[nt][e], p.scale_log2, -l2[c]));
                 if (need_mask) {
                     const int j = k0 + wrow0 + g + ((e >> 1) << 3), i = q0 + c;
                     if (j > i || j <= i - W) pv = 0.f;
@@ -300,7 +304,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1;
-                float pv = exp2f(s[nt][e] * p.scale_log2 - lse2[r]);
+                float pv = attn_ex2(fmaf(s[nt][e], p.scale_log2, -lse2[r]));
                 if (need_mask) {
                     const int i = q0 + wrow0 + g + 8 * r, j = k0 + nt * 8 + 2 * t4 + (e & 1);
                     if (j > i || j <= i - W) pv = 0.f;
@@ -509,7 +513,7 @@ void attention_bwd_launch_f32(const attn_params *p, int W, const float *Dd) {
 }  // namespace
 
 extern "C" size_t attention_workspace_bytes(const attn_params *p) {
-    return (((size_t)p->B * p->H * p->T * sizeof(float)) + 255) & ~(size_t)255;
+    return (((size_t)p->B * p->H * p->T * sizeof(float)) + 255) & ~(size_t)255;  // D (B,H,T)
 }
 
 extern "C" void attention_bwd(const attn_params *p) {
