@@ -6,6 +6,9 @@
 // (+=), activation gradients are overwritten (=), as on the CPU (src/bwd/bwd_cpu.h). Every
 // reduction is deterministic (fixed order, no float atomics). Kernels live in src/fwd/*.cu and
 // src/bwd/*.cu next to their CPU twins; each launcher checks its launch (CUDA_CHECK_LAUNCH).
+// The parameter-gradient reductions (rmsnorm, gated norm, conv1d, gates backward) and
+// cuda_sumsq_f32 share one scratch per device, allocated on first use: call them in stream
+// order on one stream, and once before any CUDA-graph capture.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

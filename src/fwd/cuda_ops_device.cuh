@@ -1,0 +1,191 @@
+// cuda_ops_device.cuh — device helpers shared by the kernels behind src/model/cuda_ops.h
+// (src/fwd/elementwise.cu, src/fwd/crossentropy.cu, src/bwd/elementwise.cu, src/optim/adamw.cu):
+// the dtype switch, fp32 load/store of float / bf16 elements, 16-byte packs, a grid-stride
+// elementwise engine, fixed-order warp reductions and the Philox4x32-10 twin of src/core/rng.c.
+// Everything sits in an anonymous namespace: each .cu keeps its own copy, nothing is exported.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "../core/cuda_check.h"
+#include "../model/cuda_ops.h"
+
+// Runs `...` with T = float or __nv_bfloat16 according to dt (one switch per public launcher).
+#define CUDA_DT_SWITCH(dt, T, ...)                                                            \
+    do {                                                                                      \
+        switch (dt) {                                                                         \
+        case CUDA_F32: {                                                                      \
+            typedef float T;                                                                  \
+            __VA_ARGS__;                                                                      \
+        } break;                                                                              \
+        case CUDA_BF16: {                                                                     \
+            typedef __nv_bfloat16 T;                                                          \
+            __VA_ARGS__;                                                                      \
+        } break;                                                                              \
+        default: gdn_die("%s: unknown cuda_dtype %d", __func__, (int)(dt));                    \
+        }                                                                                     \
+    } while (0)
+
+namespace {
+
+constexpr unsigned FULL_MASK = 0xffffffffu;
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+    return __float2bfloat16(x);  // round to nearest even
+}
+
+// W consecutive elements moved as one access (W * sizeof(T) = 16 bytes: one 128-bit load).
+template <typename T, int W> struct alignas(sizeof(T) * W) pack_t { T v[W]; };
+template <typename T, int W> __device__ __forceinline__ void load_pack(const T *p, float (&f)[W]) {
+    const pack_t<T, W> k = *reinterpret_cast<const pack_t<T, W> *>(p);
+#pragma unroll
+    for (int j = 0; j < W; j++) f[j] = to_f(k.v[j]);
+}
+template <typename T, int W> __device__ __forceinline__ void store_pack(T *p, const float (&f)[W]) {
+    pack_t<T, W> k;
+#pragma unroll
+    for (int j = 0; j < W; j++) k.v[j] = from_f<T>(f[j]);
+    *reinterpret_cast<pack_t<T, W> *>(p) = k;
+}
+template <typename T> constexpr int vec_width() { return 16 / (int)sizeof(T); }
+inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ __forceinline__ float sigmoid_f(float x) {
+    if (x >= 0.f) return 1.f / (1.f + expf(-x));
+    const float e = expf(x);
+    return e / (1.f + e);
+}
+
+// Sum over the 32 lanes by xor butterfly: every lane ends with the same, fixed-order value
+// (a + b == b + a in IEEE arithmetic, so partners compute identical sums at each level).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+// Elementwise engine: op.template apply<W>(i) handles elements [i, i + W). Packs of
+// W = vec_width<T>() cover [0, n - n % W) when every pointer of op is 16-byte aligned (the
+// launcher decides), then single elements cover the tail (or everything when unaligned).
+constexpr int EW_THREADS = 256;
+template <int W, class Op> __global__ void __launch_bounds__(EW_THREADS) ew_kernel(const Op op, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t nv = n / W;
+    for (size_t k = tid; k < nv; k += stride) op.template apply<W>(k * W);
+    for (size_t i = nv * W + tid; i < n; i += stride) op.template apply<1>(i);
+}
+template <typename T, class Op> void ew_launch(const Op &op, size_t n, bool vec_ok, cudaStream_t s) {
+    if (n == 0) return;
+    constexpr int W = vec_width<T>();
+    const size_t units = vec_ok ? n / W + n % W : n;
+    const unsigned blocks = (unsigned)GDN_MAX((size_t)1, GDN_MIN(GDN_CDIV(units, (size_t)EW_THREADS), (size_t)65536));
+    if (vec_ok)
+        ew_kernel<W, Op><<<blocks, EW_THREADS, 0, s>>>(op, n);
+    else
+        ew_kernel<1, Op><<<blocks, EW_THREADS, 0, s>>>(op, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+// Philox4x32-10, word for word the CPU's philox4x32 (src/core/rng.c).
+__device__ __forceinline__ uint4 philox4x32_dev(uint64_t key, uint64_t ctr) {
+    uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+#pragma unroll
+    for (int round = 0; round < 10; round++) {
+        const uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        const uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        const uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    return make_uint4(c0, c1, c2, c3);
+}
+
+// Dropout y = x * keep / (1 - p), keep_i = rng_uniform_at(seed, i) >= p. The CPU draws
+// u = (w >> 11) 2^-53 with w the 64-bit word (o0:o1 for even i, o2:o3 for odd i) of Philox block
+// i >> 1; u >= p  <=>  (w >> 11) >= ceil(p 2^53) = thr (p 2^53 is exact in double), so the
+// device compares integers and draws one block per pair of elements.
+template <typename T> struct dropout_op {
+    T *y;
+    const T *x;
+    size_t n;
+    uint64_t seed, thr;
+    float scale;
+    __device__ __forceinline__ void pair(size_t k) const {  // elements 2k, 2k + 1
+        const uint4 o = philox4x32_dev(seed, k);
+        const uint64_t w0 = ((uint64_t)o.x << 32 | o.y) >> 11, w1 = ((uint64_t)o.z << 32 | o.w) >> 11;
+        const size_t i = 2 * k;
+        y[i] = from_f<T>(w0 >= thr ? to_f(x[i]) * scale : 0.f);
+        if (i + 1 < n) y[i + 1] = from_f<T>(w1 >= thr ? to_f(x[i + 1]) * scale : 0.f);
+    }
+};
+template <typename T> __global__ void __launch_bounds__(EW_THREADS) dropout_kernel(const dropout_op<T> op) {
+    const size_t pairs = (op.n + 1) / 2, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < pairs; k += stride) op.pair(k);
+}
+template <typename T>
+void dropout_launch(T *y, const T *x, size_t n, double p, uint64_t seed, cudaStream_t s) {
+    if (!(p >= 0.0 && p <= 1.0)) gdn_die("cuda dropout: p = %g is outside [0, 1]", p);
+    if (n == 0) return;
+    if (p == 0.0) {
+        if (y != x) CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(T), cudaMemcpyDeviceToDevice, s));
+        return;
+    }
+    const dropout_op<T> op = {y, x, n, seed, (uint64_t)ceil(p * 9007199254740992.0),
+                              p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.f};
+    const size_t pairs = (n + 1) / 2;
+    const unsigned blocks = (unsigned)GDN_MIN(GDN_CDIV(pairs, (size_t)EW_THREADS), (size_t)65536);
+    dropout_kernel<T><<<blocks, EW_THREADS, 0, s>>>(op);
+    CUDA_CHECK_LAUNCH();
+}
+
+// RoPE (rotate-half pairs (i, i + D/2), angle t base^(-2i/D)), one block per token. sign = +1:
+// the forward rotation; sign = -1: its transpose (the backward), with the same cos/sin bits.
+// The angles are taken in double exactly as the CPU does (an fp32 angle t theta is off by up to
+// ~4e-3 rad at t = 1e5), then rounded to fp32 cos/sin once per block in shared memory.
+constexpr int ROPE_THREADS = 128, ROPE_MAX_HALF = 512;
+template <typename T>
+__global__ void __launch_bounds__(ROPE_THREADS) rope_kernel(T *y, const T *x, int T_, int H, int D, double base,
+                                                            float sign) {
+    __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+    const size_t n = blockIdx.x;  // token b*T + t
+    const int t = (int)(n % T_), half = D / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double sd, cd;
+        sincos((double)t * pow(base, -2.0 * i / D), &sd, &cd);
+        cs[i] = (float)cd;
+        sn[i] = sign * (float)sd;
+    }
+    __syncthreads();
+    const T *xr = x + n * H * D;
+    T *yr = y + n * H * D;
+    for (int e = threadIdx.x; e < H * half; e += blockDim.x) {
+        const int h = e / half, i = e % half;
+        const size_t o = (size_t)h * D + i;
+        const float x1 = to_f(xr[o]), x2 = to_f(xr[o + half]), c = cs[i], s = sn[i];
+        yr[o] = from_f<T>(x1 * c - x2 * s);
+        yr[o + half] = from_f<T>(x2 * c + x1 * s);
+    }
+}
+template <typename T>
+void rope_launch(T *y, const T *x, int B, int T_, int H, int D, double base, float sign, cudaStream_t s) {
+    if (D % 2) gdn_die("cuda rope: head dim %d is odd (the rotate-half pairing needs D even)", D);
+    if (D / 2 > ROPE_MAX_HALF) gdn_die("cuda rope: head dim %d > %d", D, 2 * ROPE_MAX_HALF);
+    if ((size_t)B * T_ * H * D == 0) return;
+    rope_kernel<T><<<(unsigned)((size_t)B * T_), ROPE_THREADS, 0, s>>>(y, x, T_, H, D, base, sign);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace

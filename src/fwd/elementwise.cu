@@ -1,0 +1,336 @@
+// elementwise.cu — CUDA forwards of the small ops of cuda_ops.h (twins of src/fwd/*.c): embedding,
+// RMSNorm, causal depthwise conv1d, SiLU, per-row L2 norm, GDN gates, gated (per-head) RMSNorm,
+// SwiGLU, RoPE, dropout, and the memory helpers add and convert. Activations in T = float or
+// bf16, statistics (rstd, rnorm, g, beta) fp32, every sum in fp32.
+// Row ops (RMSNorm, L2 norm, gated norm): one warp per row, 8 rows per 256-thread block; lane l
+// sums elements (or 16-byte packs) l, l + 32, ... in order, then a xor butterfly: the order is
+// fixed by (D, alignment), so results are bitwise reproducible. Elementwise ops go through
+// ew_launch (16-byte packs when every pointer is aligned). The RoPE and dropout kernels, shared
+// with their backwards, live in cuda_ops_device.cuh. Maths and shapes: src/fwd/fwd_cpu.h.
+#include "cuda_ops_device.cuh"
+
+namespace {
+
+constexpr int ROW_WARPS = 8, ROW_THREADS = ROW_WARPS * 32;
+
+inline unsigned row_blocks(size_t rows) { return (unsigned)GDN_CDIV(rows, (size_t)ROW_WARPS); }
+
+// ---- embedding: out[n, :] = wte[tok[n], :]; one block per token, 16-byte copies when aligned --
+template <typename T, int W>
+__global__ void __launch_bounds__(128) embedding_fwd_kernel(T *out, const int32_t *tok, const T *wte, int d) {
+    const size_t n = blockIdx.x;
+    const T *src = wte + (size_t)tok[n] * d;
+    T *dst = out + n * d;
+    for (int k = threadIdx.x; k < d / W; k += blockDim.x)
+        *reinterpret_cast<pack_t<T, W> *>(dst + k * W) = *reinterpret_cast<const pack_t<T, W> *>(src + k * W);
+}
+
+// ---- RMSNorm: y = x rstd w, rstd = 1/sqrt(mean x^2 + eps) (saved for the backward) -------------
+template <typename T, int W>
+__global__ void __launch_bounds__(ROW_THREADS)
+    rmsnorm_fwd_kernel(T *y, float *rstd, const T *x, const T *w, size_t N, int d, float eps) {
+    const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *xr = x + row * d;
+    T *yr = y + row * d;
+    float ss = 0.f;
+    for (int k = lane; k < d / W; k += 32) {
+        float a[W];
+        load_pack<T, W>(xr + k * W, a);
+#pragma unroll
+        for (int j = 0; j < W; j++) ss += a[j] * a[j];
+    }
+    ss = warp_sum(ss);
+    const float r = 1.f / sqrtf(ss / (float)d + eps);
+    for (int k = lane; k < d / W; k += 32) {
+        float a[W], wv[W];
+        load_pack<T, W>(xr + k * W, a);
+        load_pack<T, W>(w + k * W, wv);
+#pragma unroll
+        for (int j = 0; j < W; j++) a[j] = a[j] * r * wv[j];
+        store_pack<T, W>(yr + k * W, a);
+    }
+    if (lane == 0) rstd[row] = r;
+}
+
+// ---- per-row L2 norm: y = scale x rnorm, rnorm = 1/sqrt(sum x^2 + eps) (saved) ----------------
+template <typename T, int W>
+__global__ void __launch_bounds__(ROW_THREADS)
+    l2norm_fwd_kernel(T *y, float *rnorm, const T *x, size_t rows, int D, float eps, float scale) {
+    const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const T *xr = x + row * D;
+    T *yr = y + row * D;
+    float ss = 0.f;
+    for (int k = lane; k < D / W; k += 32) {
+        float a[W];
+        load_pack<T, W>(xr + k * W, a);
+#pragma unroll
+        for (int j = 0; j < W; j++) ss += a[j] * a[j];
+    }
+    ss = warp_sum(ss);
+    const float rn = 1.f / sqrtf(ss + eps);
+    for (int k = lane; k < D / W; k += 32) {
+        float a[W];
+        load_pack<T, W>(xr + k * W, a);
+#pragma unroll
+        for (int j = 0; j < W; j++) a[j] = scale * a[j] * rn;
+        store_pack<T, W>(yr + k * W, a);
+    }
+    if (lane == 0) rnorm[row] = rn;
+}
+
+// ---- gated RMSNorm per head row: y = x rstd w silu(z) (z NULL: no gate) ------------------------
+template <typename T, int W>
+__global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_fwd_kernel(T *y, float *rstd, const T *x, const T *z,
+                                                                       const T *w, size_t rows, int D, float eps) {
+    const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const T *xr = x + row * D;
+    T *yr = y + row * D;
+    float ss = 0.f;
+    for (int k = lane; k < D / W; k += 32) {
+        float a[W];
+        load_pack<T, W>(xr + k * W, a);
+#pragma unroll
+        for (int j = 0; j < W; j++) ss += a[j] * a[j];
+    }
+    ss = warp_sum(ss);
+    const float rs = 1.f / sqrtf(ss / (float)D + eps);
+    for (int k = lane; k < D / W; k += 32) {
+        float a[W], wv[W], zv[W];
+        load_pack<T, W>(xr + k * W, a);
+        load_pack<T, W>(w + k * W, wv);
+        if (z) {
+            load_pack<T, W>(z + row * D + k * W, zv);
+#pragma unroll
+            for (int j = 0; j < W; j++) a[j] = a[j] * rs * wv[j] * (zv[j] * sigmoid_f(zv[j]));
+        } else {
+#pragma unroll
+            for (int j = 0; j < W; j++) a[j] = a[j] * rs * wv[j];
+        }
+        store_pack<T, W>(yr + k * W, a);
+    }
+    if (lane == 0) rstd[row] = rs;
+}
+
+// ---- causal depthwise conv1d: y[b,t,c] = sum_{j<K} w[c,j] x[b, t-K+1+j, c] (thread per output) --
+template <typename T>
+__global__ void __launch_bounds__(EW_THREADS) conv1d_fwd_kernel(T *y, const T *x, const T *w, size_t total, int T_,
+                                                                int C, int K) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+        const int c = (int)(idx % C);
+        const size_t r = idx / C;  // token b*T + t
+        const int t = (int)(r % T_);
+        float s = 0.f;
+        for (int j = 0; j < K; j++) {
+            const int ts = t - (K - 1) + j;
+            if (ts >= 0) s += to_f(w[(size_t)c * K + j]) * to_f(x[(r - (K - 1) + j) * C + c]);
+        }
+        y[idx] = from_f<T>(s);
+    }
+}
+
+// ---- GDN gates: g = -exp(A_log) softplus(a + dt_bias) (0 with the gate off), beta = c sigmoid(b)
+// softplus(u) = u for u > 20 (the CPU's threshold), log1p(exp(u)) otherwise.
+template <typename T>
+__global__ void __launch_bounds__(EW_THREADS) gdn_gates_fwd_kernel(float *g, float *beta, const T *a, const T *b,
+                                                                   const T *A_log, const T *dt_bias, size_t total,
+                                                                   int H, gdn_mode mode) {
+    const float c = mode.neg_eigval ? 2.f : 1.f;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const int h = (int)(i % H);
+        if (mode.gate) {
+            const float u = to_f(a[i]) + to_f(dt_bias[h]);
+            const float sp = u > 20.f ? u : log1pf(expf(u));
+            g[i] = -expf(to_f(A_log[h])) * sp;
+        } else {
+            g[i] = 0.f;
+        }
+        if (mode.delta) beta[i] = c * sigmoid_f(to_f(b[i]));
+    }
+}
+
+// ---- elementwise ops ------------------------------------------------------------------------
+template <typename T> struct silu_fwd_op {
+    T *y;
+    const T *x;
+    template <int W> __device__ __forceinline__ void apply(size_t i) const {
+        float a[W];
+        load_pack<T, W>(x + i, a);
+#pragma unroll
+        for (int j = 0; j < W; j++) a[j] = a[j] * sigmoid_f(a[j]);
+        store_pack<T, W>(y + i, a);
+    }
+};
+template <typename T> struct swiglu_fwd_op {
+    T *h;
+    const T *gate, *up;
+    template <int W> __device__ __forceinline__ void apply(size_t i) const {
+        float g[W], u[W];
+        load_pack<T, W>(gate + i, g);
+        load_pack<T, W>(up + i, u);
+#pragma unroll
+        for (int j = 0; j < W; j++) g[j] = g[j] * sigmoid_f(g[j]) * u[j];
+        store_pack<T, W>(h + i, g);
+    }
+};
+template <typename T> struct add_op {
+    T *y;
+    const T *x;
+    template <int W> __device__ __forceinline__ void apply(size_t i) const {
+        float a[W], b[W];
+        load_pack<T, W>(y + i, a);
+        load_pack<T, W>(x + i, b);
+#pragma unroll
+        for (int j = 0; j < W; j++) a[j] += b[j];
+        store_pack<T, W>(y + i, a);
+    }
+};
+template <typename D, typename S> struct convert_op {
+    D *y;
+    const S *x;
+    template <int W> __device__ __forceinline__ void apply(size_t i) const {
+        float a[W];
+        load_pack<S, W>(x + i, a);
+        store_pack<D, W>(y + i, a);
+    }
+};
+
+// ---- launchers (grid, vector width, launch check) ----------------------------------------------
+template <typename T> void embedding_fwd_launch(T *out, const int32_t *tok, const T *wte, int N, int d, cudaStream_t s) {
+    constexpr int W = vec_width<T>();
+    if (d % W == 0 && aligned16(out) && aligned16(wte))
+        embedding_fwd_kernel<T, W><<<N, 128, 0, s>>>(out, tok, wte, d);
+    else
+        embedding_fwd_kernel<T, 1><<<N, 128, 0, s>>>(out, tok, wte, d);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void rmsnorm_fwd_launch(T *y, float *rstd, const T *x, const T *w, int N, int d, float eps, cudaStream_t s) {
+    constexpr int W = vec_width<T>();
+    if (d % W == 0 && aligned16(y) && aligned16(x) && aligned16(w))
+        rmsnorm_fwd_kernel<T, W><<<row_blocks(N), ROW_THREADS, 0, s>>>(y, rstd, x, w, N, d, eps);
+    else
+        rmsnorm_fwd_kernel<T, 1><<<row_blocks(N), ROW_THREADS, 0, s>>>(y, rstd, x, w, N, d, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void l2norm_fwd_launch(T *y, float *rnorm, const T *x, size_t rows, int D, float eps, float scale, cudaStream_t s) {
+    constexpr int W = vec_width<T>();
+    if (D % W == 0 && aligned16(y) && aligned16(x))
+        l2norm_fwd_kernel<T, W><<<row_blocks(rows), ROW_THREADS, 0, s>>>(y, rnorm, x, rows, D, eps, scale);
+    else
+        l2norm_fwd_kernel<T, 1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(y, rnorm, x, rows, D, eps, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void gated_rmsnorm_fwd_launch(T *y, float *rstd, const T *x, const T *z, const T *w, size_t rows, int D, float eps,
+                              cudaStream_t s) {
+    constexpr int W = vec_width<T>();
+    if (D % W == 0 && aligned16(y) && aligned16(x) && aligned16(z) && aligned16(w))
+        gated_rmsnorm_fwd_kernel<T, W><<<row_blocks(rows), ROW_THREADS, 0, s>>>(y, rstd, x, z, w, rows, D, eps);
+    else
+        gated_rmsnorm_fwd_kernel<T, 1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(y, rstd, x, z, w, rows, D, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+inline unsigned grid_for(size_t total) {
+    return (unsigned)GDN_MIN(GDN_CDIV(total, (size_t)EW_THREADS), (size_t)65536);
+}
+
+}  // namespace
+
+// ---- public entry points (cuda_ops.h) -------------------------------------------------------
+extern "C" {
+
+void cuda_add(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s) {
+    CUDA_DT_SWITCH(dt, T, ew_launch<T>(add_op<T>{(T *)y, (const T *)x}, n, aligned16(y) && aligned16(x), s));
+}
+
+void cuda_convert(void *dst, cuda_dtype ddt, const void *src, cuda_dtype sdt, size_t n, cudaStream_t s) {
+    if (n == 0) return;
+    const bool vec = aligned16(dst) && aligned16(src);
+    if (ddt == sdt) {
+        const size_t es = ddt == CUDA_BF16 ? 2 : 4;
+        CUDA_DT_SWITCH(ddt, T, (void)sizeof(T));  // rejects an unknown dtype
+        if (dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * es, cudaMemcpyDeviceToDevice, s));
+    } else if (ddt == CUDA_BF16 && sdt == CUDA_F32) {
+        ew_launch<float>(convert_op<__nv_bfloat16, float>{(__nv_bfloat16 *)dst, (const float *)src}, n, vec, s);
+    } else if (ddt == CUDA_F32 && sdt == CUDA_BF16) {
+        ew_launch<float>(convert_op<float, __nv_bfloat16>{(float *)dst, (const __nv_bfloat16 *)src}, n, vec, s);
+    } else {
+        gdn_die("cuda_convert: unknown dtype pair %d <- %d", (int)ddt, (int)sdt);
+    }
+}
+
+void cuda_embedding_fwd(cuda_dtype dt, void *out, const int32_t *tok, const void *wte, int N, int d,
+                        cudaStream_t s) {
+    if (N <= 0 || d <= 0) return;
+    CUDA_DT_SWITCH(dt, T, embedding_fwd_launch<T>((T *)out, tok, (const T *)wte, N, d, s));
+}
+
+void cuda_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const void *w, int N, int d, double eps,
+                      cudaStream_t s) {
+    if (N <= 0 || d <= 0) return;
+    CUDA_DT_SWITCH(dt, T, rmsnorm_fwd_launch<T>((T *)y, rstd, (const T *)x, (const T *)w, N, d, (float)eps, s));
+}
+
+void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C, int K,
+                     cudaStream_t s) {
+    const size_t total = (size_t)B * T * C;
+    if (total == 0) return;
+    CUDA_DT_SWITCH(dt, E, conv1d_fwd_kernel<E><<<grid_for(total), EW_THREADS, 0, s>>>(
+                                  (E *)y, (const E *)x, (const E *)w, total, T, C, K);
+                   CUDA_CHECK_LAUNCH());
+}
+
+void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s) {
+    CUDA_DT_SWITCH(dt, T, ew_launch<T>(silu_fwd_op<T>{(T *)y, (const T *)x}, n, aligned16(y) && aligned16(x), s));
+}
+
+void cuda_l2norm_fwd(cuda_dtype dt, void *y, float *rnorm, const void *x, size_t rows, int D, double eps,
+                     double scale, cudaStream_t s) {
+    if (rows == 0 || D <= 0) return;
+    CUDA_DT_SWITCH(dt, T, l2norm_fwd_launch<T>((T *)y, rnorm, (const T *)x, rows, D, (float)eps, (float)scale, s));
+}
+
+void cuda_gdn_gates_fwd(cuda_dtype dt, float *g, float *beta, const void *a, const void *b, const void *A_log,
+                        const void *dt_bias, int N, int H, gdn_mode mode, cudaStream_t s) {
+    const size_t total = (size_t)N * H;
+    if (total == 0) return;
+    CUDA_DT_SWITCH(dt, T, gdn_gates_fwd_kernel<T><<<grid_for(total), EW_THREADS, 0, s>>>(
+                              g, beta, (const T *)a, (const T *)b, (const T *)A_log, (const T *)dt_bias, total, H,
+                              mode);
+                   CUDA_CHECK_LAUNCH());
+}
+
+void cuda_gated_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const void *z, const void *w,
+                            size_t rows, int D, double eps, cudaStream_t s) {
+    if (rows == 0 || D <= 0) return;
+    CUDA_DT_SWITCH(dt, T, gated_rmsnorm_fwd_launch<T>((T *)y, rstd, (const T *)x, (const T *)z, (const T *)w, rows,
+                                                      D, (float)eps, s));
+}
+
+void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t n, cudaStream_t s) {
+    CUDA_DT_SWITCH(dt, T, ew_launch<T>(swiglu_fwd_op<T>{(T *)h, (const T *)gate, (const T *)up}, n,
+                                       aligned16(h) && aligned16(gate) && aligned16(up), s));
+}
+
+void cuda_dropout_fwd(cuda_dtype dt, void *y, const void *x, size_t n, double p, uint64_t seed, cudaStream_t s) {
+    CUDA_DT_SWITCH(dt, T, dropout_launch<T>((T *)y, (const T *)x, n, p, seed, s));
+}
+
+void cuda_rope_fwd(cuda_dtype dt, void *y, const void *x, int B, int T, int H, int D, double base, cudaStream_t s) {
+    CUDA_DT_SWITCH(dt, E, rope_launch<E>((E *)y, (const E *)x, B, T, H, D, base, 1.f, s));
+}
+
+}  // extern "C"

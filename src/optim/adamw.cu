@@ -1,0 +1,102 @@
+// adamw.cu — CUDA AdamW step on one tensor and the deterministic sum of squares used by the
+// global gradient norm (cuda_ops.h). AdamW, per element, in fp32 (src/model/backend.h):
+//   g = grad gscale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   w -= lr (m/bc1 / (sqrt(v/bc2) + eps) + wd w)
+// with w the fp32 master weight when master != NULL (then p = round_to_dt(w)), else p itself.
+// Sum of squares: fp64 accumulation, a grid of min(1024, ceil(n/1024)) blocks (a function of n
+// only), per-block partials into a per-device scratch, then one block sums them in order.
+#include "../fwd/cuda_ops_device.cuh"
+
+namespace {
+
+struct adamw_params {
+    float lr, b1, b2, eps, wd, bc1, bc2, gscale;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(EW_THREADS)
+    adamw_kernel(T *p, float *master, const float *g, float *m, float *v, size_t n, const adamw_params a) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float gi = g[i] * a.gscale;
+        const float mi = a.b1 * m[i] + (1.f - a.b1) * gi;
+        const float vi = a.b2 * v[i] + (1.f - a.b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        const float mh = mi / a.bc1, vh = vi / a.bc2;
+        float w = master ? master[i] : to_f(p[i]);
+        w -= a.lr * (mh / (sqrtf(vh) + a.eps) + a.wd * w);
+        if (master) master[i] = w;
+        p[i] = from_f<T>(w);
+    }
+}
+
+constexpr int SUMSQ_THREADS = 256, SUMSQ_MAX_BLOCKS = 1024, SUMSQ_MAX_DEVICES = 64;
+
+// Fixed-order block sum: xor butterfly per warp, then the warp sums in warp order by thread 0.
+__device__ __forceinline__ double block_sum(double v) {
+    __shared__ double wsum[SUMSQ_THREADS / 32];
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) wsum[threadIdx.x / 32] = v;
+    __syncthreads();
+    double s = 0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < SUMSQ_THREADS / 32; w++) s += wsum[w];
+    return s;  // valid in thread 0
+}
+
+__global__ void __launch_bounds__(SUMSQ_THREADS) sumsq_partial_kernel(double *part, const float *x, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    double acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const double xi = x[i];
+        acc += xi * xi;
+    }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+__global__ void __launch_bounds__(SUMSQ_THREADS) sumsq_final_kernel(double *out, const double *part, int nb) {
+    double acc = 0;
+    for (int i = threadIdx.x; i < nb; i += SUMSQ_THREADS) acc += part[i];
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) *out = acc;
+}
+
+// SUMSQ_MAX_BLOCKS doubles per device, allocated on first use and kept (stream-ordered reuse).
+double *sumsq_scratch() {
+    static double *buf[SUMSQ_MAX_DEVICES];
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= SUMSQ_MAX_DEVICES) gdn_die("cuda_sumsq_f32: device %d >= %d", dev, SUMSQ_MAX_DEVICES);
+    if (!buf[dev]) CUDA_CHECK(cudaMalloc((void **)&buf[dev], SUMSQ_MAX_BLOCKS * sizeof(double)));
+    return buf[dev];
+}
+
+}  // namespace
+
+extern "C" {
+
+void cuda_adamw(cuda_dtype dt, void *p, float *master, const float *g, float *m, float *v, size_t n, float lr,
+                float b1, float b2, float eps, float wd, float bc1, float bc2, float gscale, cudaStream_t s) {
+    if (n == 0) return;
+    const adamw_params a = {lr, b1, b2, eps, wd, bc1, bc2, gscale};
+    const unsigned blocks = (unsigned)GDN_MIN(GDN_CDIV(n, (size_t)EW_THREADS), (size_t)65536);
+    CUDA_DT_SWITCH(dt, T, adamw_kernel<T><<<blocks, EW_THREADS, 0, s>>>((T *)p, master, g, m, v, n, a);
+                   CUDA_CHECK_LAUNCH());
+}
+
+void cuda_sumsq_f32(double *out_dev, const float *x, size_t n, cudaStream_t s) {
+    if (n == 0) {
+        CUDA_CHECK(cudaMemsetAsync(out_dev, 0, sizeof(double), s));
+        return;
+    }
+    const int nb = (int)GDN_MIN(GDN_CDIV(n, (size_t)SUMSQ_THREADS * 4), (size_t)SUMSQ_MAX_BLOCKS);
+    double *part = sumsq_scratch();
+    sumsq_partial_kernel<<<nb, SUMSQ_THREADS, 0, s>>>(part, x, n);
+    CUDA_CHECK_LAUNCH();
+    sumsq_final_kernel<<<1, SUMSQ_THREADS, 0, s>>>(out_dev, part, nb);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // extern "C"

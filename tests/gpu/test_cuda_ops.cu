@@ -1,0 +1,648 @@
+// test_cuda_ops.cu — every launcher of src/model/cuda_ops.h against its float64 CPU twin
+// (src/fwd/*.c, src/bwd/*.c, backend_cpu's AdamW), in fp32 and bf16.
+// Inputs are random (normal, never 0) and rounded once to the storage type, so the oracle and
+// the GPU see the same values; saved statistics fed to a backward (rstd, rnorm) are the
+// oracle's, rounded to fp32, on both sides. Every output is NaN-filled before each run.
+// Pass (relative L2 error, ||got - want|| / ||want||):
+//   * fp32 outputs (fp32 activations, and the fp32 statistics, gates, losses and parameter
+//     gradients of both modes) <= 1e-5: the same maths in fp32 arithmetic, whose rounding
+//     (2^-24 ~ 6e-8 per operation) stays far below it;
+//   * bf16 outputs <= 1e-2: the fp32 result is rounded once to bf16 (8 significant bits, unit
+//     roundoff 2^-8 ~ 3.9e-3 relative per element, ~2.3e-3 RMS over many elements), so 1e-2
+//     leaves a factor ~4 over one rounding and fails any extra error of that size;
+//   * cuda_sumsq_f32 (fp64 accumulation of exact squares) <= 1e-10 (n 2^-53 for n = 3e5).
+// Also checked: parameter gradients accumulate (two calls give init + 2 G), dropout masks
+// equal the CPU's element for element, cross-entropy at V = 50304 (16-byte path) and 50257
+// (scalar path) with ignored rows, embedding backward with repeated tokens, unaligned
+// pointers (scalar paths), RoPE at t up to 4095 and in place, AdamW in fp32 and master-weight
+// modes, and every reduction-bearing op run twice gives bitwise equal outputs.
+// Exit 77 (skipped) without a GPU.
+#include "gputest.h"
+#include <cmath>
+#include <functional>
+#include <vector>
+#include <algorithm>
+extern "C" {
+#include "../../src/bwd/bwd_cpu.h"
+#include "../../src/model/backend.h"
+}
+#include "../../src/model/cuda_ops.h"
+
+typedef std::vector<double> vec;
+
+static size_t esz(cuda_dtype dt) { return dt == CUDA_BF16 ? 2 : 4; }
+static const char *dtn(cuda_dtype dt) { return dt == CUDA_BF16 ? "bf16" : "fp32"; }
+static double tol_of(cuda_dtype dt) { return dt == CUDA_BF16 ? 1e-2 : 1e-5; }
+static double round_to(double x, cuda_dtype dt) {
+    return dt == CUDA_BF16 ? (double)__bfloat162float(__float2bfloat16((float)x)) : (double)(float)x;
+}
+// normal(offset, scale) rounded to dt, never exactly 0
+static vec randn(rng_t *r, size_t n, double scale, cuda_dtype dt, double offset = 0.0) {
+    vec x(n);
+    for (auto &e : x) {
+        double v = round_to(offset + scale * rng_normal(r), dt);
+        e = v != 0.0 ? v : round_to(0.5 * scale, dt);
+    }
+    return x;
+}
+
+// ---- device tensors ---------------------------------------------------------------------------
+struct dten {
+    void *d;
+    size_t n;
+    cuda_dtype dt;
+};
+static std::vector<void *> g_allocs;
+static dten dempty(size_t n, cuda_dtype dt, size_t offset_elems = 0) {
+    void *p;
+    CUDA_CHECK(cudaMalloc(&p, (n + 16) * esz(dt)));
+    g_allocs.push_back(p);
+    return {(char *)p + offset_elems * esz(dt), n, dt};
+}
+static void upload(const dten &t, const vec &x) {
+    if (t.dt == CUDA_BF16) {
+        std::vector<__nv_bfloat16> h(t.n);
+        for (size_t i = 0; i < t.n; i++) h[i] = __float2bfloat16((float)x[i]);
+        CUDA_CHECK(cudaMemcpy(t.d, h.data(), t.n * 2, cudaMemcpyHostToDevice));
+    } else {
+        std::vector<float> h(t.n);
+        for (size_t i = 0; i < t.n; i++) h[i] = (float)x[i];
+        CUDA_CHECK(cudaMemcpy(t.d, h.data(), t.n * 4, cudaMemcpyHostToDevice));
+    }
+}
+static dten dput(const vec &x, cuda_dtype dt, size_t offset_elems = 0) {
+    dten t = dempty(x.size(), dt, offset_elems);
+    upload(t, x);
+    return t;
+}
+static vec download(const dten &t) {
+    vec x(t.n);
+    if (t.dt == CUDA_BF16) {
+        std::vector<__nv_bfloat16> h(t.n);
+        CUDA_CHECK(cudaMemcpy(h.data(), t.d, t.n * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < t.n; i++) x[i] = __bfloat162float(h[i]);
+    } else {
+        std::vector<float> h(t.n);
+        CUDA_CHECK(cudaMemcpy(h.data(), t.d, t.n * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < t.n; i++) x[i] = h[i];
+    }
+    return x;
+}
+static std::vector<unsigned char> raw(const dten &t) {
+    std::vector<unsigned char> b(t.n * esz(t.dt));
+    CUDA_CHECK(cudaMemcpy(b.data(), t.d, b.size(), cudaMemcpyDeviceToHost));
+    return b;
+}
+static void poison(const dten &t) { CUDA_CHECK(cudaMemset(t.d, 0xff, t.n * esz(t.dt))); }  // NaN
+static int32_t *dints(const std::vector<int32_t> &x) {
+    void *p;
+    CUDA_CHECK(cudaMalloc(&p, GDN_MAX(x.size(), (size_t)1) * 4));
+    g_allocs.push_back(p);
+    CUDA_CHECK(cudaMemcpy(p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    return (int32_t *)p;
+}
+
+// ---- the table ---------------------------------------------------------------------------------
+static void row(const char *op, const char *dt, const char *what, double err, double tol) {
+    const bool ok = err <= tol && std::isfinite(err);
+    printf("%-38s %-5s %-26s %11.3e %9.1e  %s\n", op, dt, what, err, tol, ok ? "pass" : "FAIL");
+    gc_checks++;
+    if (!ok) gc_failures++;
+}
+static void row_bool(const char *op, const char *dt, const char *what, bool ok) {
+    printf("%-38s %-5s %-26s %11s %9s  %s\n", op, dt, what, ok ? "equal" : "DIFFER", "bitwise", ok ? "pass" : "FAIL");
+    gc_checks++;
+    if (!ok) gc_failures++;
+}
+
+// One output of an op. init empty: overwritten (=), NaN-filled before each run, compared with
+// want. init set: an accumulating (+=) parameter gradient set to init before the run; want is
+// init + G after one call, want2 init + 2G after a second call.
+struct out_check {
+    const char *name;
+    dten t;
+    vec want, init, want2;
+};
+
+// Run fn and check every output; a second call checks accumulation; with `reduction`, a third
+// run from the same state must reproduce the first run's bytes.
+static void run_checks(const char *op, cuda_dtype dt, const std::function<void()> &fn, std::vector<out_check> outs,
+                       bool reduction) {
+    auto prep = [&]() {
+        for (auto &o : outs) {
+            if (o.init.empty())
+                poison(o.t);
+            else
+                upload(o.t, o.init);
+        }
+    };
+    prep();
+    fn();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<std::vector<unsigned char>> first;
+    bool acc = false;
+    for (auto &o : outs) {
+        row(op, dtn(dt), o.name, rel_l2(download(o.t).data(), o.want.data(), o.t.n), tol_of(o.t.dt));
+        first.push_back(raw(o.t));
+        acc |= !o.init.empty();
+    }
+    if (acc) {
+        for (auto &o : outs)
+            if (o.init.empty()) poison(o.t);
+        fn();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        for (auto &o : outs)
+            if (!o.init.empty()) {
+                char what[64];
+                snprintf(what, sizeof what, "%s (+= twice)", o.name);
+                row(op, dtn(dt), what, rel_l2(download(o.t).data(), o.want2.data(), o.t.n), tol_of(o.t.dt));
+            }
+    }
+    if (reduction) {
+        prep();
+        fn();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        bool same = true;
+        for (size_t i = 0; i < outs.size(); i++) same = same && raw(outs[i].t) == first[i];
+        row_bool(op, dtn(dt), "two runs", same);
+    }
+}
+
+static vec to_f32(const vec &x) {  // what an fp32 statistic holds
+    vec y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = (double)(float)x[i];
+    return y;
+}
+static vec plus_twice(vec init, const std::function<void(double *)> &bwd, vec *want2) {
+    bwd(init.data());
+    *want2 = init;
+    bwd(want2->data());
+    return init;
+}
+
+// ---- ops ---------------------------------------------------------------------------------------
+static void test_embedding(cuda_dtype dt, rng_t *r) {
+    const int V = 1000;
+    const int shapes[2][2] = {{300, 520}, {37, 77}};
+    for (auto &sh : shapes) {
+        const int N = sh[0], d = sh[1];
+        std::vector<int32_t> tok(N);
+        for (auto &t : tok) t = (int32_t)rng_below(r, V);
+        vec wte = randn(r, (size_t)V * d, 1.0, dt), want((size_t)N * d);
+        embedding_fwd_cpu(want.data(), tok.data(), wte.data(), N, d);
+        dten dw = dput(wte, dt), out = dempty((size_t)N * d, dt);
+        int32_t *dtok = dints(tok);
+        char op[64];
+        snprintf(op, sizeof op, "embedding_fwd N%d d%d", N, d);
+        run_checks(op, dt, [&]() { cuda_embedding_fwd(dt, out.d, dtok, dw.d, N, d, 0); }, {{"out", out, want, {}, {}}},
+                   false);
+    }
+    // backward with repeated tokens: 37 ids for 500 positions
+    const int Vs = 37, N = 500, d = 130;
+    std::vector<int32_t> tok(N);
+    for (auto &t : tok) t = (int32_t)rng_below(r, Vs);
+    std::vector<int32_t> order(N), starts, ids;
+    for (int i = 0; i < N; i++) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tok[a] < tok[b]; });
+    for (int i = 0; i < N; i++)
+        if (i == 0 || tok[order[i]] != tok[order[i - 1]]) {
+            starts.push_back(i);
+            ids.push_back(tok[order[i]]);
+        }
+    const int n_unique = (int)ids.size();
+    starts.push_back(N);
+    vec dout = randn(r, (size_t)N * d, 1.0, dt), init = randn(r, (size_t)Vs * d, 0.1, CUDA_F32), want2;
+    vec want = plus_twice(init, [&](double *g) { embedding_bwd_cpu(g, dout.data(), tok.data(), N, d); }, &want2);
+    dten ddout = dput(dout, dt), ddw = dempty((size_t)Vs * d, CUDA_F32);
+    int32_t *dorder = dints(order), *dstarts = dints(starts), *dids = dints(ids);
+    run_checks("embedding_bwd N500 V37 d130", dt,
+               [&]() { cuda_embedding_bwd(dt, (float *)ddw.d, ddout.d, dorder, dstarts, dids, n_unique, d, 0); },
+               {{"dwte", ddw, want, init, want2}}, true);
+}
+
+static void test_rmsnorm(cuda_dtype dt, rng_t *r) {
+    const int shapes[2][2] = {{4099, 1000}, {50, 77}};
+    for (auto &sh : shapes) {
+        const int N = sh[0], d = sh[1];
+        const size_t n = (size_t)N * d;
+        vec x = randn(r, n, 1.0, dt), w = randn(r, d, 0.1, dt, 1.0), y(n), rstd(N);
+        rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), w.data(), N, d, 1e-6);
+        dten dx_ = dput(x, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt), drstd = dempty(N, CUDA_F32);
+        char op[64];
+        snprintf(op, sizeof op, "rmsnorm_fwd N%d d%d", N, d);
+        run_checks(op, dt, [&]() { cuda_rmsnorm_fwd(dt, dy_.d, (float *)drstd.d, dx_.d, dw_.d, N, d, 1e-6, 0); },
+                   {{"y", dy_, y, {}, {}}, {"rstd", drstd, rstd, {}, {}}}, true);
+
+        vec g = randn(r, n, 1.0, dt), rs = to_f32(rstd), dxw(n), init = randn(r, d, 0.1, CUDA_F32), want2;
+        vec dw = plus_twice(init, [&](double *acc) {
+            rmsnorm_bwd_cpu(dxw.data(), acc, g.data(), x.data(), w.data(), rs.data(), N, d);
+        }, &want2);
+        dten dg = dput(g, dt), drs = dput(rs, CUDA_F32), ddx = dempty(n, dt), ddw = dempty(d, CUDA_F32);
+        snprintf(op, sizeof op, "rmsnorm_bwd N%d d%d", N, d);
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_rmsnorm_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, (const float *)drs.d, N, d, 0);
+                   },
+                   {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
+    }
+}
+
+static void test_conv1d(cuda_dtype dt, rng_t *r) {
+    const int B = 3, T = 67, C = 200, K = 4;
+    const size_t n = (size_t)B * T * C;
+    vec x = randn(r, n, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt), y(n);
+    conv1d_fwd_cpu(y.data(), x.data(), w.data(), B, T, C, K);
+    dten dx_ = dput(x, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt);
+    run_checks("conv1d_fwd B3 T67 C200 K4", dt, [&]() { cuda_conv1d_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, 0); },
+               {{"y", dy_, y, {}, {}}}, false);
+    vec g = randn(r, n, 1.0, dt), dxw(n), init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
+    vec dw = plus_twice(init, [&](double *acc) {
+        conv1d_bwd_cpu(dxw.data(), acc, g.data(), x.data(), w.data(), B, T, C, K);
+    }, &want2);
+    dten dg = dput(g, dt), ddx = dempty(n, dt), ddw = dempty((size_t)C * K, CUDA_F32);
+    run_checks("conv1d_bwd B3 T67 C200 K4", dt,
+               [&]() { cuda_conv1d_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, 0); },
+               {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
+}
+
+// SiLU, SwiGLU and add, on 16-byte aligned pointers (pack path) and one element off (scalar path)
+static void test_pointwise(cuda_dtype dt, rng_t *r) {
+    const size_t n = 100003;
+    for (size_t off = 0; off < 2; off++) {
+        const char *al = off ? "unaligned" : "aligned";
+        char op[64];
+        vec x = randn(r, n, 3.0, dt), u = randn(r, n, 1.0, dt), g = randn(r, n, 1.0, dt);
+        vec y(n), dx(n), h(n), dgt(n), dup(n);
+        silu_fwd_cpu(y.data(), x.data(), n);
+        silu_bwd_cpu(dx.data(), g.data(), x.data(), n);
+        swiglu_fwd_cpu(h.data(), x.data(), u.data(), n);
+        swiglu_bwd_cpu(dgt.data(), dup.data(), g.data(), x.data(), u.data(), n);
+        dten dx_ = dput(x, dt, off), du = dput(u, dt, off), dg = dput(g, dt, off);
+        dten dy_ = dempty(n, dt, off), ddx = dempty(n, dt, off), dh = dempty(n, dt, off);
+        dten ddg = dempty(n, dt, off), ddu = dempty(n, dt, off);
+        snprintf(op, sizeof op, "silu_fwd n%zu %s", n, al);
+        run_checks(op, dt, [&]() { cuda_silu_fwd(dt, dy_.d, dx_.d, n, 0); }, {{"y", dy_, y, {}, {}}}, false);
+        snprintf(op, sizeof op, "silu_bwd n%zu %s", n, al);
+        run_checks(op, dt, [&]() { cuda_silu_bwd(dt, ddx.d, dg.d, dx_.d, n, 0); }, {{"dx", ddx, dx, {}, {}}}, false);
+        snprintf(op, sizeof op, "swiglu_fwd n%zu %s", n, al);
+        run_checks(op, dt, [&]() { cuda_swiglu_fwd(dt, dh.d, dx_.d, du.d, n, 0); }, {{"h", dh, h, {}, {}}}, false);
+        snprintf(op, sizeof op, "swiglu_bwd n%zu %s", n, al);
+        run_checks(op, dt, [&]() { cuda_swiglu_bwd(dt, ddg.d, ddu.d, dg.d, dx_.d, du.d, n, 0); },
+                   {{"dgate", ddg, dgt, {}, {}}, {"dup", ddu, dup, {}, {}}}, false);
+        // add: y += x (y starts as u, rewritten inside fn so that the poison is overwritten)
+        vec sum(n);
+        for (size_t i = 0; i < n; i++) sum[i] = round_to(u[i] + x[i], dt);  // one rounding, as the GPU
+        dten da = dempty(n, dt, off);
+        snprintf(op, sizeof op, "add n%zu %s", n, al);
+        run_checks(op, dt,
+                   [&]() {
+                       upload(da, u);
+                       cuda_add(dt, da.d, dx_.d, n, 0);
+                   },
+                   {{"y", da, sum, {}, {}}}, false);
+    }
+}
+
+static void test_convert(rng_t *r) {
+    const size_t n = 100003;
+    for (size_t off = 0; off < 2; off++) {
+        vec x = randn(r, n, 10.0, CUDA_F32), xb(n);
+        for (size_t i = 0; i < n; i++) xb[i] = round_to(x[i], CUDA_BF16);
+        dten f = dput(x, CUDA_F32, off), b = dempty(n, CUDA_BF16, off), f2 = dempty(n, CUDA_F32, off);
+        dten b2 = dempty(n, CUDA_BF16, off), f3 = dempty(n, CUDA_F32, off);
+        poison(b);
+        poison(f2);
+        poison(b2);
+        poison(f3);
+        cuda_convert(b.d, CUDA_BF16, f.d, CUDA_F32, n, 0);   // f32 -> bf16 (round to nearest even)
+        cuda_convert(f2.d, CUDA_F32, b.d, CUDA_BF16, n, 0);  // bf16 -> f32 (exact)
+        cuda_convert(b2.d, CUDA_BF16, b.d, CUDA_BF16, n, 0); // copies
+        cuda_convert(f3.d, CUDA_F32, f.d, CUDA_F32, n, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const char *op = off ? "convert n100003 unaligned" : "convert n100003 aligned";
+        std::vector<__nv_bfloat16> hb(n);
+        for (size_t i = 0; i < n; i++) hb[i] = __float2bfloat16((float)x[i]);
+        const std::vector<unsigned char> want((unsigned char *)hb.data(), (unsigned char *)hb.data() + 2 * n);
+        row_bool(op, "-", "f32->bf16 vs host RNE", raw(b) == want);
+        row_bool(op, "-", "bf16->f32", download(f2) == xb);
+        row_bool(op, "-", "bf16->bf16", raw(b2) == want);
+        row_bool(op, "-", "f32->f32", download(f3) == x);
+    }
+}
+
+static void test_l2norm(cuda_dtype dt, rng_t *r) {
+    const int shapes[2][2] = {{999, 128}, {33, 100}};
+    for (auto &sh : shapes) {
+        const size_t rows = sh[0];
+        const int D = sh[1];
+        const size_t n = rows * D;
+        const double scale = 1.0 / sqrt((double)D), eps = 1e-6;
+        vec x = randn(r, n, 1.0, dt), y(n), rn(rows);
+        l2norm_fwd_cpu(y.data(), rn.data(), x.data(), rows, D, eps, scale);
+        dten dx_ = dput(x, dt), dy_ = dempty(n, dt), drn = dempty(rows, CUDA_F32);
+        char op[64];
+        snprintf(op, sizeof op, "l2norm_fwd rows%zu D%d", rows, D);
+        run_checks(op, dt, [&]() { cuda_l2norm_fwd(dt, dy_.d, (float *)drn.d, dx_.d, rows, D, eps, scale, 0); },
+                   {{"y", dy_, y, {}, {}}, {"rnorm", drn, rn, {}, {}}}, true);
+        vec g = randn(r, n, 1.0, dt), rnf = to_f32(rn), dx(n);
+        l2norm_bwd_cpu(dx.data(), g.data(), x.data(), rnf.data(), rows, D, scale);
+        dten dg = dput(g, dt), drnf = dput(rnf, CUDA_F32), ddx = dempty(n, dt);
+        snprintf(op, sizeof op, "l2norm_bwd rows%zu D%d", rows, D);
+        run_checks(op, dt,
+                   [&]() { cuda_l2norm_bwd(dt, ddx.d, dg.d, dx_.d, (const float *)drnf.d, rows, D, scale, 0); },
+                   {{"dx", ddx, dx, {}, {}}}, true);
+    }
+}
+
+static void test_gates(cuda_dtype dt, rng_t *r) {
+    const int N = 1000, H = 16;
+    const size_t n = (size_t)N * H;
+    const gdn_mode modes[4] = {{true, true, false}, {true, true, true}, {false, true, false}, {true, false, false}};
+    for (const gdn_mode &m : modes) {
+        char op[80];
+        // a spans both sides of the softplus threshold u = 20
+        vec a = randn(r, n, 10.0, dt), b = randn(r, n, 3.0, dt), dtb = randn(r, H, 1.0, dt), Al(H);
+        for (auto &e : Al) e = round_to(log(1.0 + 15.0 * rng_uniform(r)), dt);
+        for (auto &e : Al) e = e != 0.0 ? e : round_to(0.5, dt);
+        vec g(n), beta(n);
+        gdn_gates_fwd_cpu(g.data(), m.delta ? beta.data() : NULL, a.data(), b.data(), Al.data(), dtb.data(), N, H, m);
+        dten da_ = dput(a, dt), db_ = dput(b, dt), dAl = dput(Al, dt), ddtb = dput(dtb, dt);
+        dten dgg = dempty(n, CUDA_F32), dbeta = dempty(n, CUDA_F32);
+        std::vector<out_check> outs = {{"g", dgg, g, {}, {}}};
+        if (m.delta) outs.push_back({"beta", dbeta, beta, {}, {}});
+        snprintf(op, sizeof op, "gdn_gates_fwd gate%d delta%d neg%d", m.gate, m.delta, m.neg_eigval);
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_gdn_gates_fwd(dt, (float *)dgg.d, m.delta ? (float *)dbeta.d : NULL, da_.d, db_.d, dAl.d,
+                                          ddtb.d, N, H, m, 0);
+                   },
+                   outs, false);
+
+        vec dg = randn(r, n, 1.0, CUDA_F32), dbt = randn(r, n, 1.0, CUDA_F32), da(n), dbw(n);
+        vec iA = randn(r, H, 1.0, CUDA_F32), idt = randn(r, H, 1.0, CUDA_F32), wA2, wdt2;
+        vec wA = iA, wdt = idt;
+        for (int k = 0; k < 2; k++) {
+            gdn_gates_bwd_cpu(m.gate ? da.data() : NULL, m.delta ? dbw.data() : NULL, wA.data(), wdt.data(), dg.data(),
+                              dbt.data(), a.data(), b.data(), Al.data(), dtb.data(), N, H, m);
+            if (k == 0) {
+                wA2 = wA;
+                wdt2 = wdt;
+            }
+        }
+        std::swap(wA, wA2);  // wA: after one call, wA2: after two
+        std::swap(wdt, wdt2);
+        dten ddg = dput(dg, CUDA_F32), ddbt = dput(dbt, CUDA_F32), dda = dempty(n, dt), ddb = dempty(n, dt);
+        dten ddA = dempty(H, CUDA_F32), dddt = dempty(H, CUDA_F32);
+        std::vector<out_check> bo = {{"dA_log", ddA, wA, iA, wA2}, {"ddt_bias", dddt, wdt, idt, wdt2}};
+        if (m.gate) bo.push_back({"da", dda, da, {}, {}});
+        if (m.delta) bo.push_back({"db", ddb, dbw, {}, {}});
+        snprintf(op, sizeof op, "gdn_gates_bwd gate%d delta%d neg%d", m.gate, m.delta, m.neg_eigval);
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_gdn_gates_bwd(dt, m.gate ? dda.d : NULL, m.delta ? ddb.d : NULL, (float *)ddA.d,
+                                          (float *)dddt.d, (const float *)ddg.d, (const float *)ddbt.d, da_.d, db_.d,
+                                          dAl.d, ddtb.d, N, H, m, 0);
+                   },
+                   bo, true);
+    }
+}
+
+static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
+    const int shapes[2][3] = {{777, 256, 1}, {65, 100, 0}};  // rows, D, with z
+    for (auto &sh : shapes) {
+        const size_t rows = sh[0];
+        const int D = sh[1];
+        const bool hz = sh[2];
+        const size_t n = rows * D;
+        const double eps = 1e-6;
+        vec x = randn(r, n, 1.0, dt), z = randn(r, n, 2.0, dt), w = randn(r, D, 0.1, dt, 1.0), y(n), rstd(rows);
+        gated_rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), hz ? z.data() : NULL, w.data(), rows, D, eps);
+        dten dx_ = dput(x, dt), dz_ = dput(z, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt), drs = dempty(rows, CUDA_F32);
+        const void *zp = hz ? dz_.d : NULL;
+        char op[80];
+        snprintf(op, sizeof op, "gated_rmsnorm_fwd rows%zu D%d z%d", rows, D, (int)hz);
+        run_checks(op, dt,
+                   [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, eps, 0); },
+                   {{"y", dy_, y, {}, {}}, {"rstd", drs, rstd, {}, {}}}, true);
+        vec g = randn(r, n, 1.0, dt), rsf = to_f32(rstd), dx(n), dz(n), init = randn(r, D, 0.1, CUDA_F32), want2;
+        vec dw = plus_twice(init, [&](double *acc) {
+            gated_rmsnorm_bwd_cpu(dx.data(), hz ? dz.data() : NULL, acc, g.data(), x.data(), hz ? z.data() : NULL,
+                                  w.data(), rsf.data(), rows, D);
+        }, &want2);
+        dten dg = dput(g, dt), drsf = dput(rsf, CUDA_F32), ddx = dempty(n, dt), ddz = dempty(n, dt);
+        dten ddw = dempty(D, CUDA_F32);
+        std::vector<out_check> bo = {{"dx", ddx, dx, {}, {}}, {"dw", ddw, dw, init, want2}};
+        if (hz) bo.push_back({"dz", ddz, dz, {}, {}});
+        snprintf(op, sizeof op, "gated_rmsnorm_bwd rows%zu D%d z%d", rows, D, (int)hz);
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d, dg.d, dx_.d, zp, dw_.d,
+                                              (const float *)drsf.d, rows, D, 0);
+                   },
+                   bo, true);
+    }
+}
+
+static void test_crossentropy(cuda_dtype dt, rng_t *r) {
+    const int shapes[2][2] = {{64, 50304}, {16, 50257}};
+    for (auto &sh : shapes) {
+        const int N = sh[0], V = sh[1];
+        const size_t n = (size_t)N * V;
+        vec l(n);
+        for (int i = 0; i < N; i++) {  // rows with offsets up to +-60: the max subtraction matters
+            const double off = 20.0 * (i % 7 - 3);
+            vec rr = randn(r, V, 2.0, dt, off);
+            std::copy(rr.begin(), rr.end(), l.begin() + (size_t)i * V);
+        }
+        std::vector<int32_t> tgt(N);
+        int valid = 0;
+        for (int i = 0; i < N; i++) {
+            tgt[i] = i % 5 == 3 ? -1 : (int32_t)rng_below(r, V);  // every 5th row ignored
+            valid += tgt[i] >= 0;
+        }
+        const double scale = 1.0 / valid;
+        vec loss(N), dl(n);
+        crossentropy_fwd_cpu(loss.data(), l.data(), tgt.data(), N, V);
+        crossentropy_bwd_cpu(dl.data(), l.data(), tgt.data(), N, V, scale);
+        dten dlog = dempty(n, dt), dloss = dempty(N, CUDA_F32);
+        int32_t *dtgt = dints(tgt);
+        char op[64];
+        snprintf(op, sizeof op, "crossentropy N%d V%d", N, V);
+        run_checks(op, dt,
+                   [&]() {
+                       upload(dlog, l);  // the op overwrites its input
+                       cuda_crossentropy(dt, dlog.d, (float *)dloss.d, dtgt, N, V, scale, 0);
+                   },
+                   {{"losses", dloss, loss, {}, {}}, {"dlogits", dlog, dl, {}, {}}}, true);
+        // the small entries alone (the -scale at each target dominates the norm above)
+        vec got = download(dlog), want = dl;
+        for (int i = 0; i < N; i++)
+            if (tgt[i] >= 0) got[(size_t)i * V + tgt[i]] = want[(size_t)i * V + tgt[i]] = 0.0;
+        row(op, dtn(dt), "dlogits off-target", rel_l2(got.data(), want.data(), n), tol_of(dt));
+        // scale 0: losses only, logits untouched
+        upload(dlog, l);
+        poison(dloss);
+        cuda_crossentropy(dt, dlog.d, (float *)dloss.d, dtgt, N, V, 0.0, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        row(op, dtn(dt), "losses (scale 0)", rel_l2(download(dloss).data(), loss.data(), N), 1e-5);
+        row_bool(op, dtn(dt), "logits kept (scale 0)", download(dlog) == l);
+    }
+}
+
+static void test_dropout(cuda_dtype dt, rng_t *r) {
+    const size_t n = 100001;
+    const uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (double p : {0.1, 0.5}) {
+        vec x = randn(r, n, 1.0, dt), g = randn(r, n, 1.0, dt), y(n), dx(n);
+        dropout_fwd_cpu(y.data(), x.data(), n, p, seed);
+        dropout_bwd_cpu(dx.data(), g.data(), n, p, seed);
+        dten dx_ = dput(x, dt), dg = dput(g, dt), dy_ = dempty(n, dt), ddx = dempty(n, dt);
+        char op[64];
+        snprintf(op, sizeof op, "dropout_fwd p%.1f n%zu", p, n);
+        run_checks(op, dt, [&]() { cuda_dropout_fwd(dt, dy_.d, dx_.d, n, p, seed, 0); }, {{"y", dy_, y, {}, {}}}, false);
+        vec got = download(dy_);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += (got[i] == 0.0) != (rng_uniform_at(seed, i) < p);
+        row(op, dtn(dt), "mask mismatches vs CPU", (double)bad, 0.0);
+        snprintf(op, sizeof op, "dropout_bwd p%.1f n%zu", p, n);
+        run_checks(op, dt, [&]() { cuda_dropout_bwd(dt, ddx.d, dg.d, n, p, seed, 0); }, {{"dx", ddx, dx, {}, {}}}, false);
+        got = download(ddx);
+        bad = 0;
+        for (size_t i = 0; i < n; i++) bad += (got[i] == 0.0) != (rng_uniform_at(seed, i) < p);
+        row(op, dtn(dt), "mask mismatches vs CPU", (double)bad, 0.0);
+    }
+    // p = 0: identity; p = 1: all dropped
+    vec x = randn(r, n, 1.0, dt), zero(n, 0.0);
+    dten dx_ = dput(x, dt), dy_ = dempty(n, dt);
+    run_checks("dropout_fwd p0", dt, [&]() { cuda_dropout_fwd(dt, dy_.d, dx_.d, n, 0.0, seed, 0); },
+               {{"y", dy_, x, {}, {}}}, false);
+    run_checks("dropout_fwd p1", dt, [&]() { cuda_dropout_fwd(dt, dy_.d, dx_.d, n, 1.0, seed, 0); },
+               {{"y", dy_, zero, {}, {}}}, false);
+}
+
+static void test_rope(cuda_dtype dt, rng_t *r) {
+    const int shapes[2][4] = {{2, 300, 3, 64}, {1, 4096, 2, 128}};  // B, T, H, D
+    const double base = 10000.0;
+    for (auto &sh : shapes) {
+        const int B = sh[0], T = sh[1], H = sh[2], D = sh[3];
+        const size_t n = (size_t)B * T * H * D;
+        vec x = randn(r, n, 1.0, dt), g = randn(r, n, 1.0, dt), y(n), dx(n);
+        rope_fwd_cpu(y.data(), x.data(), B, T, H, D, base);
+        rope_bwd_cpu(dx.data(), g.data(), B, T, H, D, base);
+        dten dx_ = dput(x, dt), dg = dput(g, dt), dy_ = dempty(n, dt), ddx = dempty(n, dt), dip = dempty(n, dt);
+        char op[64];
+        snprintf(op, sizeof op, "rope_fwd B%d T%d H%d D%d", B, T, H, D);
+        run_checks(op, dt, [&]() { cuda_rope_fwd(dt, dy_.d, dx_.d, B, T, H, D, base, 0); }, {{"y", dy_, y, {}, {}}},
+                   false);
+        snprintf(op, sizeof op, "rope_fwd B%d T%d H%d D%d in place", B, T, H, D);
+        run_checks(op, dt,
+                   [&]() {
+                       upload(dip, x);
+                       cuda_rope_fwd(dt, dip.d, dip.d, B, T, H, D, base, 0);
+                   },
+                   {{"y", dip, y, {}, {}}}, false);
+        snprintf(op, sizeof op, "rope_bwd B%d T%d H%d D%d", B, T, H, D);
+        run_checks(op, dt, [&]() { cuda_rope_bwd(dt, ddx.d, dg.d, B, T, H, D, base, 0); }, {{"dx", ddx, dx, {}, {}}},
+                   false);
+    }
+}
+
+// AdamW against backend_cpu.adamw (float64, its parameters are their own master weights):
+// two steps from the same fp32 state; p, m, v and the update p_new - p_old are compared.
+static void test_adamw(rng_t *r) {
+    const size_t n = 10007;
+    const float lr = 0.05f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gscale = 0.7f;
+    struct mode {
+        cuda_dtype dt;
+        bool master;
+    };
+    for (const mode &md : {mode{CUDA_F32, false}, mode{CUDA_BF16, true}, mode{CUDA_F32, true}}) {
+        char op[64];
+        snprintf(op, sizeof op, "adamw %s", md.master ? "master weights" : "in place (fp32)");
+        vec w = randn(r, n, 1.0, CUDA_F32), m = randn(r, n, 0.01, CUDA_F32), v(n);
+        for (auto &e : v) e = (double)(float)(1e-6 + 1e-3 * rng_uniform(r));
+        dten dp = dempty(n, md.dt), dmaster = dempty(n, CUDA_F32), dgr = dempty(n, CUDA_F32);
+        dten dm = dput(m, CUDA_F32), dv = dput(v, CUDA_F32);
+        if (md.master) upload(dmaster, w);
+        vec pin(n);
+        for (size_t i = 0; i < n; i++) pin[i] = round_to(w[i], md.dt);
+        upload(dp, pin);
+        for (int step = 1; step <= 2; step++) {
+            const int t = step + 2;
+            const float bc1 = 1.f - powf(b1, (float)t), bc2 = 1.f - powf(b2, (float)t);
+            vec g = randn(r, n, 0.05, CUDA_F32), w_old = w;
+            upload(dgr, g);
+            backend_cpu.adamw(w.data(), NULL, g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
+            const dten wt = md.master ? dmaster : dp;
+            vec gw_old = download(wt);
+            cuda_adamw(md.dt, dp.d, md.master ? (float *)dmaster.d : NULL, (const float *)dgr.d, (float *)dm.d,
+                       (float *)dv.d, n, lr, b1, b2, eps, wd, bc1, bc2, gscale, 0);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            vec gw = download(wt), du(n), cu(n);
+            for (size_t i = 0; i < n; i++) {
+                du[i] = gw[i] - gw_old[i];
+                cu[i] = w[i] - w_old[i];
+            }
+            char what[64];
+            snprintf(what, sizeof what, "step %d %s", step, md.master ? "master" : "p");
+            row(op, dtn(md.dt), what, rel_l2(gw.data(), w.data(), n), 1e-5);
+            snprintf(what, sizeof what, "step %d update", step);
+            row(op, dtn(md.dt), what, rel_l2(du.data(), cu.data(), n), 1e-5);
+            snprintf(what, sizeof what, "step %d m", step);
+            row(op, dtn(md.dt), what, rel_l2(download(dm).data(), m.data(), n), 1e-5);
+            snprintf(what, sizeof what, "step %d v", step);
+            row(op, dtn(md.dt), what, rel_l2(download(dv).data(), v.data(), n), 1e-5);
+            if (md.master) {
+                vec gp = download(dp), rp(n);
+                for (size_t i = 0; i < n; i++) rp[i] = round_to(gw[i], md.dt);
+                snprintf(what, sizeof what, "step %d p = round(master)", step);
+                row_bool(op, dtn(md.dt), what, gp == rp);
+            }
+        }
+    }
+}
+
+static void test_sumsq(rng_t *r) {
+    const size_t n = 300001;
+    vec x = randn(r, n, 1.0, CUDA_F32);
+    double want = 0;
+    for (double e : x) want += e * e;
+    dten dx_ = dput(x, CUDA_F32);
+    double *dout;
+    CUDA_CHECK(cudaMalloc((void **)&dout, sizeof(double)));
+    g_allocs.push_back(dout);
+    double got[2];
+    for (int k = 0; k < 2; k++) {
+        CUDA_CHECK(cudaMemset(dout, 0xff, sizeof(double)));
+        cuda_sumsq_f32(dout, (const float *)dx_.d, n, 0);
+        CUDA_CHECK(cudaMemcpy(&got[k], dout, sizeof(double), cudaMemcpyDeviceToHost));
+    }
+    row("sumsq_f32 n300001", "fp32", "sum of squares", fabs(got[0] - want) / want, 1e-10);
+    row_bool("sumsq_f32 n300001", "fp32", "two runs", memcmp(&got[0], &got[1], sizeof(double)) == 0);
+}
+
+int main() {
+    gpu_require("test_cuda_ops");
+    rng_t r;
+    rng_init(&r, 20240601, 0);
+    const double t0 = gdn_now();
+    printf("\n%-38s %-5s %-26s %11s %9s  %s\n", "op", "dtype", "output", "rel_err", "tol", "result");
+    for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) {
+        test_embedding(dt, &r);
+        test_rmsnorm(dt, &r);
+        test_conv1d(dt, &r);
+        test_pointwise(dt, &r);
+        test_l2norm(dt, &r);
+        test_gates(dt, &r);
+        test_gated_rmsnorm(dt, &r);
+        test_crossentropy(dt, &r);
+        test_dropout(dt, &r);
+        test_rope(dt, &r);
+    }
+    test_convert(&r);
+    test_adamw(&r);
+    test_sumsq(&r);
+    for (void *p : g_allocs) CUDA_CHECK(cudaFree(p));
+    printf("\nall runs and checks: %.1f s\n", gdn_now() - t0);
+    return gc_finish("test_cuda_ops");
+}
