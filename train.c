@@ -29,6 +29,10 @@
 #include "dist/dist.h"
 #include "fwd/fwd_cpu.h"
 #include "model/checkpoint.h"
+#include "model/compare.h"
+#if GDN_HAVE_CUDA
+#include "model/backend_cuda.h"
+#endif
 #include "model/model.h"
 #include "optim/optim.h"
 
@@ -37,12 +41,16 @@ static void on_signal(int sig) { g_stop = sig; }
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: gdn-train CONFIG.ini [--set section.key=value ...] [--resume CKPT.h5] [--gradcheck]\n"
+            "usage: gdn-train CONFIG.ini [--set section.key=value ...] [--resume CKPT.h5]\n"
+            "                 [--gradcheck [--device cpu|cuda]] [--stop-after N] [--gpus N]\n"
             "       gdn-train --resume CKPT.h5 [--set ...]   (uses the config saved in the checkpoint)\n"
             "  --set        override one config key (repeatable), e.g. --set train.steps=200\n"
             "  --resume     continue from a checkpoint, bit for bit (same config, same world size)\n"
-            "  --gradcheck  finite-difference check of the configured model on the CPU (float64)\n"
-            "  --stop-after N  stop after step N with a checkpoint, as if interrupted\n");
+            "  --gradcheck  finite-difference check of the configured model on the CPU (float64);\n"
+            "               with --device cuda: the GPU backend (fp32 and bf16) against the CPU\n"
+            "               float64 gradients, per parameter tensor\n"
+            "  --stop-after N  stop after step N with a checkpoint, as if interrupted\n"
+            "  --gpus N     run N local data-parallel workers, one per GPU (NCCL)\n");
 }
 
 static void mkdir_p(const char *dir) {
@@ -112,13 +120,19 @@ static void save_or_die(const char *path, const model *m, const train_state *st,
     }
 }
 
-// Sum the gradients of all ranks (CPU float64 grads: one arena, bucket by bucket).
+// Sum the gradients of all ranks, bucket by bucket: CPU float64 grads through MPI, GPU fp32
+// grads (device memory, default stream) through NCCL.
 static void allreduce_grads(dist *d, model *m, double bucket_mb) {
     if (d->world == 1) return;
-    size_t n = m->n_elems, bucket = (size_t)(bucket_mb * 1048576.0 / sizeof(double));
-    if (bucket < 1) bucket = 1;
-    double *g = m->grad_mem;
-    for (size_t off = 0; off < n; off += bucket) dist_allreduce_sum_f64(d, g + off, GDN_MIN(bucket, n - off));
+    size_t n = m->n_elems, es = m->be->elem[BE_GRAD];
+    size_t bucket = GDN_MAX((size_t)1, (size_t)(bucket_mb * 1048576.0 / (double)es));
+    for (size_t off = 0; off < n; off += bucket) {
+        size_t len = GDN_MIN(bucket, n - off);
+        if (es == sizeof(double))
+            dist_allreduce_sum_f64(d, (double *)m->grad_mem + off, len);
+        else
+            dist_allreduce_sum_f32(d, (float *)m->grad_mem + off, len, NULL);
+    }
 }
 
 // ZeRO-1 step on the CPU: reduce-scatter the gradients, AdamW on this rank's shard of the flat
@@ -174,6 +188,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     bool gradcheck = false;
+    int gpus = 1;
+    const char *gc_device = "cpu";
     long stop_after = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--set") && i + 1 < argc)
@@ -189,6 +205,20 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "error: --stop-after takes a step number >= 1, got '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            gc_device = argv[++i];
+            if (strcmp(gc_device, "cpu") && strcmp(gc_device, "cuda")) {
+                fprintf(stderr, "error: --device takes cpu or cuda, got '%s'\n", gc_device);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) {
+            char *end;
+            long g = strtol(argv[++i], &end, 10);
+            if (*end || g < 1 || g > 64) {
+                fprintf(stderr, "error: --gpus takes a count in [1, 64], got '%s'\n", argv[i]);
+                return 2;
+            }
+            gpus = (int)g;
         } else if (!strcmp(argv[i], "--gradcheck"))
             gradcheck = true;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -205,6 +235,10 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (gpus > 1) {  // the parent forks one worker per GPU and waits; workers go on below
+        int rc = dist_spawn_local(gpus, argc, argv);
+        if (rc >= 0) return rc;
+    }
 
     gdn_config cfg;
     config_defaults(&cfg);
@@ -220,24 +254,50 @@ int main(int argc, char **argv) {
     }
 
     if (gradcheck) {
-        int fails = model_gradcheck(&cfg, 2, 9, 12, 1e-6, cfg.seed, stdout);
+        if (!strcmp(gc_device, "cpu")) return model_gradcheck(&cfg, 2, 9, 12, 1e-6, cfg.seed, stdout) ? 1 : 0;
+#if GDN_HAVE_CUDA
+        if (cfg.vocab_size == 0) {  // the tokens of the check are random: any vocabulary works
+            token_file probe;
+            cfg.vocab_size = tokfile_open(&probe, cfg.data_path, err, sizeof err) ? probe.vocab_size : 256;
+            if (cfg.vocab_size == probe.vocab_size) tokfile_close(&probe);
+        }
+        int T = GDN_MIN(cfg.seq_len, 256), fails = 0;
+        printf("== GPU fp32 vs CPU float64 (tolerance 1e-4)\n");
+        fails += model_compare_backends(&cfg, backend_cuda_get(false), 2, T, 1e-4, cfg.seed, stdout);
+        printf("== GPU bf16 vs CPU float64 (tolerance 5e-2: bf16 keeps 8 bits)\n");
+        fails += model_compare_backends(&cfg, backend_cuda_get(true), 2, T, 5e-2, cfg.seed, stdout);
         return fails ? 1 : 0;
+#else
+        gdn_die("--device cuda: this build has no CUDA backend (configure where nvcc is found)");
+#endif
     }
 
     // data parallel: rank and world from the launcher (mpirun, torchrun, srun) or 1
     dist_env env;
     if (!dist_env_read(&env, err, sizeof err)) gdn_die("%s", err);
-    dist *dd = dist_init(env.mpi_launcher ? "mpi" : "none", cfg.timeout_s, cfg.nccl_id_path, err,
-                         sizeof err);
+    bool want_gpu = false;
+#if GDN_HAVE_CUDA
+    want_gpu = !strcmp(cfg.device, "cuda") || (!strcmp(cfg.device, "auto") && backend_cuda_devices() > 0);
+#else
+    if (!strcmp(cfg.device, "cuda"))
+        gdn_die("train.device = cuda: this build has no CUDA backend (configure where nvcc is found)");
+#endif
+    const char *want = want_gpu && env.world > 1 ? "nccl" : env.mpi_launcher ? "mpi" : "none";
+    dist *dd = dist_init(want, cfg.timeout_s, cfg.nccl_id_path, err, sizeof err);
     if (!dd) gdn_die("%s", err);
     bool r0 = dd->rank == 0;
     if (!r0 && !freopen("/dev/null", "w", stdout)) gdn_die("cannot silence rank %d's stdout", dd->rank);
 
-    // backend
-    if (!strcmp(cfg.device, "cuda"))
-        gdn_die("train.device = cuda: the whole-model CUDA backend is not built yet (issue 7); "
-                "use train.device = cpu or auto");
+    // backend: auto picks the GPU when this build has CUDA and a device is there
     const backend *be = &backend_cpu;
+#if GDN_HAVE_CUDA
+    if (want_gpu) {
+        if (cfg.zero1 && dd->world > 1)
+            gdn_die("dist.zero1 on GPUs is not built yet (the CPU path has it); set dist.zero1 = false");
+        be = backend_cuda_get(!strcmp(cfg.precision, "bf16"));  // on the device dist_init chose
+    }
+#endif
+    bool on_gpu = be != &backend_cpu;
 
     // data
     token_file tf;
@@ -300,12 +360,24 @@ int main(int argc, char **argv) {
     CHECK_SYS(sigaction(SIGINT, &sa, NULL));
     CHECK_SYS(sigaction(SIGTERM, &sa, NULL));
 
-    double peak = cpu_peak_flops();
+    double peak;
+    char peak_what[256];
+    if (!on_gpu) {
+        peak = cpu_peak_flops();
+        snprintf(peak_what, sizeof peak_what, "this CPU's measured float64 matmul rate %.1f GFLOP/s",
+                 peak / 1e9);
+    } else {
+#if GDN_HAVE_CUDA
+        char name[128];
+        peak = backend_cuda_peak_flops(!strcmp(cfg.precision, "bf16"), name, sizeof name);
+        snprintf(peak_what, sizeof peak_what, "the %s datasheet %s peak %.0f TFLOP/s", name,
+                 cfg.precision, peak / 1e12);
+#endif
+    }
     long tokens_per_step = (long)cfg.batch_size * cfg.seq_len * cfg.grad_accum * dd->world;
-    printf("training: %d steps of %ld tokens (%d rank%s, %s%s), device %s (float64), MFU against "
-           "this CPU's measured float64 matmul rate %.1f GFLOP/s\n", cfg.steps, tokens_per_step,
-           dd->world, dd->world > 1 ? "s" : "", dist_backend_name(dd->backend),
-           cfg.zero1 ? ", ZeRO-1" : "", be->name, peak / 1e9);
+    printf("training: %d steps of %ld tokens (%d rank%s, %s%s), device %s, MFU against %s\n",
+           cfg.steps, tokens_per_step, dd->world, dd->world > 1 ? "s" : "",
+           dist_backend_name(dd->backend), cfg.zero1 ? ", ZeRO-1" : "", be->name, peak_what);
     peak *= dd->world;
     int N = m->N;
     int32_t *x = gdn_malloc(sizeof(int32_t) * N), *y = gdn_malloc(sizeof(int32_t) * N);
@@ -329,7 +401,7 @@ int main(int argc, char **argv) {
         if (step + 1 == nan_step) loss = NAN;
         double lr = optim_lr(&cfg, step), gnorm;
         bool updated = false;
-        if (cfg.zero1 && dd->world > 1) {
+        if (cfg.zero1 && dd->world > 1) {  // CPU only (GPU + ZeRO-1 stops above)
             if (isfinite(loss)) {
                 zero1_step(dd, m, zbuf, step, lr, &gnorm);  // no update when gnorm is not finite
                 updated = isfinite(gnorm);

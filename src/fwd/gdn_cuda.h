@@ -1,15 +1,18 @@
-// gdn_cuda.h — CUDA chunkwise forward of the gated delta rule (DESIGN 3.1), one fused kernel:
-// per (batch, head, block of DVB value columns) one CTA walks the chunks of C = 64 tokens in
-// order, keeping its columns of the state on chip (fp32 registers + a bf16 copy in shared
-// memory); everything chunk-local (gate cumsum in log2 space, A = KK^T masked, the unit
-// lower-triangular solve for T in fp32, P = QK^T ⊙ Gam) is recomputed per CTA. Tensor cores:
-// mma.sync m16n8k16 bf16 -> fp32 (sm_80 and sm_90a). fp32 inputs run the same kernel with every
-// matrix operand split into bf16 hi + lo planes (3 products per mma), accurate to ~1e-5.
+// gdn_cuda.h — CUDA chunkwise forward of the gated delta rule (DESIGN 3.1). The state
+// recurrence runs in one kernel: per (batch, head, block of value columns) one CTA walks the
+// chunks of C = 64 tokens in order, keeping its columns of the state on chip (fp32 registers +
+// a bf16 copy in shared memory). What does not depend on the state (T = (I+A)^{-1} diag(beta)
+// from the unit lower-triangular solve in fp32, and P = QK^T ⊙ Gam) is either computed first by
+// a prep kernel parallel over all chunks into `workspace` (bf16 path, when a workspace is
+// given), or recomputed inside each CTA (no workspace, and the fp32 path). Gate cumsum in log2
+// space inside the kernels. Tensor cores: mma.sync m16n8k16 bf16 -> fp32 (sm_80 and sm_90a).
+// fp32 inputs run the fused kernel with every matrix operand split into bf16 hi + lo planes
+// (3 products per mma), accurate to ~1e-5.
 //
 // Columns of the state are independent (Δ's and O's columns depend only on the same columns of
 // H and V), so the value dimension is split across CTAs: that is where the parallel work comes
-// from when B*H is small (a long single sequence). The price is that each CTA of a head redoes
-// the chunk-local work that does not depend on V.
+// from when B*H is small (a long single sequence); with the prep kernel the chunk-local work is
+// not repeated per column block.
 //
 // Layout as the CPU twins (fwd_cpu.h, gdn_cpu_params): q, k (B,T,H,Dk); v, o (B,T,H,Dv),
 // element (b,t,h,e) at ((b*T + t)*H + h)*D + e; g, beta (B,T,H) fp32, g = log alpha (natural
@@ -41,8 +44,14 @@ typedef struct {
     float *h_states;         // (B,H,NC,Dk,Dv) chunk-start states (NC = ceil(T/64)), NULL = not
                              // wanted; read by the backward only when gdn.save_states is set
                              // (otherwise it recomputes them with a second forward scan)
+    void *workspace;         // gdn_chunk_fwd_workspace_bytes(p) bytes of device memory (16-byte
+                             // aligned) for T and P of every chunk, or NULL: then the fused
+                             // kernel recomputes them in every CTA (slower)
     int dv_block;            // value columns per CTA: 0 = choose (gdn_chunk_fwd_dv_block), else
-                             // 16, 32 or 64 (bf16; 64 only for Dk <= 128) or 16 (fp32)
+                             // 16, 32, 64 (64 only for Dk <= 128), or 128 (two warp groups of 64
+                             // sharing Q, K, T, P; bf16 with workspace, Dk <= 128); fp32: 16
+    int p_from_prep;         // with a workspace, P from the prep kernel: 0 or 1 = yes (default),
+                             // 2 = no (computed per CTA); for benchmarks and tests
     cudaStream_t stream;
 } gdn_fwd_params;
 
@@ -50,6 +59,8 @@ typedef struct {
 void gdn_chunk_fwd(const gdn_fwd_params *p);
 // The value-column block the launcher uses for p (p->dv_block when set).
 int gdn_chunk_fwd_dv_block(const gdn_fwd_params *p);
+// Bytes of workspace that make the prep-kernel path available (0 for fp32: not used there).
+size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *p);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,44 @@
+# fla_gdn_fwd.py — times flash-linear-attention's chunk_gated_delta_rule forward (fla as is,
+# its source carried in ./fla, never committed) at the shapes of BENCHMARKS.md, inputs drawn as
+# there: bf16, q/k L2-normalised, g = logsigmoid(randn + 3) fp32, beta = sigmoid(rand), chunk 64,
+# output_final_state=True. Median of triton.testing.do_bench. Forward only, under no_grad (fla's
+# Hopper guard concerns the backward and is not touched). Prints "FLA <shape> <ms>" lines.
+import sys
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+SHAPES = [(8, 4096, 16, 128, 128), (4, 4096, 16, 128, 256), (1, 32768, 16, 128, 128)]
+
+
+def main():
+    only = int(sys.argv[1]) if len(sys.argv) > 1 else -1
+    torch.manual_seed(0)
+    dev = "cuda"
+    print(f"fla_gdn_fwd: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"triton {triton.__version__}", flush=True)
+    for i, (B, T, H, K, V) in enumerate(SHAPES):
+        if only >= 0 and i != only:
+            continue
+        q = F.normalize(torch.randn(B, T, H, K, device=dev, dtype=torch.float32), p=2, dim=-1).bfloat16()
+        k = F.normalize(torch.randn(B, T, H, K, device=dev, dtype=torch.float32), p=2, dim=-1).bfloat16()
+        v = torch.randn(B, T, H, V, device=dev, dtype=torch.bfloat16)
+        g = F.logsigmoid(torch.randn(B, T, H, device=dev, dtype=torch.float32) + 3)
+        beta = torch.rand(B, T, H, device=dev, dtype=torch.float32).sigmoid()
+
+        def fwd():
+            return chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
+
+        with torch.no_grad():
+            fwd()
+            torch.cuda.synchronize()
+            ms = triton.testing.do_bench(fwd, warmup=50, rep=300, return_mode="median")
+            ms2 = triton.testing.do_bench(fwd, warmup=10, rep=300, return_mode="median")
+        print(f"FLA B{B}_T{T}_H{H}_dk{K}_dv{V} ms {ms:.4f} {ms2:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+// gdn_fwd_bench.cu — times the CUDA GDN chunk forward (src/fwd/gdn_chunk.cu, gdn_chunk_fwd) at
+// the shapes of BENCHMARKS.md, bf16, inputs drawn as there (q, k L2-normalised rows,
+// g = logsigmoid(N(0,1) + 3), beta = sigmoid(U(0,1))). Before timing, every variant timed is
+// checked on two heads against the float64 token recurrence (gdn_token_fwd_cpu), outputs
+// NaN-poisoned first. Timing: CUDA events around each launch, 3 warm-up launches, two rounds
+// of 30 launches alternating between two input sets (each set is > 10x the L2), median per
+// round. Variants: the automatic choice (prep kernel + workspace), the other value-column
+// blocks, P from the prep kernel or not, and the fused kernel alone (no workspace). Prints one
+// "RESULT" line per (shape, variant); run_gdn_fwd.sh joins them with fla's times. Built by bench/run_gdn_fwd.sh (nvcc against the built libraries).
+#include <algorithm>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <vector>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
+#include "fwd/fwd_cpu.h"
+#include "fwd/gdn_cuda.h"
+
+static const double PEAK_TFLOPS = 727.0;  // bf16 cuBLAS 8192^3 on this H200 (BENCHMARKS.md)
+static const double PEAK_TBS = 4.2;       // device-to-device copy
+
+// ---- device-side input generation (hash -> uniform / normal) ------------------------------
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+__device__ __forceinline__ float unif(uint64_t seed, uint64_t i) {  // (0, 1)
+    return ((float)(mix64(seed * 0x100000001b3ull + i) >> 40) + 0.5f) * (1.0f / 16777216.0f);
+}
+__device__ __forceinline__ float normal(uint64_t seed, uint64_t i) {
+    const float u1 = unif(seed, 2 * i), u2 = unif(seed, 2 * i + 1);
+    return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+}
+// rows of D values: N(0,1), L2-normalised when norm, stored bf16 (one warp per row)
+__global__ void gen_rows(__nv_bfloat16 *x, size_t rows, int D, uint64_t seed, bool norm) {
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    float v[16];  // D <= 512
+    float ss = 0.f;
+    for (int j = 0; j < D / 32; j++) {
+        v[j] = normal(seed, row * D + j * 32 + lane);
+        ss += v[j] * v[j];
+    }
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float s = norm ? rsqrtf(ss + 1e-12f) : 1.f;
+    for (int j = 0; j < D / 32; j++) x[row * D + j * 32 + lane] = __float2bfloat16_rn(v[j] * s);
+}
+__global__ void gen_gates(float *g, float *beta, size_t n, uint64_t seed) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float x = normal(seed, i) + 3.f;
+    g[i] = fminf(x, 0.f) - log1pf(expf(-fabsf(x)));  // logsigmoid
+    beta[i] = 1.f / (1.f + expf(-unif(seed + 7, i)));
+}
+
+struct inset {
+    __nv_bfloat16 *q, *k, *v;
+    float *g, *beta;
+};
+
+static double bf2d(__nv_bfloat16 h) { return (double)__bfloat162float(h); }
+
+// copy head (b, h) of a (B,T,H,D) bf16 tensor to a (T,D) double array
+static std::vector<double> head_of(const __nv_bfloat16 *d, int B, int T, int H, int D, int b,
+                                   int h) {
+    std::vector<__nv_bfloat16> tmp((size_t)T * D);
+    CUDA_CHECK(cudaMemcpy2D(tmp.data(), (size_t)D * 2, d + ((size_t)b * T * H + h) * D,
+                            (size_t)H * D * 2, (size_t)D * 2, T, cudaMemcpyDeviceToHost));
+    std::vector<double> out(tmp.size());
+    for (size_t i = 0; i < tmp.size(); i++) out[i] = bf2d(tmp[i]);
+    return out;
+}
+static std::vector<double> gate_of(const float *d, int B, int T, int H, int b, int h) {
+    std::vector<float> tmp(T);
+    CUDA_CHECK(cudaMemcpy2D(tmp.data(), 4, d + (size_t)b * T * H + h, (size_t)H * 4, 4, T,
+                            cudaMemcpyDeviceToHost));
+    return std::vector<double>(tmp.begin(), tmp.end());
+}
+
+struct headref {  // the reference for one head
+    int b, h;
+    std::vector<double> q, k, v, g, beta, o, ht;
+    gdn_cpu_params p;
+};
+static void *headref_run(void *arg) {
+    headref *r = (headref *)arg;
+    gdn_token_fwd_cpu(&r->p);
+    return NULL;
+}
+
+static double rel_err(const std::vector<double> &a, const std::vector<double> &b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        const double d = a[i] - b[i];
+        num += d * d;
+        den += b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : (num == 0 ? 0 : INFINITY);
+}
+
+static double median(std::vector<float> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+}
+
+int main(int argc, char **argv) {
+    int only = -1;      // --shape N: only shape N (0..2)
+    bool quick = false; // --quick: automatic dv_block only, one launch, no check (for a profiler)
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--shape") && i + 1 < argc) only = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) quick = true;
+    }
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("gdn_fwd_bench: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20);
+    const int shapes[3][5] = {{8, 4096, 16, 128, 128}, {4, 4096, 16, 128, 256}, {1, 32768, 16, 128, 128}};
+    int fails = 0;
+    for (int si = 0; si < 3; si++) {
+        if (only >= 0 && si != only) continue;
+        const int B = shapes[si][0], T = shapes[si][1], H = shapes[si][2], Dk = shapes[si][3],
+                  Dv = shapes[si][4];
+        const size_t N = (size_t)B * T * H;
+        inset in[2];
+        for (int s = 0; s < 2; s++) {
+            CUDA_CHECK(cudaMalloc(&in[s].q, N * Dk * 2));
+            CUDA_CHECK(cudaMalloc(&in[s].k, N * Dk * 2));
+            CUDA_CHECK(cudaMalloc(&in[s].v, N * Dv * 2));
+            CUDA_CHECK(cudaMalloc(&in[s].g, N * 4));
+            CUDA_CHECK(cudaMalloc(&in[s].beta, N * 4));
+            const uint64_t seed = 1000 + 10 * si + s;
+            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].q, N, Dk, seed, true);
+            CUDA_CHECK_LAUNCH();
+            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].k, N, Dk, seed + 1, true);
+            CUDA_CHECK_LAUNCH();
+            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].v, N, Dv, seed + 2, false);
+            CUDA_CHECK_LAUNCH();
+            gen_gates<<<(unsigned)((N + 255) / 256), 256>>>(in[s].g, in[s].beta, N, seed + 3);
+            CUDA_CHECK_LAUNCH();
+        }
+        __nv_bfloat16 *o;
+        float *ht;
+        void *ws;
+        CUDA_CHECK(cudaMalloc(&o, N * Dv * 2));
+        CUDA_CHECK(cudaMalloc(&ht, (size_t)B * H * Dk * Dv * 4));
+        CUDA_CHECK(cudaDeviceSynchronize());
+
+        gdn_fwd_params p;
+        memset(&p, 0, sizeof p);
+        p.B = B; p.T = T; p.H = H; p.Dk = Dk; p.Dv = Dv;
+        p.mode.gate = true; p.mode.delta = true;
+        p.dtype = GDN_DTYPE_BF16;
+        p.o = o; p.ht = ht;
+        const size_t wsb = gdn_chunk_fwd_workspace_bytes(&p);
+        CUDA_CHECK(cudaMalloc(&ws, wsb));
+        p.workspace = ws;
+        const int dvb_auto = gdn_chunk_fwd_dv_block(&p);
+        if (quick) {
+            p.q = in[0].q; p.k = in[0].k; p.v = in[0].v; p.g = in[0].g; p.beta = in[0].beta;
+            gdn_chunk_fwd(&p);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            printf("quick: shape %d dv_block %d launched\n", si, dvb_auto);
+            continue;
+        }
+
+        // float64 reference for two heads of input set 0 (threads)
+        headref ref[2];
+        pthread_t th[2];
+        for (int r = 0; r < 2; r++) {
+            headref &R = ref[r];
+            R.b = B - 1;
+            R.h = r == 0 ? 0 : H - 1;
+            R.q = head_of(in[0].q, B, T, H, Dk, R.b, R.h);
+            R.k = head_of(in[0].k, B, T, H, Dk, R.b, R.h);
+            R.v = head_of(in[0].v, B, T, H, Dv, R.b, R.h);
+            R.g = gate_of(in[0].g, B, T, H, R.b, R.h);
+            R.beta = gate_of(in[0].beta, B, T, H, R.b, R.h);
+            R.o.assign((size_t)T * Dv, 0);
+            R.ht.assign((size_t)Dk * Dv, 0);
+            memset(&R.p, 0, sizeof R.p);
+            R.p.B = 1; R.p.T = T; R.p.H = 1; R.p.Dk = Dk; R.p.Dv = Dv; R.p.chunk = GDN_CHUNK;
+            R.p.mode.gate = true; R.p.mode.delta = true;
+            R.p.q = R.q.data(); R.p.k = R.k.data(); R.p.v = R.v.data();
+            R.p.g = R.g.data(); R.p.beta = R.beta.data();
+            R.p.o = R.o.data(); R.p.ht = R.ht.data();
+            if (pthread_create(&th[r], NULL, headref_run, &R)) gdn_die("pthread_create failed");
+        }
+        for (int r = 0; r < 2; r++)
+            if (pthread_join(th[r], NULL)) gdn_die("pthread_join failed");
+
+        const double nc = (double)((T + 63) / 64);
+        // useful FLOPs: per chunk-head 2*(C^2 Dk [KK^T + QK^T, causal halves] + C^2 Dv [TY + PΔ,
+        // halves] + 3 C Dk Dv [KH, QH, state update]) + C^3/3 (solve)
+        const double flop = (double)B * H * nc *
+                            (2.0 * (64.0 * 64 * Dk + 64.0 * 64 * Dv + 3.0 * 64 * Dk * Dv) +
+                             64.0 * 64 * 64 / 3);
+        const double bytes = (double)N * (2.0 * Dk * 2 + 2.0 * Dv * 2 + 8) +
+                             (double)B * H * Dk * Dv * 4;
+        const double floor_ms = std::max(flop / (PEAK_TFLOPS * 1e9), bytes / (PEAK_TBS * 1e9));
+
+        // variants: the automatic choice (prep kernel + workspace), every other value-column
+        // block with the prep kernel, P from the prep kernel or not for the automatic block,
+        // and the fused kernel alone (no workspace)
+        struct variant { int dvb; bool ws; int pp; bool is_auto; };
+        std::vector<variant> vars = {{0, true, 0, true}};
+        for (int d : {128, 64, 32, 16})
+            if (d != dvb_auto && Dv % d == 0 && Dk <= 128) vars.push_back({d, true, 0, false});
+        vars.push_back({dvb_auto, true, 2, false});  // P computed in the recurrence kernel
+        vars.push_back({0, false, 0, false});
+        for (const variant &va : vars) {
+            p.dv_block = va.dvb;
+            p.workspace = va.ws ? ws : NULL;
+            p.p_from_prep = va.pp;
+            const int dvb = gdn_chunk_fwd_dv_block(&p);
+            const int pp = va.pp ? va.pp : 1;
+            const char *label = !va.ws ? "fused" : pp == 1 ? "prep+P" : "prep-P";
+            // check: poisoned outputs, input set 0, the two reference heads
+            CUDA_CHECK(cudaMemset(o, 0xff, N * Dv * 2));
+            CUDA_CHECK(cudaMemset(ht, 0xff, (size_t)B * H * Dk * Dv * 4));
+            p.q = in[0].q; p.k = in[0].k; p.v = in[0].v; p.g = in[0].g; p.beta = in[0].beta;
+            gdn_chunk_fwd(&p);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            double eo = 0, eh = 0;
+            for (int r = 0; r < 2; r++) {
+                std::vector<double> og = head_of(o, B, T, H, Dv, ref[r].b, ref[r].h);
+                std::vector<float> hf((size_t)Dk * Dv);
+                CUDA_CHECK(cudaMemcpy(hf.data(), ht + ((size_t)ref[r].b * H + ref[r].h) * Dk * Dv,
+                                      hf.size() * 4, cudaMemcpyDeviceToHost));
+                std::vector<double> hg(hf.begin(), hf.end());
+                eo = std::max(eo, rel_err(og, ref[r].o));
+                eh = std::max(eh, rel_err(hg, ref[r].ht));
+            }
+            const bool ok = eo <= 5e-3 && eh <= 5e-3 && std::isfinite(eo) && std::isfinite(eh);
+            fails += !ok;
+            // timing
+            cudaEvent_t e0, e1;
+            CUDA_CHECK(cudaEventCreate(&e0));
+            CUDA_CHECK(cudaEventCreate(&e1));
+            double rounds[2];
+            for (int rd = 0; rd < 2; rd++) {
+                std::vector<float> ms;
+                for (int it = -3; it < 30; it++) {
+                    const inset &s = in[(it + 4) & 1];
+                    p.q = s.q; p.k = s.k; p.v = s.v; p.g = s.g; p.beta = s.beta;
+                    CUDA_CHECK(cudaEventRecord(e0));
+                    gdn_chunk_fwd(&p);
+                    CUDA_CHECK(cudaEventRecord(e1));
+                    CUDA_CHECK(cudaEventSynchronize(e1));
+                    float t;
+                    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+                    if (it >= 0) ms.push_back(t);
+                }
+                rounds[rd] = median(ms);
+            }
+            CUDA_CHECK(cudaEventDestroy(e0));
+            CUDA_CHECK(cudaEventDestroy(e1));
+            const double best = std::min(rounds[0], rounds[1]);
+            const long ctas = (long)B * H * (Dv / dvb);
+            // RESULT shape path dv_block auto CTAs ms1 ms2 TFLOP/s TB/s floor err_o err_ht check
+            printf("RESULT B%d_T%d_H%d_dk%d_dv%d %s %d %s %ld %.4f %.4f %.1f %.2f %.4f %.2e %.2e "
+                   "%s\n",
+                   B, T, H, Dk, Dv, label, dvb, va.is_auto ? "auto" : "-", ctas, rounds[0],
+                   rounds[1], flop / (best * 1e9), bytes / (best * 1e9), floor_ms, eo, eh,
+                   ok ? "check-pass" : "CHECK-FAIL");
+            fflush(stdout);
+        }
+        for (int s = 0; s < 2; s++) {
+            CUDA_CHECK(cudaFree(in[s].q)); CUDA_CHECK(cudaFree(in[s].k));
+            CUDA_CHECK(cudaFree(in[s].v)); CUDA_CHECK(cudaFree(in[s].g));
+            CUDA_CHECK(cudaFree(in[s].beta));
+        }
+        CUDA_CHECK(cudaFree(o));
+        CUDA_CHECK(cudaFree(ht));
+        CUDA_CHECK(cudaFree(ws));
+    }
+    printf("gdn_fwd_bench: %d check failures\n", fails);
+    return fails ? 1 : 0;
+}

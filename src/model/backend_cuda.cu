@@ -1,0 +1,520 @@
+// backend_cuda.cu — the GPU backend: every op of backend.h on device memory, in two modes
+// (backend_cuda.h): bf16 (training) and fp32 (checks against the float64 CPU backend). Each op
+// calls a launcher of cuda_ops.h, the cuBLASLt linear (linear_cuda.h), the GDN chunk kernels
+// (gdn_cuda.h, gdn_bwd_cuda.h) or the attention kernels (attention_cuda.h).
+//
+// Element types per memory class (backend.h):      ACT   STAT  PARAM  GRAD  OPT
+//                                         bf16:     bf16  fp32  bf16   fp32  fp32  (+ master)
+//                                         fp32:     fp32  fp32  fp32   fp32  fp32
+// One stream: the legacy default stream (0) for every launch and copy, so ops are ordered
+// without events. Host <-> device copies (tokens, losses, sumsq, download/upload) are
+// synchronous cudaMemcpy: they also serve as the step's few sync points.
+//
+// Token arrays arrive as host int32 (model.tok / model.tgt): they are uploaded to device
+// buffers owned by this file. Those buffers (tokens, targets, the embedding-backward sort, the
+// row losses) and the kernels' workspace (attention backward, GDN forward prep) are the
+// backend's only lazy allocations: made at first use, grown only if a larger batch ever comes,
+// and then reused, so a training run allocates nothing inside a step after its first. One
+// workspace serves every kernel: with a single stream, uses never overlap.
+//
+// Determinism: the embedding backward's token order is built on the host (stable sort by id),
+// the cross-entropy loss is the row losses summed on the host in index order, cuBLASLt plans
+// are cached; the kernels promise fixed-order reductions (cuda_ops.h).
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+#include "backend_cuda.h"
+#include "cuda_ops.h"
+#include "linear_cuda.h"
+#include "../fwd/attention_cuda.h"
+#include "../fwd/gdn_cuda.h"
+#if __has_include("../bwd/gdn_bwd_cuda.h")
+#include "../bwd/gdn_bwd_cuda.h"
+#define GDN_BWD_ON_GPU 1
+#else
+#include "../bwd/bwd_cpu.h"
+#define GDN_BWD_ON_GPU 0
+#endif
+#include "../core/cuda_check.h"
+
+namespace {
+
+constexpr cudaStream_t STREAM = 0;  // the legacy default stream
+
+// ---- state shared by both modes ---------------------------------------------------------------
+struct cuda_be_state {
+    // per-batch device buffers (lazy, see the top of the file), capacity tok_cap tokens
+    size_t tok_cap = 0;
+    int32_t *tok = nullptr, *tgt = nullptr;                   // (N)
+    int32_t *order = nullptr, *starts = nullptr, *ids = nullptr;  // (N), (N+1), (N)
+    float *losses = nullptr;                                  // (N)
+    void *ws = nullptr;                                       // kernels' workspace
+    size_t ws_cap = 0;
+    double *sumsq = nullptr;                                  // (1)
+    // host mirrors
+    std::vector<uint64_t> keys;                               // (tok << 32 | position)
+    std::vector<int32_t> h_order, h_starts, h_ids;
+    std::vector<float> h_losses;
+    std::vector<unsigned char> staging;                       // download / upload conversion
+};
+cuda_be_state ST;
+
+void ensure_tokens(int N) {
+    if (N < 0) gdn_die("backend_cuda: negative token count %d", N);
+    if ((size_t)N <= ST.tok_cap && ST.tok) return;
+    CUDA_CHECK(cudaDeviceSynchronize());  // the old buffers may still be read
+    CUDA_CHECK(cudaFree(ST.tok));
+    CUDA_CHECK(cudaFree(ST.tgt));
+    CUDA_CHECK(cudaFree(ST.order));
+    CUDA_CHECK(cudaFree(ST.starts));
+    CUDA_CHECK(cudaFree(ST.ids));
+    CUDA_CHECK(cudaFree(ST.losses));
+    size_t n = (size_t)(N > 0 ? N : 1);
+    CUDA_CHECK(cudaMalloc(&ST.tok, n * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&ST.tgt, n * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&ST.order, n * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&ST.starts, (n + 1) * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&ST.ids, n * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&ST.losses, n * sizeof(float)));
+    ST.tok_cap = n;
+}
+
+// At least `bytes` of device memory (256-byte aligned), valid until the next call.
+void *workspace(size_t bytes) {
+    if (bytes > ST.ws_cap || !ST.ws) {
+        CUDA_CHECK(cudaDeviceSynchronize());  // the old buffer may still be read
+        CUDA_CHECK(cudaFree(ST.ws));
+        CUDA_CHECK(cudaMalloc(&ST.ws, bytes > 0 ? bytes : 256));
+        ST.ws_cap = bytes;
+    }
+    return ST.ws;
+}
+
+// ---- host <-> device with conversion ------------------------------------------------------------
+void to_host(double *dst, const void *src, size_t n, bool bf16) {
+    if (n == 0) return;
+    size_t bytes = n * (bf16 ? 2 : 4);
+    if (ST.staging.size() < bytes) ST.staging.resize(bytes);
+    CUDA_CHECK(cudaMemcpy(ST.staging.data(), src, bytes, cudaMemcpyDeviceToHost));
+    if (bf16) {
+        const __nv_bfloat16 *h = (const __nv_bfloat16 *)ST.staging.data();
+        for (size_t i = 0; i < n; i++) dst[i] = (double)__bfloat162float(h[i]);
+    } else {
+        const float *h = (const float *)ST.staging.data();
+        for (size_t i = 0; i < n; i++) dst[i] = (double)h[i];
+    }
+}
+
+void to_device(void *dst, const double *src, size_t n, bool bf16) {
+    if (n == 0) return;
+    size_t bytes = n * (bf16 ? 2 : 4);
+    if (ST.staging.size() < bytes) ST.staging.resize(bytes);
+    if (bf16) {
+        __nv_bfloat16 *h = (__nv_bfloat16 *)ST.staging.data();
+        for (size_t i = 0; i < n; i++) h[i] = __double2bfloat16(src[i]);  // one rounding
+    } else {
+        float *h = (float *)ST.staging.data();
+        for (size_t i = 0; i < n; i++) h[i] = (float)src[i];
+    }
+    CUDA_CHECK(cudaMemcpy(dst, ST.staging.data(), bytes, cudaMemcpyHostToDevice));
+}
+
+void *be_alloc(size_t bytes) {
+    void *p = nullptr;
+    if (bytes == 0) return nullptr;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    CUDA_CHECK(cudaMemset(p, 0, bytes));
+    return p;
+}
+void be_release(void *p) { CUDA_CHECK(cudaFree(p)); }
+
+double be_sumsq(const void *x, size_t n) {  // gradients: fp32 in both modes
+    if (n == 0) return 0.0;
+    cuda_sumsq_f32(ST.sumsq, (const float *)x, n, STREAM);
+    double s = 0;
+    CUDA_CHECK(cudaMemcpy(&s, ST.sumsq, sizeof s, cudaMemcpyDeviceToHost));
+    return s;
+}
+
+// Stable order of positions by token id, and the runs of equal ids (cuda_embedding_bwd).
+int sort_tokens(const int32_t *tok, int N) {
+    ST.keys.resize((size_t)N);
+    for (int i = 0; i < N; i++) {
+        if (tok[i] < 0) gdn_die("backend_cuda: embedding token %d at position %d is negative", tok[i], i);
+        ST.keys[i] = (uint64_t)(uint32_t)tok[i] << 32 | (uint32_t)i;
+    }
+    std::sort(ST.keys.begin(), ST.keys.end());  // keys are unique: the order is stable
+    ST.h_order.resize((size_t)N);
+    ST.h_starts.clear();
+    ST.h_ids.clear();
+    for (int i = 0; i < N; i++) {
+        int32_t id = (int32_t)(ST.keys[i] >> 32);
+        ST.h_order[i] = (int32_t)(ST.keys[i] & 0xffffffffu);
+        if (i == 0 || id != ST.h_ids.back()) {
+            ST.h_starts.push_back(i);
+            ST.h_ids.push_back(id);
+        }
+    }
+    ST.h_starts.push_back(N);
+    return (int)ST.h_ids.size();
+}
+
+#if !GDN_BWD_ON_GPU
+// FALLBACK until src/bwd/gdn_bwd_cuda.h exists: the gated delta rule backward on the host in
+// float64 (gdn_chunk_bwd_cpu), with inputs and gradients copied across. Correct, slow (a
+// device sync and PCIe round trip per GDN layer); the kernel replaces it with no other change.
+void gdn_bwd_host_fallback(const gdn_op *op, bool bf16) {
+    size_t nk = (size_t)op->B * op->T * op->H * op->Dk, nv = (size_t)op->B * op->T * op->H * op->Dv;
+    size_t ng = (size_t)op->B * op->T * op->H;
+    std::vector<double> q(nk), k(nk), v(nv), dO(nv), g(ng, 0.0), beta(ng, 0.0);
+    std::vector<double> dq(nk), dk(nk), dv(nv), dg(ng), dbeta(ng);
+    to_host(q.data(), op->q, nk, bf16);
+    to_host(k.data(), op->k, nk, bf16);
+    to_host(v.data(), op->v, nv, bf16);
+    to_host(dO.data(), op->dO, nv, bf16);
+    if (op->mode.gate) to_host(g.data(), op->g, ng, false);
+    if (op->mode.delta) to_host(beta.data(), op->beta, ng, false);
+    gdn_cpu_params p;
+    memset(&p, 0, sizeof p);
+    p.B = op->B;
+    p.T = op->T;
+    p.H = op->H;
+    p.Dk = op->Dk;
+    p.Dv = op->Dv;
+    p.chunk = op->chunk;
+    p.mode = op->mode;
+    p.q = q.data();
+    p.k = k.data();
+    p.v = v.data();
+    p.g = g.data();
+    p.beta = beta.data();
+    p.dO = dO.data();
+    p.dq = dq.data();
+    p.dk = dk.data();
+    p.dv = dv.data();
+    p.dg = op->dg ? dg.data() : nullptr;
+    p.dbeta = op->dbeta ? dbeta.data() : nullptr;
+    gdn_chunk_bwd_cpu(&p);
+    to_device(op->dq, dq.data(), nk, bf16);
+    to_device(op->dk, dk.data(), nk, bf16);
+    to_device(op->dv, dv.data(), nv, bf16);
+    if (op->dg) to_device(op->dg, dg.data(), ng, false);
+    if (op->dbeta) to_device(op->dbeta, dbeta.data(), ng, false);
+}
+#endif
+
+// ---- the ops, one instance per mode -----------------------------------------------------------
+template <bool BF>
+struct ops {
+    static constexpr cuda_dtype DT = BF ? CUDA_BF16 : CUDA_F32;  // activations and parameters
+    static bool is_bf16(be_class c) { return BF && (c == BE_ACT || c == BE_PARAM); }
+    static size_t elem(be_class c) { return is_bf16(c) ? 2 : 4; }
+
+    static void download(double *dst, const void *src, size_t n, be_class c) {
+        to_host(dst, src, n, is_bf16(c));
+    }
+    static void upload(void *dst, const double *src, size_t n, be_class c) {
+        to_device(dst, src, n, is_bf16(c));
+    }
+    static void zero(void *p, size_t n, be_class c) {
+        if (n) CUDA_CHECK(cudaMemsetAsync(p, 0, n * elem(c), STREAM));
+    }
+    static void add(void *y, const void *x, size_t n) { cuda_add(DT, y, x, n, STREAM); }
+    static void copy(void *y, const void *x, size_t n) {
+        if (n && y != x)
+            CUDA_CHECK(cudaMemcpyAsync(y, x, n * elem(BE_ACT), cudaMemcpyDeviceToDevice, STREAM));
+    }
+    static void embedding_fwd(void *out, const int32_t *tok, const void *wte, int N, int d) {
+        ensure_tokens(N);
+        CUDA_CHECK(cudaMemcpy(ST.tok, tok, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice));
+        cuda_embedding_fwd(DT, out, ST.tok, wte, N, d, STREAM);
+    }
+    static void embedding_bwd(void *dwte, const void *dout, const int32_t *tok, int N, int d) {
+        ensure_tokens(N);
+        int nu = sort_tokens(tok, N);
+        CUDA_CHECK(cudaMemcpy(ST.order, ST.h_order.data(), (size_t)N * sizeof(int32_t),
+                              cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(ST.starts, ST.h_starts.data(), (size_t)(nu + 1) * sizeof(int32_t),
+                              cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(ST.ids, ST.h_ids.data(), (size_t)nu * sizeof(int32_t),
+                              cudaMemcpyHostToDevice));
+        cuda_embedding_bwd(DT, (float *)dwte, dout, ST.order, ST.starts, ST.ids, nu, d, STREAM);
+    }
+    static void rmsnorm_fwd(void *y, void *rstd, const void *x, const void *w, int N, int d,
+                            double eps) {
+        cuda_rmsnorm_fwd(DT, y, (float *)rstd, x, w, N, d, eps, STREAM);
+    }
+    static void rmsnorm_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
+                            const void *rstd, int N, int d) {
+        cuda_rmsnorm_bwd(DT, dx, (float *)dw, dy, x, w, (const float *)rstd, N, d, STREAM);
+    }
+    static void linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
+        cuda_linear_fwd(DT, y, x, W, N, in, out, STREAM);
+    }
+    static void linear_bwd(void *dx, void *dW, const void *dy, const void *x, const void *W,
+                           int N, int in, int out) {
+        cuda_linear_bwd(DT, dx, (float *)dW, dy, x, W, N, in, out, STREAM);
+    }
+    static void conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
+        cuda_conv1d_fwd(DT, y, x, w, B, T, C, K, STREAM);
+    }
+    static void conv1d_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
+                           int B, int T, int C, int K) {
+        cuda_conv1d_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, STREAM);
+    }
+    static void silu_fwd(void *y, const void *x, size_t n) { cuda_silu_fwd(DT, y, x, n, STREAM); }
+    static void silu_bwd(void *dx, const void *dy, const void *x, size_t n) {
+        cuda_silu_bwd(DT, dx, dy, x, n, STREAM);
+    }
+    static void l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
+                           double scale) {
+        cuda_l2norm_fwd(DT, y, (float *)rnorm, x, rows, D, eps, scale, STREAM);
+    }
+    static void l2norm_bwd(void *dx, const void *dy, const void *x, const void *rnorm,
+                           size_t rows, int D, double scale) {
+        cuda_l2norm_bwd(DT, dx, dy, x, (const float *)rnorm, rows, D, scale, STREAM);
+    }
+    static void gdn_gates_fwd(void *g, void *beta, const void *a, const void *b,
+                              const void *A_log, const void *dt_bias, int N, int H,
+                              gdn_mode mode) {
+        cuda_gdn_gates_fwd(DT, (float *)g, (float *)beta, a, b, A_log, dt_bias, N, H, mode,
+                           STREAM);
+    }
+    static void gdn_gates_bwd(void *da, void *db, void *dA_log, void *ddt_bias, const void *dg,
+                              const void *dbeta, const void *a, const void *b,
+                              const void *A_log, const void *dt_bias, int N, int H,
+                              gdn_mode mode) {
+        cuda_gdn_gates_bwd(DT, da, db, (float *)dA_log, (float *)ddt_bias, (const float *)dg,
+                           (const float *)dbeta, a, b, A_log, dt_bias, N, H, mode, STREAM);
+    }
+    static void gated_rmsnorm_fwd(void *y, void *rstd, const void *x, const void *z,
+                                  const void *w, size_t rows, int D, double eps) {
+        cuda_gated_rmsnorm_fwd(DT, y, (float *)rstd, x, z, w, rows, D, eps, STREAM);
+    }
+    static void gated_rmsnorm_bwd(void *dx, void *dz, void *dw, const void *dy, const void *x,
+                                  const void *z, const void *w, const void *rstd, size_t rows,
+                                  int D) {
+        cuda_gated_rmsnorm_bwd(DT, dx, dz, (float *)dw, dy, x, z, w, (const float *)rstd, rows, D,
+                               STREAM);
+    }
+    static void swiglu_fwd(void *h, const void *gate, const void *up, size_t n) {
+        cuda_swiglu_fwd(DT, h, gate, up, n, STREAM);
+    }
+    static void swiglu_bwd(void *dgate, void *dup, const void *dh, const void *gate,
+                           const void *up, size_t n) {
+        cuda_swiglu_bwd(DT, dgate, dup, dh, gate, up, n, STREAM);
+    }
+    // Summed loss over the non-ignored rows: fp32 row losses, added on the host in row order
+    // in double (deterministic; one sync).
+    static double crossentropy(void *logits, const int32_t *tgt, int N, int V, double scale) {
+        ensure_tokens(N);
+        CUDA_CHECK(cudaMemcpy(ST.tgt, tgt, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice));
+        cuda_crossentropy(DT, logits, ST.losses, ST.tgt, N, V, scale, STREAM);
+        ST.h_losses.resize((size_t)N);
+        CUDA_CHECK(cudaMemcpy(ST.h_losses.data(), ST.losses, (size_t)N * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+        double s = 0;
+        for (int i = 0; i < N; i++) s += (double)ST.h_losses[i];
+        return s;
+    }
+    static void dropout_fwd(void *y, const void *x, size_t n, double p, uint64_t seed) {
+        cuda_dropout_fwd(DT, y, x, n, p, seed, STREAM);
+    }
+    static void dropout_bwd(void *dx, const void *dy, size_t n, double p, uint64_t seed) {
+        cuda_dropout_bwd(DT, dx, dy, n, p, seed, STREAM);
+    }
+    static void rope_fwd(void *y, const void *x, int B, int T, int H, int D, double base) {
+        cuda_rope_fwd(DT, y, x, B, T, H, D, base, STREAM);
+    }
+    static void rope_bwd(void *dx, const void *dy, int B, int T, int H, int D, double base) {
+        cuda_rope_bwd(DT, dx, dy, B, T, H, D, base, STREAM);
+    }
+    static attn_params attn(const void *q, const void *k, const void *v, int B, int T, int H,
+                            int D, int window, double scale) {
+        attn_params p;
+        memset(&p, 0, sizeof p);
+        p.B = B;
+        p.T = T;
+        p.H = H;
+        p.D = D;
+        p.window = window;
+        p.scale = (float)scale;
+        p.dtype = BF ? ATTN_DTYPE_BF16 : ATTN_DTYPE_FP32;
+        p.q = q;
+        p.k = k;
+        p.v = v;
+        p.stream = STREAM;
+        return p;
+    }
+    static void attention_fwd(void *o, void *lse, const void *q, const void *k, const void *v,
+                              int B, int T, int H, int D, int window, double scale) {
+        attn_params p = attn(q, k, v, B, T, H, D, window, scale);
+        p.o = o;
+        p.lse = (float *)lse;
+        ::attention_fwd(&p);
+    }
+    static void attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q,
+                              const void *k, const void *v, const void *o, const void *lse,
+                              int B, int T, int H, int D, int window, double scale) {
+        attn_params p = attn(q, k, v, B, T, H, D, window, scale);
+        p.o = (void *)o;  // read only by the backward
+        p.lse = (float *)lse;
+        p.dO = dout;
+        p.dq = dq;
+        p.dk = dk;
+        p.dv = dv;
+        p.workspace = workspace(attention_workspace_bytes(&p));
+        ::attention_bwd(&p);
+    }
+    // The kernel always uses chunks of GDN_CHUNK = 64 tokens; op->chunk (the CPU algorithm's
+    // chunk) does not change the result, only the float64 rounding on the CPU.
+    static void gdn_fwd(const gdn_op *op) {
+        gdn_fwd_params p;
+        memset(&p, 0, sizeof p);
+        p.B = op->B;
+        p.T = op->T;
+        p.H = op->H;
+        p.Dk = op->Dk;
+        p.Dv = op->Dv;
+        p.mode = op->mode;
+        p.dtype = BF ? GDN_DTYPE_BF16 : GDN_DTYPE_FP32;
+        p.q = op->q;
+        p.k = op->k;
+        p.v = op->v;
+        p.g = (const float *)op->g;
+        p.beta = (const float *)op->beta;
+        p.o = op->o;
+        p.stream = STREAM;
+        size_t wsb = gdn_chunk_fwd_workspace_bytes(&p);  // 0: the kernel recomputes per CTA
+        p.workspace = wsb ? workspace(wsb) : nullptr;
+        gdn_chunk_fwd(&p);
+    }
+    static void gdn_bwd(const gdn_op *op) {
+#if GDN_BWD_ON_GPU
+        // No initial state, no final-state gradient, chunk-start states recomputed (the forward
+        // keeps none): the backward's second forward scan runs inside gdn_chunk_bwd.
+        gdn_bwd_params p;
+        memset(&p, 0, sizeof p);
+        p.B = op->B;
+        p.T = op->T;
+        p.H = op->H;
+        p.Dk = op->Dk;
+        p.Dv = op->Dv;
+        p.mode = op->mode;
+        p.dtype = BF ? GDN_DTYPE_BF16 : GDN_DTYPE_FP32;
+        p.q = op->q;
+        p.k = op->k;
+        p.v = op->v;
+        p.g = (const float *)op->g;
+        p.beta = (const float *)op->beta;
+        p.dO = op->dO;
+        p.dq = op->dq;
+        p.dk = op->dk;
+        p.dv = op->dv;
+        p.dg = (float *)op->dg;
+        p.dbeta = (float *)op->dbeta;
+        p.stream = STREAM;
+        p.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&p);
+        p.workspace = workspace(p.workspace_bytes);
+        gdn_chunk_bwd(&p);
+#else
+        gdn_bwd_host_fallback(op, BF);
+#endif
+    }
+    static void adamw(void *p, void *master, const void *g, void *m, void *v, size_t n,
+                      double lr, double b1, double b2, double eps, double wd, double bc1,
+                      double bc2, double gscale) {
+        if (BF && !master) gdn_die("backend_cuda (bf16): adamw needs the fp32 master weights");
+        cuda_adamw(DT, p, (float *)master, (const float *)g, (float *)m, (float *)v, n, (float)lr,
+                   (float)b1, (float)b2, (float)eps, (float)wd, (float)bc1, (float)bc2,
+                   (float)gscale, STREAM);
+    }
+
+    static backend make() {
+        backend b;
+        memset(&b, 0, sizeof b);
+        b.name = BF ? "cuda-bf16" : "cuda-fp32";
+        for (int c = 0; c < BE_NCLASS; c++) b.elem[c] = elem((be_class)c);
+        b.master = BF;
+        b.alloc = be_alloc;
+        b.release = be_release;
+        b.download = download;
+        b.upload = upload;
+        b.zero = zero;
+        b.add = add;
+        b.copy = copy;
+        b.sumsq = be_sumsq;
+        b.embedding_fwd = embedding_fwd;
+        b.embedding_bwd = embedding_bwd;
+        b.rmsnorm_fwd = rmsnorm_fwd;
+        b.rmsnorm_bwd = rmsnorm_bwd;
+        b.linear_fwd = linear_fwd;
+        b.linear_bwd = linear_bwd;
+        b.conv1d_fwd = conv1d_fwd;
+        b.conv1d_bwd = conv1d_bwd;
+        b.silu_fwd = silu_fwd;
+        b.silu_bwd = silu_bwd;
+        b.l2norm_fwd = l2norm_fwd;
+        b.l2norm_bwd = l2norm_bwd;
+        b.gdn_gates_fwd = gdn_gates_fwd;
+        b.gdn_gates_bwd = gdn_gates_bwd;
+        b.gated_rmsnorm_fwd = gated_rmsnorm_fwd;
+        b.gated_rmsnorm_bwd = gated_rmsnorm_bwd;
+        b.swiglu_fwd = swiglu_fwd;
+        b.swiglu_bwd = swiglu_bwd;
+        b.crossentropy = crossentropy;
+        b.dropout_fwd = dropout_fwd;
+        b.dropout_bwd = dropout_bwd;
+        b.rope_fwd = rope_fwd;
+        b.rope_bwd = rope_bwd;
+        b.attention_fwd = attention_fwd;
+        b.attention_bwd = attention_bwd;
+        b.gdn_fwd = gdn_fwd;
+        b.gdn_bwd = gdn_bwd;
+        b.adamw = adamw;
+        return b;
+    }
+};
+
+}  // namespace
+
+extern "C" int backend_cuda_devices(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the sticky "no device" error: this is only a probe
+        return 0;
+    }
+    return n;
+}
+
+extern "C" double backend_cuda_peak_flops(bool bf16, char *name, size_t namelen) {
+    cudaDeviceProp p;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    snprintf(name, namelen, "%s", p.name);
+    // datasheet dense peaks (SXM): the usual MFU denominator
+    if (strstr(p.name, "H100") || strstr(p.name, "H200")) return bf16 ? 989e12 : 67e12;
+    if (strstr(p.name, "A100")) return bf16 ? 312e12 : 19.5e12;
+    return 0;
+}
+
+extern "C" const backend *backend_cuda_get(bool bf16) {
+    static backend modes[2];
+    static bool ready = false;
+    if (!ready) {
+        int n = 0;
+        cudaError_t rc = cudaGetDeviceCount(&n);
+        if (rc != cudaSuccess || n == 0)
+            gdn_die("backend_cuda: no usable CUDA device (%s)\nHINT: run with train.device=cpu",
+                    rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices");
+        cuda_linear_init();
+        CUDA_CHECK(cudaMalloc(&ST.sumsq, sizeof(double)));
+        modes[0] = ops<false>::make();
+        modes[1] = ops<true>::make();
+        ready = true;
+    }
+    return &modes[bf16 ? 1 : 0];
+}

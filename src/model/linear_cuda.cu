@@ -1,0 +1,166 @@
+// linear_cuda.cu — y = x W^T and its backward through cuBLASLt (linear_cuda.h says what and
+// why). cuBLASLt is column-major; a row-major (r, c) matrix is the column-major (c, r) matrix
+// with ld = c, so with x (N,in), W (out,in), y (N,out), dy (N,out) row-major:
+//
+//   forward   y^T  (out x N)  = W_cm^T (out x in) . x_cm  (in x N)    A = W  op T, B = x  op N
+//   dx        dx^T (in x N)   = W_cm   (in x out) . dy_cm (out x N)   A = W  op N, B = dy op N
+//   dW        dW^T (in x out) = x_cm   (in x N)   . dy_cm^T (N x out) A = x  op N, B = dy op T
+//
+// where M_cm is the column-major view of the row-major buffer M. dW accumulates (beta = 1) into
+// the fp32 gradient while A and B are bf16 (cuBLASLt's "A/B 16BF, C/D 32F, compute 32F" case).
+// Plans (descriptors + algorithm) are cached per shape/type/alignment in a small table searched
+// linearly: a model has a few dozen distinct shapes. Single host thread, as the backend.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <stdint.h>
+#include <string.h>
+#include <vector>
+#include "linear_cuda.h"
+#include "../core/cuda_check.h"
+
+namespace {
+
+constexpr size_t WORKSPACE_BYTES = 32u << 20;  // what cuBLAS recommends on Hopper
+
+struct mm_key {
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    int64_t lda, ldb, ldc;
+    cudaDataType_t tab, tcd;  // type of A and B; of C and D
+    int beta1;                // C is read (beta = 1)
+    int align[3];             // bytes: A, B, C/D (power of two, <= 256)
+};
+
+struct mm_plan {
+    mm_key key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct linear_state {
+    cublasLtHandle_t lt = nullptr;
+    void *workspace = nullptr;
+    std::vector<mm_plan> plans;
+};
+linear_state S;
+
+bool key_eq(const mm_key &x, const mm_key &y) {
+    return x.ta == y.ta && x.tb == y.tb && x.m == y.m && x.n == y.n && x.k == y.k &&
+           x.lda == y.lda && x.ldb == y.ldb && x.ldc == y.ldc && x.tab == y.tab &&
+           x.tcd == y.tcd && x.beta1 == y.beta1 && x.align[0] == y.align[0] &&
+           x.align[1] == y.align[1] && x.align[2] == y.align[2];
+}
+
+// Largest power of two (<= 256) dividing both the address and the column pitch in bytes.
+int alignment(const void *p, int64_t ld, size_t elem) {
+    uint64_t v = (uint64_t)(uintptr_t)p | (uint64_t)ld * elem | 256u;
+    return (int)(v & (~v + 1));
+}
+
+size_t dtype_bytes(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : 4; }
+cudaDataType_t lt_type(cuda_dtype dt) { return dt == CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+const mm_plan &plan_for(const mm_key &key) {
+    for (const mm_plan &p : S.plans)
+        if (key_eq(p.key, key)) return p;
+    mm_plan p;
+    memset(&p, 0, sizeof p);
+    p.key = key;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &key.ta,
+                                                sizeof key.ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &key.tb,
+                                                sizeof key.tb));
+    // stored shapes: A is (m x k) or, transposed, (k x m); B is (k x n) or (n x k)
+    bool at = key.ta == CUBLAS_OP_T, bt = key.tb == CUBLAS_OP_T;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, key.tab, at ? key.k : key.m, at ? key.m : key.k,
+                                            key.lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, key.tab, bt ? key.n : key.k, bt ? key.k : key.n,
+                                            key.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, key.tcd, key.m, key.n, key.ldc));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = WORKSPACE_BYTES;
+    uint32_t al[3] = {(uint32_t)key.align[0], (uint32_t)key.align[1], (uint32_t)key.align[2]};
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &ws, sizeof ws));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(S.lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &res,
+                                                &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (found < 1)
+        gdn_die("cuBLASLt: no algorithm for m %d n %d k %d (op %c%c, A/B %s, C/D %s, align %d/%d/%d)"
+                "\nHINT: check the shapes and that tensors are carved at 16-byte offsets",
+                key.m, key.n, key.k, at ? 'T' : 'N', bt ? 'T' : 'N',
+                key.tab == CUDA_R_16BF ? "bf16" : "fp32", key.tcd == CUDA_R_16BF ? "bf16" : "fp32",
+                key.align[0], key.align[1], key.align[2]);
+    p.algo = res.algo;
+    S.plans.push_back(p);
+    return S.plans.back();
+}
+
+// D (m x n, column-major, ld ldc) = op(A) op(B) + beta D
+void matmul(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
+            int64_t lda, const void *B, int64_t ldb, cudaDataType_t tab, void *D, int64_t ldc,
+            cudaDataType_t tcd, bool accumulate, cudaStream_t s) {
+    if (!S.lt) gdn_die("cuda_linear: not initialised\nHINT: call cuda_linear_init (backend_cuda_get does)");
+    mm_key key;
+    memset(&key, 0, sizeof key);  // padding too: keys are compared field by field, but keep it clean
+    key.ta = ta;
+    key.tb = tb;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.tab = tab;
+    key.tcd = tcd;
+    key.beta1 = accumulate;
+    key.align[0] = alignment(A, lda, dtype_bytes(tab));
+    key.align[1] = alignment(B, ldb, dtype_bytes(tab));
+    key.align[2] = alignment(D, ldc, dtype_bytes(tcd));
+    const mm_plan &p = plan_for(key);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    CUBLAS_CHECK(cublasLtMatmul(S.lt, p.op, &alpha, A, p.a, B, p.b, &beta, D, p.c, D, p.c, &p.algo,
+                                S.workspace, WORKSPACE_BYTES, s));
+}
+
+void check_shape(const char *who, int N, int in, int out) {
+    if (N < 0 || in < 1 || out < 1) gdn_die("%s: bad shape N %d in %d out %d", who, N, in, out);
+}
+
+}  // namespace
+
+extern "C" void cuda_linear_init(void) {
+    if (S.lt) return;
+    CUBLAS_CHECK(cublasLtCreate(&S.lt));
+    CUDA_CHECK(cudaMalloc(&S.workspace, WORKSPACE_BYTES));
+}
+
+extern "C" void cuda_linear_fwd(cuda_dtype dt, void *y, const void *x, const void *W, int N,
+                                int in, int out, cudaStream_t s) {
+    check_shape("cuda_linear_fwd", N, in, out);
+    if (N == 0) return;
+    cudaDataType_t t = lt_type(dt);
+    matmul(CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, W, in, x, in, t, y, out, t, false, s);
+}
+
+extern "C" void cuda_linear_bwd(cuda_dtype dt, void *dx, float *dW, const void *dy, const void *x,
+                                const void *W, int N, int in, int out, cudaStream_t s) {
+    check_shape("cuda_linear_bwd", N, in, out);
+    if (N == 0) return;
+    cudaDataType_t t = lt_type(dt);
+    if (dx) matmul(CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, W, in, dy, out, t, dx, in, t, false, s);
+    if (dW) matmul(CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, x, in, dy, out, t, dW, in, CUDA_R_32F, true, s);
+}

@@ -1,0 +1,28 @@
+// linear_cuda.h — the GPU linear layer (y = x W^T, no bias) and its backward, through cuBLASLt:
+// bf16 or fp32 operands, fp32 accumulation (CUBLAS_COMPUTE_32F; never TF32, so fp32 mode is
+// true fp32). W is (out, in) row-major as in PyTorch; x, y, dx, dy are token-major (N rows).
+// One cuBLASLt handle and one 32 MiB workspace for the process, created by cuda_linear_init;
+// the algorithm of each (shape, dtype, alignment) is chosen once by the heuristic and cached,
+// so the same binary on the same GPU runs the same kernels every step (bitwise repeatable).
+#pragma once
+#include <stddef.h>
+#include <cuda_runtime.h>
+#include "cuda_ops.h"  // cuda_dtype
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Create the handle and the workspace (idempotent). Called by backend_cuda_get.
+void cuda_linear_init(void);
+// y (N,out) = x (N,in) W^T, W (out,in); x, W, y in dt.
+void cuda_linear_fwd(cuda_dtype dt, void *y, const void *x, const void *W, int N, int in, int out,
+                     cudaStream_t s);
+// dx (N,in) = dy (N,out) W   (=, in dt; skipped when dx is NULL)
+// dW (out,in) += dy^T x      (+=, fp32 gradient; skipped when dW is NULL)
+void cuda_linear_bwd(cuda_dtype dt, void *dx, float *dW, const void *dy, const void *x,
+                     const void *W, int N, int in, int out, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
