@@ -1,0 +1,347 @@
+// gdn_bwd_bench.cu — times the CUDA GDN chunk forward + backward (gdn_chunk_fwd, gdn_chunk_bwd)
+// at the shapes of BENCHMARKS.md, bf16, inputs drawn as there (q, k L2-normalised rows,
+// g = logsigmoid(N(0,1) + 3), beta = sigmoid(U(0,1))), dO ~ N(0,1), d(final state) ~ N(0,1).
+// Two variants: "recompute" = forward (o, ht) + backward that recomputes the chunk-start
+// states (the default), and "states" = forward that also keeps them (gdn.save_states) +
+// backward that reads them. Before timing, each variant's gradients (NaN-poisoned first) are
+// checked on one head against the float64 token-level backward (gdn_token_bwd_cpu, run on a CPU
+// thread while the GPU is timed). Timing: CUDA events around fwd+bwd, 3 warm-up runs, two
+// rounds of 20 runs alternating between two input sets (each > 10x the L2), median per round.
+// Memory: what the fwd+bwd allocates beyond its inputs (q, k, v, g, beta, dO, dht): o, ht,
+// the gradients, the backward's workspace and (states) the saved states. Prints one "RESULT"
+// line per (shape, variant); run_gdn_bwd.sh joins them with fla's. Built by run_gdn_bwd.sh.
+#include <algorithm>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <vector>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
+#include "bwd/bwd_cpu.h"
+#include "bwd/gdn_bwd_cuda.h"
+#include "fwd/gdn_cuda.h"
+
+// ---- device-side input generation (hash -> uniform / normal) ------------------------------
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+__device__ __forceinline__ float unif(uint64_t seed, uint64_t i) {  // (0, 1)
+    return ((float)(mix64(seed * 0x100000001b3ull + i) >> 40) + 0.5f) * (1.0f / 16777216.0f);
+}
+__device__ __forceinline__ float normal(uint64_t seed, uint64_t i) {
+    const float u1 = unif(seed, 2 * i), u2 = unif(seed, 2 * i + 1);
+    return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+}
+// rows of D values: N(0,1), L2-normalised when norm, stored bf16 (one warp per row)
+__global__ void gen_rows(__nv_bfloat16 *x, size_t rows, int D, uint64_t seed, bool norm) {
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    float v[16];  // D <= 512
+    float ss = 0.f;
+    for (int j = 0; j < D / 32; j++) {
+        v[j] = normal(seed, row * D + j * 32 + lane);
+        ss += v[j] * v[j];
+    }
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float s = norm ? rsqrtf(ss + 1e-12f) : 1.f;
+    for (int j = 0; j < D / 32; j++) x[row * D + j * 32 + lane] = __float2bfloat16_rn(v[j] * s);
+}
+__global__ void gen_gates(float *g, float *beta, size_t n, uint64_t seed) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float x = normal(seed, i) + 3.f;
+    g[i] = fminf(x, 0.f) - log1pf(expf(-fabsf(x)));  // logsigmoid
+    beta[i] = 1.f / (1.f + expf(-unif(seed + 7, i)));
+}
+__global__ void gen_f32(float *x, size_t n, uint64_t seed) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = normal(seed, i);
+}
+
+struct inset {
+    __nv_bfloat16 *q, *k, *v, *dO;
+    float *g, *beta, *dht;
+};
+
+// head (b, h) of a (B,T,H,D) bf16 tensor -> (T,D) doubles
+static std::vector<double> head_of(const __nv_bfloat16 *d, int T, int H, int D, int b, int h) {
+    std::vector<__nv_bfloat16> tmp((size_t)T * D);
+    CUDA_CHECK(cudaMemcpy2D(tmp.data(), (size_t)D * 2, d + ((size_t)b * T * H + h) * D,
+                            (size_t)H * D * 2, (size_t)D * 2, T, cudaMemcpyDeviceToHost));
+    std::vector<double> out(tmp.size());
+    for (size_t i = 0; i < tmp.size(); i++) out[i] = (double)__bfloat162float(tmp[i]);
+    return out;
+}
+static std::vector<double> gate_of(const float *d, int T, int H, int b, int h) {
+    std::vector<float> tmp(T);
+    CUDA_CHECK(cudaMemcpy2D(tmp.data(), 4, d + (size_t)b * T * H + h, (size_t)H * 4, 4, T,
+                            cudaMemcpyDeviceToHost));
+    return std::vector<double>(tmp.begin(), tmp.end());
+}
+
+struct headref {  // the reference backward for one head
+    std::vector<double> q, k, v, g, beta, dO, dht, dq, dk, dv, dg, db, dh0;
+    gdn_cpu_params p;
+};
+static void *headref_run(void *arg) {
+    headref *r = (headref *)arg;
+    gdn_token_bwd_cpu(&r->p);
+    return NULL;
+}
+static double rel_err(const std::vector<double> &a, const std::vector<double> &b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        const double d = a[i] - b[i];
+        num += d * d;
+        den += b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : (num == 0 ? 0 : INFINITY);
+}
+static double median(std::vector<float> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+}
+
+int main(int argc, char **argv) {
+    int only = -1;
+    bool quick = false;  // --quick: one fwd + bwd per variant, no check, no timing (a profiler)
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--shape") && i + 1 < argc) only = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) quick = true;
+    }
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("gdn_bwd_bench: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20);
+    const int shapes[3][5] = {{8, 4096, 16, 128, 128}, {4, 4096, 16, 128, 256}, {1, 32768, 16, 128, 128}};
+    int fails = 0;
+    for (int si = 0; si < 3; si++) {
+        if (only >= 0 && si != only) continue;
+        const int B = shapes[si][0], T = shapes[si][1], H = shapes[si][2], Dk = shapes[si][3],
+                  Dv = shapes[si][4];
+        const size_t N = (size_t)B * T * H, NS = (size_t)B * H * Dk * Dv;
+        const int NC = (T + 63) / 64;
+        inset in[2];
+        for (int s = 0; s < 2; s++) {
+            CUDA_CHECK(cudaMalloc(&in[s].q, N * Dk * 2));
+            CUDA_CHECK(cudaMalloc(&in[s].k, N * Dk * 2));
+            CUDA_CHECK(cudaMalloc(&in[s].v, N * Dv * 2));
+            CUDA_CHECK(cudaMalloc(&in[s].dO, N * Dv * 2));
+            CUDA_CHECK(cudaMalloc(&in[s].g, N * 4));
+            CUDA_CHECK(cudaMalloc(&in[s].beta, N * 4));
+            CUDA_CHECK(cudaMalloc(&in[s].dht, NS * 4));
+            const uint64_t seed = 2000 + 10 * si + s;
+            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].q, N, Dk, seed, true);
+            CUDA_CHECK_LAUNCH();
+            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].k, N, Dk, seed + 1, true);
+            CUDA_CHECK_LAUNCH();
+            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].v, N, Dv, seed + 2, false);
+            CUDA_CHECK_LAUNCH();
+            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].dO, N, Dv, seed + 4, false);
+            CUDA_CHECK_LAUNCH();
+            gen_gates<<<(unsigned)((N + 255) / 256), 256>>>(in[s].g, in[s].beta, N, seed + 3);
+            CUDA_CHECK_LAUNCH();
+            gen_f32<<<(unsigned)((NS + 255) / 256), 256>>>(in[s].dht, NS, seed + 5);
+            CUDA_CHECK_LAUNCH();
+        }
+        // outputs of fwd + bwd
+        __nv_bfloat16 *o, *dq, *dk, *dv;
+        float *ht, *dg, *db, *dh0, *hs;
+        CUDA_CHECK(cudaMalloc(&o, N * Dv * 2));
+        CUDA_CHECK(cudaMalloc(&ht, NS * 4));
+        CUDA_CHECK(cudaMalloc(&dq, N * Dk * 2));
+        CUDA_CHECK(cudaMalloc(&dk, N * Dk * 2));
+        CUDA_CHECK(cudaMalloc(&dv, N * Dv * 2));
+        CUDA_CHECK(cudaMalloc(&dg, N * 4));
+        CUDA_CHECK(cudaMalloc(&db, N * 4));
+        CUDA_CHECK(cudaMalloc(&dh0, NS * 4));
+        const size_t hs_bytes = (size_t)B * H * NC * Dk * Dv * 4;
+        CUDA_CHECK(cudaMalloc(&hs, hs_bytes));
+
+        gdn_fwd_params f;
+        memset(&f, 0, sizeof f);
+        f.B = B; f.T = T; f.H = H; f.Dk = Dk; f.Dv = Dv;
+        f.mode.gate = true; f.mode.delta = true;
+        f.dtype = GDN_DTYPE_BF16;
+        f.o = o; f.ht = ht;
+        gdn_bwd_params p;
+        memset(&p, 0, sizeof p);
+        p.B = B; p.T = T; p.H = H; p.Dk = Dk; p.Dv = Dv;
+        p.mode = f.mode;
+        p.dtype = GDN_DTYPE_BF16;
+        p.dq = dq; p.dk = dk; p.dv = dv; p.dg = dg; p.dbeta = db; p.dh0 = dh0;
+        const size_t ws_re = gdn_chunk_bwd_workspace_bytes(&p);
+        p.h_states = hs;
+        const size_t ws_st = gdn_chunk_bwd_workspace_bytes(&p);
+        p.h_states = NULL;
+        void *ws;
+        CUDA_CHECK(cudaMalloc(&ws, ws_re));
+        p.workspace = ws;
+        p.workspace_bytes = ws_re;
+        const int dvb = gdn_chunk_bwd_dv_block(&p);
+        const double outs_mib = (double)(N * Dv * 2 + NS * 4 + 2 * N * Dk * 2 + N * Dv * 2 +
+                                         2 * N * 4 + NS * 4) / 1048576.0;
+        auto set_inputs = [&](const inset &s) {
+            f.q = s.q; f.k = s.k; f.v = s.v; f.g = s.g; f.beta = s.beta;
+            p.q = s.q; p.k = s.k; p.v = s.v; p.g = s.g; p.beta = s.beta; p.dO = s.dO; p.dht = s.dht;
+        };
+
+        if (quick) {
+            set_inputs(in[0]);
+            for (int var = 0; var < 2; var++) {
+                f.h_states = var ? hs : NULL;
+                p.h_states = var ? hs : NULL;
+                p.workspace_bytes = var ? ws_st : ws_re;
+                gdn_chunk_fwd(&f);
+                gdn_chunk_bwd(&p);
+            }
+            CUDA_CHECK(cudaDeviceSynchronize());
+            printf("quick: shape %d launched\n", si);
+            continue;  // (buffers are left to process exit)
+        }
+        // reference for head (B-1, H-1) of input set 0, on a CPU thread
+        headref R;
+        const int rb = B - 1, rh = H - 1;
+        set_inputs(in[0]);
+        R.q = head_of(in[0].q, T, H, Dk, rb, rh);
+        R.k = head_of(in[0].k, T, H, Dk, rb, rh);
+        R.v = head_of(in[0].v, T, H, Dv, rb, rh);
+        R.dO = head_of(in[0].dO, T, H, Dv, rb, rh);
+        R.g = gate_of(in[0].g, T, H, rb, rh);
+        R.beta = gate_of(in[0].beta, T, H, rb, rh);
+        {
+            std::vector<float> tmp((size_t)Dk * Dv);
+            CUDA_CHECK(cudaMemcpy(tmp.data(), in[0].dht + ((size_t)rb * H + rh) * Dk * Dv,
+                                  tmp.size() * 4, cudaMemcpyDeviceToHost));
+            R.dht.assign(tmp.begin(), tmp.end());
+        }
+        R.dq.assign((size_t)T * Dk, 0); R.dk.assign((size_t)T * Dk, 0);
+        R.dv.assign((size_t)T * Dv, 0); R.dg.assign(T, 0); R.db.assign(T, 0);
+        R.dh0.assign((size_t)Dk * Dv, 0);
+        memset(&R.p, 0, sizeof R.p);
+        R.p.B = 1; R.p.T = T; R.p.H = 1; R.p.Dk = Dk; R.p.Dv = Dv; R.p.chunk = 64;
+        R.p.mode.gate = true; R.p.mode.delta = true;
+        R.p.q = R.q.data(); R.p.k = R.k.data(); R.p.v = R.v.data(); R.p.g = R.g.data();
+        R.p.beta = R.beta.data(); R.p.dO = R.dO.data(); R.p.dht = R.dht.data();
+        R.p.dq = R.dq.data(); R.p.dk = R.dk.data(); R.p.dv = R.dv.data(); R.p.dg = R.dg.data();
+        R.p.dbeta = R.db.data(); R.p.dh0 = R.dh0.data();
+        pthread_t th;
+        if (pthread_create(&th, NULL, headref_run, &R)) gdn_die("pthread_create failed");
+
+        // per variant: a checked run (poisoned outputs, input set 0), then the timing
+        const char *vname[2] = {"recompute", "states"};
+        std::vector<std::vector<double>> got[2];
+        double times[2][2];
+        for (int var = 0; var < 2; var++) {
+            f.h_states = var ? hs : NULL;
+            p.h_states = var ? hs : NULL;
+            p.workspace_bytes = var ? ws_st : ws_re;
+            auto run = [&]() {
+                gdn_chunk_fwd(&f);
+                gdn_chunk_bwd(&p);
+            };
+            set_inputs(in[0]);
+            CUDA_CHECK(cudaMemset(dq, 0xff, N * Dk * 2));
+            CUDA_CHECK(cudaMemset(dk, 0xff, N * Dk * 2));
+            CUDA_CHECK(cudaMemset(dv, 0xff, N * Dv * 2));
+            CUDA_CHECK(cudaMemset(dg, 0xff, N * 4));
+            CUDA_CHECK(cudaMemset(db, 0xff, N * 4));
+            CUDA_CHECK(cudaMemset(dh0, 0xff, NS * 4));
+            run();
+            CUDA_CHECK(cudaDeviceSynchronize());
+            got[var].push_back(head_of(dq, T, H, Dk, rb, rh));
+            got[var].push_back(head_of(dk, T, H, Dk, rb, rh));
+            got[var].push_back(head_of(dv, T, H, Dv, rb, rh));
+            got[var].push_back(gate_of(dg, T, H, rb, rh));
+            got[var].push_back(gate_of(db, T, H, rb, rh));
+            {
+                std::vector<float> tmp((size_t)Dk * Dv);
+                CUDA_CHECK(cudaMemcpy(tmp.data(), dh0 + ((size_t)rb * H + rh) * Dk * Dv,
+                                      tmp.size() * 4, cudaMemcpyDeviceToHost));
+                got[var].push_back(std::vector<double>(tmp.begin(), tmp.end()));
+            }
+            cudaEvent_t e0, e1;
+            CUDA_CHECK(cudaEventCreate(&e0));
+            CUDA_CHECK(cudaEventCreate(&e1));
+            for (int rd = 0; rd < 2; rd++) {
+                std::vector<float> ms;
+                for (int it = -3; it < 20; it++) {
+                    set_inputs(in[(it + 4) & 1]);
+                    CUDA_CHECK(cudaEventRecord(e0));
+                    run();
+                    CUDA_CHECK(cudaEventRecord(e1));
+                    CUDA_CHECK(cudaEventSynchronize(e1));
+                    float t;
+                    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+                    if (it >= 0) ms.push_back(t);
+                }
+                times[var][rd] = median(ms);
+            }
+            CUDA_CHECK(cudaEventDestroy(e0));
+            CUDA_CHECK(cudaEventDestroy(e1));
+        }
+        // forward alone (with and without states) for the split fwd / bwd
+        double fwd_ms[2];
+        {
+            cudaEvent_t e0, e1;
+            CUDA_CHECK(cudaEventCreate(&e0));
+            CUDA_CHECK(cudaEventCreate(&e1));
+            for (int var = 0; var < 2; var++) {
+                f.h_states = var ? hs : NULL;
+                std::vector<float> ms;
+                for (int it = -3; it < 20; it++) {
+                    set_inputs(in[(it + 4) & 1]);
+                    CUDA_CHECK(cudaEventRecord(e0));
+                    gdn_chunk_fwd(&f);
+                    CUDA_CHECK(cudaEventRecord(e1));
+                    CUDA_CHECK(cudaEventSynchronize(e1));
+                    float t;
+                    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+                    if (it >= 0) ms.push_back(t);
+                }
+                fwd_ms[var] = median(ms);
+            }
+            CUDA_CHECK(cudaEventDestroy(e0));
+            CUDA_CHECK(cudaEventDestroy(e1));
+        }
+        if (pthread_join(th, NULL)) gdn_die("pthread_join failed");
+        const std::vector<double> *ref[6] = {&R.dq, &R.dk, &R.dv, &R.dg, &R.db, &R.dh0};
+        const char *gname[6] = {"dq", "dk", "dv", "dg", "db", "dh0"};
+        for (int var = 0; var < 2; var++) {
+            double worst = 0;
+            char errs[256];
+            int off = 0;
+            for (int i = 0; i < 6; i++) {
+                const double e = rel_err(got[var][i], *ref[i]);
+                off += snprintf(errs + off, sizeof errs - off, " %s %.1e", gname[i], e);
+                if (!(e <= worst)) worst = e;
+            }
+            const bool ok = worst <= 1e-2;
+            fails += !ok;
+            const double ws_mib = (double)(var ? ws_st : ws_re) / 1048576.0;
+            const double extra = outs_mib + ws_mib + (var ? hs_bytes / 1048576.0 : 0.0);
+            const double best = std::min(times[var][0], times[var][1]);
+            printf("RESULT B%d_T%d_H%d_dk%d_dv%d %s dvb %d ms %.4f %.4f fwd_ms %.4f bwd_ms %.4f "
+                   "ws_mib %.0f extra_mib %.0f err%s %s\n",
+                   B, T, H, Dk, Dv, vname[var], dvb, times[var][0], times[var][1], fwd_ms[var],
+                   best - fwd_ms[var], ws_mib, extra, errs, ok ? "check-pass" : "CHECK-FAIL");
+            fflush(stdout);
+        }
+        for (int s = 0; s < 2; s++) {
+            for (void *x : {(void *)in[s].q, (void *)in[s].k, (void *)in[s].v, (void *)in[s].dO,
+                            (void *)in[s].g, (void *)in[s].beta, (void *)in[s].dht})
+                CUDA_CHECK(cudaFree(x));
+        }
+        for (void *x : {(void *)o, (void *)ht, (void *)dq, (void *)dk, (void *)dv, (void *)dg,
+                        (void *)db, (void *)dh0, (void *)hs, ws})
+            CUDA_CHECK(cudaFree(x));
+    }
+    printf("gdn_bwd_bench: %d check failures\n", fails);
+    return fails ? 1 : 0;
+}

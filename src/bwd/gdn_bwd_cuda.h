@@ -1,0 +1,60 @@
+// gdn_bwd_cuda.h — CUDA backward of the chunkwise gated delta rule (DESIGN 3.2). Given q, k, v,
+// g, beta, the optional initial state, dO and the optional gradient of the final state, it
+// writes dq, dk, dv, dg, dbeta and the initial-state gradient (all "=", bwd_cpu.h's rule).
+// Nothing of the forward is needed except, optionally, its chunk-start states (gdn.save_states):
+// without them a second forward scan (gdn_chunk_fwd with h_states into the workspace)
+// recomputes them. Then, on the stream, in order (src/bwd/gdn_chunk.cu says the maths):
+//   prep   per chunk      T = (I+A)^{-1} diag(beta) (fp32 solve), W, KHg = diag(gamma) K H,
+//                         dΔ_loc = P^T dO, P and Gam ⊙ K K^T            -> workspace
+//   scan   per (b, h, value block), chunks in reverse, dH on chip:
+//                         dΔ = dΔ_loc + diag(gamma_C/gamma) K dH',
+//                         dH = gamma_C dH' + (diag(gamma) Q)^T dO - W^T dΔ  -> dΔ, dH' per chunk
+//   final  per chunk      Δ = T (V - KHg), dV = T^T dΔ, dq, dk, dbeta, dg (cancellation-free)
+// Deterministic: no atomics; every sum has a fixed order, so equal inputs give equal bits.
+//
+// Layout as gdn_fwd_params (gdn_cuda.h): q, k, dq, dk (B,T,H,Dk); v, dO, dv (B,T,H,Dv) in
+// dtype; g, beta, dg, dbeta (B,T,H) fp32; h0, dht, dh0 (B,H,Dk,Dv) fp32; h_states
+// (B,H,NC,Dk,Dv) fp32, NC = ceil(T/64).
+#pragma once
+#include <stddef.h>
+#include <cuda_runtime.h>
+#include "../fwd/gdn_cuda.h"  // gdn_dtype, gdn_mode, GDN_CHUNK
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int B, T, H, Dk, Dv;      // Dk in {64, 128, 256}, Dv in {Dk, 2 Dk}, T >= 0
+    gdn_mode mode;            // gate false: g ignored (may be NULL), dg not written;
+                              // delta false: beta ignored, dbeta not written
+    gdn_dtype dtype;          // of q, k, v, dO, dq, dk, dv
+    const void *q, *k;        // (B,T,H,Dk)
+    const void *v;            // (B,T,H,Dv)
+    const float *g, *beta;    // (B,T,H)
+    const float *h0;          // (B,H,Dk,Dv) initial state, NULL = zero
+    const void *dO;           // (B,T,H,Dv) gradient of o
+    const float *dht;         // (B,H,Dk,Dv) gradient of the final state, NULL = zero
+    void *dq, *dk, *dv;       // written (=), same layout and dtype as q, k, v
+    float *dg, *dbeta;        // (B,T,H) written (=); NULL = not wanted
+    float *dh0;               // (B,H,Dk,Dv) written (=); NULL = not wanted
+    const float *h_states;    // (B,H,NC,Dk,Dv) chunk-start states kept by the forward
+                              // (gdn.save_states), NULL = recompute them into the workspace
+    void *workspace;          // device scratch, 256-byte aligned,
+    size_t workspace_bytes;   //   >= gdn_chunk_bwd_workspace_bytes(this)
+    int dv_block;             // value columns per scan CTA: 0 = choose, else 16, 32 or 64
+                              // (bf16; 64 only for Dk <= 128) or 16 (fp32)
+    cudaStream_t stream;
+} gdn_bwd_params;
+
+// Device scratch the backward needs for p's shapes, dtype, mode and h_states (bytes).
+size_t gdn_chunk_bwd_workspace_bytes(const gdn_bwd_params *p);
+// Public entry: checks shapes, dtype, pointers and the workspace size, then launches (async on
+// p->stream; the workspace must stay allocated until the stream has run the backward).
+void gdn_chunk_bwd(const gdn_bwd_params *p);
+// The value-column block the scan uses for p (p->dv_block when set).
+int gdn_chunk_bwd_dv_block(const gdn_bwd_params *p);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,1054 @@
+// gdn_chunk.cu — the chunkwise gated delta rule backward on the GPU (DESIGN 3.2); the public
+// contract is in gdn_bwd_cuda.h, the float64 twin is gdn_chunk_bwd_cpu (gdn_chunk.c). Per chunk
+// of C = 64 tokens (rows Q, K, V, dO; start state H, gradient dH' of the end state):
+//
+//   G, gamma, hdec = gamma_C/gamma, Gam        double-float log2 prefix sums (gates_warp)
+//   A = strictLower(diag(beta)(Gam ⊙ K K^T)),  Linv = (I + A)^{-1},  T = Linv diag(beta)
+//   W = T diag(gamma) K,  Y = V - diag(gamma) K H,  Δ = T Y,  P = Gam ⊙ Q K^T (diag incl.)
+//   dΔ  = P^T dO + diag(hdec) K dH'
+//   dH  = gamma_C dH' + (diag(gamma) Q)^T dO - W^T dΔ                   (to the previous chunk)
+//   dV  = T^T dΔ
+//   dT  = dΔ V^T + dW (diag(gamma) K)^T = dΔ Y^T       (dW = -dΔ H^T, so the W path folds in)
+//   dKg = T^T dW = -dV H^T                             (d(diag(gamma) K))
+//   dQ  = diag(gamma) dO H^T + dQK K,                  dQK = (dO Δ^T) ⊙ Gam
+//   dK  = dQK^T Q + diag(hdec) Δ dH'^T + diag(gamma) dKg + X K + X^T K,
+//   dA  = -strictLower(Linv^T (dT T^T)),  X = diag(beta)(dA ⊙ Gam)
+//   dbeta_i = (Linv^T dT)_ii + sum_j dA_ij (Gam ⊙ K K^T)_ij
+//   dg_s = sum_{r>=s} pos_r + sum_{r<s} t_r + sum_{i>=s>j} M_ij   (cancellation-free, as in
+//          gdn_chunk.c) with pos_r = q_r.dQp_r + gamma_r k_r.dKg_r (+ gamma_C <H, dH'> at
+//          r = C-1), t_r = hdec_r k_r.(Δ dH'^T)_r, M = (dO Δ^T) ⊙ (Gam ⊙ Q K^T) +
+//          diag(beta) dA ⊙ (Gam ⊙ K K^T) (strictly lower); gamma_r k_r.dKg_r = -KHg_r.dV_r with
+//          KHg = diag(gamma) K H (never as Y - V: that difference loses KHg when it is small).
+//
+// Kernels, in stream order (one CTA per chunk unless said):
+//   [fwd]  gdn_chunk_fwd with h_states -> Hs (skipped when the forward kept them)
+//   prep   (4 warps)  P, A, the fp32 solve (one thread per column), W, KHg, dΔ_loc = P^T dO;
+//                     writes Linv, W, KHg (bf16 planes), P | Gam⊙KK^T packed (fp32), dΔ_loc
+//   scan   (4 warps, one CTA per (b, h, block of DVB value columns), chunks in reverse):
+//                     dH' in fp32 accumulators (bf16 planes in smem as the mma operand);
+//                     writes dΔ over dΔ_loc and dH' of every chunk
+//   final  (8 warps)  streams value blocks: Y = V - KHg, Δ, dV, dP = dO Δ^T, dT, dO H^T,
+//                     Δh dH'^T, -γdV H^T on tensor cores (dT = dΔ Y^T with dΔ and Y as hi + lo
+//                     planes also for bf16: dbeta rests on it); then the C x C work (dQK,
+//                     Z = dT T^T, dA, X, dbeta, the dg cross sums) and dq, dk in key-column
+//                     blocks of DKH.
+// Tensor cores: mma.sync m16n8k16 bf16 -> fp32; fp32 inputs run the same kernels with operands
+// split into bf16 hi + lo planes (NP = 2). Workspace (gdn_chunk_bwd_workspace_bytes) holds, per
+// chunk: Hs, dH' (fp32 Dk x Dv), dΔ (fp32 C x Dv; first the forward's unused o), P|AK (fp32
+// C x C), Linv (NP planes C x C), W (NP planes C x Dk), KHg (NP planes C x Dv).
+#include "gdn_bwd_cuda.h"
+
+#include <stdint.h>
+#include <type_traits>
+#include <cuda_bf16.h>
+
+#include "../core/cuda_check.h"
+#include "../fwd/gdn_chunk_common.cuh"
+
+namespace {
+
+using namespace gdnk;
+using bf16 = __nv_bfloat16;
+
+constexpr int SMEM_MAX = 232448;  // dynamic shared memory per block on sm_90 (227 KiB)
+constexpr int cmax(int a, int b) { return a > b ? a : b; }
+
+// Everything a kernel reads: the caller's params and the carved workspace.
+struct bwd_args {
+    gdn_bwd_params p;
+    int NC;              // chunks per sequence
+    const float *Hs;     // (B,H,NC,Dk,Dv) chunk-start states (forward or recomputed)
+    float *dHs;          // (B,H,NC,Dk,Dv) gradient of each chunk's end state (scan -> final)
+    float *dD;           // (B,H,NC,C,Dv) dΔ_loc (prep) -> dΔ (scan) -> read by final
+    float *PA;           // (B,H,NC,C,C) lower incl. diag: Gam ⊙ QK^T; strictly upper [j][i]:
+                         // (Gam ⊙ KK^T)_ij (prep -> final)
+    bf16 *Lv;            // (B,H,NC,NP,C,C) Linv planes (prep -> final)
+    bf16 *Wp;            // (B,H,NC,NP,C,Dk) W planes (prep -> scan)
+    bf16 *Kp;            // (B,H,NC,NP,C,Dv) KHg = diag(gamma) K H planes (prep -> final, which
+                         // forms Y = V - KHg in fp32 and takes gamma k.dKg = -KHg.dV from it)
+};
+
+// ---- input / output element pairs (bf16 when NP == 1, fp32 when NP == 2) --------------------
+template <int NP>
+__device__ __forceinline__ float2 ld_in2(const void *base, size_t off) {
+    if constexpr (NP == 1) {
+        const __nv_bfloat162 v = *((const __nv_bfloat162 *)((const bf16 *)base + off));
+        return make_float2(__low2float(v), __high2float(v));
+    } else {
+        return *(const float2 *)((const float *)base + off);
+    }
+}
+template <int NP>
+__device__ __forceinline__ void st_out2(void *base, size_t off, float x0, float x1) {
+    if constexpr (NP == 1)
+        *(__nv_bfloat162 *)((bf16 *)base + off) = __floats2bfloat162_rn(x0, x1);
+    else
+        *(float2 *)((float *)base + off) = make_float2(x0, x1);
+}
+// (x0, x1) into global planes: plane 0 at base + off, plane 1 pl elements further
+template <int NP>
+__device__ __forceinline__ void stg_pair(bf16 *base, size_t pl, size_t off, float x0, float x1) {
+    if constexpr (NP == 2) {
+        uint32_t hi, lo;
+        split2(x0, x1, hi, lo);
+        *(uint32_t *)(base + off) = hi;
+        *(uint32_t *)(base + pl + off) = lo;
+    } else {
+        *(uint32_t *)(base + off) = pack_bf16(x0, x1);
+    }
+}
+// (x0, x1) from global planes (hi + lo when NP == 2)
+template <int NP>
+__device__ __forceinline__ float2 kp_pair(const bf16 *base, size_t pl, size_t off) {
+    const __nv_bfloat162 h = *(const __nv_bfloat162 *)(base + off);
+    float2 x = make_float2(__low2float(h), __high2float(h));
+    if constexpr (NP == 2) {
+        const __nv_bfloat162 l = *(const __nv_bfloat162 *)(base + pl + off);
+        x.x += __low2float(l);
+        x.y += __high2float(l);
+    }
+    return x;
+}
+__device__ __forceinline__ float quad_sum(float x) {  // sum over the 4 lanes of one row
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    return x;
+}
+
+// =============================================================================================
+// prep: per chunk, 4 warps; warp w owns rows [16w, 16w + 16) of every C-row result.
+// =============================================================================================
+template <int DK, int NP>
+struct prep_layout {
+    static constexpr int VB = NP == 1 ? 64 : 32;       // value columns per block of Y, dΔ_loc
+    static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
+    static constexpr int PBC = (C + 8) * 2, CC_PL = C * PBC;
+    static constexpr int PBV = (VB + 8) * 2, HB_PL = DK * PBV, DO_PL = C * PBV;
+    static constexpr int PA = C + 4;                   // fp32 pitch of A / Linv
+    // region 0: Q, then diag(gamma) K (after P), then H and dO blocks (after W)
+    static constexpr int R0 = cmax(NP * QK_PL, NP * (HB_PL + DO_PL));
+    static constexpr int Q = 0, KG = 0, HB = 0, DO = NP * HB_PL;
+    static constexpr int K = R0;
+    static constexpr int A = K + NP * QK_PL;
+    static constexpr int T = A + C * PA * 4;
+    static constexpr int P = T + NP * CC_PL;
+    static constexpr int GB = P + NP * CC_PL;          // g[C], beta[C]
+    static constexpr int GS = GB + 2 * C * 4;          // Gh, Gl, gam, hdec [C]
+    static constexpr int BYTES = GS + 4 * C * 4;
+    static_assert(BYTES <= SMEM_MAX, "prep shared memory");
+};
+
+template <int DK, int NP>
+__global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant__ bwd_args a) {
+    using L = prep_layout<DK, NP>;
+    constexpr int VB = L::VB, NTV = VB / 8;
+    extern __shared__ __align__(128) unsigned char sm[];
+    const gdn_bwd_params &p = a.p;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
+    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
+    const int t0 = n * C, nvalid = min(C, T - t0);
+    const bool delta = p.mode.delta, gate = p.mode.gate;
+    const size_t row0 = ((size_t)b * T + t0) * H + h;  // token row of (b, t0, h)
+    const size_t cix = ((size_t)b * H + h) * NC + n;     // chunk tile index
+    const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
+    const size_t esz = NP == 1 ? 2 : 4;
+    const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;
+    const unsigned char *kg = (const unsigned char *)p.k + row0 * DK * esz;
+    const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz;
+
+    float *gsm = (float *)(sm + L::GB), *bsm = gsm + C;
+    float *Gh = (float *)(sm + L::GS), *Gl = Gh + C, *gam = Gl + C, *hdec = gam + C;
+    float *Asm = (float *)(sm + L::A);
+    const uint32_t sb = smem_u32(sm);
+    const smat sQ{sb + L::Q, L::PBK, L::QK_PL}, sK{sb + L::K, L::PBK, L::QK_PL};
+    const smat sKG{sb + L::KG, L::PBK, L::QK_PL};
+    const smat sT{sb + L::T, L::PBC, L::CC_PL}, sP{sb + L::P, L::PBC, L::CC_PL};
+    const smat sH{sb + L::HB, L::PBV, L::HB_PL}, sDO{sb + L::DO, L::PBV, L::DO_PL};
+
+    load_in_rows<NP>(sm, L::Q, L::PBK, L::QK_PL, qg, rsk, C, DK, nvalid, tid, 128);
+    load_in_rows<NP>(sm, L::K, L::PBK, L::QK_PL, kg, rsk, C, DK, nvalid, tid, 128);
+    if (tid < C) {
+        const bool ok = tid < nvalid;
+        gsm[tid] = ok && gate ? p.g[row0 + (size_t)tid * H] : 0.f;
+        bsm[tid] = ok && delta ? p.beta[row0 + (size_t)tid * H] : 0.f;
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    if (warp == 0) gates_warp(gsm, Gh, Gl, gam, hdec, lane);
+    __syncthreads();
+
+    // ---- P = Gam ⊙ Q K^T (lower), A = strictLower(beta_i Gam ⊙ K K^T) ------------------------
+    float *PAg = a.PA + cix * C * C;
+    {
+        float aq[8][4] = {}, ak[8][4] = {};
+        for (int kk = 0; kk < DK; kk += 16) {
+            uint32_t fq[NP][4], fk[NP][4] = {};
+            lda<NP>(fq, sQ, m0, kk, lane);
+            if (delta) lda<NP>(fk, sK, m0, kk, lane);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                if (np <= warp) {
+                    uint32_t fb[NP][4];
+                    ldb<NP>(fb, sK, np * 16, kk, lane);
+                    mma_p<0, NP>(aq[2 * np], fq, fb);
+                    mma_p<1, NP>(aq[2 * np + 1], fq, fb);
+                    if (delta) {
+                        mma_p<0, NP>(ak[2 * np], fk, fb);
+                        mma_p<1, NP>(ak[2 * np + 1], fk, fb);
+                    }
+                }
+            }
+        }
+        frag_each<8>(aq, m0, 0, lane, [&](int i, int j, float x0, float x1) {
+            const float p0 = x0 * gam_ij(Gh, Gl, i, j), p1 = x1 * gam_ij(Gh, Gl, i, j + 1);
+            st_pair<NP>(sm, L::P + i * L::PBC + j * 2, L::CC_PL, p0, p1);
+            if (j <= i) PAg[i * C + j] = p0;
+            if (j + 1 <= i) PAg[i * C + j + 1] = p1;
+        });
+        if (delta)
+            frag_each<8>(ak, m0, 0, lane, [&](int i, int j, float x0, float x1) {
+                const float a0 = j < i ? x0 * gam_ij(Gh, Gl, i, j) : 0.f;
+                const float a1 = j + 1 < i ? x1 * gam_ij(Gh, Gl, i, j + 1) : 0.f;
+                *(float2 *)(Asm + i * L::PA + j) = make_float2(bsm[i] * a0, bsm[i] * a1);
+                if (j < i) PAg[j * C + i] = a0;
+                if (j + 1 < i) PAg[(j + 1) * C + i] = a1;
+            });
+    }
+    __syncthreads();
+
+    if (delta) {
+        // ---- Linv = (I + A)^{-1}: thread c solves column c by forward substitution, fp32 --------
+        float x[C];
+        if (tid < C) {
+#pragma unroll
+            for (int r = 0; r < C; ++r) {
+                const float *Ar = Asm + r * L::PA;
+                float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+                for (int j = 0; j + 3 < r; j += 4) {
+                    const float4 av = *(const float4 *)(Ar + j);
+                    s0 += av.x * x[j];
+                    s1 += av.y * x[j + 1];
+                    s2 += av.z * x[j + 2];
+                    s3 += av.w * x[j + 3];
+                }
+#pragma unroll
+                for (int j = r & ~3; j < r; ++j) s0 += Ar[j] * x[j];
+                x[r] = (r == tid ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
+            }
+        }
+        __syncthreads();  // every read of A is done
+        if (tid < C) {
+#pragma unroll
+            for (int r = 0; r < C; ++r) Asm[r * L::PA + tid] = x[r];
+        }
+        __syncthreads();
+        // Linv -> global planes; T = Linv diag(beta) -> smem; diag(gamma) K -> Q's buffer
+        bf16 *Lg = a.Lv + cix * NP * C * C;
+        for (int e = tid; e < C * C / 2; e += 128) {
+            const int i = e / (C / 2), j = (e % (C / 2)) * 2;
+            const float2 l = *(const float2 *)(Asm + i * L::PA + j);
+            stg_pair<NP>(Lg, (size_t)C * C, (size_t)i * C + j, l.x, l.y);
+            st_pair<NP>(sm, L::T + i * L::PBC + j * 2, L::CC_PL, l.x * bsm[j], l.y * bsm[j + 1]);
+        }
+        for (int e = tid; e < C * DK / 2; e += 128) {
+            const int i = e / (DK / 2), j = (e % (DK / 2)) * 2;
+            const float2 kv = ld_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL);
+            st_pair<NP>(sm, L::KG + i * L::PBK + j * 2, L::QK_PL, gam[i] * kv.x, gam[i] * kv.y);
+        }
+        __syncthreads();
+        // ---- W = T diag(gamma) K -> global planes --------------------------------------------
+        bf16 *Wg = a.Wp + cix * NP * C * DK;
+        for (int cb = 0; cb < DK; cb += 64) {
+            float acc[8][4] = {};
+            wmm<NP, false, true, 8>(acc, sT, sKG, m0, cb, 0, m0 + 16, lane);
+            frag_each<8>(acc, m0, cb, lane, [&](int i, int j, float x0, float x1) {
+                stg_pair<NP>(Wg, (size_t)C * DK, (size_t)i * DK + j, x0, x1);
+            });
+        }
+    }
+    __syncthreads();  // region 0 is reused for H and dO blocks
+
+    // ---- per value block: KHg = diag(gamma) K H, dΔ_loc = P^T dO ------------------------------
+    for (int v0 = 0; v0 < DV; v0 += VB) {
+        if (delta)
+            cvt_rows_f32<NP>(sm, L::HB, L::PBV, L::HB_PL, a.Hs + cix * DK * DV + v0, DV, DK, VB,
+                             DK, tid, 128);
+        load_in_rows<NP>(sm, L::DO, L::PBV, L::DO_PL, dog + v0 * esz, rsv, C, VB, nvalid, tid,
+                         128);
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+        if (delta) {
+            float acc[NTV][4] = {};
+            wmm<NP, false, true, NTV>(acc, sK, sH, m0, 0, 0, DK, lane);
+            bf16 *Kg = a.Kp + cix * NP * C * DV;
+            frag_each<NTV>(acc, m0, 0, lane, [&](int i, int j, float x0, float x1) {
+                stg_pair<NP>(Kg, (size_t)C * DV, (size_t)i * DV + v0 + j, gam[i] * x0,
+                             gam[i] * x1);
+            });
+        }
+        {
+            float acc[NTV][4] = {};
+            wmm<NP, true, true, NTV>(acc, sP, sDO, m0, 0, m0, C, lane);
+            float *dDg = a.dD + cix * C * DV + v0;
+            frag_each<NTV>(acc, m0, 0, lane, [&](int i, int j, float x0, float x1) {
+                *(float2 *)(dDg + (size_t)i * DV + j) = make_float2(x0, x1);
+            });
+        }
+        __syncthreads();
+    }
+}
+
+// =============================================================================================
+// scan: per (b, h, block of DVB value columns), 4 warps, chunks in reverse order.
+// dH (Dk x DVB) lives in fp32 accumulators: warp w owns rows [w Dk/4, (w+1) Dk/4).
+// =============================================================================================
+template <int DK, int DVB, int NP>
+struct scan_layout {
+    static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
+    static constexpr int SET = 3 * NP * QK_PL + C * 4;       // Q, K, W planes + g of one chunk
+    static constexpr int Q = 0, K = NP * QK_PL, W = 2 * NP * QK_PL, G = 3 * NP * QK_PL;
+    static constexpr int PBV = (DVB + 8) * 2;
+    static constexpr int RG_BYTES = NP * PBV * cmax(DK, 2 * C);
+    static constexpr int WG = 4 * 4 * C * 4;                 // per warp: Gh, Gl, gam, hdec
+    static constexpr int S = 2 * SET + RG_BYTES + WG <= SMEM_MAX ? 2 : 1;  // stages
+    // region: dH' planes (Dk rows) while dΔ is formed; then gamma dO and -dΔ planes (C rows)
+    static constexpr int RG = S * SET;
+    static constexpr int DH = RG, DH_PL = DK * PBV;
+    static constexpr int DO = RG, DO_PL = C * PBV;
+    static constexpr int DD = RG + NP * C * PBV;
+    static constexpr int WGO = RG + RG_BYTES;
+    static constexpr int BYTES = WGO + WG;
+    static_assert(BYTES <= SMEM_MAX, "scan shared memory");
+};
+
+template <int DK, int DVB, int NP>
+__global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant__ bwd_args a) {
+    using L = scan_layout<DK, DVB, NP>;
+    constexpr int MT = DK / 64, NTV = DVB / 8, RW = DK / 4;  // m-tiles, n-tiles, rows per warp
+    extern __shared__ __align__(128) unsigned char sm[];
+    const gdn_bwd_params &p = a.p;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g4 = lane >> 2, t4 = lane & 3;
+    const int v0 = blockIdx.x * DVB, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
+    const bool delta = p.mode.delta, gate = p.mode.gate;
+    const size_t bh = (size_t)b * H + h;
+    const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
+    const size_t esz = NP == 1 ? 2 : 4;
+    const uint32_t sb = smem_u32(sm);
+    float *wgs = (float *)(sm + L::WGO) + warp * 4 * C;
+    float *Gh = wgs, *Gl = wgs + C, *gam = wgs + 2 * C, *hdec = wgs + 3 * C;
+    const smat sDH{sb + L::DH, L::PBV, L::DH_PL};
+    const smat sDO{sb + L::DO, L::PBV, L::DO_PL}, sDD{sb + L::DD, L::PBV, L::DO_PL};
+
+    auto stage = [&](int n) { return L::S == 2 ? (n & 1) * L::SET : 0; };
+    auto load_chunk = [&](int n) {
+        const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
+        const size_t row0 = ((size_t)b * T + t0) * H + h;
+        load_in_rows<NP>(sm, st + L::Q, L::PBK, L::QK_PL,
+                         (const unsigned char *)p.q + row0 * DK * esz, rsk, C, DK, nv, tid, 128);
+        load_in_rows<NP>(sm, st + L::K, L::PBK, L::QK_PL,
+                         (const unsigned char *)p.k + row0 * DK * esz, rsk, C, DK, nv, tid, 128);
+        if (delta) {
+            const bf16 *Wg = a.Wp + (bh * NC + n) * NP * C * DK;
+#pragma unroll
+            for (int pl = 0; pl < NP; ++pl)
+                cp_rows_bf16(sb + st + L::W + pl * L::QK_PL, L::PBK, Wg + (size_t)pl * C * DK, DK,
+                             C, DK, C, tid, 128);
+        }
+        if (tid < C) {
+            const bool ok = tid < nv && gate;
+            cp_async4(sb + st + L::G + tid * 4, ok ? p.g + row0 + (size_t)tid * H : a.dD,
+                      ok ? 4 : 0);
+        }
+    };
+
+    // dH (rows r = warp RW + mt 16 + g4 (+8), cols c = nt 8 + 2 t4 (+1)), from dht
+    float acc[MT][NTV][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = warp * RW + mt * 16 + g4 + (e >> 1) * 8, c = nt * 8 + 2 * t4 + (e & 1);
+                acc[mt][nt][e] = p.dht ? p.dht[bh * DK * DV + (size_t)r * DV + v0 + c] : 0.f;
+            }
+    auto store_dh_planes = [&]() {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int r = warp * RW + mt * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
+                    st_pair<NP>(sm, L::DH + r * L::PBV + c * 2, L::DH_PL, acc[mt][nt][2 * hr],
+                                acc[mt][nt][2 * hr + 1]);
+                }
+    };
+    auto store_dh_global = [&](float *dst) {  // dst: (Dk, Dv) state of this (b, h)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int r = warp * RW + mt * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
+                    *(float2 *)(dst + (size_t)r * DV + v0 + c) =
+                        make_float2(acc[mt][nt][2 * hr], acc[mt][nt][2 * hr + 1]);
+                }
+    };
+    store_dh_planes();
+    if (NC > 0) {
+        load_chunk(NC - 1);
+        cp_async_commit();
+    }
+
+    for (int n = NC - 1; n >= 0; --n) {
+        cp_async_wait_all();
+        __syncthreads();  // chunk n's Q, K, W, g are in; dH' planes are visible
+        if (L::S == 2 && n > 0) load_chunk(n - 1);
+        cp_async_commit();
+        const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
+        const size_t row0 = ((size_t)b * T + t0) * H + h, cix = bh * NC + n;
+        const smat sQ{sb + st + L::Q, L::PBK, L::QK_PL}, sK{sb + st + L::K, L::PBK, L::QK_PL};
+        const smat sW{sb + st + L::W, L::PBK, L::QK_PL};
+        store_dh_global(a.dHs + cix * DK * DV);  // dH' of chunk n (gradient of its end state)
+        gates_warp((const float *)(sm + st + L::G), Gh, Gl, gam, hdec, lane);
+        __syncwarp();
+
+        // this thread's dΔ_loc and dO pairs (rows 16 warp + g4 (+8), cols nt 8 + 2 t4)
+        float *dDg = a.dD + cix * C * DV + v0;
+        const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz + v0 * esz;
+        float2 ddl[NTV][2], dov[NTV][2];
+#pragma unroll
+        for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int i = warp * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
+                ddl[nt][hr] = *(const float2 *)(dDg + (size_t)i * DV + c);
+                dov[nt][hr] = i < nv ? ld_in2<NP>(dog, (size_t)i * rsv + c) : make_float2(0.f, 0.f);
+            }
+
+        // (1) dΔ = dΔ_loc + diag(hdec) K dH'
+        float a1[NTV][4] = {};
+        wmm<NP, false, true, NTV>(a1, sK, sDH, warp * 16, 0, 0, DK, lane);
+        __syncthreads();  // dH' planes are no longer read: the region takes gamma dO and -dΔ
+#pragma unroll
+        for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int i = warp * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
+                const float x0 = ddl[nt][hr].x + hdec[i] * a1[nt][2 * hr];
+                const float x1 = ddl[nt][hr].y + hdec[i] * a1[nt][2 * hr + 1];
+                *(float2 *)(dDg + (size_t)i * DV + c) = make_float2(x0, x1);
+                st_pair<NP>(sm, L::DD + i * L::PBV + c * 2, L::DO_PL, -x0, -x1);
+                st_pair<NP>(sm, L::DO + i * L::PBV + c * 2, L::DO_PL, gam[i] * dov[nt][hr].x,
+                            gam[i] * dov[nt][hr].y);
+            }
+        __syncthreads();
+
+        // (2) dH = gamma_C dH' + Q^T (diag(gamma) dO) + W^T (-dΔ)
+        const float gC = gam[C - 1];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= gC;
+            wmm<NP, true, true, NTV>(acc[mt], sQ, sDO, warp * RW + mt * 16, 0, 0, C, lane);
+            if (delta)
+                wmm<NP, true, true, NTV>(acc[mt], sW, sDD, warp * RW + mt * 16, 0, 0, C, lane);
+        }
+        __syncthreads();  // the region and this chunk's stage are free
+        store_dh_planes();
+        if (L::S == 1 && n > 0) {
+            load_chunk(n - 1);
+            cp_async_commit();
+        }
+    }
+    if (p.dh0) store_dh_global(p.dh0 + bh * DK * DV);
+}
+
+// =============================================================================================
+// final: per chunk, 8 warps; warp w owns rows [16 (w%4), +16) and column half w/4 of every
+// C-row result (C x C, C x DKH), and of C x VB results when VB >= 32.
+// =============================================================================================
+template <int DK, int NP>
+struct final_layout {
+    static constexpr int VB = NP == 1 ? 64 : 16;                 // value block
+    static constexpr int DKH = NP == 1 ? (DK < 128 ? DK : 128) : 64;  // key columns per pass
+    static constexpr int PBH = (DKH + 8) * 2, QH_PL = C * PBH;
+    static constexpr int PBC = (C + 8) * 2, CC_PL = C * PBC;
+    static constexpr int PF = C + 4;                             // fp32 pitch
+    static constexpr int PBV = (VB + 8) * 2, V_PL = C * PBV, HB_PL = DKH * PBV;
+    static constexpr int QH = 0, KH = NP * QH_PL;
+    static constexpr int LV = 2 * NP * QH_PL;                     // Linv
+    static constexpr int TT = LV + NP * CC_PL;                    // T
+    static constexpr int DQK = TT + NP * CC_PL;                   // dQK = dP ⊙ Gam
+    static constexpr int XB = DQK + NP * CC_PL;                   // dT (lower, 2 planes), then X
+    static constexpr int ZB = XB + 2 * CC_PL;                     // Z = dT T^T
+    static constexpr int F1 = ZB + NP * CC_PL;                    // fp32: dP, then M, prefixes
+    static constexpr int Y = F1 + C * PF * 4;                     // Y = V - KHg (2 planes)
+    static constexpr int DO = Y + 2 * V_PL;
+    static constexpr int DD = DO + NP * V_PL;                     // dΔ (2 planes)
+    static constexpr int DL = DD + 2 * V_PL;                      // Δ
+    static constexpr int DH = DL + NP * V_PL;                     // diag(hdec) Δ
+    static constexpr int DVG = DH + NP * V_PL;                    // -diag(gamma) dV
+    static constexpr int HB = DVG + NP * V_PL;                    // H block (DKH x VB)
+    static constexpr int DHB = HB + NP * HB_PL;                   // dH' block
+    static constexpr int SMALL = DHB + NP * HB_PL;
+    // fp32 [C]: g, beta, Gh, Gl, gam, hdec, pos1p[2], tkp[2], pos2p[2], dbp[2], dbd, cross; red[256]
+    static constexpr int BYTES = SMALL + (18 * C + 256) * 4;
+    static_assert(BYTES <= SMEM_MAX, "final shared memory");
+};
+
+template <int DK, int NP>
+__global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_constant__ bwd_args a) {
+    using L = final_layout<DK, NP>;
+    constexpr int VB = L::VB, DKH = L::DKH, NKH = DK / DKH;
+    constexpr int VSPLIT = VB >= 32 ? 2 : 1, NTV = VB / 8 / VSPLIT, NQ = DKH / 16;
+    extern __shared__ __align__(128) unsigned char sm[];
+    const gdn_bwd_params &p = a.p;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g4 = lane >> 2, t4 = lane & 3, mw = warp & 3, ch = warp >> 2, m0 = mw * 16;
+    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
+    const int t0 = n * C, nvalid = min(C, T - t0);
+    const bool delta = p.mode.delta, gate = p.mode.gate;
+    const size_t row0 = ((size_t)b * T + t0) * H + h;
+    const size_t cix = ((size_t)b * H + h) * NC + n;
+    const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
+    const size_t esz = NP == 1 ? 2 : 4;
+    const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;
+    const unsigned char *kg = (const unsigned char *)p.k + row0 * DK * esz;
+    const unsigned char *vg = (const unsigned char *)p.v + row0 * DV * esz;
+    const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz;
+    unsigned char *dqg = (unsigned char *)p.dq + row0 * DK * esz;
+    unsigned char *dkg = (unsigned char *)p.dk + row0 * DK * esz;
+    unsigned char *dvg = (unsigned char *)p.dv + row0 * DV * esz;
+    const float *PAg = a.PA + cix * C * C;
+    const float *dDg = a.dD + cix * C * DV;
+
+    float *gsm = (float *)(sm + L::SMALL), *bsm = gsm + C, *Gh = bsm + C, *Gl = Gh + C;
+    float *gam = Gl + C, *hdec = gam + C, *pos1p = hdec + C, *tkp = pos1p + 2 * C;
+    float *pos2p = tkp + 2 * C, *dbp = pos2p + 2 * C, *dbd = dbp + 2 * C, *cross = dbd + C;
+    float *red = cross + C;
+    float *F1 = (float *)(sm + L::F1);
+    const uint32_t sb = smem_u32(sm);
+    const smat sQh{sb + L::QH, L::PBH, L::QH_PL}, sKh{sb + L::KH, L::PBH, L::QH_PL};
+    const smat sLv{sb + L::LV, L::PBC, L::CC_PL}, sT{sb + L::TT, L::PBC, L::CC_PL};
+    const smat sdQK{sb + L::DQK, L::PBC, L::CC_PL}, sX{sb + L::XB, L::PBC, L::CC_PL};
+    const smat sZ{sb + L::ZB, L::PBC, L::CC_PL};
+    const smat sY{sb + L::Y, L::PBV, L::V_PL}, sDO{sb + L::DO, L::PBV, L::V_PL};
+    const smat sDD{sb + L::DD, L::PBV, L::V_PL}, sDL{sb + L::DL, L::PBV, L::V_PL};
+    const smat sDH{sb + L::DH, L::PBV, L::V_PL}, sDVG{sb + L::DVG, L::PBV, L::V_PL};
+    const smat sHB{sb + L::HB, L::PBV, L::HB_PL}, sDHB{sb + L::DHB, L::PBV, L::HB_PL};
+
+    // ---- setup: gates, Linv, T ------------------------------------------------------------------
+    if (tid < C) {
+        const bool ok = tid < nvalid;
+        gsm[tid] = ok && gate ? p.g[row0 + (size_t)tid * H] : 0.f;
+        bsm[tid] = ok && delta ? p.beta[row0 + (size_t)tid * H] : 0.f;
+    }
+    for (int e = tid; e < 2 * C; e += 256) pos1p[e] = tkp[e] = pos2p[e] = dbp[e] = 0.f;
+    if (delta) {
+#pragma unroll
+        for (int pl = 0; pl < NP; ++pl)
+            cp_rows_bf16(sb + L::LV + pl * L::CC_PL, L::PBC, a.Lv + (cix * NP + pl) * C * C, C, C,
+                         C, C, tid, 256);
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    if (warp == 0) gates_warp(gsm, Gh, Gl, gam, hdec, lane);
+    if (delta)
+        for (int e = tid; e < C * C / 2; e += 256) {
+            const int i = e / (C / 2), j = (e % (C / 2)) * 2;
+            const float2 l = ld_pair<NP>(sm, L::LV + i * L::PBC + j * 2, L::CC_PL);
+            st_pair<NP>(sm, L::TT + i * L::PBC + j * 2, L::CC_PL, l.x * bsm[j], l.y * bsm[j + 1]);
+        }
+    __syncthreads();
+    float hdh = 0.f;  // this thread's part of <H, dH'>
+
+    for (int kh = 0; kh < NKH; ++kh) {
+        const int c0 = kh * DKH, q0 = ch * (DKH / 2);  // pass columns; this warp's half
+        load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);
+        load_in_rows<NP>(sm, L::KH, L::PBH, L::QH_PL, kg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);
+        cp_async_commit();  // waited for with the first value block
+        float aP[4][4] = {}, aT[4][4] = {}, aQ[NQ][4] = {}, aK[NQ][4] = {};
+
+        for (int v0 = 0; v0 < DV; v0 += VB) {
+            __syncthreads();  // the previous block's buffers are free
+            if (delta) {  // Y = V - KHg in fp32, kept as hi + lo planes (exact enough for dT)
+                const bf16 *Kg = a.Kp + cix * NP * C * DV + v0;
+                for (int e = tid; e < C * VB / 2; e += 256) {
+                    const int i = e / (VB / 2), j = (e % (VB / 2)) * 2;
+                    const float2 kh = kp_pair<NP>(Kg, (size_t)C * DV, (size_t)i * DV + j);
+                    float2 vv = make_float2(0.f, 0.f);
+                    if (i < nvalid) vv = ld_in2<NP>(vg, (size_t)i * rsv + v0 + j);
+                    st_pair<2>(sm, L::Y + i * L::PBV + j * 2, L::V_PL, vv.x - kh.x, vv.y - kh.y);
+                }
+            } else {
+                load_in_rows<NP>(sm, L::DL, L::PBV, L::V_PL, vg + v0 * esz, rsv, C, VB, nvalid,
+                                 tid, 256);  // Δ = V
+            }
+            load_in_rows<NP>(sm, L::DO, L::PBV, L::V_PL, dog + v0 * esz, rsv, C, VB, nvalid, tid,
+                             256);
+            cvt_rows_f32<2>(sm, L::DD, L::PBV, L::V_PL, dDg + v0, DV, C, VB, C, tid, 256);
+            {  // H and dH' rows [c0, c0 + DKH), cols [v0, v0 + VB); <H, dH'>
+                const float *Hg = a.Hs + cix * DK * DV + (size_t)c0 * DV + v0;
+                const float *dHg = a.dHs + cix * DK * DV + (size_t)c0 * DV + v0;
+                for (int i = tid; i < DKH * (VB / 4); i += 256) {
+                    const int r = i / (VB / 4), c = (i % (VB / 4)) * 4;
+                    const float4 hv = *(const float4 *)(Hg + (size_t)r * DV + c);
+                    const float4 dv = *(const float4 *)(dHg + (size_t)r * DV + c);
+                    hdh += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
+                    const int off = r * L::PBV + c * 2;
+                    st_pair<NP>(sm, L::HB + off, L::HB_PL, hv.x, hv.y);
+                    st_pair<NP>(sm, L::HB + off + 4, L::HB_PL, hv.z, hv.w);
+                    st_pair<NP>(sm, L::DHB + off, L::HB_PL, dv.x, dv.y);
+                    st_pair<NP>(sm, L::DHB + off + 4, L::HB_PL, dv.z, dv.w);
+                }
+            }
+            cp_async_commit();
+            cp_async_wait_all();
+            __syncthreads();
+
+            if (delta) {
+                if (ch < VSPLIT) {
+                    const int n0 = ch * (VB / VSPLIT);
+                    // Δ = T Y (T lower: k up to this row block)
+                    float acc[NTV][4] = {};
+                    wmm<NP, false, true, NTV>(acc, sT, sY, m0, n0, 0, m0 + 16, lane);
+                    frag_each<NTV>(acc, m0, n0, lane, [&](int i, int j, float x0, float x1) {
+                        st_pair<NP>(sm, L::DL + i * L::PBV + j * 2, L::V_PL, x0, x1);
+                        st_pair<NP>(sm, L::DH + i * L::PBV + j * 2, L::V_PL, hdec[i] * x0,
+                                    hdec[i] * x1);
+                    });
+                    // dV = T^T dΔ (k from this row block on)
+                    float av[NTV][4] = {};
+                    wmm<NP, true, true, NTV>(av, sT, sDD, m0, n0, m0, C, lane);
+                    float ps[2] = {0.f, 0.f};
+#pragma unroll
+                    for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+                        for (int hr = 0; hr < 2; ++hr) {
+                            const int i = m0 + g4 + hr * 8, j = n0 + nt * 8 + 2 * t4;
+                            const float x0 = av[nt][2 * hr], x1 = av[nt][2 * hr + 1];
+                            st_pair<NP>(sm, L::DVG + i * L::PBV + j * 2, L::V_PL, -gam[i] * x0,
+                                        -gam[i] * x1);
+                            if (kh == 0) {
+                                const float2 khg = kp_pair<NP>(a.Kp + cix * NP * C * DV,
+                                                               (size_t)C * DV, (size_t)i * DV + v0 + j);
+                                if (i < nvalid) st_out2<NP>(dvg, (size_t)i * rsv + v0 + j, x0, x1);
+                                ps[hr] -= khg.x * x0 + khg.y * x1;
+                            }
+                        }
+                    if (kh == 0) {  // gamma_r k_r.dKg_r = -KHg_r.dV_r
+                        ps[0] = quad_sum(ps[0]);
+                        ps[1] = quad_sum(ps[1]);
+                        if (t4 == 0) {
+                            pos2p[ch * C + m0 + g4] += ps[0];
+                            pos2p[ch * C + m0 + g4 + 8] += ps[1];
+                        }
+                    }
+                }
+            } else {  // Δ = V: Δh = diag(hdec) V, dV = dΔ
+                for (int e = tid; e < C * VB / 2; e += 256) {
+                    const int i = e / (VB / 2), j = (e % (VB / 2)) * 2;
+                    const float2 d = ld_pair<NP>(sm, L::DL + i * L::PBV + j * 2, L::V_PL);
+                    st_pair<NP>(sm, L::DH + i * L::PBV + j * 2, L::V_PL, hdec[i] * d.x,
+                                hdec[i] * d.y);
+                    if (kh == 0 && i < nvalid) {
+                        const float2 dd = *(const float2 *)(dDg + (size_t)i * DV + v0 + j);
+                        st_out2<NP>(dvg, (size_t)i * rsv + v0 + j, dd.x, dd.y);
+                    }
+                }
+            }
+            __syncthreads();
+
+            if (kh == 0) {
+                wmm<NP, false, false, 4>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);  // dO Δ^T
+                if (delta) wmm<2, false, false, 4>(aT, sDD, sY, m0, ch * 32, 0, VB, lane);  // dΔ Y^T
+            }
+            wmm<NP, false, false, NQ>(aQ, sDO, sHB, m0, q0, 0, VB, lane);    // dO H^T
+            wmm<NP, false, false, NQ>(aK, sDH, sDHB, m0, q0, 0, VB, lane);   // Δh dH'^T
+            if (delta) wmm<NP, false, false, NQ>(aK, sDVG, sHB, m0, q0, 0, VB, lane);  // -γdV H^T
+        }
+
+        // ---- dQp = diag(gamma) dO H^T; row dots q.dQp (pos) and k.dKp (t + pos2) -------------
+        {
+            float pq[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};
+#pragma unroll
+            for (int nt = 0; nt < NQ; ++nt)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int i = m0 + g4 + hr * 8, j = q0 + nt * 8 + 2 * t4;
+                    aQ[nt][2 * hr] *= gam[i];
+                    aQ[nt][2 * hr + 1] *= gam[i];
+                    const float2 qv = ld_pair<NP>(sm, L::QH + i * L::PBH + j * 2, L::QH_PL);
+                    const float2 kv = ld_pair<NP>(sm, L::KH + i * L::PBH + j * 2, L::QH_PL);
+                    pq[hr] += qv.x * aQ[nt][2 * hr] + qv.y * aQ[nt][2 * hr + 1];
+                    pk[hr] += kv.x * aK[nt][2 * hr] + kv.y * aK[nt][2 * hr + 1];
+                }
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                pq[hr] = quad_sum(pq[hr]);
+                pk[hr] = quad_sum(pk[hr]);
+            }
+            if (t4 == 0) {
+                pos1p[ch * C + m0 + g4] += pq[0];
+                pos1p[ch * C + m0 + g4 + 8] += pq[1];
+                tkp[ch * C + m0 + g4] += pk[0];
+                tkp[ch * C + m0 + g4 + 8] += pk[1];
+            }
+        }
+
+        // ---- C x C work (once): dQK, M, Z = dT T^T, dA = -Linv^T Z, X, dbeta, cross sums --------
+        if (kh == 0) {
+            frag_each<4>(aP, m0, ch * 32, lane, [&](int i, int j, float x0, float x1) {
+                *(float2 *)(F1 + i * L::PF + j) = make_float2(x0, x1);
+            });
+            if (delta)
+                frag_each<4>(aT, m0, ch * 32, lane, [&](int i, int j, float x0, float x1) {
+                    st_pair<2>(sm, L::XB + i * L::PBC + j * 2, L::CC_PL, j <= i ? x0 : 0.f,
+                               j + 1 <= i ? x1 : 0.f);
+                });
+            __syncthreads();
+            for (int e = tid; e < C * C; e += 256) {
+                const int i = e / C, j = e % C;
+                const float d = F1[i * L::PF + j];
+                st_one<NP>(sm, L::DQK + i * L::PBC + j * 2, L::CC_PL,
+                           j <= i ? d * gam_ij(Gh, Gl, i, j) : 0.f);
+                F1[i * L::PF + j] = j < i ? d * PAg[i * C + j] : 0.f;  // dP ⊙ QK ⊙ Gam
+            }
+            if (delta && tid < C) {  // (Linv^T dT)_ii
+                float s = 0.f;
+                for (int m = tid; m < C; ++m)
+                    s += ld_one<NP>(sm, L::LV + m * L::PBC + tid * 2, L::CC_PL) *
+                         ld_one<2>(sm, L::XB + m * L::PBC + tid * 2, L::CC_PL);
+                dbd[tid] = s;
+            }
+            __syncthreads();
+            if (delta) {
+                {
+                    float acc[4][4] = {};
+                    wmm<NP, false, false, 4>(acc, sX, sT, m0, ch * 32, 0, C, lane);  // dT T^T
+                    frag_each<4>(acc, m0, ch * 32, lane, [&](int i, int j, float x0, float x1) {
+                        st_pair<NP>(sm, L::ZB + i * L::PBC + j * 2, L::CC_PL, j < i ? x0 : 0.f,
+                                    j + 1 < i ? x1 : 0.f);
+                    });
+                }
+                __syncthreads();  // Z complete; dT planes dead (X takes their place)
+                {
+                    float acc[4][4] = {};
+                    wmm<NP, true, true, 4>(acc, sLv, sZ, m0, ch * 32, m0, C, lane);  // Linv^T Z
+                    float pb[2] = {0.f, 0.f};
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                        for (int hr = 0; hr < 2; ++hr) {
+                            const int i = m0 + g4 + hr * 8, j = ch * 32 + nt * 8 + 2 * t4;
+                            float xv[2];
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int jj = j + e;
+                                const float dA = jj < i ? -acc[nt][2 * hr + e] : 0.f;
+                                const float ak = jj < i ? PAg[jj * C + i] : 0.f;
+                                F1[i * L::PF + jj] += bsm[i] * dA * ak;
+                                pb[hr] += dA * ak;
+                                xv[e] = jj < i ? bsm[i] * dA * gam_ij(Gh, Gl, i, jj) : 0.f;
+                            }
+                            st_pair<NP>(sm, L::XB + i * L::PBC + j * 2, L::CC_PL, xv[0], xv[1]);
+                        }
+#pragma unroll
+                    for (int hr = 0; hr < 2; ++hr) pb[hr] = quad_sum(pb[hr]);
+                    if (t4 == 0) {
+                        dbp[ch * C + m0 + g4] = pb[0];
+                        dbp[ch * C + m0 + g4 + 8] = pb[1];
+                    }
+                }
+                __syncthreads();
+                if (tid < nvalid && p.dbeta)
+                    p.dbeta[row0 + (size_t)tid * H] = dbd[tid] + dbp[tid] + dbp[C + tid];
+            }
+            if (gate) {
+                if (tid < C) {  // row prefix: F1[i][s] = sum_{j < s} M_ij
+                    float run = 0.f;
+                    for (int s = 0; s < C; ++s) {
+                        const float m = F1[tid * L::PF + s];
+                        F1[tid * L::PF + s] = run;
+                        run += m;
+                    }
+                }
+                __syncthreads();
+                if (tid < C) {  // cross_s = sum_{i >= s > j} M_ij
+                    float s = 0.f;
+                    for (int i = tid; i < C; ++i) s += F1[i * L::PF + tid];
+                    cross[tid] = s;
+                }
+            }
+            __syncthreads();
+        }
+
+        // ---- dQ = dQp + dQK K;  dK = dKp + dQK^T Q + X K + X^T K  (this pass's columns) --------
+        wmm<NP, false, true, NQ>(aQ, sdQK, sKh, m0, q0, 0, m0 + 16, lane);
+        wmm<NP, true, true, NQ>(aK, sdQK, sQh, m0, q0, m0, C, lane);
+        if (delta) {
+            wmm<NP, false, true, NQ>(aK, sX, sKh, m0, q0, 0, m0 + 16, lane);
+            wmm<NP, true, true, NQ>(aK, sX, sKh, m0, q0, m0, C, lane);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NQ; ++nt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int i = m0 + g4 + hr * 8, j = c0 + q0 + nt * 8 + 2 * t4;
+                if (i < nvalid) {
+                    st_out2<NP>(dqg, (size_t)i * rsk + j, aQ[nt][2 * hr], aQ[nt][2 * hr + 1]);
+                    st_out2<NP>(dkg, (size_t)i * rsk + j, aK[nt][2 * hr], aK[nt][2 * hr + 1]);
+                }
+            }
+        __syncthreads();  // Q, K blocks are reloaded by the next pass
+    }
+
+    // ---- dg_s = sum_{r >= s} pos_r + sum_{r < s} t_r + cross_s --------------------------------
+    red[tid] = hdh;
+    __syncthreads();
+    if (gate && tid < nvalid && p.dg) {
+        float hd = 0.f;
+        for (int i = 0; i < 256; ++i) hd += red[i];
+        const int s = tid;
+        float acc = cross[s] + gam[C - 1] * hd;
+        for (int r = s; r < C; ++r) acc += (pos1p[r] + pos1p[C + r]) + (pos2p[r] + pos2p[C + r]);
+        for (int r = 0; r < s; ++r) acc += (tkp[r] + tkp[C + r]) - (pos2p[r] + pos2p[C + r]);
+        p.dg[row0 + (size_t)s * H] = acc;
+    }
+}
+
+// ---- launchers ---------------------------------------------------------------------------------
+template <class K>
+void set_smem(K kern, int bytes) {
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <int DK, int NP>
+void gdn_bwd_prep_launch(const bwd_args &a) {
+    using L = prep_layout<DK, NP>;
+    static bool attr_done = false;  // one attribute call per instance
+    if (!attr_done) {
+        set_smem(gdn_bwd_prep_kernel<DK, NP>, L::BYTES);
+        attr_done = true;
+    }
+    const dim3 grid(a.NC, a.p.H, a.p.B);
+    gdn_bwd_prep_kernel<DK, NP><<<grid, 128, L::BYTES, a.p.stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+template <int DK, int DVB, int NP>
+void gdn_bwd_scan_launch(const bwd_args &a) {
+    using L = scan_layout<DK, DVB, NP>;
+    static bool attr_done = false;
+    if (!attr_done) {
+        set_smem(gdn_bwd_scan_kernel<DK, DVB, NP>, L::BYTES);
+        attr_done = true;
+    }
+    const dim3 grid(a.p.Dv / DVB, a.p.H, a.p.B);
+    gdn_bwd_scan_kernel<DK, DVB, NP><<<grid, 128, L::BYTES, a.p.stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+template <int DK, int NP>
+void gdn_bwd_final_launch(const bwd_args &a) {
+    using L = final_layout<DK, NP>;
+    static bool attr_done = false;
+    if (!attr_done) {
+        set_smem(gdn_bwd_final_kernel<DK, NP>, L::BYTES);
+        attr_done = true;
+    }
+    const dim3 grid(a.NC, a.p.H, a.p.B);
+    gdn_bwd_final_kernel<DK, NP><<<grid, 256, L::BYTES, a.p.stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int DK, int NP>
+void gdn_bwd_run(const bwd_args &a, int dvb) {
+    gdn_bwd_prep_launch<DK, NP>(a);
+    if constexpr (NP == 2) {
+        (void)dvb;
+        gdn_bwd_scan_launch<DK, 16, 2>(a);
+    } else {
+        switch (dvb) {
+        case 16: gdn_bwd_scan_launch<DK, 16, 1>(a); break;
+        case 32: gdn_bwd_scan_launch<DK, 32, 1>(a); break;
+        default:
+            if constexpr (DK <= 128) gdn_bwd_scan_launch<DK, 64, 1>(a);
+            else gdn_die("gdn_chunk_bwd: dv_block 64 with Dk %d", DK);
+            break;
+        }
+    }
+    gdn_bwd_final_launch<DK, NP>(a);
+}
+
+// Workspace carving: one table, walked by the size query and by the entry alike.
+struct ws_plan {
+    size_t off_hs, off_dhs, off_dd, off_pa, off_lv, off_wp, off_kp, total;
+};
+size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
+    const size_t NC = (size_t)(p->T + GDN_CHUNK - 1) / GDN_CHUNK;
+    const size_t nch = (size_t)p->B * p->H * NC, C2 = (size_t)GDN_CHUNK;
+    const size_t NP = p->dtype == GDN_DTYPE_FP32 ? 2 : 1;
+    const size_t Dk = p->Dk, Dv = p->Dv;
+    ws_plan w;
+    size_t o = 0;
+    w.off_hs = o;
+    if (!p->h_states) o += align256(nch * Dk * Dv * 4);
+    w.off_dhs = o;
+    o += align256(nch * Dk * Dv * 4);
+    w.off_dd = o;
+    o += align256(nch * C2 * Dv * 4);
+    w.off_pa = o;
+    o += align256(nch * C2 * C2 * 4);
+    w.off_lv = w.off_wp = w.off_kp = o;
+    if (p->mode.delta) {
+        w.off_lv = o;
+        o += align256(nch * NP * C2 * C2 * 2);
+        w.off_wp = o;
+        o += align256(nch * NP * C2 * Dk * 2);
+        w.off_kp = o;
+        o += align256(nch * NP * C2 * Dv * 2);
+    }
+    w.total = o;
+    return w;
+}
+
+void gdn_bwd_check_ptr(const void *ptr, size_t align, const char *name) {
+    if (!ptr) gdn_die("gdn_chunk_bwd: %s is NULL", name);
+    if ((uintptr_t)ptr % align)
+        gdn_die("gdn_chunk_bwd: %s = %p is not %zu-byte aligned\nHINT: carve tensors at 16-byte "
+                "offsets (the workspace at 256)", name, ptr, align);
+}
+
+}  // namespace
+
+extern "C" size_t gdn_chunk_bwd_workspace_bytes(const gdn_bwd_params *p) {
+    if (!p) gdn_die("gdn_chunk_bwd_workspace_bytes: params is NULL");
+    return gdn_bwd_plan(p).total;
+}
+
+extern "C" int gdn_chunk_bwd_dv_block(const gdn_bwd_params *p) {
+    if (p->dv_block) return p->dv_block;
+    if (p->dtype == GDN_DTYPE_FP32) return 16;
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    // the largest block (least repeated chunk-local loads) that still fills every SM
+    for (int d = p->Dk <= 128 ? 64 : 32; d >= 16; d /= 2)
+        if ((long)p->B * p->H * (p->Dv / d) >= sms) return d;
+    return 16;
+}
+
+extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
+    if (!p) gdn_die("gdn_chunk_bwd: params is NULL");
+    if (p->B < 1 || p->H < 1 || p->T < 0)
+        gdn_die("gdn_chunk_bwd: bad shape B %d T %d H %d (B, H >= 1, T >= 0)", p->B, p->T, p->H);
+    if (p->Dk != 64 && p->Dk != 128 && p->Dk != 256)
+        gdn_die("gdn_chunk_bwd: Dk %d not supported\nHINT: kernels are built for Dk = 64, 128, 256",
+                p->Dk);
+    if (p->Dv != p->Dk && p->Dv != 2 * p->Dk)
+        gdn_die("gdn_chunk_bwd: Dv %d not supported with Dk %d\nHINT: Dv = Dk or 2 Dk (expand_v 1 "
+                "or 2)", p->Dv, p->Dk);
+    if (p->dtype != GDN_DTYPE_BF16 && p->dtype != GDN_DTYPE_FP32)
+        gdn_die("gdn_chunk_bwd: unknown dtype %d", (int)p->dtype);
+    const bool f32 = p->dtype == GDN_DTYPE_FP32;
+    const int dvb = gdn_chunk_bwd_dv_block(p);
+    if (f32 && dvb != 16)
+        gdn_die("gdn_chunk_bwd: dv_block %d with fp32 inputs\nHINT: fp32 runs with dv_block 16",
+                dvb);
+    if (dvb != 16 && dvb != 32 && !(dvb == 64 && p->Dk <= 128))
+        gdn_die("gdn_chunk_bwd: dv_block %d not supported with Dk %d\nHINT: 16, 32, or 64 when "
+                "Dk <= 128", dvb, p->Dk);
+    const ws_plan w = gdn_bwd_plan(p);
+    if (p->T == 0) {  // no tokens: dh0 = dht
+        if (p->dh0) {
+            const size_t bytes = (size_t)p->B * p->H * p->Dk * p->Dv * 4;
+            if (p->dht)
+                CUDA_CHECK(cudaMemcpyAsync(p->dh0, p->dht, bytes, cudaMemcpyDeviceToDevice,
+                                           p->stream));
+            else
+                CUDA_CHECK(cudaMemsetAsync(p->dh0, 0, bytes, p->stream));
+        }
+        return;
+    }
+    gdn_bwd_check_ptr(p->q, 16, "q");
+    gdn_bwd_check_ptr(p->k, 16, "k");
+    gdn_bwd_check_ptr(p->v, 16, "v");
+    gdn_bwd_check_ptr(p->dO, 16, "dO");
+    gdn_bwd_check_ptr(p->dq, 16, "dq");
+    gdn_bwd_check_ptr(p->dk, 16, "dk");
+    gdn_bwd_check_ptr(p->dv, 16, "dv");
+    if (p->mode.gate) gdn_bwd_check_ptr(p->g, 4, "g (gate on)");
+    if (p->mode.delta) gdn_bwd_check_ptr(p->beta, 4, "beta (delta on)");
+    if (p->h0) gdn_bwd_check_ptr(p->h0, 4, "h0");
+    if (p->dht) gdn_bwd_check_ptr(p->dht, 8, "dht");
+    if (p->dh0) gdn_bwd_check_ptr(p->dh0, 8, "dh0");
+    if (p->h_states) gdn_bwd_check_ptr(p->h_states, 16, "h_states");
+    gdn_bwd_check_ptr(p->workspace, 256, "workspace");
+    if (p->workspace_bytes < w.total)
+        gdn_die("gdn_chunk_bwd: workspace of %zu bytes, %zu needed\nHINT: size it with "
+                "gdn_chunk_bwd_workspace_bytes()", p->workspace_bytes, w.total);
+
+    bwd_args a;
+    a.p = *p;
+    a.NC = (p->T + GDN_CHUNK - 1) / GDN_CHUNK;
+    unsigned char *ws = (unsigned char *)p->workspace;
+    a.dHs = (float *)(ws + w.off_dhs);
+    a.dD = (float *)(ws + w.off_dd);
+    a.PA = (float *)(ws + w.off_pa);
+    a.Lv = (bf16 *)(ws + w.off_lv);
+    a.Wp = (bf16 *)(ws + w.off_wp);
+    a.Kp = (bf16 *)(ws + w.off_kp);
+    if (p->h_states) {
+        a.Hs = p->h_states;
+    } else {  // second forward scan: chunk-start states; its o goes to dΔ's space (unused yet)
+        float *hs = (float *)(ws + w.off_hs);
+        a.Hs = hs;
+        gdn_fwd_params f;
+        memset(&f, 0, sizeof f);
+        f.B = p->B;
+        f.T = p->T;
+        f.H = p->H;
+        f.Dk = p->Dk;
+        f.Dv = p->Dv;
+        f.mode = p->mode;
+        f.dtype = p->dtype;
+        f.q = p->q;
+        f.k = p->k;
+        f.v = p->v;
+        f.g = p->g;
+        f.beta = p->beta;
+        f.h0 = p->h0;
+        f.o = a.dD;
+        f.ht = NULL;
+        f.h_states = hs;
+        f.dv_block = 0;
+        f.stream = p->stream;
+        gdn_chunk_fwd(&f);
+    }
+    if (f32) {
+        switch (p->Dk) {
+        case 64: gdn_bwd_run<64, 2>(a, dvb); break;
+        case 128: gdn_bwd_run<128, 2>(a, dvb); break;
+        default: gdn_bwd_run<256, 2>(a, dvb); break;
+        }
+    } else {
+        switch (p->Dk) {
+        case 64: gdn_bwd_run<64, 1>(a, dvb); break;
+        case 128: gdn_bwd_run<128, 1>(a, dvb); break;
+        default: gdn_bwd_run<256, 1>(a, dvb); break;
+        }
+    }
+}
