@@ -37,6 +37,7 @@
 #include <type_traits>
 #include <cuda_bf16.h>
 
+#include "gdn_chunk_common.cuh"
 #include "../core/cuda_check.h"
 
 namespace {
@@ -101,50 +102,17 @@ struct gdn_prep_layout {
     static_assert(CC_PL <= QK_PL, "T, P fit in K's and Q's buffers");
 };
 
-// ---- PTX wrappers ------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes));
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-__device__ __forceinline__ void ldsm4(uint32_t r[4], uint32_t a) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-__device__ __forceinline__ void ldsm4t(uint32_t r[4], uint32_t a) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-// c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col)
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0,
-                                         uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_bf16(float x0, float x1) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(x0, x1);  // x0 in the low half
-    return *(uint32_t *)&v;
-}
-// fp32 pair -> bf16 hi pair + bf16 lo pair (x = hi + lo to ~2^-17 relative)
-__device__ __forceinline__ void split2(float x0, float x1, uint32_t &hi, uint32_t &lo) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-    hi = *(uint32_t *)&h;
-    lo = pack_bf16(x0 - __low2float(h), x1 - __high2float(h));
-}
+// ---- PTX wrappers: shared with the backward (gdn_chunk_common.cuh) -----------------------
+using gdnk::cp_async16;
+using gdnk::cp_async4;
+using gdnk::cp_async_commit;
+using gdnk::cp_async_wait_all;
+using gdnk::ldsm4;
+using gdnk::ldsm4t;
+using gdnk::mma16816;
+using gdnk::pack_bf16;
+using gdnk::smem_u32;
+using gdnk::split2;
 
 // ---- fragments (mma.sync m16n8k16 layouts; g = lane/4, t = lane%4) ---------------------------
 // A (16x16): a0 = A[g][2t..], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
