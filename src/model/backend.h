@@ -45,6 +45,7 @@ typedef struct backend {
     void (*add)(void *y, const void *x, size_t n);     // y += x (activations)
     void (*copy)(void *y, const void *x, size_t n);    // activations
     double (*sumsq)(const void *x, size_t n);          // sum of squares of gradients, in double
+    void (*sync)(void);                                // wait until all queued work is done
     // ops (see fwd_cpu.h / bwd_cpu.h)
     void (*embedding_fwd)(void *out, const int32_t *tok, const void *wte, int N, int d);
     void (*embedding_bwd)(void *dwte, const void *dout, const int32_t *tok, int N, int d);

@@ -31,6 +31,7 @@ static double cpu_sumsq(const void *x, size_t n) {
     for (size_t i = 0; i < n; i++) s += a[i] * a[i];
     return s;
 }
+static void cpu_sync(void) {}  // every CPU op has finished when it returns
 static void cpu_linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
     linear_fwd_cpu(y, x, W, NULL, N, in, out);
 }
@@ -91,6 +92,7 @@ const backend backend_cpu = {
     .add = cpu_add,
     .copy = cpu_copy,
     .sumsq = cpu_sumsq,
+    .sync = cpu_sync,
     .embedding_fwd = F(embedding_fwd_cpu),
     .embedding_bwd = F(embedding_bwd_cpu),
     .rmsnorm_fwd = F(rmsnorm_fwd_cpu),

@@ -446,6 +446,7 @@ struct ops {
         b.add = add;
         b.copy = copy;
         b.sumsq = be_sumsq;
+        b.sync = [] { CUDA_CHECK(cudaDeviceSynchronize()); };
         b.embedding_fwd = embedding_fwd;
         b.embedding_bwd = embedding_bwd;
         b.rmsnorm_fwd = rmsnorm_fwd;

@@ -1,0 +1,216 @@
+// profile.c — the profiling decorator of profile.h: one slot per op name (calls, seconds,
+// FLOPs), each op timed as  sync; t0 = now; op; sync; slot += now - t0.  The sync before the
+// op makes sure the clock does not charge earlier queued work to it; the sync after it makes
+// the op's device work finish inside the interval.
+#include "profile.h"
+#include "../core/common.h"
+
+// X-macro: every timed op of backend.h, in struct order.
+#define PROFILE_OPS(X)                                                                          \
+    X(zero) X(add) X(copy) X(sumsq) X(embedding_fwd) X(embedding_bwd) X(rmsnorm_fwd)             \
+    X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd)          \
+    X(silu_bwd) X(l2norm_fwd) X(l2norm_bwd) X(gdn_gates_fwd) X(gdn_gates_bwd)                   \
+    X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) X(swiglu_fwd) X(swiglu_bwd) X(crossentropy)      \
+    X(dropout_fwd) X(dropout_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd)     \
+    X(gdn_fwd) X(gdn_bwd) X(adamw)
+
+#define SLOT_ENUM(n) SLOT_##n,
+#define SLOT_NAME(n) #n,
+enum { PROFILE_OPS(SLOT_ENUM) SLOT_COUNT };
+static const char *const slot_name[SLOT_COUNT] = {PROFILE_OPS(SLOT_NAME)};
+
+typedef struct {
+    long calls;
+    double seconds;  // sum of the synced intervals
+    double flops;    // 0 where not counted
+} slot;
+
+// Process-wide state (profile.h): the wrapped backend, its decorated copy, the counters.
+static const backend *inner;
+static backend profiled;
+static slot slots[SLOT_COUNT];
+
+static double op_begin(void) {
+    inner->sync();
+    return gdn_now();
+}
+static void op_end(int s, double t0, double flops) {
+    inner->sync();
+    slots[s].seconds += gdn_now() - t0;
+    slots[s].calls++;
+    slots[s].flops += flops;
+}
+
+// Time one void call of inner's op `name`, counting `fl` FLOPs.
+#define TIMED(name, fl, ...)                 \
+    do {                                     \
+        double t0_ = op_begin();             \
+        inner->name(__VA_ARGS__);            \
+        op_end(SLOT_##name, t0_, (fl));      \
+    } while (0)
+
+static void p_zero(void *p, size_t n, be_class c) { TIMED(zero, 0, p, n, c); }
+static void p_add(void *y, const void *x, size_t n) { TIMED(add, 0, y, x, n); }
+static void p_copy(void *y, const void *x, size_t n) { TIMED(copy, 0, y, x, n); }
+static double p_sumsq(const void *x, size_t n) {
+    double t0 = op_begin(), r = inner->sumsq(x, n);
+    op_end(SLOT_sumsq, t0, 0);
+    return r;
+}
+static void p_embedding_fwd(void *out, const int32_t *tok, const void *wte, int N, int d) {
+    TIMED(embedding_fwd, 0, out, tok, wte, N, d);
+}
+static void p_embedding_bwd(void *dwte, const void *dout, const int32_t *tok, int N, int d) {
+    TIMED(embedding_bwd, 0, dwte, dout, tok, N, d);
+}
+static void p_rmsnorm_fwd(void *y, void *rstd, const void *x, const void *w, int N, int d,
+                          double eps) {
+    TIMED(rmsnorm_fwd, 0, y, rstd, x, w, N, d, eps);
+}
+static void p_rmsnorm_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
+                          const void *rstd, int N, int d) {
+    TIMED(rmsnorm_bwd, 0, dx, dw, dy, x, w, rstd, N, d);
+}
+// y = x W^T: 2 N in out FLOPs; backward dx = dy W and dW += dy^T x: twice that.
+static void p_linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
+    TIMED(linear_fwd, 2.0 * N * in * out, y, x, W, N, in, out);
+}
+static void p_linear_bwd(void *dx, void *dW, const void *dy, const void *x, const void *W, int N,
+                         int in, int out) {
+    TIMED(linear_bwd, 4.0 * N * in * out, dx, dW, dy, x, W, N, in, out);
+}
+static void p_conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
+    TIMED(conv1d_fwd, 0, y, x, w, B, T, C, K);
+}
+static void p_conv1d_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w, int B,
+                         int T, int C, int K) {
+    TIMED(conv1d_bwd, 0, dx, dw, dy, x, w, B, T, C, K);
+}
+static void p_silu_fwd(void *y, const void *x, size_t n) { TIMED(silu_fwd, 0, y, x, n); }
+static void p_silu_bwd(void *dx, const void *dy, const void *x, size_t n) {
+    TIMED(silu_bwd, 0, dx, dy, x, n);
+}
+static void p_l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
+                         double scale) {
+    TIMED(l2norm_fwd, 0, y, rnorm, x, rows, D, eps, scale);
+}
+static void p_l2norm_bwd(void *dx, const void *dy, const void *x, const void *rnorm, size_t rows,
+                         int D, double scale) {
+    TIMED(l2norm_bwd, 0, dx, dy, x, rnorm, rows, D, scale);
+}
+static void p_gdn_gates_fwd(void *g, void *beta, const void *a, const void *b, const void *A_log,
+                            const void *dt_bias, int N, int H, gdn_mode mode) {
+    TIMED(gdn_gates_fwd, 0, g, beta, a, b, A_log, dt_bias, N, H, mode);
+}
+static void p_gdn_gates_bwd(void *da, void *db, void *dA_log, void *ddt_bias, const void *dg,
+                            const void *dbeta, const void *a, const void *b, const void *A_log,
+                            const void *dt_bias, int N, int H, gdn_mode mode) {
+    TIMED(gdn_gates_bwd, 0, da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias, N, H, mode);
+}
+static void p_gated_rmsnorm_fwd(void *y, void *rstd, const void *x, const void *z, const void *w,
+                                size_t rows, int D, double eps) {
+    TIMED(gated_rmsnorm_fwd, 0, y, rstd, x, z, w, rows, D, eps);
+}
+static void p_gated_rmsnorm_bwd(void *dx, void *dz, void *dw, const void *dy, const void *x,
+                                const void *z, const void *w, const void *rstd, size_t rows,
+                                int D) {
+    TIMED(gated_rmsnorm_bwd, 0, dx, dz, dw, dy, x, z, w, rstd, rows, D);
+}
+static void p_swiglu_fwd(void *h, const void *gate, const void *up, size_t n) {
+    TIMED(swiglu_fwd, 0, h, gate, up, n);
+}
+static void p_swiglu_bwd(void *dgate, void *dup, const void *dh, const void *gate, const void *up,
+                         size_t n) {
+    TIMED(swiglu_bwd, 0, dgate, dup, dh, gate, up, n);
+}
+static double p_crossentropy(void *logits, const int32_t *tgt, int N, int V, double scale) {
+    double t0 = op_begin(), r = inner->crossentropy(logits, tgt, N, V, scale);
+    op_end(SLOT_crossentropy, t0, 0);
+    return r;
+}
+static void p_dropout_fwd(void *y, const void *x, size_t n, double p, uint64_t seed) {
+    TIMED(dropout_fwd, 0, y, x, n, p, seed);
+}
+static void p_dropout_bwd(void *dx, const void *dy, size_t n, double p, uint64_t seed) {
+    TIMED(dropout_bwd, 0, dx, dy, n, p, seed);
+}
+static void p_rope_fwd(void *y, const void *x, int B, int T, int H, int D, double base) {
+    TIMED(rope_fwd, 0, y, x, B, T, H, D, base);
+}
+static void p_rope_bwd(void *dx, const void *dy, int B, int T, int H, int D, double base) {
+    TIMED(rope_bwd, 0, dx, dy, B, T, H, D, base);
+}
+static void p_attention_fwd(void *o, void *lse, const void *q, const void *k, const void *v, int B,
+                            int T, int H, int D, int window, double scale) {
+    TIMED(attention_fwd, 0, o, lse, q, k, v, B, T, H, D, window, scale);
+}
+static void p_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q,
+                            const void *k, const void *v, const void *o, const void *lse, int B,
+                            int T, int H, int D, int window, double scale) {
+    TIMED(attention_bwd, 0, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, D, window, scale);
+}
+static void p_gdn_fwd(const gdn_op *op) { TIMED(gdn_fwd, 0, op); }
+static void p_gdn_bwd(const gdn_op *op) { TIMED(gdn_bwd, 0, op); }
+static void p_adamw(void *p, void *master, const void *g, void *m, void *v, size_t n, double lr,
+                    double b1, double b2, double eps, double wd, double bc1, double bc2,
+                    double gscale) {
+    TIMED(adamw, 0, p, master, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
+}
+
+const backend *backend_profiled(const backend *b) {
+    if (inner == b) return &profiled;
+    if (inner)
+        gdn_die("backend_profiled: already wraps backend '%s' (one per process)", inner->name);
+    if (!b->sync) gdn_die("backend_profiled: backend '%s' has no sync", b->name);
+    inner = b;
+    profiled = *b;  // name, elem, master, alloc/release/download/upload/sync pass through
+#define WRAP(n) profiled.n = p_##n;
+    PROFILE_OPS(WRAP)
+#undef WRAP
+    return &profiled;
+}
+
+void profile_reset(void) { memset(slots, 0, sizeof slots); }
+
+static int by_time(const void *pa, const void *pb) {
+    int a = *(const int *)pa, b = *(const int *)pb;
+    if (slots[a].seconds != slots[b].seconds) return slots[a].seconds < slots[b].seconds ? 1 : -1;
+    return a - b;
+}
+
+void profile_print(FILE *f, double step_seconds, int steps) {
+    int order[SLOT_COUNT], n = 0;
+    double total = 0;
+    for (int s = 0; s < SLOT_COUNT; s++) {
+        if (slots[s].calls == 0) continue;
+        order[n++] = s;
+        total += slots[s].seconds;
+    }
+    qsort(order, (size_t)n, sizeof order[0], by_time);
+    double ps = steps > 0 ? steps : 1;
+    fprintf(f, "profile: %d step%s on backend %s; each op timed between two syncs, so the device "
+               "runs serialised\n(no overlap between ops, launch latency included): per-op times "
+               "are what each op costs alone.\n",
+            steps, steps == 1 ? "" : "s", inner ? inner->name : "(none)");
+    fprintf(f, "%-18s %8s %11s %10s %7s %11s %10s\n", "op", "calls", "total ms", "ms/step",
+            "% ops", "GFLOP/step", "GFLOP/s");
+    for (int i = 0; i < n; i++) {
+        const slot *s = &slots[order[i]];
+        double pct = total > 0 ? 100 * s->seconds / total : 0.0;
+        fprintf(f, "%-18s %8ld %11.3f %10.3f %6.1f%%", slot_name[order[i]], s->calls,
+                1e3 * s->seconds, 1e3 * s->seconds / ps, pct);
+        if (s->flops > 0)
+            fprintf(f, " %11.6g %10.1f\n", s->flops / ps / 1e9,
+                    s->seconds > 0 ? s->flops / s->seconds / 1e9 : 0.0);
+        else
+            fprintf(f, " %11s %10s\n", "-", "-");
+    }
+    fprintf(f, "%-18s %8s %11.3f %10.3f\n", "sum of ops", "", 1e3 * total, 1e3 * total / ps);
+    if (step_seconds > 0) {
+        double ops = total / ps;
+        fprintf(f, "measured step %.3f ms: ops %.3f ms (%.1f%%), outside ops %.3f ms (%.1f%%: host "
+                   "code, data, syncs, communication)\n",
+                1e3 * step_seconds, 1e3 * ops, 100 * ops / step_seconds, 1e3 * (step_seconds - ops),
+                100 * (step_seconds - ops) / step_seconds);
+    }
+}

@@ -1,0 +1,33 @@
+// profile.h — where a step's time goes: a decorator around any backend (backend.h) that times
+// every op with the host's monotonic clock, between two inner->sync() calls, and a table of the
+// totals (gdn-train --profile N prints it).
+//
+// Syncing around each op serialises the GPU: overlap between ops disappears and each op also
+// carries its launch latency, so the per-op times are what the op costs alone; the sum is an
+// upper bound of the ops' share of a normal step.
+//
+// State is process-wide (static in profile.c): one profiled backend per process. Calling
+// backend_profiled again with the same inner backend returns the same decorator; with another
+// one it is an error. Not thread-safe: ops must come from one thread, as they do in a step.
+#pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include <stdio.h>
+#include "backend.h"
+
+// A backend whose ops (zero, add, copy, sumsq, every op, adamw) call inner's op between two
+// inner->sync() and record its time and call count; linear_fwd / linear_bwd also record their
+// FLOPs (2*N*in*out / 4*N*in*out). alloc/release/download/upload/sync pass through untimed.
+// name, elem and master are inner's, so checkpoints and summaries are unchanged.
+const backend *backend_profiled(const backend *inner);
+// Zero every counter (e.g. after the warm-up steps).
+void profile_reset(void);
+// Table sorted by total time: op, calls, total ms, ms per step, % of the profiled time,
+// GFLOP per step and achieved GFLOP/s where known; then the sum of the ops against the
+// measured mean step time step_seconds (<= 0: not known, no comparison) over `steps` steps.
+void profile_print(FILE *f, double step_seconds, int steps);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,195 @@
+// test_profile.c — the profiling decorator (src/model/profile.h) on the CPU backend, on tiny
+// models: (a) it changes nothing: losses, gradients and the AdamW update are bitwise those of
+// plain backend_cpu; (b) its table lists each op with the call count the model structure
+// implies, and the matmul GFLOP per step 2*N*sum(in*out) (forward) and twice that (backward);
+// (c) profile_reset zeroes every counter.
+#include "testutil.h"
+#include "../src/model/model.h"
+#include "../src/model/profile.h"
+#include "../src/optim/optim.h"
+
+enum { B = 2, T = 9, RUNS = 2, MAX_ROWS = 64 };
+
+typedef struct {
+    char op[32];
+    long calls;
+    double total_ms, gflop_step;  // gflop_step < 0: "-"
+} row;
+
+static int fails = 0;
+#define EXPECT(cond, ...)                   \
+    do {                                    \
+        if (!(cond)) {                      \
+            printf("FAIL: " __VA_ARGS__);   \
+            printf("\n");                   \
+            fails++;                        \
+        }                                   \
+    } while (0)
+
+// Parse the op rows of the table (between the column header and "sum of ops"); show: echo it.
+static int table(double step_seconds, int steps, row *rows, bool show) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK_PTR(f);
+    profile_print(f, step_seconds, steps);
+    if (fclose(f) != 0) gdn_die("open_memstream: %s", strerror(errno));
+    if (show) fputs(buf, stdout);
+    int n = 0;
+    bool in_rows = false, saw_sum = false;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strncmp(line, "op ", 3)) { in_rows = true; continue; }
+        if (!strncmp(line, "sum of ops", 10)) { saw_sum = true; in_rows = false; continue; }
+        if (!in_rows) continue;
+        row r;
+        double per_step, pct;
+        int k = sscanf(line, "%31s %ld %lf %lf %lf%% %lf", r.op, &r.calls, &r.total_ms, &per_step,
+                       &pct, &r.gflop_step);
+        EXPECT(k == 5 || k == 6, "unparsable table row '%s'", line);
+        if (k == 5) r.gflop_step = -1;
+        if (n < MAX_ROWS) rows[n++] = r;
+    }
+    EXPECT(saw_sum, "no 'sum of ops' line");
+    free(buf);
+    return n;
+}
+
+static const row *find(const row *rows, int n, const char *op) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rows[i].op, op)) return &rows[i];
+    return NULL;
+}
+
+static gdn_config tiny(const char *pattern, int layers) {
+    gdn_config c;
+    config_defaults(&c);
+    snprintf(c.pattern, sizeof c.pattern, "%s", pattern);
+    c.n_layers = layers;
+    c.d_model = 16;
+    c.vocab_size = 23;
+    c.mlp_hidden = 24;
+    c.gdn_n_heads = 2;
+    c.gdn_head_dim = 8;
+    c.gdn_expand_v = 2;
+    c.swa_n_heads = 2;
+    c.swa_head_dim = 8;
+    c.swa_window = 4;
+    return c;
+}
+
+static void check_case(const char *title, const gdn_config *c, uint64_t seed) {
+    printf("\n== %s\n", title);
+    const backend *pb = backend_profiled(&backend_cpu);
+    model *ref = model_create(c, &backend_cpu, B, T), *prof = model_create(c, pb, B, T);
+    model_init_params(ref, seed);
+    model_init_params(prof, seed);
+    int N = ref->N;
+    int32_t x[RUNS][B * T], y[RUNS][B * T];
+    rng_t r;
+    rng_init(&r, seed, 7);
+    for (int k = 0; k < RUNS; k++)
+        for (int i = 0; i < N; i++) {
+            x[k][i] = (int32_t)rng_below(&r, (uint64_t)c->vocab_size);
+            y[k][i] = (int32_t)rng_below(&r, (uint64_t)c->vocab_size);
+        }
+
+    // (a) the same two forward/backward passes and one AdamW step on both backends
+    profile_reset();
+    double t0 = gdn_now();
+    bool same_loss = true;
+    for (int k = 0; k < RUNS; k++) {
+        double lr = model_forward_backward(ref, x[k], y[k], 1.0 / N, true);
+        double lp = model_forward_backward(prof, x[k], y[k], 1.0 / N, true);
+        same_loss &= memcmp(&lr, &lp, sizeof lr) == 0;
+    }
+    double step_s = (gdn_now() - t0) / RUNS;  // includes the reference runs: > the ops' sum
+    size_t bytes = ref->n_elems * sizeof(double);
+    bool same_grad = memcmp(ref->grad_mem, prof->grad_mem, bytes) == 0;
+    double gn_ref = optim_grad_norm(ref), gn_prof = optim_grad_norm(prof);
+    optim_step(ref, 0, 1e-2, gn_ref);
+    optim_step(prof, 0, 1e-2, gn_prof);
+    bool same_update = gn_ref == gn_prof && memcmp(ref->param_mem, prof->param_mem, bytes) == 0 &&
+                       memcmp(ref->opt_m, prof->opt_m, bytes) == 0 &&
+                       memcmp(ref->opt_v, prof->opt_v, bytes) == 0;
+    printf("bitwise equal to backend_cpu: losses %s, gradients %s (%zu), AdamW update %s\n",
+           same_loss ? "yes" : "NO", same_grad ? "yes" : "NO", ref->n_elems,
+           same_update ? "yes" : "NO");
+    EXPECT(same_loss && same_grad && same_update, "the decorator changed a result");
+
+    // (b) call counts from the model structure, per forward (= per backward)
+    int nG = 0, nS = 0;
+    for (int l = 0; l < ref->L; l++) *(ref->lp[l].kind == 'G' ? &nG : &nS) += 1;
+    int lin = nG * (3 + c->gdn_gate + c->gdn_delta + c->gdn_output_gate + 1)  // q k v (a b z) o
+              + nS * 4                                                          // q k v o
+              + ref->L * 3                                                      // gate up down
+              + 1;                                                              // LM head
+    double mm = 0;  // sum of in*out over the matmuls of one forward
+    for (int i = 0; i < ref->n_params; i++) {
+        param_kind k = ref->params[i].kind;
+        if (k == PARAM_LINEAR || k == PARAM_OUTPROJ) mm += (double)ref->params[i].numel;
+    }
+    if (c->tie_embeddings) mm += (double)ref->V * ref->d;  // LM head = the embedding
+    struct { const char *op; long calls; double gflop_step; } want[] = {
+        {"linear_fwd", (long)RUNS * lin, 2.0 * N * mm / 1e9},
+        {"linear_bwd", (long)RUNS * lin, 4.0 * N * mm / 1e9},
+        {"gdn_fwd", (long)RUNS * nG, -1},
+        {"gdn_bwd", (long)RUNS * nG, -1},
+        {"attention_fwd", (long)RUNS * nS, -1},
+        {"attention_bwd", (long)RUNS * nS, -1},
+        {"crossentropy", RUNS, -1},
+        {"embedding_fwd", RUNS, -1},
+        {"embedding_bwd", RUNS, -1},
+        {"rmsnorm_fwd", (long)RUNS * (2 * ref->L + 1), -1},
+        {"rmsnorm_bwd", (long)RUNS * (2 * ref->L + 1), -1},
+        {"sumsq", ref->n_params, -1},
+        {"adamw", ref->n_params, -1},
+    };
+    row rows[MAX_ROWS];
+    int n = table(step_s, RUNS, rows, true);
+    printf("%-16s %8s %8s %14s %14s  %s\n", "op", "calls", "expected", "GFLOP/step", "expected",
+           "result");
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const row *rw = find(rows, n, want[i].op);
+        bool ok = rw && rw->calls == want[i].calls;
+        // %.6g in the table: the printed value is within 5e-6 relative of the exact one
+        if (rw && want[i].gflop_step > 0)
+            ok &= fabs(rw->gflop_step - want[i].gflop_step) <= 5e-6 * want[i].gflop_step;
+        if (rw && want[i].gflop_step < 0) ok &= rw->gflop_step < 0;
+        printf("%-16s %8ld %8ld %14.6g %14.6g  %s\n", want[i].op, rw ? rw->calls : -1,
+               want[i].calls, rw ? rw->gflop_step : 0.0, want[i].gflop_step, ok ? "ok" : "FAIL");
+        EXPECT(ok, "%s: count or FLOPs wrong (or row missing)", want[i].op);
+    }
+    for (int i = 1; i < n; i++)
+        EXPECT(rows[i].total_ms <= rows[i - 1].total_ms, "table not sorted by time at %s",
+               rows[i].op);
+    EXPECT(find(rows, n, "gdn_fwd") || nG == 0, "gdn_fwd missing");
+    EXPECT(nS > 0 || !find(rows, n, "attention_fwd"), "attention_fwd listed without S layers");
+
+    // (c) reset: no rows; then one pass counts exactly one pass
+    profile_reset();
+    int n0 = table(0, 1, rows, false);
+    printf("after profile_reset: %d op rows\n", n0);
+    EXPECT(n0 == 0, "profile_reset left %d rows", n0);
+    model_forward_backward(prof, x[0], y[0], 1.0 / N, true);
+    n = table(0, 1, rows, false);
+    const row *rw = find(rows, n, "linear_fwd");
+    printf("one pass after reset: linear_fwd %ld calls (expected %d)\n", rw ? rw->calls : -1, lin);
+    EXPECT(rw && rw->calls == lin, "linear_fwd after reset: %ld, expected %d", rw ? rw->calls : -1,
+           lin);
+    model_free(ref);
+    model_free(prof);
+}
+
+int main(void) {
+    gdn_config c = tiny("GS", 3);  // G S G, every GDN switch on, tied embeddings
+    check_case("GSG, all GDN switches on, tied", &c, 11);
+    c = tiny("GS", 2);
+    c.gdn_gate = false;
+    c.gdn_delta = false;
+    c.gdn_output_gate = false;
+    c.tie_embeddings = false;
+    c.dropout = 0.25;
+    check_case("GS, gate/delta/output gate off, untied, dropout 0.25", &c, 12);
+    printf("\ntest_profile: %d failures\n", fails);
+    return fails ? 1 : 0;
+}
