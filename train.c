@@ -5,6 +5,8 @@
 //   --stop-after N: leave after step N with a checkpoint, as if interrupted (the schedule still
 //   spans train.steps), so a later --resume continues the same run.
 //   GDN_FAULT_NAN_STEP=N (environment, for tests): the loss of step N is made NaN.
+//   GDN_NO_OVERLAP=1 (environment, for tests): all-reduce the gradients after the backward
+//   instead of overlapped with it (the same sums, so the same bits on 2 ranks).
 //
 // Each step: grad_accum micro-batches of batch_size x seq_len tokens (forward, fused loss,
 // backward, gradients accumulated), global-norm clipping, AdamW, the LR schedule. A progress
@@ -15,9 +17,11 @@
 //
 // Data parallel (DESIGN 8, src/dist): under mpirun / torchrun / srun every rank runs this loop
 // on batch_size sequences of its own (the sampler gives rank r windows [rB, (r+1)B) of each
-// global batch), gradients are summed across ranks in buckets of dist.bucket_mb and every rank
-// applies the same update; with dist.zero1 the AdamW update is sharded (reduce-scatter, update
-// of this rank's shard, all-gather). Rank 0 alone logs and writes checkpoints.
+// global batch), gradients are summed across ranks in buckets of dist.bucket_mb, overlapped with
+// the backward (the model's gradient-ready hook, model.h: a bucket goes out as soon as the layers
+// it holds are done), and every rank applies the same update; with dist.zero1 the AdamW update is
+// sharded instead (reduce-scatter after the backward, update of this rank's shard, all-gather),
+// on the CPU and the GPU. Rank 0 alone logs and writes checkpoints.
 #include <math.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -32,8 +36,10 @@
 #include "model/compare.h"
 #if GDN_HAVE_CUDA
 #include "model/backend_cuda.h"
+#include "model/cuda_ops.h"
 #endif
 #include "model/model.h"
+#include "model/profile.h"
 #include "optim/optim.h"
 
 static volatile sig_atomic_t g_stop = 0;
@@ -42,7 +48,7 @@ static void on_signal(int sig) { g_stop = sig; }
 static void usage(FILE *f) {
     fprintf(f,
             "usage: gdn-train CONFIG.ini [--set section.key=value ...] [--resume CKPT.h5]\n"
-            "                 [--gradcheck [--device cpu|cuda]] [--stop-after N] [--gpus N]\n"
+            "                 [--gradcheck [--device cpu|cuda]] [--stop-after N] [--gpus N] [--profile N]\n"
             "       gdn-train --resume CKPT.h5 [--set ...]   (uses the config saved in the checkpoint)\n"
             "  --set        override one config key (repeatable), e.g. --set train.steps=200\n"
             "  --resume     continue from a checkpoint, bit for bit (same config, same world size)\n"
@@ -50,7 +56,9 @@ static void usage(FILE *f) {
             "               with --device cuda: the GPU backend (fp32 and bf16) against the CPU\n"
             "               float64 gradients, per parameter tensor\n"
             "  --stop-after N  stop after step N with a checkpoint, as if interrupted\n"
-            "  --gpus N     run N local data-parallel workers, one per GPU (NCCL)\n");
+            "  --gpus N     run N local data-parallel workers, one per GPU (NCCL)\n"
+            "  --profile N  2 warm-up steps, then N steps with every op timed between device syncs;\n"
+            "               prints the per-op table (also <out_dir>/profile.txt); no eval, no checkpoint\n");
 }
 
 static void mkdir_p(const char *dir) {
@@ -120,61 +128,137 @@ static void save_or_die(const char *path, const model *m, const train_state *st,
     }
 }
 
-// Sum the gradients of all ranks, bucket by bucket: CPU float64 grads through MPI, GPU fp32
-// grads (device memory, default stream) through NCCL.
-static void allreduce_grads(dist *d, model *m, double bucket_mb) {
-    if (d->world == 1) return;
-    size_t n = m->n_elems, es = m->be->elem[BE_GRAD];
-    size_t bucket = GDN_MAX((size_t)1, (size_t)(bucket_mb * 1048576.0 / (double)es));
-    for (size_t off = 0; off < n; off += bucket) {
-        size_t len = GDN_MIN(bucket, n - off);
+// ---- data parallel: gradient sums overlapped with the backward ---------------------------------
+// The model hands over final gradient ranges during the backward of the last micro-batch
+// (model_grad_hook: lm_head, norm_f, layers L-1..0, embedding). Consecutive ranges that touch
+// (each new one ends where the pending bucket starts, or starts where it ends) are coalesced
+// into one bucket; a bucket of >= bucket_mb, or a range that does not touch it, sends it. A
+// send sums its elements over the ranks in pieces of at most bucket_mb: CPU float64 grads with
+// the blocking MPI all-reduce; GPU fp32 grads (device) with an NCCL all-reduce enqueued on the
+// communicator's stream behind the kernels enqueued so far on the compute stream (the legacy
+// default stream), so it runs while the backward of the earlier layers goes on.
+// grad_sync_finish sends what is pending and makes the compute stream wait for the sums before
+// the gradient norm reads them. Each element is summed once, as one element of some piece,
+// so the result does not depend on the bucketing: on 2 ranks (a + b, commutative) it is the
+// same bits as one all-reduce after the backward (GDN_NO_OVERLAP=1).
+typedef struct {
+    dist *d;
+    size_t bucket;        // elements per all-reduce, >= 1
+    size_t lo, hi;        // pending bucket [lo, hi); empty when lo == hi
+    size_t covered;       // elements handed over this step; n_elems at the finish
+} grad_sync;
+
+static void grad_sync_send(grad_sync *g, model *m) {
+    size_t es = m->be->elem[BE_GRAD];
+    for (size_t off = g->lo; off < g->hi; off += g->bucket) {
+        size_t len = GDN_MIN(g->bucket, g->hi - off);
         if (es == sizeof(double))
-            dist_allreduce_sum_f64(d, (double *)m->grad_mem + off, len);
+            dist_allreduce_sum_f64(g->d, (double *)m->grad_mem + off, len);
         else
-            dist_allreduce_sum_f32(d, (float *)m->grad_mem + off, len, NULL);
+            dist_allreduce_sum_f32_async(g->d, (float *)m->grad_mem + off, len, NULL);
     }
+    g->lo = g->hi = 0;
 }
 
-// ZeRO-1 step on the CPU: reduce-scatter the gradients, AdamW on this rank's shard of the flat
-// parameter arena (tensor by tensor, where a tensor crosses the shard only its part), all-gather
-// the parameters. Returns the clipped-gradient scale like optim_step. The flat buffer `z` holds
-// dist_shard_capacity(n) elements.
-static double zero1_step(dist *d, model *m, double *z, long step, double lr, double *gnorm_out) {
+// model_grad_hook: [lo, hi) of the gradient arena is final.
+static void grad_sync_hook(model *m, size_t lo, size_t hi, void *ctx) {
+    grad_sync *g = ctx;
+    g->covered += hi - lo;
+    if (g->lo == g->hi) g->lo = lo, g->hi = hi;
+    else if (hi == g->lo) g->lo = lo;
+    else if (lo == g->hi) g->hi = hi;
+    else {
+        grad_sync_send(g, m);
+        g->lo = lo, g->hi = hi;
+    }
+    if (g->hi - g->lo >= g->bucket) grad_sync_send(g, m);
+}
+
+static void grad_sync_finish(grad_sync *g, model *m) {
+    grad_sync_send(g, m);
+    if (g->covered != m->n_elems)
+        gdn_die("internal: the gradient hook handed over %zu of %zu elements this step",
+                g->covered, m->n_elems);
+    g->covered = 0;
+    dist_wait_async(g->d, NULL);  // the compute stream waits for the sums (NCCL; else nothing)
+}
+
+// ---- ZeRO-1 (dist.zero1) on either backend -----------------------------------------------------
+// z: dist_shard_capacity(n) elements of the gradient / optimizer class (host float64 on the CPU,
+// device fp32 on the GPU), allocated once with the backend's alloc. Each rank updates its shard
+// of the master weights (the parameters themselves without a master copy) and of m, v; m and v
+// stay full-size arrays for now (their other shards are stale until zero1_gather_moments), so
+// ZeRO-1 saves no optimizer memory yet, only the update's work.
+
+// dst[0, n) <- src[0, n) in the gradient / optimizer class; to_bf16: dst is the GPU's bf16
+// parameter arena (rounded to nearest, as cuda_adamw writes it).
+static void flat_copy(const model *m, bool gpu, void *dst, bool to_bf16, const void *src, size_t n) {
+#if GDN_HAVE_CUDA
+    if (gpu) {
+        cuda_convert(dst, to_bf16 ? CUDA_BF16 : CUDA_F32, src, CUDA_F32, n, NULL);
+        return;
+    }
+#endif
+    (void)gpu;
+    if (to_bf16) gdn_die("internal: bf16 parameters on the CPU");
+    memcpy(dst, src, n * m->be->elem[BE_GRAD]);
+}
+
+// In place over z[0, n), this rank's shard then all of it: the sum over ranks / the shards of
+// all ranks.
+static void zero1_reduce_scatter(dist *d, const model *m, void *z, size_t n) {
+    if (m->be->elem[BE_GRAD] == sizeof(double)) dist_reduce_scatter_sum_f64(d, z, n);
+    else dist_reduce_scatter_sum_f32(d, z, n, NULL);
+}
+static void zero1_allgather(dist *d, const model *m, void *z, size_t n) {
+    if (m->be->elem[BE_GRAD] == sizeof(double)) dist_allgather_f64(d, z, n);
+    else dist_allgather_f32(d, z, n, NULL);
+}
+
+// One step: reduce-scatter the gradients, the global norm from the shards, AdamW on this rank's
+// shard of the flat arenas (tensor by tensor, where a tensor crosses the shard only its part),
+// all-gather the weights. No update when the norm is not finite (*gnorm_out says so).
+static void zero1_step(dist *d, model *m, void *z, bool gpu, long step, double lr,
+                       double *gnorm_out) {
+    const backend *be = m->be;
     const gdn_config *c = &m->cfg;
     size_t n = m->n_elems, lo, hi;
-    memcpy(z, m->grad_mem, n * sizeof(double));
-    memset(z + n, 0, (dist_shard_capacity(d, n) - n) * sizeof(double));
-    dist_reduce_scatter_sum_f64(d, z, n);
+    size_t eg = be->elem[BE_GRAD], eo = be->elem[BE_OPT], ep = be->elem[BE_PARAM];
+    char *zb = z;
+    flat_copy(m, gpu, z, false, m->grad_mem, n);
+    be->zero(zb + n * eg, dist_shard_capacity(d, n) - n, BE_GRAD);
+    zero1_reduce_scatter(d, m, z, n);
     dist_shard_range(d, n, &lo, &hi);
-    double ss = 0;
-    for (size_t i = lo; i < hi; i++) ss += z[i] * z[i];
-    double gnorm = sqrt(dist_scalar_sum_f64(d, ss));
+    double gnorm = sqrt(dist_scalar_sum_f64(d, be->sumsq(zb + lo * eg, hi - lo)));
     *gnorm_out = gnorm;
-    if (!isfinite(gnorm)) return 1.0;
+    if (!isfinite(gnorm)) return;
     double scale = (c->grad_clip > 0 && gnorm > c->grad_clip) ? c->grad_clip / gnorm : 1.0;
     double t = (double)(step + 1), bc1 = 1 - pow(c->beta1, t), bc2 = 1 - pow(c->beta2, t);
-    double *p = m->param_mem, *mm = m->opt_m, *vv = m->opt_v;
+    char *p = m->param_mem, *w = m->master, *mm = m->opt_m, *vv = m->opt_v;
     for (int i = 0; i < m->n_params; i++) {
         const param_info *pi = &m->params[i];
         size_t a = GDN_MAX(lo, pi->offset), b = GDN_MIN(hi, pi->offset + pi->numel);
         if (a >= b) continue;
-        m->be->adamw(p + a, NULL, z + a, mm + a, vv + a, b - a, lr, c->beta1, c->beta2, c->adam_eps,
-                     pi->decay ? c->weight_decay : 0.0, bc1, bc2, scale);
+        be->adamw(p + a * ep, w ? w + a * eo : NULL, zb + a * eg, mm + a * eo, vv + a * eo, b - a,
+                  lr, c->beta1, c->beta2, c->adam_eps, pi->decay ? c->weight_decay : 0.0, bc1,
+                  bc2, scale);
     }
-    memcpy(z, p, n * sizeof(double));
-    dist_allgather_f64(d, z, n);
-    memcpy(p, z, n * sizeof(double));
-    return scale;
+    // every rank's shard of the weights: the master copy when there is one, then the bf16
+    // parameters from it; else the parameters themselves
+    void *truth = w ? (void *)w : (void *)p;
+    flat_copy(m, gpu, z, false, truth, n);
+    zero1_allgather(d, m, z, n);
+    flat_copy(m, gpu, truth, false, z, n);
+    if (w) flat_copy(m, gpu, p, ep == 2, z, n);
 }
 
-// Gather a ZeRO-1-sharded AdamW state (m, v) onto every rank, e.g. before a checkpoint.
-static void zero1_gather_moments(dist *d, model *m, double *z) {
-    size_t n = m->n_elems;
-    double *arr[2] = {m->opt_m, m->opt_v};
+// Gather the ZeRO-1-sharded AdamW state (m, v) onto every rank, e.g. before a checkpoint.
+static void zero1_gather_moments(dist *d, model *m, void *z, bool gpu) {
+    void *arr[2] = {m->opt_m, m->opt_v};
     for (int k = 0; k < 2; k++) {
-        memcpy(z, arr[k], n * sizeof(double));
-        dist_allgather_f64(d, z, n);
-        memcpy(arr[k], z, n * sizeof(double));
+        flat_copy(m, gpu, z, false, arr[k], m->n_elems);
+        zero1_allgather(d, m, z, m->n_elems);
+        flat_copy(m, gpu, arr[k], false, z, m->n_elems);
     }
 }
 
@@ -190,7 +274,7 @@ int main(int argc, char **argv) {
     bool gradcheck = false;
     int gpus = 1;
     const char *gc_device = "cpu";
-    long stop_after = -1;
+    long stop_after = -1, profile_steps = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--set") && i + 1 < argc)
             sets[nset++] = argv[++i];
@@ -203,6 +287,13 @@ int main(int argc, char **argv) {
             stop_after = strtol(argv[++i], &end, 10);
             if (*end || stop_after < 1) {
                 fprintf(stderr, "error: --stop-after takes a step number >= 1, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--profile") && i + 1 < argc) {
+            char *end;
+            profile_steps = strtol(argv[++i], &end, 10);
+            if (*end || profile_steps < 1) {
+                fprintf(stderr, "error: --profile takes a step count >= 1, got '%s'\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
@@ -291,13 +382,16 @@ int main(int argc, char **argv) {
     // backend: auto picks the GPU when this build has CUDA and a device is there
     const backend *be = &backend_cpu;
 #if GDN_HAVE_CUDA
-    if (want_gpu) {
-        if (cfg.zero1 && dd->world > 1)
-            gdn_die("dist.zero1 on GPUs is not built yet (the CPU path has it); set dist.zero1 = false");
-        be = backend_cuda_get(!strcmp(cfg.precision, "bf16"));  // on the device dist_init chose
-    }
+    if (want_gpu) be = backend_cuda_get(!strcmp(cfg.precision, "bf16"));  // on dist_init's device
 #endif
     bool on_gpu = be != &backend_cpu;
+    if (profile_steps > 0) be = backend_profiled(be);  // a decorator: same name, same sizes
+    // ZeRO-1 and the flat copies treat gradients, optimizer state and (without a master copy)
+    // parameters as arrays of one element type
+    if (be->elem[BE_GRAD] != be->elem[BE_OPT] ||
+        (!be->master && be->elem[BE_PARAM] != be->elem[BE_GRAD]))
+        gdn_die("internal: backend %s: gradient, optimizer and parameter element sizes differ",
+                be->name);
 
     // data
     token_file tf;
@@ -351,7 +445,18 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/%s", cfg.out_dir, cfg.metrics_file);
     FILE *mf = fopen(r0 ? path : "/dev/null", resume ? "a" : "w");
     if (!mf) gdn_die("cannot open metrics file '%s': %s", path, strerror(errno));
-    double *zbuf = cfg.zero1 ? gdn_malloc(dist_shard_capacity(dd, m->n_elems) * sizeof(double)) : NULL;
+    bool zero1 = cfg.zero1 && dd->world > 1;
+    void *zbuf = zero1 ? be->alloc(dist_shard_capacity(dd, m->n_elems) * be->elem[BE_GRAD]) : NULL;
+    // gradient sums: overlapped with the backward through the hook, or (GDN_NO_OVERLAP) after it
+    const char *no_overlap = getenv("GDN_NO_OVERLAP");
+    bool sync_grads = dd->world > 1 && !zero1;
+    bool overlap = sync_grads && !(no_overlap && *no_overlap && strcmp(no_overlap, "0") != 0);
+    grad_sync gsync = {.d = dd, .bucket = GDN_MAX((size_t)1, (size_t)(cfg.bucket_mb * 1048576.0 /
+                                                                     (double)be->elem[BE_GRAD]))};
+    if (overlap) {
+        m->grad_hook = grad_sync_hook;
+        m->grad_hook_ctx = &gsync;
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -359,6 +464,12 @@ int main(int argc, char **argv) {
     sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C kills at once
     CHECK_SYS(sigaction(SIGINT, &sa, NULL));
     CHECK_SYS(sigaction(SIGTERM, &sa, NULL));
+    // A file-size limit (or a full quota) makes write() fail with EFBIG instead of killing
+    // the process, so the checkpoint writer reports it and keeps the previous checkpoint.
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    CHECK_SYS(sigaction(SIGXFSZ, &ign, NULL));
 
     double peak;
     char peak_what[256];
@@ -378,6 +489,12 @@ int main(int argc, char **argv) {
     printf("training: %d steps of %ld tokens (%d rank%s, %s%s), device %s, MFU against %s\n",
            cfg.steps, tokens_per_step, dd->world, dd->world > 1 ? "s" : "",
            dist_backend_name(dd->backend), cfg.zero1 ? ", ZeRO-1" : "", be->name, peak_what);
+    if (zero1)
+        printf("gradients: reduce-scatter after the backward, AdamW on this rank's shard, "
+               "all-gather of the weights\n");
+    else if (sync_grads)
+        printf("gradients: all-reduce in %g MB buckets, %s\n", cfg.bucket_mb,
+               overlap ? "overlapped with the backward" : "after the backward (GDN_NO_OVERLAP)");
     peak *= dd->world;
     int N = m->N;
     int32_t *x = gdn_malloc(sizeof(int32_t) * N), *y = gdn_malloc(sizeof(int32_t) * N);
@@ -387,6 +504,11 @@ int main(int argc, char **argv) {
     int rc = 0;
     const char *fault = getenv("GDN_FAULT_NAN_STEP");
     long nan_step = fault ? atol(fault) : -1;
+    long prof_done = 0;  // --profile: steps run so far
+    double t_prof = 0;   // --profile: wall seconds of the profiled steps
+    if (profile_steps > 0 && st.step + 2 + profile_steps > cfg.steps)
+        gdn_die("--profile %ld needs %ld more steps, train.steps = %d leaves %ld", profile_steps,
+                2 + profile_steps, cfg.steps, cfg.steps - st.step);
     while (st.step < cfg.steps) {
         long step = st.step;
         model_zero_grads(m);
@@ -395,20 +517,25 @@ int main(int argc, char **argv) {
             sampler_next(&ts, x, y);
             m->dropout_key = cfg.seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 1024 + (uint64_t)mb +
                              ((uint64_t)dd->rank << 40);
+            m->grad_hook_armed = mb == cfg.grad_accum - 1;  // the sums go out with the last one
             loss_sum += model_forward_backward(m, x, y, 1.0 / ((double)N * cfg.grad_accum * dd->world), true);
+        }
+        m->grad_hook_armed = false;
+        if (sync_grads) {
+            if (!overlap) grad_sync_hook(m, 0, m->n_elems, &gsync);
+            grad_sync_finish(&gsync, m);
         }
         double loss = dist_scalar_sum_f64(dd, loss_sum) / ((double)N * cfg.grad_accum * dd->world);
         if (step + 1 == nan_step) loss = NAN;
         double lr = optim_lr(&cfg, step), gnorm;
         bool updated = false;
-        if (cfg.zero1 && dd->world > 1) {  // CPU only (GPU + ZeRO-1 stops above)
+        if (zero1) {
             if (isfinite(loss)) {
-                zero1_step(dd, m, zbuf, step, lr, &gnorm);  // no update when gnorm is not finite
+                zero1_step(dd, m, zbuf, on_gpu, step, lr, &gnorm);  // no update when gnorm is not finite
                 updated = isfinite(gnorm);
             } else
                 gnorm = NAN;
         } else {
-            allreduce_grads(dd, m, cfg.bucket_mb);
             gnorm = optim_grad_norm(m);
         }
         if (!isfinite(loss) || !isfinite(gnorm)) {
@@ -425,6 +552,17 @@ int main(int argc, char **argv) {
         st.tokens_seen += (uint64_t)tokens_per_step;
         st.sampler_pos = ts.pos;
         win_steps++;
+        if (profile_steps > 0) {  // no log, eval or checkpoint inside the measurement
+            if (++prof_done == 2) {  // the warm-up (plans, lazy buffers) is not counted
+                profile_reset();
+                t_prof = gdn_now();
+            }
+            if (prof_done == 2 + profile_steps) {
+                t_prof = gdn_now() - t_prof;
+                break;
+            }
+            continue;
+        }
 
         bool last = st.step == cfg.steps;
         bool do_eval = last || (cfg.eval_every > 0 && st.step % cfg.eval_every == 0);
@@ -457,7 +595,7 @@ int main(int argc, char **argv) {
         bool do_ckpt = last || g_stop || stop_here ||
                        (cfg.ckpt_every > 0 && st.step % cfg.ckpt_every == 0);
         if (do_ckpt) {
-            if (zbuf) zero1_gather_moments(dd, m, zbuf);
+            if (zbuf) zero1_gather_moments(dd, m, zbuf, on_gpu);
             save_or_die(ckpt, m, &st, dd);
             last_good = ckpt;
         }
@@ -471,14 +609,23 @@ int main(int argc, char **argv) {
             break;
         }
     }
+    if (profile_steps > 0 && prof_done == 2 + profile_steps) {
+        snprintf(path, sizeof path, "%s/profile.txt", cfg.out_dir);
+        FILE *pf = fopen(r0 ? path : "/dev/null", "w");
+        if (!pf) gdn_die("cannot write '%s': %s", path, strerror(errno));
+        profile_print(stdout, t_prof / (double)profile_steps, (int)profile_steps);
+        profile_print(pf, t_prof / (double)profile_steps, (int)profile_steps);
+        if (fclose(pf) != 0) gdn_die("cannot write '%s': %s", path, strerror(errno));
+        printf("profile written to %s\n", path);
+    }
     if (rc == 0 && st.step == cfg.steps)
         printf("done: %ld steps, %.1f s, final val loss %.4f, best %.4f, checkpoint %s\n", st.step,
                gdn_now() - t_start, last_val, st.best_val, ckpt);
     if (fclose(mf) != 0) gdn_die("cannot write metrics file: %s", strerror(errno));
     sampler_free(&ts);
     tokfile_close(&tf);
+    if (zbuf) be->release(zbuf);
     model_free(m);
-    free(zbuf);
     dist_free(dd);
     free(x);
     free(y);

@@ -47,4 +47,12 @@ expect "checkpoint of another shape" 1 "checkpoint.h5" "shape" -- "$WORK/micro.i
 expect "resume from a missing checkpoint" 1 "missing.h5" -- --resume "$WORK/missing.h5"
 expect "bad --stop-after" 2 "--stop-after" -- "$WORK/micro.ini" --stop-after zero
 [ "$(cksum <"$WORK/run/checkpoint.h5")" = "$sum_before" ] && pass "existing checkpoint untouched by every failure" || fail "checkpoint was modified"
+
+# a full disk while writing the checkpoint (file-size limit of 64 KiB: the checkpoint is larger)
+( ulimit -f 64; "$BIN/gdn-train" --resume "$WORK/run/checkpoint.h5" --set train.steps=5 >"$WORK/full.log" 2>"$WORK/full.err" )
+rc=$?
+[ $rc -ne 0 ] && grep -q "writing checkpoint" "$WORK/full.err" && grep -q "previous checkpoint is kept" "$WORK/full.err" \
+  && pass "full disk: exit $rc, \"$(head -1 "$WORK/full.err" | cut -c1-100)\"" || { fail "full disk: exit $rc"; cat "$WORK/full.err"; }
+[ "$(cksum <"$WORK/run/checkpoint.h5")" = "$sum_before" ] && pass "full disk: previous checkpoint intact" || fail "full disk damaged the checkpoint"
+ls "$WORK/run/" | grep -q "\.tmp\." && fail "temporary checkpoint left behind" || pass "no temporary file left"
 finish test_cli_errors

@@ -371,6 +371,9 @@ static void mpi_coll(dist *d, dist_coll op, dist_dtype dt, void *buf, size_t n, 
         }
         return;
     }
+    case DIST_COLL_ALLREDUCE_SUM_ASYNC:  // dist.c maps these before calling (MPI is blocking)
+    case DIST_COLL_WAIT_ASYNC:
+        dist_abort(d, "mpi_coll: an asynchronous op reached the MPI backend");
     }
 }
 #endif
@@ -404,6 +407,21 @@ void dist_allreduce_sum_f64(dist *d, double *buf, size_t n) {
 }
 void dist_allreduce_sum_f32(dist *d, float *buf, size_t n, void *stream) {
     coll(d, DIST_COLL_ALLREDUCE_SUM, DIST_DT_F32, buf, n, 0, stream, false, "allreduce_sum_f32");
+}
+
+void dist_allreduce_sum_f32_async(dist *d, float *buf, size_t n, void *compute_stream) {
+    coll(d, d->backend == DIST_NCCL ? DIST_COLL_ALLREDUCE_SUM_ASYNC : DIST_COLL_ALLREDUCE_SUM,
+         DIST_DT_F32, buf, n, 0, compute_stream, false, "allreduce_sum_f32_async");
+}
+void dist_wait_async(dist *d, void *compute_stream) {
+    if (d->backend != DIST_NCCL) return;
+    struct dist_impl *m = d->impl;
+    char err[768];
+    wd_arm(d, "wait_async", 0);
+    if (m->nops->coll(m->nc, DIST_COLL_WAIT_ASYNC, DIST_DT_BYTE, NULL, 0, 0, compute_stream,
+                      false, "wait_async", err, sizeof err))
+        dist_abort(d, err);
+    wd_disarm(d);
 }
 
 size_t dist_shard_capacity(const dist *d, size_t n) {

@@ -125,6 +125,20 @@ void dist_allreduce_sum_f64(dist *d, double *buf, size_t n);
 // host memory with MPI.
 void dist_allreduce_sum_f32(dist *d, float *buf, size_t n, void *stream);
 
+// Overlap of communication with compute (NCCL). dist_allreduce_sum_f32_async enqueues the sum
+// of device memory buf[0, n) on the communicator's own stream, to start once the work enqueued
+// so far on compute_stream (cudaStream_t; NULL = the legacy default stream) is done (an event
+// recorded there, waited for by the own stream), and returns at once. dist_wait_async makes
+// compute_stream wait, on the device, for every collective enqueued so far on the own stream;
+// the host does not wait. Between the two, work on compute_stream must neither write buf nor
+// read the result, and no other collective may be called (the own stream also carries the
+// host-staged calls, so those are ordered after the async ones, but collectives on other streams
+// are not). The watchdog times async collectives like any enqueued one.
+// MPI: host memory, the sum is done before the call returns (as dist_allreduce_sum_f32), and
+// dist_wait_async does nothing; with world == 1 both return at once.
+void dist_allreduce_sum_f32_async(dist *d, float *buf, size_t n, void *compute_stream);
+void dist_wait_async(dist *d, void *compute_stream);
+
 // world * ceil(n/world): the length a sharded buffer must have (see Sharding above).
 size_t dist_shard_capacity(const dist *d, size_t n);
 // This rank's shard [*lo, *hi) of n elements.
@@ -162,6 +176,12 @@ typedef enum {
     DIST_COLL_REDUCE_SCATTER_SUM,  // n = total elements, shard layout as above, in place
     DIST_COLL_ALLGATHER,           // n = total elements, in place
     DIST_COLL_BCAST,
+    // Overlap (dist_allreduce_sum_f32_async), device memory, host == false: the sum is enqueued
+    // on the backend's own stream after the work enqueued so far on `stream`; returns at once.
+    DIST_COLL_ALLREDUCE_SUM_ASYNC,
+    // dist_wait_async, no data (buf NULL, n 0): `stream` waits for everything enqueued so far
+    // on the backend's own stream (device-side; the host does not wait).
+    DIST_COLL_WAIT_ASYNC,
 } dist_coll;
 typedef enum { DIST_DT_F32, DIST_DT_F64, DIST_DT_BYTE } dist_dtype;
 
@@ -178,7 +198,7 @@ struct dist_nccl_ops {
                        int device, int timeout_s, char *err, size_t errlen);
     // One collective on buf[0, n): device memory enqueued on `stream` (host == false), or host
     // memory staged through a device scratch buffer on the backend's own stream and waited for
-    // (host == true). `name` labels it for the watchdog.
+    // (host == true). `name` labels it for the watchdog. The *_ASYNC ops: see dist_coll.
     int (*coll)(dist_nccl *c, dist_coll op, dist_dtype dt, void *buf, size_t n, int root,
                 void *stream, bool host, const char *name, char *err, size_t errlen);
     // Watchdog tick (another thread): 0 = healthy; -1 = an asynchronous NCCL error, or the

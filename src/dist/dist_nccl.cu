@@ -7,6 +7,12 @@
 //     after each goes into a ring (oldest first) that the watchdog thread drains; an entry
 //     older than timeout_s names the collective that never completed. Host memory (float64
 //     buffers, bytes, scalars) is staged through a device scratch buffer on our own stream.
+//   - Overlap (DIST_COLL_ALLREDUCE_SUM_ASYNC / DIST_COLL_WAIT_ASYNC): the all-reduce goes on our
+//     own stream (non-blocking, so it runs beside the legacy default stream's kernels) behind an
+//     event recorded on the caller's compute stream; the wait is the reverse, an event recorded
+//     on our stream that the compute stream waits for. One event each is enough: a wait binds
+//     to the record that precedes it, and each record is followed at once by its wait.
+//     Host-staged calls share our stream, so they run after any pending async sum.
 //   - Sharded calls are in place: reduce-scatter reads buf[0, world*c) and writes shard
 //     buf[rank*c, (rank+1)*c); allgather the reverse (c = ceil(n/world), dist.h).
 // Built only with NCCL (GDN_HAVE_NCCL, set by CMake when libnccl is found, and nccl.h
@@ -50,7 +56,9 @@ struct pending {
 struct dist_nccl {
     ncclComm_t comm;
     int rank, world, device;
-    cudaStream_t stream;        // host-staged collectives
+    cudaStream_t stream;        // host-staged and async collectives
+    cudaEvent_t fork_ev;        // compute stream -> our stream (async all-reduce)
+    cudaEvent_t join_ev;        // our stream -> compute stream (dist_wait_async)
     char *scratch;              // device staging buffer for host memory, scratch_bytes long
     size_t scratch_bytes;
     pthread_mutex_t mu;         // guards the ring (main thread pushes, watchdog pops)
@@ -161,6 +169,8 @@ static void nccl_free_partial(dist_nccl *c) {
     // best effort on an error path: the first failure is what the caller reports
     for (int i = 0; i < DIST_NCCL_RING; i++)
         if (c->ring[i].ev) (void)cudaEventDestroy(c->ring[i].ev);
+    if (c->fork_ev) (void)cudaEventDestroy(c->fork_ev);
+    if (c->join_ev) (void)cudaEventDestroy(c->join_ev);
     if (c->stream) (void)cudaStreamDestroy(c->stream);
     if (c->comm) (void)ncclCommAbort(c->comm);
     (void)pthread_mutex_destroy(&c->mu);
@@ -189,6 +199,9 @@ static dist_nccl *nccl_init(const unsigned char id[DIST_NCCL_ID_BYTES], int rank
         cr = cudaEventCreateWithFlags(&c->ring[i].ev, cudaEventDisableTiming);
         if (cr != cudaSuccess) return fail("cudaEventCreateWithFlags", cudaGetErrorString(cr));
     }
+    cr = cudaEventCreateWithFlags(&c->fork_ev, cudaEventDisableTiming);
+    if (cr == cudaSuccess) cr = cudaEventCreateWithFlags(&c->join_ev, cudaEventDisableTiming);
+    if (cr != cudaSuccess) return fail("cudaEventCreateWithFlags", cudaGetErrorString(cr));
     ncclUniqueId uid;
     memcpy(uid.internal, id, DIST_NCCL_ID_BYTES);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -227,6 +240,14 @@ static ncclDataType_t nccl_type(dist_dtype dt) {
 
 static int nccl_coll(dist_nccl *c, dist_coll op, dist_dtype dt, void *buf, size_t n, int root,
                      void *stream, bool host, const char *name, char *err, size_t errlen) {
+    if (op == DIST_COLL_WAIT_ASYNC) {  // the compute stream waits for our stream
+        CU_TRY(cudaSetDevice(c->device));
+        CU_TRY(cudaEventRecord(c->join_ev, c->stream));
+        CU_TRY(cudaStreamWaitEvent((cudaStream_t)stream, c->join_ev, 0));
+        return 0;
+    }
+    const bool async = op == DIST_COLL_ALLREDUCE_SUM_ASYNC;
+    if (async && host) FAIL("collective %s: an async collective takes device memory", name);
     const size_t esz = dt == DIST_DT_F64 ? 8 : dt == DIST_DT_F32 ? 4 : 1;
     const bool sharded = op == DIST_COLL_REDUCE_SCATTER_SUM || op == DIST_COLL_ALLGATHER;
     const size_t shard = sharded ? (n + (size_t)c->world - 1) / (size_t)c->world : 0;
@@ -234,9 +255,13 @@ static int nccl_coll(dist_nccl *c, dist_coll op, dist_dtype dt, void *buf, size_
     const size_t lo = sharded ? shard * (size_t)c->rank : 0;    // this rank's shard
     const size_t hi = sharded ? (lo + shard < n ? lo + shard : n) : n;
     const ncclDataType_t t = nccl_type(dt);
-    cudaStream_t s = host ? c->stream : (cudaStream_t)stream;
+    cudaStream_t s = host || async ? c->stream : (cudaStream_t)stream;
     char *p = (char *)buf;
     CU_TRY(cudaSetDevice(c->device));
+    if (async) {  // our stream starts once the compute stream's work so far is done
+        CU_TRY(cudaEventRecord(c->fork_ev, (cudaStream_t)stream));
+        CU_TRY(cudaStreamWaitEvent(s, c->fork_ev, 0));
+    }
     if (host) {
         if (cap * esz > c->scratch_bytes) {
             if (c->scratch) CU_TRY(cudaFree(c->scratch));
@@ -251,6 +276,7 @@ static int nccl_coll(dist_nccl *c, dist_coll op, dist_dtype dt, void *buf, size_
     if (cap > n) CU_TRY(cudaMemsetAsync(p + n * esz, 0, (cap - n) * esz, s));
     switch (op) {
     case DIST_COLL_ALLREDUCE_SUM:
+    case DIST_COLL_ALLREDUCE_SUM_ASYNC:
         NCCL_TRY(c, ncclAllReduce(p, p, n, t, ncclSum, c->comm, s));
         break;
     case DIST_COLL_ALLREDUCE_MAX:
@@ -264,6 +290,8 @@ static int nccl_coll(dist_nccl *c, dist_coll op, dist_dtype dt, void *buf, size_
         break;
     case DIST_COLL_BCAST:
         NCCL_TRY(c, ncclBroadcast(p, p, n, t, root, c->comm, s));
+        break;
+    case DIST_COLL_WAIT_ASYNC:  // handled above
         break;
     }
     if (!host) return ring_push(c, s, name, n, err, errlen);
@@ -324,6 +352,8 @@ static int nccl_free(dist_nccl *c, char *err, size_t errlen) {
     if (rc != ncclSuccess) FAIL("ncclCommDestroy: %s", ncclGetErrorString(rc));
     c->comm = NULL;
     for (int i = 0; i < DIST_NCCL_RING; i++) CU_TRY(cudaEventDestroy(c->ring[i].ev));
+    CU_TRY(cudaEventDestroy(c->fork_ev));
+    CU_TRY(cudaEventDestroy(c->join_ev));
     CU_TRY(cudaStreamDestroy(c->stream));
     if (c->scratch) CU_TRY(cudaFree(c->scratch));
     if (pthread_mutex_destroy(&c->mu) != 0) FAIL("pthread_mutex_destroy failed");

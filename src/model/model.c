@@ -507,16 +507,31 @@ static void attn_mixer_bwd(model *m, int l, const void *dbr) {
     linear_bwd_acc(m, m->dxn, false, lp->sv, D[3], a->xn1, d, ha);
 }
 
+// First element of layer l's parameters; l == L: of norm_f. build_table lays out layer 0, ...,
+// layer L-1 (norm1 opens each), then norm_f, embed, lm_head (untied), each padded to 32.
+static size_t layer_elem_lo(const model *m, int l) {
+    return m->params[l < m->L ? m->lp[l].norm1 : m->norm_f].offset;
+}
+
+// Hand the final gradients [lo, hi) to the hook (model.h) when it is armed.
+static void grads_ready(model *m, size_t lo, size_t hi) {
+    if (m->grad_hook && m->grad_hook_armed) m->grad_hook(m, lo, hi, m->grad_hook_ctx);
+}
+
 double model_forward_backward(model *m, const int32_t *x, const int32_t *y, double grad_scale,
                               bool train) {
     const backend *be = m->be;
     int N = m->N, d = m->d, F = m->F;
     size_t nd = (size_t)N * d;
+    size_t emb_lo = m->params[m->wte].offset;
+    size_t emb_hi = m->lm_head == m->wte ? m->n_elems : m->params[m->lm_head].offset;
     forward(m, x, train);
     memcpy(m->tgt, y, (size_t)N * sizeof(int32_t));
     double loss_sum = be->crossentropy(m->logits, m->tgt, N, m->V, grad_scale);  // -> dlogits
     be->linear_bwd(m->dxn, G(m->lm_head), m->logits, m->xf, P(m->lm_head), N, d, m->V);
+    if (m->lm_head != m->wte) grads_ready(m, emb_hi, m->n_elems);
     be->rmsnorm_bwd(m->dx, G(m->norm_f), m->dxn, m->x_final, P(m->norm_f), m->rstd_f, N, d);
+    grads_ready(m, layer_elem_lo(m, m->L), emb_lo);
     for (int l = m->L - 1; l >= 0; l--) {
         const layer_params *lp = &m->lp[l];
         layer_acts *a = &m->acts[l];
@@ -536,8 +551,10 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
             attn_mixer_bwd(m, l, dbr);
         be->rmsnorm_bwd(m->dtmp, G(lp->norm1), m->dxn, a->x_in, P(lp->norm1), a->rstd1, N, d);
         be->add(m->dx, m->dtmp, nd);                                   // dx = d x_in
+        grads_ready(m, layer_elem_lo(m, l), layer_elem_lo(m, l + 1));
     }
     be->embedding_bwd(G(m->wte), m->dx, m->tok, N, d);
+    grads_ready(m, emb_lo, emb_hi);
     return loss_sum;
 }
 

@@ -59,7 +59,27 @@ typedef struct {
     void *m_gate, *m_up, *m_h, *mlp_out;         // (N,F) x3, (N,d)
 } layer_acts;
 
-typedef struct {
+typedef struct model model;
+
+// Gradient-ready hook (data parallelism: all-reduce buckets while the backward goes on, DESIGN
+// 8). When m->grad_hook is set and m->grad_hook_armed is true, model_forward_backward calls
+// grad_hook(m, lo, hi, m->grad_hook_ctx) for element ranges [lo, hi) of the flat gradient arena
+// (grad_mem; element offsets as in param_info.offset) as soon as every gradient in the range has
+// its final value for this call, i.e. no later part of the backward writes it. In backward order:
+//   1. [lm_head, n_elems)       after the LM head's backward (untied embeddings only)
+//   2. [norm_f, embed)          after the final norm's backward
+//   3. layer l's tensors        after layer l's backward, l = L-1, ..., 0
+//   4. [embed, lm_head|n_elems) at the very end (when tied, the embedding also took the LM
+//                               head's gradient in step 1's place, so it is final only here)
+// The ranges are disjoint and cover [0, n_elems) exactly once, padding between tensors included
+// (padding gradients stay 0). The backward never reads parameter gradients, so the hook may
+// overwrite its range (e.g. with the sum over ranks) before the backward returns. Arm it only for
+// the last micro-batch of a step: with gradient accumulation, an earlier call would hand over
+// partial sums. On a GPU "final" is in stream order: the kernels writing the range have been
+// enqueued on the compute stream (the legacy default stream), not necessarily run.
+typedef void (*model_grad_hook)(model *m, size_t elem_lo, size_t elem_hi, void *ctx);
+
+struct model {
     gdn_config cfg;
     const backend *be;
     int L, d, V, F, B, T, N;                     // layers, width, vocab, MLP hidden, batch, seq
@@ -83,7 +103,10 @@ typedef struct {
     void *dx, *dbranch, *dxn, *dtmp, *dbig[6], *dsmall[4], *dmix;
     uint64_t dropout_key;                        // set by the loop for each micro-batch
     double flops_per_token;                      // forward+backward, for MFU
-} model;
+    model_grad_hook grad_hook;                   // see above; NULL = none
+    void *grad_hook_ctx;
+    bool grad_hook_armed;                        // set by the loop for the last micro-batch
+};
 
 // Build the description and allocate every arena for micro-batches of B sequences of T tokens.
 // vocab_size must already be set (> 1). Errors (bad shapes) end the program with a message.
@@ -104,6 +127,7 @@ double model_eval_loss(model *m, const int32_t *x, const int32_t *y);
 double model_loss(model *m, const int32_t *x, const int32_t *y, bool train);
 // Forward, fused loss, backward: grads += d(sum of losses * grad_scale)/dparams.
 // Returns the summed loss over the batch's targets (caller divides). train: dropout on.
+// Calls m->grad_hook when armed (see model_grad_hook).
 double model_forward_backward(model *m, const int32_t *x, const int32_t *y, double grad_scale,
                               bool train);
 void model_print_summary(const model *m, FILE *f);
