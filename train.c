@@ -31,6 +31,7 @@
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
+#include "fwd/cpu_threads.h"
 #include "fwd/fwd_cpu.h"
 #include "model/checkpoint.h"
 #include "model/compare.h"
@@ -263,6 +264,7 @@ static void zero1_gather_moments(dist *d, model *m, void *z, bool gpu) {
 }
 
 int main(int argc, char **argv) {
+    cpu_threads_env(argv);  // first: idle thread pools must sleep, not spin (cpu_threads.h)
     const char *cfg_path = NULL, *resume = NULL;
     enum { MAX_SETS = 256 };
     const char *sets[MAX_SETS];
@@ -344,6 +346,7 @@ int main(int argc, char **argv) {
         if (!ok) return 2;
     }
 
+    cpu_set_threads(cfg.threads);
     if (gradcheck) {
         if (!strcmp(gc_device, "cpu")) return model_gradcheck(&cfg, 2, 9, 12, 1e-6, cfg.seed, stdout) ? 1 : 0;
 #if GDN_HAVE_CUDA

@@ -4,6 +4,7 @@
 //   SwiGLU: h = silu(gate) up  ->  dgate = dh up silu'(gate),  dup = dh silu(gate)
 #include <math.h>
 #include "bwd_cpu.h"
+#include "../fwd/cpu_threads.h"
 
 static inline double sigmoid(double x) {
     if (x >= 0) return 1.0 / (1.0 + exp(-x));
@@ -11,7 +12,9 @@ static inline double sigmoid(double x) {
     return e / (1.0 + e);
 }
 
+// Elementwise: split over the threads when n is large enough (cpu_threads.h).
 void silu_bwd_cpu(double *dx, const double *dy, const double *x, size_t n) {
+    GDN_OMP(parallel for schedule(static) if (n >= cpu_min_work_exp))
     for (size_t i = 0; i < n; i++) {
         double s = sigmoid(x[i]);
         dx[i] = dy[i] * s * (1.0 + x[i] * (1.0 - s));
@@ -20,6 +23,7 @@ void silu_bwd_cpu(double *dx, const double *dy, const double *x, size_t n) {
 
 void swiglu_bwd_cpu(double *dgate, double *dup, const double *dh, const double *gate,
                     const double *up, size_t n) {
+    GDN_OMP(parallel for schedule(static) if (n >= cpu_min_work_exp))
     for (size_t i = 0; i < n; i++) {
         double g = gate[i], s = sigmoid(g), d = dh[i], u = up[i];
         dgate[i] = d * u * s * (1.0 + g * (1.0 - s));

@@ -9,39 +9,47 @@
 #include "bwd_cpu.h"
 #include <math.h>
 #include "../core/common.h"
+#include "../fwd/cpu_threads.h"
 
 void attention_bwd_cpu(double *dq, double *dk, double *dv, const double *dout, const double *q,
                        const double *k, const double *v, const double *o, const double *lse,
                        int B, int T, int H, int D, int window, double scale) {
     if (window < 1) gdn_die("attention_bwd_cpu: window %d < 1", window);
-    const size_t n = (size_t)B * T * H * D, rs = (size_t)H * D;
-    memset(dq, 0, n * sizeof(double));
-    memset(dk, 0, n * sizeof(double));
-    memset(dv, 0, n * sizeof(double));
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
-            for (int i = 0; i < T; i++) {
-                size_t oi = ((size_t)b * T + i) * rs + (size_t)h * D;
-                const double *qi = q + oi, *doi = dout + oi;
-                double l = lse[((size_t)b * H + h) * T + i];
-                double Di = 0;
-                for (int e = 0; e < D; e++) Di += doi[e] * o[oi + e];
-                int j0 = i - window + 1 > 0 ? i - window + 1 : 0;
-                for (int j = j0; j <= i; j++) {
-                    size_t oj = ((size_t)b * T + j) * rs + (size_t)h * D;
-                    const double *kj = k + oj, *vj = v + oj;
-                    double s = 0, dp = 0;
-                    for (int e = 0; e < D; e++) {
-                        s += qi[e] * kj[e];
-                        dp += doi[e] * vj[e];
-                    }
-                    double p = exp(scale * s - l);
-                    double ds = p * (dp - Di) * scale;
-                    for (int e = 0; e < D; e++) {
-                        dv[oj + e] += p * doi[e];
-                        dq[oi + e] += ds * kj[e];
-                        dk[oj + e] += ds * qi[e];
-                    }
+    const size_t rs = (size_t)H * D;
+    // (b, h) pairs are independent (dk_j, dv_j of a pair sum over its own queries i, in order):
+    // split over the threads
+    GDN_OMP(parallel for schedule(static))
+    for (int bh = 0; bh < B * H; bh++) {
+        const int b = bh / H, h = bh % H;
+        for (int t = 0; t < T; t++) {
+            const size_t ot = ((size_t)b * T + t) * rs + (size_t)h * D;
+            memset(dq + ot, 0, D * sizeof(double));
+            memset(dk + ot, 0, D * sizeof(double));
+            memset(dv + ot, 0, D * sizeof(double));
+        }
+        for (int i = 0; i < T; i++) {
+            size_t oi = ((size_t)b * T + i) * rs + (size_t)h * D;
+            const double *qi = q + oi, *doi = dout + oi;
+            double l = lse[((size_t)b * H + h) * T + i];
+            double Di = 0;
+            for (int e = 0; e < D; e++) Di += doi[e] * o[oi + e];
+            int j0 = i - window + 1 > 0 ? i - window + 1 : 0;
+            for (int j = j0; j <= i; j++) {
+                size_t oj = ((size_t)b * T + j) * rs + (size_t)h * D;
+                const double *kj = k + oj, *vj = v + oj;
+                double s = 0, dp = 0;
+                for (int e = 0; e < D; e++) {
+                    s += qi[e] * kj[e];
+                    dp += doi[e] * vj[e];
+                }
+                double p = exp(scale * s - l);
+                double ds = p * (dp - Di) * scale;
+                for (int e = 0; e < D; e++) {
+                    dv[oj + e] += p * doi[e];
+                    dq[oi + e] += ds * kj[e];
+                    dk[oj + e] += ds * qi[e];
                 }
             }
+        }
+    }
 }

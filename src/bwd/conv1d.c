@@ -2,12 +2,20 @@
 // sum_j w[c,j] x[b, t-K+1+j, c]). Output t reads input s = t-K+1+j, so
 //   dx[b,s,c]  = sum_{j: s+K-1-j < T} w[c,j] dy[b, s+K-1-j, c]          (=)
 //   dw[c,j]   += sum_{b, t >= K-1-j} dy[b,t,c] x[b, t-K+1+j, c]          (+=)
+// Threads: dx by rows (b, s); dw by channels c, each dw[c,j] summed over (b, t) in order on one
+// thread (so dw is the same for any thread count).
 #include "bwd_cpu.h"
+#include "../fwd/cpu_threads.h"
 
 void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, const double *w,
                     int B, int T, int C, int K) {
-    for (int b = 0; b < B; b++)
-        for (int s = 0; s < T; s++)
+    const bool par = 2 * (size_t)B * T * C * K >= cpu_min_work_flat;  // dx and dw
+    (void)par;  // read by the pragma only (none without OpenMP)
+    GDN_OMP(parallel if (par))
+    {
+        GDN_OMP(for schedule(static))
+        for (int bs = 0; bs < B * T; bs++) {
+            const int b = bs / T, s = bs % T;
             for (int c = 0; c < C; c++) {
                 double acc = 0;
                 for (int j = 0; j < K; j++) {
@@ -16,12 +24,16 @@ void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, c
                 }
                 dx[((size_t)b * T + s) * C + c] = acc;
             }
-    for (int c = 0; c < C; c++)
-        for (int j = 0; j < K; j++) {
-            double acc = 0;
-            for (int b = 0; b < B; b++)
-                for (int t = K - 1 - j; t < T; t++)
-                    acc += dy[((size_t)b * T + t) * C + c] * x[((size_t)b * T + t - K + 1 + j) * C + c];
-            dw[(size_t)c * K + j] += acc;
         }
+        GDN_OMP(for schedule(static))
+        for (int c = 0; c < C; c++)
+            for (int j = 0; j < K; j++) {
+                double acc = 0;
+                for (int b = 0; b < B; b++)
+                    for (int t = K - 1 - j; t < T; t++)
+                        acc += dy[((size_t)b * T + t) * C + c] *
+                               x[((size_t)b * T + t - K + 1 + j) * C + c];
+                dw[(size_t)c * K + j] += acc;
+            }
+    }
 }

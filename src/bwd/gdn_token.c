@@ -15,6 +15,7 @@
 #include "bwd_cpu.h"
 #include <math.h>
 #include "../core/common.h"
+#include "../fwd/cpu_threads.h"
 
 // One forward step in place: H (Dk,Dv) <- alpha H + k w^T, w = beta (v - alpha H^T k) (delta
 // off: w = v); w (Dv) is scratch. Same operations, in the same order, as src/fwd/gdn_token.c.
@@ -45,15 +46,20 @@ void gdn_token_bwd_cpu(const gdn_cpu_params *p) {
     int L = 1;  // segment length: ceil(sqrt(T))
     while ((long)L * L < T) L++;
     const int nseg = T > 0 ? GDN_CDIV(T, L) : 0;
-    double *ck = gdn_malloc((size_t)(nseg > 0 ? nseg : 1) * SS * sizeof(double)); // state at segment starts
-    double *Hs = gdn_malloc((size_t)(L + 1) * SS * sizeof(double)); // states s0 .. s0+len of a segment
-    double *dH = gdn_malloc(SS * sizeof(double));
-    double *w = gdn_malloc((size_t)Dv * sizeof(double));
-    double *u = gdn_malloc((size_t)Dv * sizeof(double));
-    double *y = gdn_malloc((size_t)Dv * sizeof(double));
-    double *c = gdn_malloc((size_t)Dv * sizeof(double));
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
+    // (b, h) pairs are independent: split over the threads, each with its own scratch
+    GDN_OMP(parallel)
+    {
+        // states at segment starts; states s0 .. s0+len of the segment being walked
+        double *ck = gdn_malloc((size_t)(nseg > 0 ? nseg : 1) * SS * sizeof(double));
+        double *Hs = gdn_malloc((size_t)(L + 1) * SS * sizeof(double));
+        double *dH = gdn_malloc(SS * sizeof(double));
+        double *w = gdn_malloc((size_t)Dv * sizeof(double));
+        double *u = gdn_malloc((size_t)Dv * sizeof(double));
+        double *y = gdn_malloc((size_t)Dv * sizeof(double));
+        double *c = gdn_malloc((size_t)Dv * sizeof(double));
+        GDN_OMP(for schedule(static))
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH;
             const size_t sh = ((size_t)b * NH + h) * SS;
 #define ROW(t) (((size_t)b * T + (t)) * NH + h)
 #define ALPHA(n) (gate ? exp(p->g[n]) : 1.0)
@@ -139,11 +145,12 @@ void gdn_token_bwd_cpu(const gdn_cpu_params *p) {
 #undef ALPHA
 #undef BETA
         }
-    free(c);
-    free(y);
-    free(u);
-    free(w);
-    free(dH);
-    free(Hs);
-    free(ck);
+        free(c);
+        free(y);
+        free(u);
+        free(w);
+        free(dH);
+        free(Hs);
+        free(ck);
+    }
 }

@@ -2,9 +2,11 @@
 // saved by the forward, drn/dx_j = -rn^3 x_j:
 //   dx_j = scale (rn dy_j - rn^3 x_j sum_i x_i dy_i)     (=)
 #include "bwd_cpu.h"
+#include "../fwd/cpu_threads.h"
 
 void l2norm_bwd_cpu(double *dx, const double *dy, const double *x, const double *rnorm,
                     size_t rows, int D, double scale) {
+    GDN_OMP(parallel for schedule(static) if (rows * D >= cpu_min_work_flat))  // rows
     for (size_t r = 0; r < rows; r++) {
         const double *xr = x + r * D, *gr = dy + r * D;
         double *dxr = dx + r * D;

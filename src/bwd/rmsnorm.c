@@ -2,19 +2,47 @@
 // (r = (mean x^2 + eps)^(-1/2), dr/dx_j = -r^3 x_j / d):
 //   dx_j  = r u_j - (r^3 / d) x_j sum_i u_i x_i       (=)
 //   dw_i += sum_n dy[n,i] x[n,i] r_n                   (+=)
+// Threads: dx by rows; dw by columns, each column summing its rows in order n = 0..N-1 (so
+// dw is the same for any thread count). On one thread, one pass over the rows does both.
 #include "bwd_cpu.h"
+#include "../core/common.h"
+#include "../fwd/cpu_threads.h"
+
+// dx of one row (d)
+static void rmsnorm_bwd_row(double *dxr, const double *gr, const double *xr, const double *w,
+                            double r, int d) {
+    double ux = 0;
+    for (int i = 0; i < d; i++) ux += w[i] * gr[i] * xr[i];
+    double c = r * r * r * ux / d;
+    for (int i = 0; i < d; i++) dxr[i] = r * w[i] * gr[i] - c * xr[i];
+}
 
 void rmsnorm_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, const double *w,
                      const double *rstd, int N, int d) {
-    for (int n = 0; n < N; n++) {
-        const double *xr = x + (size_t)n * d, *gr = dy + (size_t)n * d;
-        double *dxr = dx + (size_t)n * d;
-        double r = rstd[n], ux = 0;
-        for (int i = 0; i < d; i++) ux += w[i] * gr[i] * xr[i];
-        double c = r * r * r * ux / d;
-        for (int i = 0; i < d; i++) {
-            dxr[i] = r * w[i] * gr[i] - c * xr[i];
-            dw[i] += gr[i] * xr[i] * r;
+    if ((size_t)N * d < cpu_min_work_flat || cpu_threads() == 1) {
+        for (int n = 0; n < N; n++) {
+            const double *xr = x + (size_t)n * d, *gr = dy + (size_t)n * d;
+            const double r = rstd[n];
+            rmsnorm_bwd_row(dx + (size_t)n * d, gr, xr, w, r, d);
+            for (int i = 0; i < d; i++) dw[i] += gr[i] * xr[i] * r;
+        }
+        return;
+    }
+    GDN_OMP(parallel)
+    {
+        GDN_OMP(for schedule(static))
+        for (int n = 0; n < N; n++)
+            rmsnorm_bwd_row(dx + (size_t)n * d, dy + (size_t)n * d, x + (size_t)n * d, w, rstd[n],
+                            d);
+        // columns in blocks of 8 (one cache line of dw)
+        GDN_OMP(for schedule(static))
+        for (int i0 = 0; i0 < d; i0 += 8) {
+            const int i1 = GDN_MIN(i0 + 8, d);
+            for (int n = 0; n < N; n++) {
+                const double *xr = x + (size_t)n * d, *gr = dy + (size_t)n * d;
+                const double r = rstd[n];
+                for (int i = i0; i < i1; i++) dw[i] += gr[i] * xr[i] * r;
+            }
         }
     }
 }

@@ -6,11 +6,13 @@
 #include <math.h>
 #include "../core/common.h"
 #include "bwd_cpu.h"
+#include "../fwd/cpu_threads.h"
 
 void rope_bwd_cpu(double *dx, const double *dy, int B, int T, int H, int D, double base) {
     if (D % 2) gdn_die("rope: head dim %d is odd (the rotate-half pairing needs D even)", D);
     int half = D / 2;
-    for (int t = 0; t < T; t++)
+    GDN_OMP(parallel for schedule(static) if ((size_t)B * T * H * D >= cpu_min_work_flat))
+    for (int t = 0; t < T; t++)  // positions: independent
         for (int i = 0; i < half; i++) {
             double ang = t * pow(base, -2.0 * i / D);
             double c = cos(ang), s = sin(ang);

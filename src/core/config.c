@@ -89,7 +89,7 @@ static const cfg_key cfg_keys[] = {
     {"train", "eval_batches", CFG_INT, F(eval_batches), 1, INF, 0, "8", NULL, "batches per evaluation"},
     {"train", "ckpt_every", CFG_INT, F(ckpt_every), 0, INF, 0, "0", NULL, "0 = only at the end"},
     {"train", "out_dir", CFG_STRING, F(out_dir), 0, 0, 0, "runs/default", NULL, "run directory"},
-    {"train", "threads", CFG_INT, F(threads), 0, INF, 0, "0", NULL, "BLAS threads, 0 = library default"},
+    {"train", "threads", CFG_INT, F(threads), 0, INF, 0, "0", NULL, "CPU threads (ops + OpenBLAS), 0 = default"},
     {"optim", "lr", CFG_DOUBLE, F(lr), 0, INF, CFG_MIN_OPEN, "1e-3", NULL, "peak learning rate"},
     {"optim", "min_lr", CFG_DOUBLE, F(min_lr), 0, INF, 0, "1e-4", NULL, "final learning rate, <= lr"},
     {"optim", "warmup_steps", CFG_INT, F(warmup_steps), 0, INF, 0, "50", NULL, "linear warmup"},

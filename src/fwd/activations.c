@@ -2,6 +2,7 @@
 // SwiGLU h = silu(gate) * up. sigmoid never evaluates exp of a large positive number.
 #include <math.h>
 #include "fwd_cpu.h"
+#include "cpu_threads.h"
 
 static inline double sigmoid(double x) {
     if (x >= 0) return 1.0 / (1.0 + exp(-x));
@@ -9,10 +10,13 @@ static inline double sigmoid(double x) {
     return e / (1.0 + e);
 }
 
+// Elementwise: split over the threads when n is large enough (cpu_threads.h).
 void silu_fwd_cpu(double *y, const double *x, size_t n) {
+    GDN_OMP(parallel for schedule(static) if (n >= cpu_min_work_exp))
     for (size_t i = 0; i < n; i++) y[i] = x[i] * sigmoid(x[i]);
 }
 
 void swiglu_fwd_cpu(double *h, const double *gate, const double *up, size_t n) {
+    GDN_OMP(parallel for schedule(static) if (n >= cpu_min_work_exp))
     for (size_t i = 0; i < n; i++) h[i] = gate[i] * sigmoid(gate[i]) * up[i];
 }

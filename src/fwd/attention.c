@@ -7,14 +7,19 @@
 #include "fwd_cpu.h"
 #include <math.h>
 #include "../core/common.h"
+#include "cpu_threads.h"
 
 void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k, const double *v,
                        int B, int T, int H, int D, int window, double scale) {
     if (window < 1) gdn_die("attention_fwd_cpu: window %d < 1", window);
-    double *s = gdn_malloc((size_t)(window < T ? window : T) * sizeof(double));
     const size_t rs = (size_t)H * D;  // stride between tokens
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
+    // (b, h) pairs are independent: split over the threads, each with its own score row s
+    GDN_OMP(parallel)
+    {
+        double *s = gdn_malloc((size_t)GDN_MAX(GDN_MIN(window, T), 1) * sizeof(double));
+        GDN_OMP(for schedule(static))
+        for (int bh = 0; bh < B * H; bh++) {
+            const int b = bh / H, h = bh % H;
             for (int i = 0; i < T; i++) {
                 const double *qi = q + ((size_t)b * T + i) * rs + (size_t)h * D;
                 int j0 = i - window + 1 > 0 ? i - window + 1 : 0;
@@ -38,5 +43,7 @@ void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k,
                     for (int e = 0; e < D; e++) oi[e] += p * vj[e];
                 }
             }
-    free(s);
+        }
+        free(s);
+    }
 }

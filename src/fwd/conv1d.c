@@ -1,19 +1,22 @@
 // conv1d.c — CPU float64 causal depthwise conv1d (the GDN short convolution), no bias:
 //   y[b,t,c] = sum_{j<K} w[c,j] * x[b, t-(K-1)+j, c],   x at negative time = 0,
 // so tap j = K-1 multiplies the current token. Sequences never see each other.
+// Output rows (b, t) are split over the threads.
 #include "fwd_cpu.h"
+#include "cpu_threads.h"
 
 void conv1d_fwd_cpu(double *y, const double *x, const double *w, int B, int T, int C, int K) {
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            double *yr = y + ((size_t)b * T + t) * C;
-            for (int c = 0; c < C; c++) {
-                double s = 0;
-                for (int j = 0; j < K; j++) {
-                    int ts = t - (K - 1) + j;
-                    if (ts >= 0) s += w[(size_t)c * K + j] * x[((size_t)b * T + ts) * C + c];
-                }
-                yr[c] = s;
+    GDN_OMP(parallel for schedule(static) if ((size_t)B * T * C * K >= cpu_min_work_flat))
+    for (int bt = 0; bt < B * T; bt++) {
+        const int b = bt / T, t = bt % T;
+        double *yr = y + ((size_t)b * T + t) * C;
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int j = 0; j < K; j++) {
+                int ts = t - (K - 1) + j;
+                if (ts >= 0) s += w[(size_t)c * K + j] * x[((size_t)b * T + ts) * C + c];
             }
+            yr[c] = s;
         }
+    }
 }

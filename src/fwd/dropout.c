@@ -5,6 +5,7 @@
 #include "../core/common.h"
 #include "../core/rng.h"
 #include "fwd_cpu.h"
+#include "cpu_threads.h"
 
 void dropout_fwd_cpu(double *y, const double *x, size_t n, double p, uint64_t seed) {
     if (!(p >= 0.0 && p <= 1.0)) gdn_die("dropout: p = %g is outside [0, 1]", p);
@@ -13,5 +14,6 @@ void dropout_fwd_cpu(double *y, const double *x, size_t n, double p, uint64_t se
         return;
     }
     double s = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
+    GDN_OMP(parallel for schedule(static) if (n >= cpu_min_work_exp))
     for (size_t i = 0; i < n; i++) y[i] = rng_uniform_at(seed, i) >= p ? x[i] * s : 0.0;
 }

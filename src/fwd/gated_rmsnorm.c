@@ -3,6 +3,7 @@
 // (z NULL: no gate, plain RMSNorm). rstd (rows) is saved for gated_rmsnorm_bwd_cpu.
 #include <math.h>
 #include "fwd_cpu.h"
+#include "cpu_threads.h"
 
 static inline double silu(double x) {
     if (x >= 0) return x / (1.0 + exp(-x));
@@ -12,6 +13,9 @@ static inline double silu(double x) {
 
 void gated_rmsnorm_fwd_cpu(double *y, double *rstd, const double *x, const double *z,
                            const double *w, size_t rows, int D, double eps) {
+    const size_t min_work = z ? cpu_min_work_exp : cpu_min_work_flat;  // silu(z) has an exp
+    (void)min_work;  // read by the pragma only (none without OpenMP)
+    GDN_OMP(parallel for schedule(static) if (rows * D >= min_work))  // rows
     for (size_t r = 0; r < rows; r++) {
         const double *xr = x + r * D;
         double *yr = y + r * D;

@@ -13,6 +13,7 @@
 #include "fwd_cpu.h"
 #include <math.h>
 #include "../core/common.h"
+#include "cpu_threads.h"
 
 void gdn_chunk_fwd_cpu(const gdn_cpu_params *p) {
     const int B = p->B, T = p->T, NH = p->H, Dk = p->Dk, Dv = p->Dv, C = p->chunk;
@@ -21,19 +22,23 @@ void gdn_chunk_fwd_cpu(const gdn_cpu_params *p) {
                 Dv, C);
     const bool gate = p->mode.gate, delta = p->mode.delta;
     const size_t SS = (size_t)Dk * Dv, CC = (size_t)C * C;
-    // per-chunk scratch, allocated once per call
-    double *H = gdn_malloc(SS * sizeof(double));              // (Dk,Dv) state
-    double *G = gdn_malloc((size_t)C * sizeof(double));       // (c) cumulative log gate
-    double *gam = gdn_malloc((size_t)C * sizeof(double));     // (c) gamma_r = exp(G_r)
-    double *hdec = gdn_malloc((size_t)C * sizeof(double));    // (c) exp(G_c - G_r)
-    double *Gam = gdn_malloc(CC * sizeof(double));            // (c,c) decay mask, lower incl. diag
-    double *A = gdn_malloc(CC * sizeof(double));              // (c,c) strict lower
-    double *Tm = gdn_malloc(CC * sizeof(double));             // (c,c) lower
-    double *W = gdn_malloc((size_t)C * Dk * sizeof(double));  // (c,Dk)
-    double *D = gdn_malloc((size_t)C * Dv * sizeof(double));  // (c,Dv) Δ
     const size_t rk = (size_t)NH * Dk, rv = (size_t)NH * Dv;  // token strides of q/k and v/o
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
+    // (b, h) pairs are independent: one per loop iteration, split over the threads; each
+    // thread's chunk scratch is its own, allocated once per call.
+    GDN_OMP(parallel)
+    {
+        double *H = gdn_malloc(SS * sizeof(double));              // (Dk,Dv) state
+        double *G = gdn_malloc((size_t)C * sizeof(double));       // (c) cumulative log gate
+        double *gam = gdn_malloc((size_t)C * sizeof(double));     // (c) gamma_r = exp(G_r)
+        double *hdec = gdn_malloc((size_t)C * sizeof(double));    // (c) exp(G_c - G_r)
+        double *Gam = gdn_malloc(CC * sizeof(double));            // (c,c) lower incl. diagonal
+        double *A = gdn_malloc(CC * sizeof(double));              // (c,c) strict lower
+        double *Tm = gdn_malloc(CC * sizeof(double));             // (c,c) lower
+        double *W = gdn_malloc((size_t)C * Dk * sizeof(double));  // (c,Dk)
+        double *D = gdn_malloc((size_t)C * Dv * sizeof(double));  // (c,Dv) Δ
+        GDN_OMP(for schedule(static))
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH;
             const size_t sh = ((size_t)b * NH + h) * SS;
             if (p->h0) memcpy(H, p->h0 + sh, SS * sizeof(double));
             else memset(H, 0, SS * sizeof(double));
@@ -128,13 +133,14 @@ void gdn_chunk_fwd_cpu(const gdn_cpu_params *p) {
             }
             if (p->ht) memcpy(p->ht + sh, H, SS * sizeof(double));
         }
-    free(D);
-    free(W);
-    free(Tm);
-    free(A);
-    free(Gam);
-    free(hdec);
-    free(gam);
-    free(G);
-    free(H);
+        free(D);
+        free(W);
+        free(Tm);
+        free(A);
+        free(Gam);
+        free(hdec);
+        free(gam);
+        free(G);
+        free(H);
+    }
 }

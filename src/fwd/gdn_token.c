@@ -8,6 +8,7 @@
 #include "fwd_cpu.h"
 #include <math.h>
 #include "../core/common.h"
+#include "cpu_threads.h"
 
 // One step in place: H (Dk,Dv) <- alpha H + k w^T; w (Dv) is scratch.
 static void gdn_token_step(double *H, double *w, const double *k, const double *v, double alpha,
@@ -33,10 +34,14 @@ void gdn_token_fwd_cpu(const gdn_cpu_params *p) {
     if (B < 1 || T < 0 || NH < 1 || Dk < 1 || Dv < 1)
         gdn_die("gdn_token_fwd_cpu: bad shape B=%d T=%d H=%d Dk=%d Dv=%d", B, T, NH, Dk, Dv);
     const size_t SS = (size_t)Dk * Dv;
-    double *H = gdn_malloc(SS * sizeof(double));   // (Dk,Dv) state of the current head
-    double *w = gdn_malloc((size_t)Dv * sizeof(double));
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
+    // (b, h) pairs are independent: split over the threads, each with its own H and w
+    GDN_OMP(parallel)
+    {
+        double *H = gdn_malloc(SS * sizeof(double));   // (Dk,Dv) state of the current head
+        double *w = gdn_malloc((size_t)Dv * sizeof(double));
+        GDN_OMP(for schedule(static))
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH;
             const size_t sh = ((size_t)b * NH + h) * SS;  // offset of this head's state
             if (p->h0) memcpy(H, p->h0 + sh, SS * sizeof(double));
             else memset(H, 0, SS * sizeof(double));
@@ -55,6 +60,7 @@ void gdn_token_fwd_cpu(const gdn_cpu_params *p) {
             }
             if (p->ht) memcpy(p->ht + sh, H, SS * sizeof(double));
         }
-    free(w);
-    free(H);
+        free(w);
+        free(H);
+    }
 }

@@ -3,9 +3,11 @@
 // rnorm (rows) is saved for l2norm_bwd_cpu.
 #include <math.h>
 #include "fwd_cpu.h"
+#include "cpu_threads.h"
 
 void l2norm_fwd_cpu(double *y, double *rnorm, const double *x, size_t rows, int D, double eps,
                     double scale) {
+    GDN_OMP(parallel for schedule(static) if (rows * D >= cpu_min_work_flat))  // rows
     for (size_t r = 0; r < rows; r++) {
         const double *xr = x + r * D;
         double *yr = y + r * D;

@@ -3,9 +3,11 @@
 // rstd (N) is saved: rmsnorm_bwd_cpu reads it instead of recomputing the row norm.
 #include <math.h>
 #include "fwd_cpu.h"
+#include "cpu_threads.h"
 
 void rmsnorm_fwd_cpu(double *y, double *rstd, const double *x, const double *w, int N, int d,
                      double eps) {
+    GDN_OMP(parallel for schedule(static) if ((size_t)N * d >= cpu_min_work_flat))  // rows
     for (int n = 0; n < N; n++) {
         const double *xr = x + (size_t)n * d;
         double *yr = y + (size_t)n * d;
