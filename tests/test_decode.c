@@ -9,25 +9,14 @@
 // within 5 standard deviations of softmax(logits / temperature) renormalised over the top k,
 // and tokens outside the top k are never drawn.
 #include "testutil.h"
+#include "tiny_model.h"
 #include "../src/model/decode.h"
 
 enum { T = 13 };
 
 static gdn_config tiny(const char *pattern, int layers) {
-    gdn_config c;
-    config_defaults(&c);
-    snprintf(c.pattern, sizeof c.pattern, "%s", pattern);
-    c.n_layers = layers;
-    c.d_model = 16;
-    c.vocab_size = 23;
-    c.mlp_hidden = 24;
-    c.gdn_n_heads = 2;
-    c.gdn_head_dim = 8;
-    c.gdn_expand_v = 2;
-    c.gdn_chunk_size = 4;
-    c.swa_n_heads = 2;
-    c.swa_head_dim = 8;
-    c.swa_window = 4;
+    gdn_config c = tiny_config(pattern, layers);
+    c.gdn_chunk_size = 4;  // several chunks in T = 13
     return c;
 }
 

@@ -2,24 +2,10 @@
 // models of each pattern (G, S, A, GS) and each GDN ablation switch: every parameter tensor
 // sampled, norm-wise relative error and worst element <= 1e-6.
 #include "testutil.h"
+#include "tiny_model.h"
 #include "../src/model/model.h"
 
-static gdn_config tiny(const char *pattern, int layers) {
-    gdn_config c;
-    config_defaults(&c);
-    snprintf(c.pattern, sizeof c.pattern, "%s", pattern);
-    c.n_layers = layers;
-    c.d_model = 16;
-    c.vocab_size = 23;
-    c.mlp_hidden = 24;
-    c.gdn_n_heads = 2;
-    c.gdn_head_dim = 8;
-    c.gdn_expand_v = 2;
-    c.swa_n_heads = 2;
-    c.swa_head_dim = 8;
-    c.swa_window = 4;
-    return c;
-}
+static gdn_config tiny(const char *pattern, int layers) { return tiny_config(pattern, layers); }
 
 int main(void) {
     struct { const char *name, *pattern; int layers; void (*tweak)(gdn_config *); } cases[] = {

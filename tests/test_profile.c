@@ -4,6 +4,7 @@
 // implies, and the matmul GFLOP per step 2*N*sum(in*out) (forward) and twice that (backward);
 // (c) profile_reset zeroes every counter.
 #include "testutil.h"
+#include "tiny_model.h"
 #include "../src/model/model.h"
 #include "../src/model/profile.h"
 #include "../src/optim/optim.h"
@@ -60,22 +61,7 @@ static const row *find(const row *rows, int n, const char *op) {
     return NULL;
 }
 
-static gdn_config tiny(const char *pattern, int layers) {
-    gdn_config c;
-    config_defaults(&c);
-    snprintf(c.pattern, sizeof c.pattern, "%s", pattern);
-    c.n_layers = layers;
-    c.d_model = 16;
-    c.vocab_size = 23;
-    c.mlp_hidden = 24;
-    c.gdn_n_heads = 2;
-    c.gdn_head_dim = 8;
-    c.gdn_expand_v = 2;
-    c.swa_n_heads = 2;
-    c.swa_head_dim = 8;
-    c.swa_window = 4;
-    return c;
-}
+static gdn_config tiny(const char *pattern, int layers) { return tiny_config(pattern, layers); }
 
 static void check_case(const char *title, const gdn_config *c, uint64_t seed) {
     printf("\n== %s\n", title);
