@@ -4,6 +4,7 @@
 #include "backend.h"
 #include "../bwd/bwd_cpu.h"
 #include "../core/common.h"
+#include "../fwd/cpu_threads.h"
 
 static void *cpu_alloc(size_t bytes) { return gdn_malloc(bytes); }
 static void cpu_release(void *p) { free(p); }
@@ -22,6 +23,7 @@ static void cpu_zero(void *p, size_t n, be_class c) {
 static void cpu_add(void *y, const void *x, size_t n) {
     double *a = y;
     const double *b = x;
+    GDN_OMP(parallel for schedule(static) if (n >= cpu_min_work_flat))
     for (size_t i = 0; i < n; i++) a[i] += b[i];
 }
 static void cpu_copy(void *y, const void *x, size_t n) { memmove(y, x, n * sizeof(double)); }
@@ -69,6 +71,8 @@ static void cpu_adamw(void *pp, void *master, const void *gg, void *mm, void *vv
     (void)master;  // float64 parameters are their own master weights
     double *p = pp, *m = mm, *v = vv;
     const double *g = gg;
+    // elementwise (independent outputs): any thread count gives the same bits
+    GDN_OMP(parallel for schedule(static) if (n >= cpu_min_work_exp))
     for (size_t i = 0; i < n; i++) {
         double gi = g[i] * gscale;
         m[i] = b1 * m[i] + (1 - b1) * gi;

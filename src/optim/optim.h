@@ -13,7 +13,7 @@ extern "C" {
 // min_lr over the last decay_frac of the steps).
 double optim_lr(const gdn_config *cfg, long step);
 
-// sqrt of the sum of squares of every gradient element.
+// sqrt of the sum of squares of every gradient element (one pass over the gradient arena).
 double optim_grad_norm(const model *m);
 
 // One AdamW step (t = step + 1 for the bias corrections). The gradients are scaled by
