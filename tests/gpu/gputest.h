@@ -4,6 +4,20 @@
 #include "../../src/core/cuda_check.h"
 #include "../testutil.h"
 
+// Host bf16 bits: float -> bf16 round to nearest even (inputs are finite), bf16 -> double.
+static inline uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline double bf2d(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static inline void gpu_require(const char *test) {
     int n = 0;
     cudaError_t rc = cudaGetDeviceCount(&n);

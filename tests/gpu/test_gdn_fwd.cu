@@ -34,19 +34,6 @@ typedef struct {
     int pp;
 } tvariant;
 
-static uint16_t f2bf(float f) {  // round to nearest even (inputs are finite)
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static double bf2d(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 // ---- the reference, one thread per batch entry -------------------------------------------
 typedef struct {
     gdn_cpu_params p;
