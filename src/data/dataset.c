@@ -99,66 +99,64 @@ static void h5_type_name(hid_t t, char *out, size_t outlen) {
 
 // ---- reader ---------------------------------------------------------------------------------
 
-// One integer attribute of the root group. False + message if missing or not one integer.
-static bool attr_int(hid_t file, const char *path, const char *name, long long *v, char *err,
-                     size_t errlen) {
+// An attribute of the root group: open it and check it is one value of type class `want`
+// (`what` names it in the message). On success the caller reads *a with type *t and closes
+// both with attr_close; on failure everything is closed and err says why.
+typedef struct {
+    hid_t a, t, sp;
+} attr_handle;
+
+static void attr_close(attr_handle *h) {
+    CHECK_HDF5(H5Sclose(h->sp));
+    CHECK_HDF5(H5Tclose(h->t));
+    CHECK_HDF5(H5Aclose(h->a));
+}
+
+static bool attr_open(hid_t file, const char *path, const char *name, H5T_class_t want,
+                      const char *what, attr_handle *h, char *err, size_t errlen) {
     htri_t ex = H5Aexists(file, name);
     CHECK_HDF5(ex);
     if (!ex) {
         snprintf(err, errlen, "%s: attribute '%s' is missing (not a gdn-tokens file?)", path, name);
         return false;
     }
-    hid_t a = H5Aopen(file, name, H5P_DEFAULT);
-    CHECK_HDF5(a);
-    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
-    CHECK_HDF5(t);
-    CHECK_HDF5(sp);
-    H5T_class_t c = H5Tget_class(t);
+    h->a = H5Aopen(file, name, H5P_DEFAULT);
+    CHECK_HDF5(h->a);
+    h->t = H5Aget_type(h->a);
+    h->sp = H5Aget_space(h->a);
+    CHECK_HDF5(h->t);
+    CHECK_HDF5(h->sp);
+    H5T_class_t c = H5Tget_class(h->t);
     CHECK_HDF5(c);
-    hssize_t np = H5Sget_simple_extent_npoints(sp);
+    hssize_t np = H5Sget_simple_extent_npoints(h->sp);
     CHECK_HDF5(np);
-    bool ok = c == H5T_INTEGER && np == 1;
-    if (ok) {
-        CHECK_HDF5(H5Aread(a, H5T_NATIVE_LLONG, v));
-    } else {
-        char tn[64];
-        h5_type_name(t, tn, sizeof tn);
-        snprintf(err, errlen,
-                 "%s: attribute '%s' must be one integer, found %lld value(s) of type %s", path,
-                 name, (long long)np, tn);
-    }
-    CHECK_HDF5(H5Sclose(sp));
-    CHECK_HDF5(H5Tclose(t));
-    CHECK_HDF5(H5Aclose(a));
-    return ok;
+    if (c == want && np == 1) return true;
+    char tn[64];
+    h5_type_name(h->t, tn, sizeof tn);
+    snprintf(err, errlen, "%s: attribute '%s' must be one %s, found %lld value(s) of type %s", path,
+             name, what, (long long)np, tn);
+    attr_close(h);
+    return false;
+}
+
+// One integer attribute of the root group. False + message if missing or not one integer.
+static bool attr_int(hid_t file, const char *path, const char *name, long long *v, char *err,
+                     size_t errlen) {
+    attr_handle h;
+    if (!attr_open(file, path, name, H5T_INTEGER, "integer", &h, err, errlen)) return false;
+    CHECK_HDF5(H5Aread(h.a, H5T_NATIVE_LLONG, v));
+    attr_close(&h);
+    return true;
 }
 
 // One string attribute (fixed-length or variable-length, as h5py writes) into out[outlen].
 static bool attr_str(hid_t file, const char *path, const char *name, char *out, size_t outlen,
                      char *err, size_t errlen) {
-    htri_t ex = H5Aexists(file, name);
-    CHECK_HDF5(ex);
-    if (!ex) {
-        snprintf(err, errlen, "%s: attribute '%s' is missing (not a gdn-tokens file?)", path, name);
-        return false;
-    }
-    hid_t a = H5Aopen(file, name, H5P_DEFAULT);
-    CHECK_HDF5(a);
-    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
-    CHECK_HDF5(t);
-    CHECK_HDF5(sp);
-    H5T_class_t c = H5Tget_class(t);
-    CHECK_HDF5(c);
-    hssize_t np = H5Sget_simple_extent_npoints(sp);
-    CHECK_HDF5(np);
-    bool ok = c == H5T_STRING && np == 1;
-    if (!ok) {
-        char tn[64];
-        h5_type_name(t, tn, sizeof tn);
-        snprintf(err, errlen,
-                 "%s: attribute '%s' must be one string, found %lld value(s) of type %s", path,
-                 name, (long long)np, tn);
-    } else {
+    attr_handle h;
+    if (!attr_open(file, path, name, H5T_STRING, "string", &h, err, errlen)) return false;
+    bool ok = true;
+    hid_t a = h.a, t = h.t;
+    {
         htri_t vl = H5Tis_variable_str(t);
         CHECK_HDF5(vl);
         hid_t mt = H5Tcopy(H5T_C_S1);
@@ -191,9 +189,7 @@ static bool attr_str(hid_t file, const char *path, const char *name, char *out, 
         }
         CHECK_HDF5(H5Tclose(mt));
     }
-    CHECK_HDF5(H5Sclose(sp));
-    CHECK_HDF5(H5Tclose(t));
-    CHECK_HDF5(H5Aclose(a));
+    attr_close(&h);
     return ok;
 }
 
