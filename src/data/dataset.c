@@ -156,39 +156,37 @@ static bool attr_str(hid_t file, const char *path, const char *name, char *out, 
     if (!attr_open(file, path, name, H5T_STRING, "string", &h, err, errlen)) return false;
     bool ok = true;
     hid_t a = h.a, t = h.t;
-    {
-        htri_t vl = H5Tis_variable_str(t);
-        CHECK_HDF5(vl);
-        hid_t mt = H5Tcopy(H5T_C_S1);
-        CHECK_HDF5(mt);
-        char *s = NULL;
-        if (vl) {
-            CHECK_HDF5(H5Tset_size(mt, H5T_VARIABLE));
-            CHECK_HDF5(H5Aread(a, mt, &s));
-        } else {
-            // one byte more than stored, so a NULLPAD string that fills its size keeps its
-            // last character after conversion to NULLTERM
-            size_t size = H5Tget_size(t);
-            if (size == 0) gdn_die("H5Tget_size failed");
-            s = gdn_malloc(size + 1);
-            CHECK_HDF5(H5Tset_size(mt, size + 1));
-            CHECK_HDF5(H5Aread(a, mt, s));
-            s[size] = 0;
-        }
-        if (!s || strlen(s) >= outlen) {
-            snprintf(err, errlen, "%s: attribute '%s' is %s (at most %zu characters)", path, name,
-                     s ? "too long" : "a null string", outlen - 1);
-            ok = false;
-        } else {
-            snprintf(out, outlen, "%s", s);
-        }
-        if (vl) {
-            if (s) CHECK_HDF5(H5free_memory(s));
-        } else {
-            free(s);
-        }
-        CHECK_HDF5(H5Tclose(mt));
+    htri_t vl = H5Tis_variable_str(t);
+    CHECK_HDF5(vl);
+    hid_t mt = H5Tcopy(H5T_C_S1);
+    CHECK_HDF5(mt);
+    char *s = NULL;
+    if (vl) {
+        CHECK_HDF5(H5Tset_size(mt, H5T_VARIABLE));
+        CHECK_HDF5(H5Aread(a, mt, &s));
+    } else {
+        // one byte more than stored, so a NULLPAD string that fills its size keeps its
+        // last character after conversion to NULLTERM
+        size_t size = H5Tget_size(t);
+        if (size == 0) gdn_die("H5Tget_size failed");
+        s = gdn_malloc(size + 1);
+        CHECK_HDF5(H5Tset_size(mt, size + 1));
+        CHECK_HDF5(H5Aread(a, mt, s));
+        s[size] = 0;
     }
+    if (!s || strlen(s) >= outlen) {
+        snprintf(err, errlen, "%s: attribute '%s' is %s (at most %zu characters)", path, name,
+                 s ? "too long" : "a null string", outlen - 1);
+        ok = false;
+    } else {
+        snprintf(out, outlen, "%s", s);
+    }
+    if (vl) {
+        if (s) CHECK_HDF5(H5free_memory(s));
+    } else {
+        free(s);
+    }
+    CHECK_HDF5(H5Tclose(mt));
     attr_close(&h);
     return ok;
 }
