@@ -5,6 +5,9 @@
 //   --stop-after N: leave after step N with a checkpoint, as if interrupted (the schedule still
 //   spans train.steps), so a later --resume continues the same run.
 //   GDN_FAULT_NAN_STEP=N (environment, for tests): the loss of step N is made NaN.
+//   --timeline N: spans of N steps per stream (forward, backward per gradient range, all-reduce
+//   buckets, wait, update) into <out_dir>/timeline.csv (rank R > 0: timeline.rankR.csv); see
+//   timeline_window and src/model/timeline.h. It changes no bit of the run.
 //   GDN_NO_OVERLAP=1 (environment, for tests): all-reduce the gradients after the backward
 //   instead of overlapped with it (the same sums, so the same bits on 2 ranks).
 //
@@ -41,6 +44,7 @@
 #endif
 #include "model/model.h"
 #include "model/profile.h"
+#include "model/timeline.h"
 #include "optim/optim.h"
 
 static volatile sig_atomic_t g_stop = 0;
@@ -50,6 +54,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: gdn-train CONFIG.ini [--set section.key=value ...] [--resume CKPT.h5]\n"
             "                 [--gradcheck [--device cpu|cuda]] [--stop-after N] [--gpus N] [--profile N]\n"
+            "                 [--timeline N]\n"
             "       gdn-train --resume CKPT.h5 [--set ...]   (uses the config saved in the checkpoint)\n"
             "  --set        override one config key (repeatable), e.g. --set train.steps=200\n"
             "  --resume     continue from a checkpoint, bit for bit (same config, same world size)\n"
@@ -59,7 +64,13 @@ static void usage(FILE *f) {
             "  --stop-after N  stop after step N with a checkpoint, as if interrupted\n"
             "  --gpus N     run N local data-parallel workers, one per GPU (NCCL)\n"
             "  --profile N  2 warm-up steps, then N steps with every op timed between device syncs;\n"
-            "               prints the per-op table (also <out_dir>/profile.txt); no eval, no checkpoint\n");
+            "               prints the per-op table (also <out_dir>/profile.txt); no eval, no checkpoint\n"
+            "  --timeline N record N steps (after 2 warm-up steps; from the first step when the run\n"
+            "               is shorter) on a per-stream timeline: forward, backward of each gradient\n"
+            "               range (lm_head, norm_f, layer L-1..0, embed), each all-reduce bucket, the\n"
+            "               wait for the sums, norm + update. CSV step,rank,stream,name,start_ms,end_ms\n"
+            "               (ms from the step's start) in <out_dir>/timeline.csv (rank R > 0:\n"
+            "               timeline.rankR.csv); tools/plot-timeline draws it. Same weights, bit for bit\n");
 }
 
 static void mkdir_p(const char *dir) {
@@ -147,17 +158,34 @@ typedef struct {
     size_t bucket;        // elements per all-reduce, >= 1
     size_t lo, hi;        // pending bucket [lo, hi); empty when lo == hi
     size_t covered;       // elements handed over this step; n_elems at the finish
+    long sends;           // all-reduces issued so far
+    timeline *tl;         // --timeline (NULL: none): a comm span per all-reduce, the wait
 } grad_sync;
 
-static void grad_sync_send(grad_sync *g, model *m) {
+// One all-reduce of grads [off, off + len), with its comm span when the step is recorded.
+static void grad_sync_piece(grad_sync *g, model *m, size_t off, size_t len) {
     size_t es = m->be->elem[BE_GRAD];
-    for (size_t off = g->lo; off < g->hi; off += g->bucket) {
-        size_t len = GDN_MIN(g->bucket, g->hi - off);
-        if (es == sizeof(double))
-            dist_allreduce_sum_f64(g->d, (double *)m->grad_mem + off, len);
-        else
-            dist_allreduce_sum_f32_async(g->d, (float *)m->grad_mem + off, len, NULL);
+    void *ev[2] = {NULL, NULL};
+    int span = -1;
+    if (timeline_recording(g->tl)) {
+        char name[40];
+        snprintf(name, sizeof name, "allreduce %.3g MB", (double)(len * es) / 1048576.0);
+        span = timeline_comm_begin(g->tl, name, &ev[0], &ev[1]);
     }
+    bool timed = ev[0] == NULL;  // host clock: read around the blocking call
+    if (es == sizeof(double)) {
+        dist_allreduce_sum_f64(g->d, (double *)m->grad_mem + off, len);
+    } else {
+        if (ev[0]) timed = dist_time_next_async(g->d, ev[0], ev[1]);
+        dist_allreduce_sum_f32_async(g->d, (float *)m->grad_mem + off, len, NULL);
+    }
+    timeline_comm_end(g->tl, span, timed);
+    g->sends++;
+}
+
+static void grad_sync_send(grad_sync *g, model *m) {
+    for (size_t off = g->lo; off < g->hi; off += g->bucket)
+        grad_sync_piece(g, m, off, GDN_MIN(g->bucket, g->hi - off));
     g->lo = g->hi = 0;
 }
 
@@ -175,6 +203,8 @@ static void grad_sync_hook(model *m, size_t lo, size_t hi, void *ctx) {
     if (g->hi - g->lo >= g->bucket) grad_sync_send(g, m);
 }
 
+// The compute row's "wait" span: from the end of the backward to the sums being there (the
+// last bucket's blocking sum on the host clock; the compute stream's wait on the device).
 static void grad_sync_finish(grad_sync *g, model *m) {
     grad_sync_send(g, m);
     if (g->covered != m->n_elems)
@@ -182,6 +212,74 @@ static void grad_sync_finish(grad_sync *g, model *m) {
                 g->covered, m->n_elems);
     g->covered = 0;
     dist_wait_async(g->d, NULL);  // the compute stream waits for the sums (NCCL; else nothing)
+    timeline_compute(g->tl, "wait");
+}
+
+// ---- the model's hooks in the loop: gradient sums and the timeline -----------------------------
+typedef struct {
+    grad_sync *sync;
+    bool overlap;         // the sums go out from the gradient hook
+    int mb, n_mb;         // the micro-batch in flight, of n_mb per step
+} step_hooks;
+
+// "forward", or "forward mb K" with gradient accumulation (K from 0)
+static void mb_label(char *buf, size_t n, const char *what, const step_hooks *h) {
+    if (h->n_mb == 1) snprintf(buf, n, "%s", what);
+    else snprintf(buf, n, "%s mb %d", what, h->mb);
+}
+
+// model_fwd_hook: the forward (with the fused loss) ends here.
+static void step_fwd_hook(model *m, void *ctx) {
+    step_hooks *h = ctx;
+    (void)m;
+    if (!timeline_recording(h->sync->tl)) return;
+    char name[32];
+    mb_label(name, sizeof name, "forward", h);
+    timeline_compute(h->sync->tl, name);
+}
+
+// "bwd lm_head", "bwd norm_f", "bwd layer L", "bwd embed": the gradient range beginning at
+// element lo (model.h: each range starts at the first tensor of its group). With tied
+// embeddings the LM head's backward has no range of its own: it ends in norm_f's span.
+static void grad_range_name(const model *m, size_t lo, char *buf, size_t n) {
+    if (m->lm_head == m->wte && lo == m->params[m->norm_f].offset) {
+        snprintf(buf, n, "bwd lm_head+norm_f");
+        return;
+    }
+    for (int i = 0; i < m->n_params; i++) {
+        if (m->params[i].offset != lo) continue;
+        int l;
+        if (sscanf(m->params[i].name, "layers.%d.", &l) == 1) snprintf(buf, n, "bwd layer %d", l);
+        else snprintf(buf, n, "bwd %s", m->params[i].name);
+        return;
+    }
+    snprintf(buf, n, "bwd [%zu..)", lo);
+}
+
+// model_grad_hook: the span of the backward that finished this range, then its bucket. On the
+// host clock a blocking all-reduce issued here stalls the backward: a "wait (hook)" span.
+static void step_grad_hook(model *m, size_t lo, size_t hi, void *ctx) {
+    step_hooks *h = ctx;
+    grad_sync *g = h->sync;
+    if (timeline_recording(g->tl)) {
+        char name[40];
+        grad_range_name(m, lo, name, sizeof name);
+        timeline_compute(g->tl, name);
+    }
+    if (!h->overlap) return;
+    long sends = g->sends;
+    grad_sync_hook(m, lo, hi, g);
+    if (g->sends != sends) timeline_compute_blocked(g->tl, "wait (hook)");
+}
+
+// --timeline N: the steps [*first, *first + *count) (1-based) to record: after 2 warm-up steps
+// (the first steps also pay for lazy allocations and plans), earlier when the run (to its end,
+// --stop-after or the end of --profile) is too short for that, all of it when shorter than N.
+static void timeline_window(long n, long done, long end, long *first, long *count) {
+    long left = GDN_MAX(end - done, 0);
+    long warm = GDN_MIN(2, GDN_MAX(left - n, 0));
+    *first = done + 1 + warm;
+    *count = GDN_MIN(n, left - warm);
 }
 
 // ---- ZeRO-1 (dist.zero1) on either backend -----------------------------------------------------
@@ -276,7 +374,7 @@ int main(int argc, char **argv) {
     bool gradcheck = false;
     int gpus = 1;
     const char *gc_device = "cpu";
-    long stop_after = -1, profile_steps = 0;
+    long stop_after = -1, profile_steps = 0, timeline_steps = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--set") && i + 1 < argc)
             sets[nset++] = argv[++i];
@@ -296,6 +394,13 @@ int main(int argc, char **argv) {
             profile_steps = strtol(argv[++i], &end, 10);
             if (*end || profile_steps < 1) {
                 fprintf(stderr, "error: --profile takes a step count >= 1, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) {
+            char *end;
+            timeline_steps = strtol(argv[++i], &end, 10);
+            if (*end || timeline_steps < 1) {
+                fprintf(stderr, "error: --timeline takes a step count >= 1, got '%s'\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
@@ -376,7 +481,18 @@ int main(int argc, char **argv) {
     if (!strcmp(cfg.device, "cuda"))
         gdn_die("train.device = cuda: this build has no CUDA backend (configure where nvcc is found)");
 #endif
+    // dist.backend: auto = NCCL across GPUs, MPI across CPU ranks; nccl or mpi at world 1 runs
+    // the whole data-parallel path (buckets, collectives, ZeRO-1) over one rank, as a check
     const char *want = want_gpu && env.world > 1 ? "nccl" : env.mpi_launcher ? "mpi" : "none";
+    if (strcmp(cfg.dist_backend, "auto")) {
+        want = cfg.dist_backend;
+        if (!strcmp(want, "nccl") && !want_gpu)
+            gdn_die("%s: [dist] backend = nccl needs the GPU (train.device = %s picks the CPU)",
+                    cfg_path ? cfg_path : resume, cfg.device);
+        if (!strcmp(want, "mpi") && want_gpu)
+            gdn_die("%s: [dist] backend = mpi carries CPU ranks only; on GPUs use nccl (or auto)",
+                    cfg_path ? cfg_path : resume);
+    }
     dist *dd = dist_init(want, cfg.timeout_s, cfg.nccl_id_path, err, sizeof err);
     if (!dd) gdn_die("%s", err);
     bool r0 = dd->rank == 0;
@@ -448,18 +564,40 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/%s", cfg.out_dir, cfg.metrics_file);
     FILE *mf = fopen(r0 ? path : "/dev/null", resume ? "a" : "w");
     if (!mf) gdn_die("cannot open metrics file '%s': %s", path, strerror(errno));
-    bool zero1 = cfg.zero1 && dd->world > 1;
+    bool collectives = dd->world > 1 || (dd->backend != DIST_NONE && strcmp(cfg.dist_backend, "auto"));
+    bool zero1 = cfg.zero1 && collectives;
     void *zbuf = zero1 ? be->alloc(dist_shard_capacity(dd, m->n_elems) * be->elem[BE_GRAD]) : NULL;
     // gradient sums: overlapped with the backward through the hook, or (GDN_NO_OVERLAP) after it
     const char *no_overlap = getenv("GDN_NO_OVERLAP");
-    bool sync_grads = dd->world > 1 && !zero1;
+    bool sync_grads = collectives && !zero1;
     bool overlap = sync_grads && !(no_overlap && *no_overlap && strcmp(no_overlap, "0") != 0);
     grad_sync gsync = {.d = dd, .bucket = GDN_MAX((size_t)1, (size_t)(cfg.bucket_mb * 1048576.0 /
                                                                      (double)be->elem[BE_GRAD]))};
-    if (overlap) {
-        m->grad_hook = grad_sync_hook;
-        m->grad_hook_ctx = &gsync;
+    // --timeline: this rank's file, the device clock (CUDA events) on the GPU
+    if (timeline_steps > 0) {
+        long end = cfg.steps, first, count;
+        if (stop_after > 0) end = GDN_MIN(end, stop_after);
+        if (profile_steps > 0) end = GDN_MIN(end, st.step + 2 + profile_steps);
+        timeline_window(timeline_steps, st.step, end, &first, &count);
+        if (count < 1) gdn_die("--timeline %ld: no step left to run (at step %ld of %d)",
+                               timeline_steps, st.step, cfg.steps);
+        const timeline_clock *clk = NULL;
+#if GDN_HAVE_CUDA
+        if (on_gpu) clk = timeline_cuda_clock();
+#endif
+        mkdir_p(cfg.out_dir);  // rank 0 made it; the others may get there first
+        if (r0) snprintf(path, sizeof path, "%s/timeline.csv", cfg.out_dir);
+        else snprintf(path, sizeof path, "%s/timeline.rank%d.csv", cfg.out_dir, dd->rank);
+        gsync.tl = timeline_create(path, dd->rank, first, count, clk);
+        printf("timeline: steps %ld..%ld (%s clock) -> %s\n", first, first + count - 1,
+               clk ? "CUDA event" : "host", path);
     }
+    step_hooks hooks = {.sync = &gsync, .overlap = overlap, .n_mb = cfg.grad_accum};
+    if (overlap || gsync.tl) {
+        m->grad_hook = step_grad_hook;
+        m->grad_hook_ctx = &hooks;
+    }
+    if (gsync.tl) m->fwd_hook = step_fwd_hook;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -514,6 +652,8 @@ int main(int argc, char **argv) {
                 2 + profile_steps, cfg.steps, cfg.steps - st.step);
     while (st.step < cfg.steps) {
         long step = st.step;
+        timeline *tl = gsync.tl;
+        bool rec = timeline_step_begin(tl, step + 1);
         model_zero_grads(m);
         double loss_sum = 0;
         for (int mb = 0; mb < cfg.grad_accum; mb++) {
@@ -521,7 +661,13 @@ int main(int argc, char **argv) {
             m->dropout_key = cfg.seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 1024 + (uint64_t)mb +
                              ((uint64_t)dd->rank << 40);
             m->grad_hook_armed = mb == cfg.grad_accum - 1;  // the sums go out with the last one
+            hooks.mb = mb;
             loss_sum += model_forward_backward(m, x, y, 1.0 / ((double)N * cfg.grad_accum * dd->world), true);
+            if (rec && !m->grad_hook_armed) {  // unarmed: no ranges, the backward in one span
+                char name[32];
+                mb_label(name, sizeof name, "backward", &hooks);
+                timeline_compute(tl, name);
+            }
         }
         m->grad_hook_armed = false;
         if (sync_grads) {
@@ -551,6 +697,9 @@ int main(int argc, char **argv) {
             break;
         }
         if (!updated) optim_step(m, step, lr, gnorm);
+        timeline_compute(tl, "norm+update");
+        timeline_step_end(tl);
+        timeline_collect(tl);  // the earlier steps: their events preceded this step's norm sync
         st.step++;
         st.tokens_seen += (uint64_t)tokens_per_step;
         st.sampler_pos = ts.pos;
@@ -624,6 +773,7 @@ int main(int argc, char **argv) {
     if (rc == 0 && st.step == cfg.steps)
         printf("done: %ld steps, %.1f s, final val loss %.4f, best %.4f, checkpoint %s\n", st.step,
                gdn_now() - t_start, last_val, st.best_val, ckpt);
+    timeline_free(gsync.tl);  // waits for the device, writes the last recorded steps
     if (fclose(mf) != 0) gdn_die("cannot write metrics file: %s", strerror(errno));
     sampler_free(&ts);
     tokfile_close(&tf);

@@ -191,7 +191,8 @@ static int fake_free(dist_nccl *c, char *err, size_t errlen) {
     return 0;
 }
 static const dist_nccl_ops fake_ops = {fake_unavailable, fake_device_count, fake_unique_id,
-                                       fake_init, fake_coll, fake_poll, fake_abort, fake_free};
+                                       fake_init, fake_coll, fake_poll, fake_abort, fake_free,
+                                       NULL};  // time_next: no timeline in the stand-in
 
 // dist_init must refuse with a message containing want_err.
 static void init_refuses(const char *what, const char *want, int timeout_s, const char *path,

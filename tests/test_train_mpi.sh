@@ -19,6 +19,15 @@ grep -q "(2 ranks, mpi)" "$WORK/two.log" && pass "runs as 2 MPI ranks" || fail "
 "$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/two/checkpoint.h5" >"$WORK/d1.log" && pass "2 x B/2 == 1 x B: $(tail -1 "$WORK/d1.log")" || { fail "2 ranks differ from 1"; cat "$WORK/d1.log"; }
 $MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set dist.zero1=true --set train.out_dir="$WORK/z" >"$WORK/z.log" 2>&1 && pass "2 ranks with ZeRO-1" || { fail "ZeRO-1 run"; tail -20 "$WORK/z.log"; }
 "$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/z/checkpoint.h5" >"$WORK/d2.log" && pass "ZeRO-1 2 x B/2 == 1 x B: $(tail -1 "$WORK/d2.log")" || { fail "ZeRO-1 differs"; cat "$WORK/d2.log"; }
+# the data-parallel path at world 1 (dist.backend = mpi under mpirun -np 1): the all-reduces and
+# the ZeRO-1 shards run over one rank and must leave the plain run's bits
+for z in false true; do
+  $MPI 1 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set dist.backend=mpi --set dist.zero1=$z --set train.out_dir="$WORK/w1$z" >"$WORK/w1$z.log" 2>&1 && pass "1 MPI rank, dist.backend=mpi, zero1 $z" || { fail "world-1 mpi run (zero1 $z)"; tail -20 "$WORK/w1$z.log"; }
+  grep -q "(1 rank, mpi" "$WORK/w1$z.log" && pass "runs the mpi path at world 1" || fail "world-1 run did not use mpi"
+  "$BIN/gdn-ckpt" diff "$WORK/one/checkpoint.h5" "$WORK/w1$z/checkpoint.h5" >"$WORK/dw1$z.log" && grep -q "^IDENTICAL" "$WORK/dw1$z.log" && pass "world-1 mpi (zero1 $z) == no dist, bitwise" || { fail "world-1 mpi differs (zero1 $z)"; cat "$WORK/dw1$z.log"; }
+done
+"$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set dist.backend=nccl --set train.device=cpu >"$WORK/nc.log" 2>&1; rc=$?
+[ $rc -ne 0 ] && grep -q "backend = nccl needs the GPU" "$WORK/nc.log" && pass "dist.backend=nccl on the CPU is refused" || { fail "nccl on the CPU not refused (rc $rc)"; cat "$WORK/nc.log"; }
 # world size 2 -> 1
 $MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set train.out_dir="$WORK/w" --stop-after 3 >"$WORK/w1.log" 2>&1 && pass "2 ranks stop after step 3" || fail "2-rank stop"
 "$BIN/gdn-train" --resume "$WORK/w/checkpoint.h5" --set train.batch_size=4 >"$WORK/w2.log" 2>&1 && pass "resumes on 1 rank" || { fail "resume on 1 rank"; tail "$WORK/w2.log"; }

@@ -101,6 +101,7 @@ static const cfg_key cfg_keys[] = {
     {"optim", "eps", CFG_DOUBLE, F(adam_eps), 0, INF, CFG_MIN_OPEN, "1e-8", NULL, "AdamW"},
     {"optim", "grad_clip", CFG_DOUBLE, F(grad_clip), 0, INF, 0, "1", NULL, "global norm, 0 = off"},
     {"optim", "wd_embeddings", CFG_BOOL, F(wd_embeddings), 0, 0, 0, "false", NULL, "weight decay on embeddings"},
+    {"dist", "backend", CFG_ENUM, F(dist_backend), 0, 0, 0, "auto", "auto|none|mpi|nccl", "auto: nccl on GPUs, mpi on CPUs when world > 1"},
     {"dist", "zero1", CFG_BOOL, F(zero1), 0, 0, 0, "false", NULL, "shard AdamW state across ranks"},
     {"dist", "nccl_id_path", CFG_STRING, F(nccl_id_path), 0, 0, 0, "", NULL, "file sharing the NCCL id without MPI"},
     {"dist", "bucket_mb", CFG_DOUBLE, F(bucket_mb), 0, INF, CFG_MIN_OPEN, "25", NULL, "all-reduce bucket size"},

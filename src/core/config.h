@@ -68,6 +68,7 @@ typedef struct {
     double grad_clip;        // >= 0 (0 = off)                                 default 1.0
     bool wd_embeddings;      // weight decay on embeddings                     default false
     // [dist]
+    char dist_backend[8];    // auto | none | mpi | nccl (nccl/mpi at world 1 run the collectives) default "auto"
     bool zero1;              // shard AdamW state across ranks                 default false
     char nccl_id_path[CFG_STR]; // file used to share the NCCL id w/o MPI      default ""
     double bucket_mb;        // > 0, all-reduce bucket size                    default 25

@@ -49,6 +49,15 @@ uint64_t rng_u64(rng_t *r) {
     return (hi << 32) | rng_u32(r);
 }
 
+void rng_seek(rng_t *r, uint64_t n) {
+    r->counter = n / 4;
+    r->nbuf = 0;
+    if (n % 4) {
+        philox4x32(r->key, r->counter++, r->buf);
+        r->nbuf = 4 - (int)(n % 4);
+    }
+}
+
 double rng_uniform(rng_t *r) { return (double)(rng_u64(r) >> 11) * 0x1.0p-53; }
 
 double rng_normal(rng_t *r) {

@@ -413,6 +413,12 @@ void dist_allreduce_sum_f32_async(dist *d, float *buf, size_t n, void *compute_s
     coll(d, d->backend == DIST_NCCL ? DIST_COLL_ALLREDUCE_SUM_ASYNC : DIST_COLL_ALLREDUCE_SUM,
          DIST_DT_F32, buf, n, 0, compute_stream, false, "allreduce_sum_f32_async");
 }
+bool dist_time_next_async(dist *d, void *ev_begin, void *ev_end) {
+    struct dist_impl *m = d->impl;
+    if (d->backend != DIST_NCCL || !m->nops->time_next) return false;
+    m->nops->time_next(m->nc, ev_begin, ev_end);
+    return true;
+}
 void dist_wait_async(dist *d, void *compute_stream) {
     if (d->backend != DIST_NCCL) return;
     struct dist_impl *m = d->impl;

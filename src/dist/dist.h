@@ -138,6 +138,14 @@ void dist_allreduce_sum_f32(dist *d, float *buf, size_t n, void *stream);
 // dist_wait_async does nothing; with world == 1 both return at once.
 void dist_allreduce_sum_f32_async(dist *d, float *buf, size_t n, void *compute_stream);
 void dist_wait_async(dist *d, void *compute_stream);
+// Timeline of the overlap (gdn-train --timeline): the next dist_allreduce_sum_f32_async with
+// n > 0 also records ev_begin on the own stream right before its collective, i.e. after the
+// wait for the compute stream, so it marks when the sum can start, and ev_end right after it.
+// ev_begin, ev_end: cudaEvent_t with timing enabled, created on d->device by the caller, read
+// with cudaEventElapsedTime once complete (the compute stream's wait in dist_wait_async
+// orders them before its later work). NCCL only: elsewhere it arms nothing and returns false
+// (MPI and world-1 sums are done on the host before the call returns: time them there).
+bool dist_time_next_async(dist *d, void *ev_begin, void *ev_end);
 
 // world * ceil(n/world): the length a sharded buffer must have (see Sharding above).
 size_t dist_shard_capacity(const dist *d, size_t n);
@@ -206,6 +214,9 @@ struct dist_nccl_ops {
     int (*poll)(dist_nccl *c, double timeout_s, char *err, size_t errlen);
     void (*abort)(dist_nccl *c);  // ncclCommAbort; from any thread
     int (*free)(dist_nccl *c, char *err, size_t errlen);
+    // dist_time_next_async: the next DIST_COLL_ALLREDUCE_SUM_ASYNC records these two
+    // cudaEvent_t on our stream around its collective, then forgets them. NULL: not supported.
+    void (*time_next)(dist_nccl *c, void *ev_begin, void *ev_end);
 };
 
 // The NCCL backend of this build; defined in dist_nccl.cu, so only in CUDA builds. Without

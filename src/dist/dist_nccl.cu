@@ -13,6 +13,8 @@
 //     on our stream that the compute stream waits for. One event each is enough: a wait binds
 //     to the record that precedes it, and each record is followed at once by its wait.
 //     Host-staged calls share our stream, so they run after any pending async sum.
+//   - Timeline (time_next): the next async all-reduce records the caller's two events on our
+//     stream, after the wait for the compute stream and after the collective.
 //   - Sharded calls are in place: reduce-scatter reads buf[0, world*c) and writes shard
 //     buf[rank*c, (rank+1)*c); allgather the reverse (c = ceil(n/world), dist.h).
 // Built only with NCCL (GDN_HAVE_NCCL, set by CMake when libnccl is found, and nccl.h
@@ -59,6 +61,7 @@ struct dist_nccl {
     cudaStream_t stream;        // host-staged and async collectives
     cudaEvent_t fork_ev;        // compute stream -> our stream (async all-reduce)
     cudaEvent_t join_ev;        // our stream -> compute stream (dist_wait_async)
+    cudaEvent_t tl_begin, tl_end;  // the caller's, for the next async all-reduce (or NULL)
     char *scratch;              // device staging buffer for host memory, scratch_bytes long
     size_t scratch_bytes;
     pthread_mutex_t mu;         // guards the ring (main thread pushes, watchdog pops)
@@ -261,6 +264,7 @@ static int nccl_coll(dist_nccl *c, dist_coll op, dist_dtype dt, void *buf, size_
     if (async) {  // our stream starts once the compute stream's work so far is done
         CU_TRY(cudaEventRecord(c->fork_ev, (cudaStream_t)stream));
         CU_TRY(cudaStreamWaitEvent(s, c->fork_ev, 0));
+        if (c->tl_begin) CU_TRY(cudaEventRecord(c->tl_begin, s));
     }
     if (host) {
         if (cap * esz > c->scratch_bytes) {
@@ -294,6 +298,8 @@ static int nccl_coll(dist_nccl *c, dist_coll op, dist_dtype dt, void *buf, size_
     case DIST_COLL_WAIT_ASYNC:  // handled above
         break;
     }
+    if (async && c->tl_end) CU_TRY(cudaEventRecord(c->tl_end, s));
+    if (async) c->tl_begin = c->tl_end = NULL;
     if (!host) return ring_push(c, s, name, n, err, errlen);
     // host: copy back what the caller may read, and wait (dist.c's watchdog times the wait)
     if (op == DIST_COLL_REDUCE_SCATTER_SUM) {
@@ -333,6 +339,10 @@ static int nccl_poll(dist_nccl *c, double timeout_s, char *err, size_t errlen) {
 
 static void nccl_abort(dist_nccl *c) { (void)ncclCommAbort(c->comm); }  // we exit next
 
+static void nccl_time_next(dist_nccl *c, void *ev_begin, void *ev_end) {
+    c->tl_begin = (cudaEvent_t)ev_begin, c->tl_end = (cudaEvent_t)ev_end;
+}
+
 static int nccl_free(dist_nccl *c, char *err, size_t errlen) {
     CU_TRY(cudaSetDevice(c->device));
     // wait for what is in flight (the watchdog, armed by dist_free, times it), then finish
@@ -363,14 +373,14 @@ static int nccl_free(dist_nccl *c, char *err, size_t errlen) {
 
 static const dist_nccl_ops nccl_ops = {nccl_unavailable, nccl_device_count, nccl_unique_id,
                                        nccl_init,        nccl_coll,         nccl_poll,
-                                       nccl_abort,       nccl_free};
+                                       nccl_abort,       nccl_free,         nccl_time_next};
 
 #else  // no NCCL at build time
 
 static const char *nccl_unavailable(void) {
     return "gdn was built without NCCL (libnccl / nccl.h not found at configure time)";
 }
-static const dist_nccl_ops nccl_ops = {nccl_unavailable, NULL, NULL, NULL,
+static const dist_nccl_ops nccl_ops = {nccl_unavailable, NULL, NULL, NULL, NULL,
                                        NULL,             NULL, NULL, NULL};
 
 #endif

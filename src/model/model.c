@@ -9,6 +9,7 @@
 #include <math.h>
 #include "../core/common.h"
 #include "../core/rng.h"
+#include "../fwd/cpu_threads.h"
 
 #define ELEM(m, c) ((m)->be->elem[c])
 
@@ -257,36 +258,58 @@ void model_free(model *m) {
     free(m);
 }
 
+// Element j of a tensor with initialiser `kind` as drawn from its stream: normals take 4 words
+// each, uniforms 2, norms none (init_words), so element j0 starts at word j0 * init_words(kind)
+// and threads can fill disjoint slices with the bits of one sequential pass.
+static int init_words(param_kind kind) {
+    switch (kind) {
+    case PARAM_LINEAR:
+    case PARAM_EMBED:
+    case PARAM_OUTPROJ: return 4;
+    case PARAM_NORM: return 0;
+    case PARAM_CONV:
+    case PARAM_ALOG:
+    case PARAM_DTBIAS: return 2;
+    }
+    return 0;
+}
+
+static double init_value(const model *m, const param_info *p, rng_t *r) {
+    double std = m->cfg.init_std;
+    switch (p->kind) {
+    case PARAM_LINEAR:
+    case PARAM_EMBED: return std * rng_normal(r);
+    case PARAM_OUTPROJ: return std / sqrt(2.0 * m->L) * rng_normal(r);
+    case PARAM_NORM: return 1.0;
+    case PARAM_CONV: return 1.0 / sqrt((double)p->cols) * (2 * rng_uniform(r) - 1);
+    case PARAM_ALOG: return log(1.0 + 15.0 * rng_uniform(r));
+    case PARAM_DTBIAS: {
+        double dt = exp(log(1e-3) + (log(0.1) - log(1e-3)) * rng_uniform(r));
+        if (dt < 1e-4) dt = 1e-4;
+        return dt + log(-expm1(-dt));  // softplus^-1(dt)
+    }
+    }
+    return 0;
+}
+
 void model_init_params(model *m, uint64_t seed) {
     // Each tensor draws from its own stream (seed, tensor index): adding a layer does not
-    // change the init of the others, and the result does not depend on the backend.
+    // change the init of the others, and the result does not depend on the backend or on the
+    // number of threads (220M parameters took ~15 s on one core; slices of 64K run in parallel).
+    enum { SLICE = 65536 };
     size_t maxn = 0;
     for (int i = 0; i < m->n_params; i++) maxn = GDN_MAX(maxn, m->params[i].numel);
     double *h = gdn_malloc(maxn * sizeof(double));
-    double std = m->cfg.init_std, out_std = std / sqrt(2.0 * m->L);
     for (int i = 0; i < m->n_params; i++) {
-        param_info *p = &m->params[i];
-        rng_t r;
-        rng_init(&r, seed, 1000 + (uint64_t)i);
-        for (size_t j = 0; j < p->numel; j++) {
-            switch (p->kind) {
-            case PARAM_LINEAR:
-            case PARAM_EMBED: h[j] = std * rng_normal(&r); break;
-            case PARAM_OUTPROJ: h[j] = out_std * rng_normal(&r); break;
-            case PARAM_NORM: h[j] = 1.0; break;
-            case PARAM_CONV: {
-                double bound = 1.0 / sqrt((double)p->cols);
-                h[j] = bound * (2 * rng_uniform(&r) - 1);
-                break;
-            }
-            case PARAM_ALOG: h[j] = log(1.0 + 15.0 * rng_uniform(&r)); break;
-            case PARAM_DTBIAS: {
-                double dt = exp(log(1e-3) + (log(0.1) - log(1e-3)) * rng_uniform(&r));
-                if (dt < 1e-4) dt = 1e-4;
-                h[j] = dt + log(-expm1(-dt));  // softplus^-1(dt)
-                break;
-            }
-            }
+        const param_info *p = &m->params[i];
+        const size_t n_slices = GDN_CDIV(p->numel, (size_t)SLICE);
+        GDN_OMP(parallel for schedule(dynamic, 1) if (p->numel > SLICE))
+        for (size_t sl = 0; sl < n_slices; sl++) {
+            const size_t j0 = sl * SLICE, j1 = GDN_MIN(p->numel, j0 + SLICE);
+            rng_t r;
+            rng_init(&r, seed, 1000 + (uint64_t)i);
+            rng_seek(&r, (uint64_t)j0 * (uint64_t)init_words(p->kind));
+            for (size_t j = j0; j < j1; j++) h[j] = init_value(m, p, &r);
         }
         model_param_upload(m, i, h);
     }
@@ -528,6 +551,7 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
     forward(m, x, train);
     memcpy(m->tgt, y, (size_t)N * sizeof(int32_t));
     double loss_sum = be->crossentropy(m->logits, m->tgt, N, m->V, grad_scale);  // -> dlogits
+    if (m->fwd_hook) m->fwd_hook(m, m->grad_hook_ctx);
     be->linear_bwd(m->dxn, G(m->lm_head), m->logits, m->xf, P(m->lm_head), N, d, m->V);
     if (m->lm_head != m->wte) grads_ready(m, emb_hi, m->n_elems);
     be->rmsnorm_bwd(m->dx, G(m->norm_f), m->dxn, m->x_final, P(m->norm_f), m->rstd_f, N, d);

@@ -78,6 +78,11 @@ typedef struct model model;
 // partial sums. On a GPU "final" is in stream order: the kernels writing the range have been
 // enqueued on the compute stream (the legacy default stream), not necessarily run.
 typedef void (*model_grad_hook)(model *m, size_t elem_lo, size_t elem_hi, void *ctx);
+// Forward-done hook (gdn-train --timeline: where the forward ends and the backward begins).
+// When m->fwd_hook is set, model_forward_backward calls fwd_hook(m, m->grad_hook_ctx) on every
+// call, armed or not, once the forward and the fused loss (which also writes dlogits) are done
+// (on a GPU: enqueued), before the first backward op. It must not touch the model's tensors.
+typedef void (*model_fwd_hook)(model *m, void *ctx);
 
 struct model {
     gdn_config cfg;
@@ -104,7 +109,8 @@ struct model {
     uint64_t dropout_key;                        // set by the loop for each micro-batch
     double flops_per_token;                      // forward+backward, for MFU
     model_grad_hook grad_hook;                   // see above; NULL = none
-    void *grad_hook_ctx;
+    model_fwd_hook fwd_hook;                     // see above; NULL = none
+    void *grad_hook_ctx;                         // passed to both hooks
     bool grad_hook_armed;                        // set by the loop for the last micro-batch
 };
 
@@ -127,7 +133,7 @@ double model_eval_loss(model *m, const int32_t *x, const int32_t *y);
 double model_loss(model *m, const int32_t *x, const int32_t *y, bool train);
 // Forward, fused loss, backward: grads += d(sum of losses * grad_scale)/dparams.
 // Returns the summed loss over the batch's targets (caller divides). train: dropout on.
-// Calls m->grad_hook when armed (see model_grad_hook).
+// Calls m->fwd_hook when set and m->grad_hook when armed (see model_grad_hook).
 double model_forward_backward(model *m, const int32_t *x, const int32_t *y, double grad_scale,
                               bool train);
 void model_print_summary(const model *m, FILE *f);
