@@ -362,6 +362,7 @@ static void zero1_gather_moments(dist *d, model *m, void *z, bool gpu) {
 }
 
 int main(int argc, char **argv) {
+    const double t_launch = gdn_now();  // "startup:" below: what a user waits before step 1
     cpu_threads_env(argv);  // first: idle thread pools must sleep, not spin (cpu_threads.h)
     const char *cfg_path = NULL, *resume = NULL;
     enum { MAX_SETS = 256 };
@@ -548,7 +549,9 @@ int main(int argc, char **argv) {
                (unsigned long long)st.tokens_seen);
         st.world_size = dd->world;
     } else {
+        double t_init = gdn_now();
         model_init_params(m, cfg.seed);
+        printf("init: parameters drawn in %.2f s\n", gdn_now() - t_init);
     }
 
     batch_sampler ts;
@@ -636,6 +639,8 @@ int main(int argc, char **argv) {
     else if (sync_grads)
         printf("gradients: all-reduce in %g MB buckets, %s\n", cfg.bucket_mb,
                overlap ? "overlapped with the backward" : "after the backward (GDN_NO_OVERLAP)");
+    printf("startup: %.1f s from launch to the first step\n", gdn_now() - t_launch);
+    fflush(stdout);  // the header is there before the first step's line, also through a pipe
     peak *= dd->world;
     int N = m->N;
     int32_t *x = gdn_malloc(sizeof(int32_t) * N), *y = gdn_malloc(sizeof(int32_t) * N);
