@@ -23,19 +23,28 @@
 // Kernels, in stream order (one CTA per chunk unless said):
 //   [fwd]  gdn_chunk_fwd with h_states -> Hs (skipped when the forward kept them)
 //   prep   (4 warps)  P, A, the fp32 solve (one thread per column), W, KHg, dΔ_loc = P^T dO;
-//                     writes Linv, W, KHg (bf16 planes), P | Gam⊙KK^T packed (fp32), dΔ_loc
+//                     writes Linv, KHg (hi + lo planes), W (NP planes), P | Gam⊙KK^T packed
+//                     (fp32), dΔ_loc
 //   scan   (4 warps, one CTA per (b, h, block of DVB value columns), chunks in reverse):
 //                     dH' in fp32 accumulators (bf16 planes in smem as the mma operand);
 //                     writes dΔ over dΔ_loc and dH' of every chunk
-//   final  (8 warps)  streams value blocks: Y = V - KHg, Δ, dV, dP = dO Δ^T, dT, dO H^T,
-//                     Δh dH'^T, -γdV H^T on tensor cores (dT = dΔ Y^T with dΔ and Y as hi + lo
-//                     planes also for bf16: dbeta rests on it); then the C x C work (dQK,
-//                     Z = dT T^T, dA, X, dbeta, the dg cross sums) and dq, dk in key-column
-//                     blocks of DKH.
+//   final  (8 warps)  per pass over DKH key columns, streams value blocks: Y = V - KHg, Δ = T Y,
+//                     dV = T^T dΔ, dP = dO Δ^T, dT = dΔ Y^T, dO H^T, Δh dH'^T, -γdV H^T on
+//                     tensor cores; then, in the same shared memory, the pass's Q, K columns
+//                     and (first pass) the C x C work (dQK, Z = dT T^T, dA, X, dbeta, the dg
+//                     cross sums); then dq, dk of the pass's columns.
 // Tensor cores: mma.sync m16n8k16 bf16 -> fp32; fp32 inputs run the same kernels with operands
-// split into bf16 hi + lo planes (NP = 2). Workspace (gdn_chunk_bwd_workspace_bytes) holds, per
-// chunk: Hs, dH' (fp32 Dk x Dv), dΔ (fp32 C x Dv; first the forward's unused o), P|AK (fp32
-// C x C), Linv (NP planes C x C), W (NP planes C x Dk), KHg (NP planes C x Dv).
+// split into bf16 hi + lo planes (NP = 2). With bf16 inputs (NP = 1) the inputs Q, K, V, dO are
+// exact as one plane, and the intermediates that dg and dbeta rest on are hi + lo planes too
+// (products of one-plane inputs with them take 2 mmas, of two such operands 3): prep: H in
+// K H, KHg, Linv; final: Linv, T, Y, dΔ, Δ, Δh = diag(hdec) Δ, H, dH', dT, Z. Still one bf16
+// plane with bf16 inputs: W, T, diag(gamma) K, P in prep; dH', gamma dO, -dΔ in the scan; dQK,
+// X, -γdV in the final kernel (a float64 emulation of every rounding point, on the test
+// inputs, ranked these below the ones above for dg; the final kernel has no shared memory
+// left for them at Dk >= 128, and the scan, the sequential part, was left as it was).
+// Workspace (gdn_chunk_bwd_workspace_bytes) holds, per chunk: Hs, dH' (fp32 Dk x Dv), dΔ (fp32
+// C x Dv; first the forward's unused o), P|AK (fp32 C x C), Linv (2 planes C x C), W (NP planes
+// C x Dk), KHg (2 planes C x Dv).
 #include "gdn_bwd_cuda.h"
 
 #include <stdint.h>
@@ -62,10 +71,11 @@ struct bwd_args {
     float *dD;           // (B,H,NC,C,Dv) dΔ_loc (prep) -> dΔ (scan) -> read by final
     float *PA;           // (B,H,NC,C,C) lower incl. diag: Gam ⊙ QK^T; strictly upper [j][i]:
                          // (Gam ⊙ KK^T)_ij (prep -> final)
-    bf16 *Lv;            // (B,H,NC,NP,C,C) Linv planes (prep -> final)
+    bf16 *Lv;            // (B,H,NC,2,C,C) Linv hi + lo planes, any dtype (prep -> final)
     bf16 *Wp;            // (B,H,NC,NP,C,Dk) W planes (prep -> scan)
-    bf16 *Kp;            // (B,H,NC,NP,C,Dv) KHg = diag(gamma) K H planes (prep -> final, which
-                         // forms Y = V - KHg in fp32 and takes gamma k.dKg = -KHg.dV from it)
+    bf16 *Kp;            // (B,H,NC,2,C,Dv) KHg = diag(gamma) K H hi + lo planes, any dtype
+                         // (prep -> final, which forms Y = V - KHg in fp32 and takes
+                         // gamma k.dKg = -KHg.dV from it)
 };
 
 // ---- input / output element pairs (bf16 when NP == 1, fp32 when NP == 2) --------------------
@@ -115,6 +125,39 @@ __device__ __forceinline__ float quad_sum(float x) {  // sum over the 4 lanes of
     return x;
 }
 
+// Products whose operands have different plane counts: a bf16 input (one exact plane) times an
+// intermediate kept as hi + lo planes. c += a * b[n-tile NT], lo terms first (lo x lo dropped).
+template <int NT, int NPA, int NPB>
+__device__ __forceinline__ void mma_px(float c[4], const uint32_t (&a)[NPA][4],
+                                       const uint32_t (&b)[NPB][4]) {
+    if constexpr (NPA == 2) mma16816(c, a[1], b[0][2 * NT], b[0][2 * NT + 1]);
+    if constexpr (NPB == 2) mma16816(c, a[0], b[1][2 * NT], b[1][2 * NT + 1]);
+    mma16816(c, a[0], b[0][2 * NT], b[0][2 * NT + 1]);
+}
+// wmm (gdn_chunk_common.cuh) with NPA planes of A and NPB of B; NPA == NPB is wmm itself.
+template <int NPA, int NPB, bool TA, bool TB, int NT>
+__device__ __forceinline__ void wmmx(float (&acc)[NT][4], smat a, smat b, int m0, int n0, int k0,
+                                     int k1, int lane) {
+    if constexpr (NPA == NPB) {
+        wmm<NPA, TA, TB, NT>(acc, a, b, m0, n0, k0, k1, lane);
+    } else {
+        static_assert(NT % 2 == 0, "B fragments come in pairs of n-tiles");
+        for (int k = k0; k < k1; k += 16) {
+            uint32_t fa[NPA][4];
+            if constexpr (TA) lda_t<NPA>(fa, a, k, m0, lane);
+            else lda<NPA>(fa, a, m0, k, lane);
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+                uint32_t fb[NPB][4];
+                if constexpr (TB) ldb_t<NPB>(fb, b, k, n0 + np * 16, lane);
+                else ldb<NPB>(fb, b, n0 + np * 16, k, lane);
+                mma_px<0, NPA, NPB>(acc[2 * np], fa, fb);
+                mma_px<1, NPA, NPB>(acc[2 * np + 1], fa, fb);
+            }
+        }
+    }
+}
+
 // =============================================================================================
 // prep: per chunk, 4 warps; warp w owns rows [16w, 16w + 16) of every C-row result.
 // =============================================================================================
@@ -125,9 +168,10 @@ struct prep_layout {
     static constexpr int PBC = (C + 8) * 2, CC_PL = C * PBC;
     static constexpr int PBV = (VB + 8) * 2, HB_PL = DK * PBV, DO_PL = C * PBV;
     static constexpr int PA = C + 4;                   // fp32 pitch of A / Linv
+    static constexpr int HP = 2;                       // H planes: hi + lo also for bf16 inputs
     // region 0: Q, then diag(gamma) K (after P), then H and dO blocks (after W)
-    static constexpr int R0 = cmax(NP * QK_PL, NP * (HB_PL + DO_PL));
-    static constexpr int Q = 0, KG = 0, HB = 0, DO = NP * HB_PL;
+    static constexpr int R0 = cmax(NP * QK_PL, HP * HB_PL + NP * DO_PL);
+    static constexpr int Q = 0, KG = 0, HB = 0, DO = HP * HB_PL;
     static constexpr int K = R0;
     static constexpr int A = K + NP * QK_PL;
     static constexpr int T = A + C * PA * 4;
@@ -245,12 +289,12 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
             for (int r = 0; r < C; ++r) Asm[r * L::PA + tid] = x[r];
         }
         __syncthreads();
-        // Linv -> global planes; T = Linv diag(beta) -> smem; diag(gamma) K -> Q's buffer
-        bf16 *Lg = a.Lv + cix * NP * C * C;
+        // Linv -> global (hi + lo); T = Linv diag(beta) -> smem; diag(gamma) K -> Q's buffer
+        bf16 *Lg = a.Lv + cix * 2 * C * C;
         for (int e = tid; e < C * C / 2; e += 128) {
             const int i = e / (C / 2), j = (e % (C / 2)) * 2;
             const float2 l = *(const float2 *)(Asm + i * L::PA + j);
-            stg_pair<NP>(Lg, (size_t)C * C, (size_t)i * C + j, l.x, l.y);
+            stg_pair<2>(Lg, (size_t)C * C, (size_t)i * C + j, l.x, l.y);
             st_pair<NP>(sm, L::T + i * L::PBC + j * 2, L::CC_PL, l.x * bsm[j], l.y * bsm[j + 1]);
         }
         for (int e = tid; e < C * DK / 2; e += 128) {
@@ -271,11 +315,11 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     }
     __syncthreads();  // region 0 is reused for H and dO blocks
 
-    // ---- per value block: KHg = diag(gamma) K H, dΔ_loc = P^T dO ------------------------------
+    // ---- per value block: KHg = diag(gamma) K H (H as hi + lo), dΔ_loc = P^T dO -----------------
     for (int v0 = 0; v0 < DV; v0 += VB) {
         if (delta)
-            cvt_rows_f32<NP>(sm, L::HB, L::PBV, L::HB_PL, a.Hs + cix * DK * DV + v0, DV, DK, VB,
-                             DK, tid, 128);
+            cvt_rows_f32<L::HP>(sm, L::HB, L::PBV, L::HB_PL, a.Hs + cix * DK * DV + v0, DV, DK,
+                                VB, DK, tid, 128);
         load_in_rows<NP>(sm, L::DO, L::PBV, L::DO_PL, dog + v0 * esz, rsv, C, VB, nvalid, tid,
                          128);
         cp_async_commit();
@@ -283,11 +327,11 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
         __syncthreads();
         if (delta) {
             float acc[NTV][4] = {};
-            wmm<NP, false, true, NTV>(acc, sK, sH, m0, 0, 0, DK, lane);
-            bf16 *Kg = a.Kp + cix * NP * C * DV;
+            wmmx<NP, L::HP, false, true, NTV>(acc, sK, sH, m0, 0, 0, DK, lane);
+            bf16 *Kg = a.Kp + cix * 2 * C * DV;
             frag_each<NTV>(acc, m0, 0, lane, [&](int i, int j, float x0, float x1) {
-                stg_pair<NP>(Kg, (size_t)C * DV, (size_t)i * DV + v0 + j, gam[i] * x0,
-                             gam[i] * x1);
+                stg_pair<2>(Kg, (size_t)C * DV, (size_t)i * DV + v0 + j, gam[i] * x0,
+                            gam[i] * x1);
             });
         }
         {
@@ -486,24 +530,33 @@ struct final_layout {
     static constexpr int PBC = (C + 8) * 2, CC_PL = C * PBC;
     static constexpr int PF = C + 4;                             // fp32 pitch
     static constexpr int PBV = (VB + 8) * 2, V_PL = C * PBV, HB_PL = DKH * PBV;
-    static constexpr int QH = 0, KH = NP * QH_PL;
-    static constexpr int LV = 2 * NP * QH_PL;                     // Linv
-    static constexpr int TT = LV + NP * CC_PL;                    // T
-    static constexpr int DQK = TT + NP * CC_PL;                   // dQK = dP ⊙ Gam
-    static constexpr int XB = DQK + NP * CC_PL;                   // dT (lower, 2 planes), then X
-    static constexpr int ZB = XB + 2 * CC_PL;                     // Z = dT T^T
-    static constexpr int F1 = ZB + NP * CC_PL;                    // fp32: dP, then M, prefixes
-    static constexpr int Y = F1 + C * PF * 4;                     // Y = V - KHg (2 planes)
-    static constexpr int DO = Y + 2 * V_PL;
-    static constexpr int DD = DO + NP * V_PL;                     // dΔ (2 planes)
-    static constexpr int DL = DD + 2 * V_PL;                      // Δ
-    static constexpr int DH = DL + NP * V_PL;                     // diag(hdec) Δ
-    static constexpr int DVG = DH + NP * V_PL;                    // -diag(gamma) dV
-    static constexpr int HB = DVG + NP * V_PL;                    // H block (DKH x VB)
-    static constexpr int DHB = HB + NP * HB_PL;                   // dH' block
-    static constexpr int SMALL = DHB + NP * HB_PL;
+    // Whole kernel. Intermediates are hi + lo planes also for bf16 inputs (dg and dbeta rest on
+    // them); only operands that are bf16 inputs (Q, K, dO) and dQK, X, -γdV have NP planes.
+    static constexpr int LV = 0;                                  // Linv (2 planes)
+    static constexpr int TT = LV + 2 * CC_PL;                     // T = Linv diag(beta) (2)
+    static constexpr int DQK = TT + 2 * CC_PL;                    // dQK = dP ⊙ Gam
+    static constexpr int XB = DQK + NP * CC_PL;                   // X = diag(beta)(dA ⊙ Gam)
+    static constexpr int SMALL = XB + NP * CC_PL;
     // fp32 [C]: g, beta, Gh, Gl, gam, hdec, pos1p[2], tkp[2], pos2p[2], dbp[2], dbd, cross; red[256]
-    static constexpr int BYTES = SMALL + (18 * C + 256) * 4;
+    static constexpr int R = SMALL + (18 * C + 256) * 4;
+    // Region R, phase 1 (each value block of a pass):
+    static constexpr int Y = R;                                   // Y = V - KHg (2 planes)
+    static constexpr int DO = Y + 2 * V_PL;
+    static constexpr int DD = DO + NP * V_PL;                     // dΔ (2)
+    static constexpr int DL = DD + 2 * V_PL;                      // Δ (2; NP planes of V when
+                                                                  // delta is off)
+    static constexpr int DH = DL + 2 * V_PL;                      // diag(hdec) Δ (2)
+    static constexpr int DVG = DH + 2 * V_PL;                     // -diag(gamma) dV
+    static constexpr int HB = DVG + NP * V_PL;                    // H block (DKH x VB) (2)
+    static constexpr int DHB = HB + 2 * HB_PL;                    // dH' block (2)
+    static constexpr int END1 = DHB + 2 * HB_PL;
+    // phase 2 (after the value blocks of a pass): its Q, K columns and the C x C work
+    static constexpr int QH = R, KH = QH + NP * QH_PL;
+    static constexpr int F1 = KH + NP * QH_PL;                    // fp32: dP, then M, prefixes
+    static constexpr int DT = F1 + C * PF * 4;                    // dT (lower, 2 planes)
+    static constexpr int ZB = DT + 2 * CC_PL;                     // Z = dT T^T (2)
+    static constexpr int END2 = ZB + 2 * CC_PL;
+    static constexpr int BYTES = cmax(END1, END2);
     static_assert(BYTES <= SMEM_MAX, "final shared memory");
 };
 
@@ -543,7 +596,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     const smat sQh{sb + L::QH, L::PBH, L::QH_PL}, sKh{sb + L::KH, L::PBH, L::QH_PL};
     const smat sLv{sb + L::LV, L::PBC, L::CC_PL}, sT{sb + L::TT, L::PBC, L::CC_PL};
     const smat sdQK{sb + L::DQK, L::PBC, L::CC_PL}, sX{sb + L::XB, L::PBC, L::CC_PL};
-    const smat sZ{sb + L::ZB, L::PBC, L::CC_PL};
+    const smat sDT{sb + L::DT, L::PBC, L::CC_PL}, sZ{sb + L::ZB, L::PBC, L::CC_PL};
     const smat sY{sb + L::Y, L::PBV, L::V_PL}, sDO{sb + L::DO, L::PBV, L::V_PL};
     const smat sDD{sb + L::DD, L::PBV, L::V_PL}, sDL{sb + L::DL, L::PBV, L::V_PL};
     const smat sDH{sb + L::DH, L::PBV, L::V_PL}, sDVG{sb + L::DVG, L::PBV, L::V_PL};
@@ -558,8 +611,8 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     for (int e = tid; e < 2 * C; e += 256) pos1p[e] = tkp[e] = pos2p[e] = dbp[e] = 0.f;
     if (delta) {
 #pragma unroll
-        for (int pl = 0; pl < NP; ++pl)
-            cp_rows_bf16(sb + L::LV + pl * L::CC_PL, L::PBC, a.Lv + (cix * NP + pl) * C * C, C, C,
+        for (int pl = 0; pl < 2; ++pl)
+            cp_rows_bf16(sb + L::LV + pl * L::CC_PL, L::PBC, a.Lv + (cix * 2 + pl) * C * C, C, C,
                          C, C, tid, 256);
     }
     cp_async_commit();
@@ -569,26 +622,23 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     if (delta)
         for (int e = tid; e < C * C / 2; e += 256) {
             const int i = e / (C / 2), j = (e % (C / 2)) * 2;
-            const float2 l = ld_pair<NP>(sm, L::LV + i * L::PBC + j * 2, L::CC_PL);
-            st_pair<NP>(sm, L::TT + i * L::PBC + j * 2, L::CC_PL, l.x * bsm[j], l.y * bsm[j + 1]);
+            const float2 l = ld_pair<2>(sm, L::LV + i * L::PBC + j * 2, L::CC_PL);
+            st_pair<2>(sm, L::TT + i * L::PBC + j * 2, L::CC_PL, l.x * bsm[j], l.y * bsm[j + 1]);
         }
     __syncthreads();
     float hdh = 0.f;  // this thread's part of <H, dH'>
 
     for (int kh = 0; kh < NKH; ++kh) {
         const int c0 = kh * DKH, q0 = ch * (DKH / 2);  // pass columns; this warp's half
-        load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);
-        load_in_rows<NP>(sm, L::KH, L::PBH, L::QH_PL, kg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);
-        cp_async_commit();  // waited for with the first value block
         float aP[4][4] = {}, aT[4][4] = {}, aQ[NQ][4] = {}, aK[NQ][4] = {};
 
         for (int v0 = 0; v0 < DV; v0 += VB) {
             __syncthreads();  // the previous block's buffers are free
-            if (delta) {  // Y = V - KHg in fp32, kept as hi + lo planes (exact enough for dT)
-                const bf16 *Kg = a.Kp + cix * NP * C * DV + v0;
+            if (delta) {  // Y = V - KHg in fp32, kept as hi + lo planes (for Δ = T Y and dT)
+                const bf16 *Kg = a.Kp + cix * 2 * C * DV + v0;
                 for (int e = tid; e < C * VB / 2; e += 256) {
                     const int i = e / (VB / 2), j = (e % (VB / 2)) * 2;
-                    const float2 kh = kp_pair<NP>(Kg, (size_t)C * DV, (size_t)i * DV + j);
+                    const float2 kh = kp_pair<2>(Kg, (size_t)C * DV, (size_t)i * DV + j);
                     float2 vv = make_float2(0.f, 0.f);
                     if (i < nvalid) vv = ld_in2<NP>(vg, (size_t)i * rsv + v0 + j);
                     st_pair<2>(sm, L::Y + i * L::PBV + j * 2, L::V_PL, vv.x - kh.x, vv.y - kh.y);
@@ -609,10 +659,10 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     const float4 dv = *(const float4 *)(dHg + (size_t)r * DV + c);
                     hdh += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
                     const int off = r * L::PBV + c * 2;
-                    st_pair<NP>(sm, L::HB + off, L::HB_PL, hv.x, hv.y);
-                    st_pair<NP>(sm, L::HB + off + 4, L::HB_PL, hv.z, hv.w);
-                    st_pair<NP>(sm, L::DHB + off, L::HB_PL, dv.x, dv.y);
-                    st_pair<NP>(sm, L::DHB + off + 4, L::HB_PL, dv.z, dv.w);
+                    st_pair<2>(sm, L::HB + off, L::HB_PL, hv.x, hv.y);
+                    st_pair<2>(sm, L::HB + off + 4, L::HB_PL, hv.z, hv.w);
+                    st_pair<2>(sm, L::DHB + off, L::HB_PL, dv.x, dv.y);
+                    st_pair<2>(sm, L::DHB + off + 4, L::HB_PL, dv.z, dv.w);
                 }
             }
             cp_async_commit();
@@ -624,15 +674,15 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     const int n0 = ch * (VB / VSPLIT);
                     // Δ = T Y (T lower: k up to this row block)
                     float acc[NTV][4] = {};
-                    wmm<NP, false, true, NTV>(acc, sT, sY, m0, n0, 0, m0 + 16, lane);
+                    wmm<2, false, true, NTV>(acc, sT, sY, m0, n0, 0, m0 + 16, lane);
                     frag_each<NTV>(acc, m0, n0, lane, [&](int i, int j, float x0, float x1) {
-                        st_pair<NP>(sm, L::DL + i * L::PBV + j * 2, L::V_PL, x0, x1);
-                        st_pair<NP>(sm, L::DH + i * L::PBV + j * 2, L::V_PL, hdec[i] * x0,
-                                    hdec[i] * x1);
+                        st_pair<2>(sm, L::DL + i * L::PBV + j * 2, L::V_PL, x0, x1);
+                        st_pair<2>(sm, L::DH + i * L::PBV + j * 2, L::V_PL, hdec[i] * x0,
+                                   hdec[i] * x1);
                     });
                     // dV = T^T dΔ (k from this row block on)
                     float av[NTV][4] = {};
-                    wmm<NP, true, true, NTV>(av, sT, sDD, m0, n0, m0, C, lane);
+                    wmm<2, true, true, NTV>(av, sT, sDD, m0, n0, m0, C, lane);
                     float ps[2] = {0.f, 0.f};
 #pragma unroll
                     for (int nt = 0; nt < NTV; ++nt)
@@ -643,8 +693,9 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                             st_pair<NP>(sm, L::DVG + i * L::PBV + j * 2, L::V_PL, -gam[i] * x0,
                                         -gam[i] * x1);
                             if (kh == 0) {
-                                const float2 khg = kp_pair<NP>(a.Kp + cix * NP * C * DV,
-                                                               (size_t)C * DV, (size_t)i * DV + v0 + j);
+                                const float2 khg =
+                                    kp_pair<2>(a.Kp + cix * 2 * C * DV, (size_t)C * DV,
+                                               (size_t)i * DV + v0 + j);
                                 if (i < nvalid) st_out2<NP>(dvg, (size_t)i * rsv + v0 + j, x0, x1);
                                 ps[hr] -= khg.x * x0 + khg.y * x1;
                             }
@@ -662,8 +713,8 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 for (int e = tid; e < C * VB / 2; e += 256) {
                     const int i = e / (VB / 2), j = (e % (VB / 2)) * 2;
                     const float2 d = ld_pair<NP>(sm, L::DL + i * L::PBV + j * 2, L::V_PL);
-                    st_pair<NP>(sm, L::DH + i * L::PBV + j * 2, L::V_PL, hdec[i] * d.x,
-                                hdec[i] * d.y);
+                    st_pair<2>(sm, L::DH + i * L::PBV + j * 2, L::V_PL, hdec[i] * d.x,
+                               hdec[i] * d.y);
                     if (kh == 0 && i < nvalid) {
                         const float2 dd = *(const float2 *)(dDg + (size_t)i * DV + v0 + j);
                         st_out2<NP>(dvg, (size_t)i * rsv + v0 + j, dd.x, dd.y);
@@ -673,41 +724,22 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             __syncthreads();
 
             if (kh == 0) {
-                wmm<NP, false, false, 4>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);  // dO Δ^T
-                if (delta) wmm<2, false, false, 4>(aT, sDD, sY, m0, ch * 32, 0, VB, lane);  // dΔ Y^T
-            }
-            wmm<NP, false, false, NQ>(aQ, sDO, sHB, m0, q0, 0, VB, lane);    // dO H^T
-            wmm<NP, false, false, NQ>(aK, sDH, sDHB, m0, q0, 0, VB, lane);   // Δh dH'^T
-            if (delta) wmm<NP, false, false, NQ>(aK, sDVG, sHB, m0, q0, 0, VB, lane);  // -γdV H^T
-        }
-
-        // ---- dQp = diag(gamma) dO H^T; row dots q.dQp (pos) and k.dKp (t + pos2) -------------
-        {
-            float pq[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};
-#pragma unroll
-            for (int nt = 0; nt < NQ; ++nt)
-#pragma unroll
-                for (int hr = 0; hr < 2; ++hr) {
-                    const int i = m0 + g4 + hr * 8, j = q0 + nt * 8 + 2 * t4;
-                    aQ[nt][2 * hr] *= gam[i];
-                    aQ[nt][2 * hr + 1] *= gam[i];
-                    const float2 qv = ld_pair<NP>(sm, L::QH + i * L::PBH + j * 2, L::QH_PL);
-                    const float2 kv = ld_pair<NP>(sm, L::KH + i * L::PBH + j * 2, L::QH_PL);
-                    pq[hr] += qv.x * aQ[nt][2 * hr] + qv.y * aQ[nt][2 * hr + 1];
-                    pk[hr] += kv.x * aK[nt][2 * hr] + kv.y * aK[nt][2 * hr + 1];
+                if (delta) {
+                    wmmx<NP, 2, false, false, 4>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);  // dO Δ^T
+                    wmm<2, false, false, 4>(aT, sDD, sY, m0, ch * 32, 0, VB, lane);      // dΔ Y^T
+                } else {
+                    wmm<NP, false, false, 4>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);    // dO V^T
                 }
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                pq[hr] = quad_sum(pq[hr]);
-                pk[hr] = quad_sum(pk[hr]);
             }
-            if (t4 == 0) {
-                pos1p[ch * C + m0 + g4] += pq[0];
-                pos1p[ch * C + m0 + g4 + 8] += pq[1];
-                tkp[ch * C + m0 + g4] += pk[0];
-                tkp[ch * C + m0 + g4 + 8] += pk[1];
-            }
+            wmmx<NP, 2, false, false, NQ>(aQ, sDO, sHB, m0, q0, 0, VB, lane);    // dO H^T
+            wmm<2, false, false, NQ>(aK, sDH, sDHB, m0, q0, 0, VB, lane);        // Δh dH'^T
+            if (delta)
+                wmmx<NP, 2, false, false, NQ>(aK, sDVG, sHB, m0, q0, 0, VB, lane);  // -γdV H^T
         }
+        __syncthreads();  // the value-block buffers are dead: region R takes phase 2
+        load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);
+        load_in_rows<NP>(sm, L::KH, L::PBH, L::QH_PL, kg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);
+        cp_async_commit();  // waited for after the C x C work
 
         // ---- C x C work (once): dQK, M, Z = dT T^T, dA = -Linv^T Z, X, dbeta, cross sums --------
         if (kh == 0) {
@@ -716,7 +748,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             });
             if (delta)
                 frag_each<4>(aT, m0, ch * 32, lane, [&](int i, int j, float x0, float x1) {
-                    st_pair<2>(sm, L::XB + i * L::PBC + j * 2, L::CC_PL, j <= i ? x0 : 0.f,
+                    st_pair<2>(sm, L::DT + i * L::PBC + j * 2, L::CC_PL, j <= i ? x0 : 0.f,
                                j + 1 <= i ? x1 : 0.f);
                 });
             __syncthreads();
@@ -730,24 +762,24 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             if (delta && tid < C) {  // (Linv^T dT)_ii
                 float s = 0.f;
                 for (int m = tid; m < C; ++m)
-                    s += ld_one<NP>(sm, L::LV + m * L::PBC + tid * 2, L::CC_PL) *
-                         ld_one<2>(sm, L::XB + m * L::PBC + tid * 2, L::CC_PL);
+                    s += ld_one<2>(sm, L::LV + m * L::PBC + tid * 2, L::CC_PL) *
+                         ld_one<2>(sm, L::DT + m * L::PBC + tid * 2, L::CC_PL);
                 dbd[tid] = s;
             }
             __syncthreads();
             if (delta) {
                 {
                     float acc[4][4] = {};
-                    wmm<NP, false, false, 4>(acc, sX, sT, m0, ch * 32, 0, C, lane);  // dT T^T
+                    wmm<2, false, false, 4>(acc, sDT, sT, m0, ch * 32, 0, C, lane);  // dT T^T
                     frag_each<4>(acc, m0, ch * 32, lane, [&](int i, int j, float x0, float x1) {
-                        st_pair<NP>(sm, L::ZB + i * L::PBC + j * 2, L::CC_PL, j < i ? x0 : 0.f,
-                                    j + 1 < i ? x1 : 0.f);
+                        st_pair<2>(sm, L::ZB + i * L::PBC + j * 2, L::CC_PL, j < i ? x0 : 0.f,
+                                   j + 1 < i ? x1 : 0.f);
                     });
                 }
-                __syncthreads();  // Z complete; dT planes dead (X takes their place)
+                __syncthreads();  // Z complete
                 {
                     float acc[4][4] = {};
-                    wmm<NP, true, true, 4>(acc, sLv, sZ, m0, ch * 32, m0, C, lane);  // Linv^T Z
+                    wmm<2, true, true, 4>(acc, sLv, sZ, m0, ch * 32, m0, C, lane);  // Linv^T Z
                     float pb[2] = {0.f, 0.f};
 #pragma unroll
                     for (int nt = 0; nt < 4; ++nt)
@@ -796,6 +828,37 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             __syncthreads();
         }
 
+        cp_async_wait_all();
+        __syncthreads();  // this pass's Q, K columns are in
+
+        // ---- dQp = diag(gamma) dO H^T; row dots q.dQp (pos) and k.dKp (t + pos2) -------------
+        {
+            float pq[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};
+#pragma unroll
+            for (int nt = 0; nt < NQ; ++nt)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int i = m0 + g4 + hr * 8, j = q0 + nt * 8 + 2 * t4;
+                    aQ[nt][2 * hr] *= gam[i];
+                    aQ[nt][2 * hr + 1] *= gam[i];
+                    const float2 qv = ld_pair<NP>(sm, L::QH + i * L::PBH + j * 2, L::QH_PL);
+                    const float2 kv = ld_pair<NP>(sm, L::KH + i * L::PBH + j * 2, L::QH_PL);
+                    pq[hr] += qv.x * aQ[nt][2 * hr] + qv.y * aQ[nt][2 * hr + 1];
+                    pk[hr] += kv.x * aK[nt][2 * hr] + kv.y * aK[nt][2 * hr + 1];
+                }
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                pq[hr] = quad_sum(pq[hr]);
+                pk[hr] = quad_sum(pk[hr]);
+            }
+            if (t4 == 0) {
+                pos1p[ch * C + m0 + g4] += pq[0];
+                pos1p[ch * C + m0 + g4 + 8] += pq[1];
+                tkp[ch * C + m0 + g4] += pk[0];
+                tkp[ch * C + m0 + g4 + 8] += pk[1];
+            }
+        }
+
         // ---- dQ = dQp + dQK K;  dK = dKp + dQK^T Q + X K + X^T K  (this pass's columns) --------
         wmm<NP, false, true, NQ>(aQ, sdQK, sKh, m0, q0, 0, m0 + 16, lane);
         wmm<NP, true, true, NQ>(aK, sdQK, sQh, m0, q0, m0, C, lane);
@@ -813,7 +876,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     st_out2<NP>(dkg, (size_t)i * rsk + j, aK[nt][2 * hr], aK[nt][2 * hr + 1]);
                 }
             }
-        __syncthreads();  // Q, K blocks are reloaded by the next pass
+        __syncthreads();  // region R is reused by the next pass
     }
 
     // ---- dg_s = sum_{r >= s} pos_r + sum_{r < s} t_r + cross_s --------------------------------
@@ -913,13 +976,13 @@ ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
     w.off_pa = o;
     o += align256(nch * C2 * C2 * 4);
     w.off_lv = w.off_wp = w.off_kp = o;
-    if (p->mode.delta) {
+    if (p->mode.delta) {  // Linv and KHg: hi + lo bf16 planes whatever the dtype; W: NP planes
         w.off_lv = o;
-        o += align256(nch * NP * C2 * C2 * 2);
+        o += align256(nch * 2 * C2 * C2 * 2);
         w.off_wp = o;
         o += align256(nch * NP * C2 * Dk * 2);
         w.off_kp = o;
-        o += align256(nch * NP * C2 * Dv * 2);
+        o += align256(nch * 2 * C2 * Dv * 2);
     }
     w.total = o;
     return w;
