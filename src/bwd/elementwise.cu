@@ -370,9 +370,92 @@ void gated_rmsnorm_bwd_launch(T *dx, T *dz, float *dw, const T *dy, const T *x, 
     colsum_launch(gated_dw_term<T>{dy, x, z, rstd, dw, D}, rows, D, s);
 }
 
+// ---- conv1d backward, tiled (the model's path; conditions as the forward's tiled kernel) --------
+// Thread (b, tile of tt tokens, pack of W channels): dx of its tokens (16-byte loads of dy, taps
+// in registers, j = 0..K-1 as the CPU) and its tile's share of dw, kept in registers and written
+// to part[b * tiles + tile][c * K + j]; colsum_final_kernel then adds the B * tiles partials of
+// each dw element in a fixed order (no atomics: bitwise the same run after run).
+constexpr int CONV_BWD_TT = 64, CONV_BWD_THREADS = 128;
+constexpr size_t CONV_BWD_SCRATCH = (size_t)1 << 21;  // floats of partials before tiles grow
+struct conv_dw_dst {
+    float *dw;
+    __device__ __forceinline__ float *dst(int col) const { return dw + col; }
+};
+template <typename T, int W, int KM>
+__global__ void __launch_bounds__(CONV_BWD_THREADS)
+    conv1d_bwd_tiled_kernel(T *dx, float *part, const T *dy, const T *x, const T *w, int T_, int C, int K, int tt,
+                            int tiles) {
+    const int cp = blockIdx.x * blockDim.x + threadIdx.x;
+    if (cp * W >= C) return;
+    const int c0 = cp * W, b = blockIdx.y / tiles, t0 = (blockIdx.y % tiles) * tt, t1 = min(t0 + tt, T_);
+    float wr[KM][W], dwp[KM][W];
+#pragma unroll
+    for (int j = 0; j < KM; j++)
+#pragma unroll
+        for (int i = 0; i < W; i++) {
+            wr[j][i] = j < K ? to_f(w[(c0 + i) * K + j]) : 0.f;
+            dwp[j][i] = 0.f;
+        }
+    const size_t off = (size_t)b * T_ * C + c0;
+    const T *dyb = dy + off, *xb = x + off;
+    T *dxb = dx + off;
+    for (int t = t0; t < t1; t++) {
+        float acc[W], g[W];
+#pragma unroll
+        for (int i = 0; i < W; i++) acc[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < KM; j++) {
+            const int ts = t + K - 1 - j;  // dx[t] += w[j] dy[t + K - 1 - j]
+            if (j < K && ts < T_) {
+                float v[W];
+                load_pack<T, W>(dyb + (size_t)ts * C, v);
+#pragma unroll
+                for (int i = 0; i < W; i++) acc[i] += wr[j][i] * v[i];
+            }
+        }
+        store_pack<T, W>(dxb + (size_t)t * C, acc);
+        load_pack<T, W>(dyb + (size_t)t * C, g);
+#pragma unroll
+        for (int j = 0; j < KM; j++) {
+            const int ts = t - (K - 1) + j;  // dw[j] += dy[t] x[t - K + 1 + j]
+            if (j < K && ts >= 0) {
+                float v[W];
+                load_pack<T, W>(xb + (size_t)ts * C, v);
+#pragma unroll
+                for (int i = 0; i < W; i++) dwp[j][i] += g[i] * v[i];
+            }
+        }
+    }
+    float *pb = part + (size_t)blockIdx.y * C * K;
+#pragma unroll
+    for (int j = 0; j < KM; j++)
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            if (j < K) pb[(c0 + i) * K + j] = dwp[j][i];
+}
+
 template <typename T>
 void conv1d_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w, int B, int T_, int C, int K,
                        cudaStream_t s) {
+    constexpr int W = vec_width<T>();
+    if (C % W == 0 && K <= CONV_KMAX && aligned16(dx) && aligned16(dy) && aligned16(x)) {
+        int tt = CONV_BWD_TT;  // longer tiles when the partials would outgrow the scratch
+        while (tt < T_ && (size_t)B * GDN_CDIV(T_, tt) * C * K > CONV_BWD_SCRATCH) tt *= 2;
+        const int tiles = (int)GDN_CDIV(T_, tt);
+        const size_t S = (size_t)B * tiles;
+        float *part = colsum_scratch(S * C * K);
+        const dim3 grid((unsigned)GDN_CDIV(C / W, CONV_BWD_THREADS), (unsigned)S);
+        if (K <= 4)  // the usual conv_size 4: half the registers of the general kernel
+            conv1d_bwd_tiled_kernel<T, W, 4><<<grid, CONV_BWD_THREADS, 0, s>>>(dx, part, dy, x, w, T_, C, K, tt, tiles);
+        else
+            conv1d_bwd_tiled_kernel<T, W, CONV_KMAX>
+                <<<grid, CONV_BWD_THREADS, 0, s>>>(dx, part, dy, x, w, T_, C, K, tt, tiles);
+        CUDA_CHECK_LAUNCH();
+        colsum_final_kernel<conv_dw_dst><<<(unsigned)GDN_CDIV((size_t)C * K * 32, (size_t)256), 256, 0, s>>>(
+            conv_dw_dst{dw}, part, C * K, (int)S);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     const size_t total = (size_t)B * T_ * C;
     conv1d_bwd_dx_kernel<T><<<grid_for(total), EW_THREADS, 0, s>>>(dx, dy, w, total, T_, C, K);
     CUDA_CHECK_LAUNCH();

@@ -53,6 +53,8 @@ template <typename T, int W> __device__ __forceinline__ void store_pack(T *p, co
     *reinterpret_cast<pack_t<T, W> *>(p) = k;
 }
 template <typename T> constexpr int vec_width() { return 16 / (int)sizeof(T); }
+// Widest causal conv1d whose taps the tiled forward and backward keep in registers.
+constexpr int CONV_KMAX = 8;
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 __device__ __forceinline__ float sigmoid_f(float x) {

@@ -135,6 +135,43 @@ __global__ void __launch_bounds__(EW_THREADS) conv1d_fwd_kernel(T *y, const T *x
     }
 }
 
+// The same, tiled (the model's path): thread (b, tile of CONV_FWD_TT tokens, pack of W channels)
+// with 16-byte loads, 32-bit index math and the taps in registers; each x row is read K times,
+// from L1 after the first. Needs C % W == 0, 16-byte aligned pointers and K <= CONV_KMAX (the
+// launcher falls back to the kernel above otherwise). Same sum order (j = 0..K-1) as the CPU.
+constexpr int CONV_FWD_TT = 16, CONV_THREADS = 128;
+template <typename T, int W, int KM>
+__global__ void __launch_bounds__(CONV_THREADS)
+    conv1d_fwd_tiled_kernel(T *y, const T *x, const T *w, int T_, int C, int K, int tiles) {
+    const int cp = blockIdx.x * blockDim.x + threadIdx.x;
+    if (cp * W >= C) return;
+    const int c0 = cp * W, b = blockIdx.y / tiles, t0 = (blockIdx.y % tiles) * CONV_FWD_TT;
+    const int t1 = min(t0 + CONV_FWD_TT, T_);
+    float wr[KM][W];
+#pragma unroll
+    for (int j = 0; j < KM; j++)
+#pragma unroll
+        for (int i = 0; i < W; i++) wr[j][i] = j < K ? to_f(w[(c0 + i) * K + j]) : 0.f;
+    const T *xb = x + (size_t)b * T_ * C + c0;
+    T *yb = y + (size_t)b * T_ * C + c0;
+    for (int t = t0; t < t1; t++) {
+        float acc[W];
+#pragma unroll
+        for (int i = 0; i < W; i++) acc[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < KM; j++) {
+            const int ts = t - (K - 1) + j;
+            if (j < K && ts >= 0) {
+                float xv[W];
+                load_pack<T, W>(xb + (size_t)ts * C, xv);
+#pragma unroll
+                for (int i = 0; i < W; i++) acc[i] += wr[j][i] * xv[i];
+            }
+        }
+        store_pack<T, W>(yb + (size_t)t * C, acc);
+    }
+}
+
 // ---- GDN gates: g = -exp(A_log) softplus(a + dt_bias) (0 with the gate off), beta = c sigmoid(b)
 // softplus(u) = u for u > 20 (the CPU's threshold), log1p(exp(u)) otherwise.
 template <typename T>
@@ -247,6 +284,20 @@ inline unsigned grid_for(size_t total) {
     return (unsigned)GDN_MIN(GDN_CDIV(total, (size_t)EW_THREADS), (size_t)65536);
 }
 
+template <typename T> void conv1d_fwd_launch(T *y, const T *x, const T *w, int B, int T_, int C, int K, cudaStream_t s) {
+    constexpr int W = vec_width<T>();
+    if (C % W == 0 && K <= CONV_KMAX && aligned16(y) && aligned16(x)) {
+        const int tiles = (int)GDN_CDIV(T_, CONV_FWD_TT);
+        const dim3 grid((unsigned)GDN_CDIV(C / W, CONV_THREADS), (unsigned)(B * tiles));
+        if (K <= 4) conv1d_fwd_tiled_kernel<T, W, 4><<<grid, CONV_THREADS, 0, s>>>(y, x, w, T_, C, K, tiles);
+        else conv1d_fwd_tiled_kernel<T, W, CONV_KMAX><<<grid, CONV_THREADS, 0, s>>>(y, x, w, T_, C, K, tiles);
+    } else {
+        const size_t total = (size_t)B * T_ * C;
+        conv1d_fwd_kernel<T><<<grid_for(total), EW_THREADS, 0, s>>>(y, x, w, total, T_, C, K);
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 // ---- public entry points (cuda_ops.h) -------------------------------------------------------
@@ -286,11 +337,8 @@ void cuda_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const 
 
 void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C, int K,
                      cudaStream_t s) {
-    const size_t total = (size_t)B * T * C;
-    if (total == 0) return;
-    CUDA_DT_SWITCH(dt, E, conv1d_fwd_kernel<E><<<grid_for(total), EW_THREADS, 0, s>>>(
-                                  (E *)y, (const E *)x, (const E *)w, total, T, C, K);
-                   CUDA_CHECK_LAUNCH());
+    if ((size_t)B * T * C == 0) return;
+    CUDA_DT_SWITCH(dt, E, conv1d_fwd_launch<E>((E *)y, (const E *)x, (const E *)w, B, T, C, K, s));
 }
 
 void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s) {

@@ -247,22 +247,33 @@ static void test_rmsnorm(cuda_dtype dt, rng_t *r) {
     }
 }
 
+// Shapes for both kernels: the tiled path (C a multiple of the pack, K <= 4 and K <= 8 variants,
+// T = 1, tiles cut mid-sequence, and B4 T4096 C2048 where the backward's tiles grow to fit its
+// partials in the scratch) and the per-element fallback (C off the pack, K > 8).
 static void test_conv1d(cuda_dtype dt, rng_t *r) {
-    const int B = 3, T = 67, C = 200, K = 4;
-    const size_t n = (size_t)B * T * C;
-    vec x = randn(r, n, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt), y(n);
-    conv1d_fwd_cpu(y.data(), x.data(), w.data(), B, T, C, K);
-    dten dx_ = dput(x, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt);
-    run_checks("conv1d_fwd B3 T67 C200 K4", dt, [&]() { cuda_conv1d_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, 0); },
-               {{"y", dy_, y, {}, {}}}, false);
-    vec g = randn(r, n, 1.0, dt), dxw(n), init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
-    vec dw = plus_twice(init, [&](double *acc) {
-        conv1d_bwd_cpu(dxw.data(), acc, g.data(), x.data(), w.data(), B, T, C, K);
-    }, &want2);
-    dten dg = dput(g, dt), ddx = dempty(n, dt), ddw = dempty((size_t)C * K, CUDA_F32);
-    run_checks("conv1d_bwd B3 T67 C200 K4", dt,
-               [&]() { cuda_conv1d_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, 0); },
-               {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
+    const int shapes[][4] = {{3, 67, 200, 4}, {2, 1, 64, 4},   {2, 130, 1024, 4}, {1, 300, 72, 2},
+                             {2, 65, 24, 1},  {2, 50, 16, 6},  {1, 40, 37, 3},    {1, 33, 16, 9},
+                             {4, 4096, 2048, 4}};
+    for (const auto &sh : shapes) {
+        const int B = sh[0], T = sh[1], C = sh[2], K = sh[3];
+        const size_t n = (size_t)B * T * C;
+        char op[64];
+        vec x = randn(r, n, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt), y(n);
+        conv1d_fwd_cpu(y.data(), x.data(), w.data(), B, T, C, K);
+        dten dx_ = dput(x, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt);
+        snprintf(op, sizeof op, "conv1d_fwd B%d T%d C%d K%d", B, T, C, K);
+        run_checks(op, dt, [&]() { cuda_conv1d_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, 0); },
+                   {{"y", dy_, y, {}, {}}}, false);
+        vec g = randn(r, n, 1.0, dt), dxw(n), init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
+        vec dw = plus_twice(init, [&](double *acc) {
+            conv1d_bwd_cpu(dxw.data(), acc, g.data(), x.data(), w.data(), B, T, C, K);
+        }, &want2);
+        dten dg = dput(g, dt), ddx = dempty(n, dt), ddw = dempty((size_t)C * K, CUDA_F32);
+        snprintf(op, sizeof op, "conv1d_bwd B%d T%d C%d K%d", B, T, C, K);
+        run_checks(op, dt,
+                   [&]() { cuda_conv1d_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, 0); },
+                   {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
+    }
 }
 
 // SiLU, SwiGLU and add, on 16-byte aligned pointers (pack path) and one element off (scalar path)
