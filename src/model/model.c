@@ -325,6 +325,9 @@ static uint64_t branch_key(const model *m, int l, int br) {
     return m->dropout_key + (uint64_t)(2 * l + br + 1) * 0x9E3779B97F4A7C15ull;
 }
 
+// The embedding output's mask: multiplier 0 of the branch keys' sequence (branches use 1, 2, ...).
+static uint64_t embed_key(const model *m) { return m->dropout_key; }
+
 // x_out = x_in + drop(branch)
 static void residual_fwd(model *m, void *x_out, const void *x_in, void *branch, int l, int br,
                          bool train) {
@@ -394,6 +397,8 @@ static void forward(model *m, const int32_t *x, bool train) {
     double eps = m->cfg.norm_eps;
     memcpy(m->tok, x, (size_t)N * sizeof(int32_t));
     be->embedding_fwd(m->acts[0].x_in, m->tok, P(m->wte), N, d);
+    if (train && m->cfg.embed_dropout > 0)
+        be->dropout_fwd(m->acts[0].x_in, m->acts[0].x_in, (size_t)N * d, m->cfg.embed_dropout, embed_key(m));
     for (int l = 0; l < m->L; l++) {
         const layer_params *lp = &m->lp[l];
         layer_acts *a = &m->acts[l];
@@ -577,6 +582,8 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
         be->add(m->dx, m->dtmp, nd);                                   // dx = d x_in
         grads_ready(m, layer_elem_lo(m, l), layer_elem_lo(m, l + 1));
     }
+    if (train && m->cfg.embed_dropout > 0)
+        be->dropout_bwd(m->dx, m->dx, nd, m->cfg.embed_dropout, embed_key(m));
     be->embedding_bwd(G(m->wte), m->dx, m->tok, N, d);
     grads_ready(m, emb_lo, emb_hi);
     return loss_sum;
