@@ -57,6 +57,7 @@ typedef struct {
     int ckpt_every;          // >= 0 (0 = only at the end)                     default 0
     char out_dir[CFG_STR];   // run directory                                  default "runs/default"
     int threads;             // CPU threads for BLAS, 0 = library default      default 0
+    bool recompute;          // norms, conv, SiLU, L2 norm, SwiGLU outputs redone in the backward
     // [optim]
     double lr;               // > 0                                            default 1e-3
     double min_lr;           // >= 0                                           default 1e-4

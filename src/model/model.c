@@ -106,30 +106,56 @@ static void carve(model *m) {
     size_t hk = (size_t)m->H * m->dk, hv = (size_t)m->H * m->dv, ha = (size_t)m->Ha * m->Da;
 #define ACT(n) arena_alloc(A, (n) * e)
 #define STAT(n) arena_alloc(A, (n) * es)
+    // train.recompute: the outputs of the cheap ops (RMSNorm, conv, SiLU, L2 norm, gated norm,
+    // SwiGLU) live in one shared set of buffers that every layer's forward overwrites; the
+    // backward redoes them for its layer (recompute_layer) from what each layer keeps (inputs,
+    // projections, rule output). The same kernels on the same inputs: the same bits.
+    layer_acts shared = {0};
+    bool rc = m->cfg.recompute, any_gdn = false;
+    for (int l = 0; l < m->L; l++) any_gdn |= m->lp[l].kind == 'G';
+    if (rc) {
+        shared.xn1 = ACT(N * d);
+        shared.xn2 = ACT(N * d);
+        shared.m_h = ACT(N * m->F);
+        if (any_gdn) {
+            if (m->cfg.gdn_short_conv) {
+                shared.q_conv = ACT(N * hk);
+                shared.k_conv = ACT(N * hk);
+                shared.v_conv = ACT(N * hv);
+            }
+            shared.q_act = ACT(N * hk);
+            shared.k_act = ACT(N * hk);
+            shared.v_act = ACT(N * hv);
+            shared.qn = ACT(N * hk);
+            shared.kn = ACT(N * hk);
+            shared.on = ACT(N * hv);
+        }
+    }
+#define KEEP(field, n) (rc ? shared.field : ACT(n))
     for (int l = 0; l < m->L; l++) {
         layer_acts *a = &m->acts[l];
         memset(a, 0, sizeof *a);
         a->x_in = ACT(N * d);
-        a->xn1 = ACT(N * d);
+        a->xn1 = KEEP(xn1, N * d);
         a->rstd1 = STAT(N);
         if (m->lp[l].kind == 'G') {
             a->q_lin = ACT(N * hk);
             a->k_lin = ACT(N * hk);
             a->v_lin = ACT(N * hv);
             if (m->cfg.gdn_short_conv) {
-                a->q_conv = ACT(N * hk);
-                a->k_conv = ACT(N * hk);
-                a->v_conv = ACT(N * hv);
+                a->q_conv = KEEP(q_conv, N * hk);
+                a->k_conv = KEEP(k_conv, N * hk);
+                a->v_conv = KEEP(v_conv, N * hv);
             } else {
                 a->q_conv = a->q_lin;
                 a->k_conv = a->k_lin;
                 a->v_conv = a->v_lin;
             }
-            a->q_act = ACT(N * hk);
-            a->k_act = ACT(N * hk);
-            a->v_act = ACT(N * hv);
-            a->qn = ACT(N * hk);
-            a->kn = ACT(N * hk);
+            a->q_act = KEEP(q_act, N * hk);
+            a->k_act = KEEP(k_act, N * hk);
+            a->v_act = KEEP(v_act, N * hv);
+            a->qn = KEEP(qn, N * hk);
+            a->kn = KEEP(kn, N * hk);
             a->rq = STAT(N * m->H);
             a->rk = STAT(N * m->H);
             if (m->cfg.gdn_gate) a->a = ACT(N * m->H);
@@ -141,7 +167,7 @@ static void carve(model *m) {
             if (m->cfg.gdn_output_gate) a->z = ACT(N * hv);
             a->o = ACT(N * hv);
             a->rstd_o = STAT(N * m->H);
-            a->on = ACT(N * hv);
+            a->on = KEEP(on, N * hv);
         } else {
             a->aq = ACT(N * ha);
             a->ak = ACT(N * ha);
@@ -150,12 +176,13 @@ static void carve(model *m) {
             a->lse = STAT(N * m->Ha);
         }
         a->x_mid = ACT(N * d);
-        a->xn2 = ACT(N * d);
+        a->xn2 = KEEP(xn2, N * d);
         a->rstd2 = STAT(N);
         a->m_gate = ACT(N * m->F);
         a->m_up = ACT(N * m->F);
-        a->m_h = ACT(N * m->F);
+        a->m_h = KEEP(m_h, N * m->F);
     }
+#undef KEEP
     m->x_final = ACT(N * d);
     m->xf = ACT(N * d);
     m->rstd_f = STAT(N);
@@ -535,6 +562,33 @@ static void attn_mixer_bwd(model *m, int l, const void *dbr) {
     linear_bwd_acc(m, m->dxn, false, lp->sv, D[3], a->xn1, d, ha);
 }
 
+// train.recompute: redo layer l's cheap forward ops into the shared buffers (carve) before its
+// backward reads them, with the calls and arguments of forward() and gdn_mixer_fwd.
+static void recompute_layer(model *m, int l) {
+    const backend *be = m->be;
+    const layer_params *lp = &m->lp[l];
+    layer_acts *a = &m->acts[l];
+    const gdn_config *c = &m->cfg;
+    int N = m->N, d = m->d, H = m->H, hk = H * m->dk, hv = H * m->dv, K = c->gdn_conv_size;
+    be->rmsnorm_fwd(a->xn1, a->rstd1, a->x_in, P(lp->norm1), N, d, c->norm_eps);
+    if (lp->kind == 'G') {
+        if (c->gdn_short_conv) {
+            be->conv1d_fwd(a->q_conv, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K);
+            be->conv1d_fwd(a->k_conv, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K);
+            be->conv1d_fwd(a->v_conv, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K);
+        }
+        be->silu_fwd(a->q_act, a->q_conv, (size_t)N * hk);
+        be->silu_fwd(a->k_act, a->k_conv, (size_t)N * hk);
+        be->silu_fwd(a->v_act, a->v_conv, (size_t)N * hv);
+        be->l2norm_fwd(a->qn, a->rq, a->q_act, (size_t)N * H, m->dk, 1e-6, 1.0 / sqrt(m->dk));
+        be->l2norm_fwd(a->kn, a->rk, a->k_act, (size_t)N * H, m->dk, 1e-6, 1.0);
+        be->gated_rmsnorm_fwd(a->on, a->rstd_o, a->o, a->z, P(lp->onorm), (size_t)N * H, m->dv,
+                              c->norm_eps);
+    }
+    be->rmsnorm_fwd(a->xn2, a->rstd2, a->x_mid, P(lp->norm2), N, d, c->norm_eps);
+    be->swiglu_fwd(a->m_h, a->m_gate, a->m_up, (size_t)N * m->F);
+}
+
 // First element of layer l's parameters; l == L: of norm_f. build_table lays out layer 0, ...,
 // layer L-1 (norm1 opens each), then norm_f, embed, lm_head (untied), each padded to 32.
 static size_t layer_elem_lo(const model *m, int l) {
@@ -564,6 +618,7 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
     for (int l = m->L - 1; l >= 0; l--) {
         const layer_params *lp = &m->lp[l];
         layer_acts *a = &m->acts[l];
+        if (m->cfg.recompute) recompute_layer(m, l);
         // MLP branch: dx holds d x_out
         const void *dbr = residual_bwd(m, l, 1, train);
         be->linear_bwd(m->dbig[0], G(lp->wdown), dbr, a->m_h, P(lp->wdown), N, F, d);

@@ -172,5 +172,19 @@ int main() {
            same_loss ? "pass" : "FAIL", g1.master.size(), same_w ? "pass" : "FAIL");
     gc_checks += 4;
     gc_failures += !ok_end + !ok_learn + !same_loss + !same_w;
+
+    // ---- (3) train.recompute: the same 200 bf16 steps, bitwise the run without it -----------
+    gdn_config crc = c;
+    crc.recompute = true;
+    train_result g3 = train(crc, backend_cuda_get(true), B, steps, seed);
+    bool rc_loss = g3.loss.size() == g1.loss.size() &&
+                   !memcmp(g3.loss.data(), g1.loss.data(), g1.loss.size() * sizeof(double));
+    bool rc_w = g3.master.size() == g1.master.size() &&
+                !memcmp(g3.master.data(), g1.master.data(), g1.master.size() * sizeof(double)) &&
+                !memcmp(g3.params.data(), g1.params.data(), g1.params.size() * sizeof(double));
+    printf("  train.recompute == without, bitwise: losses %s, final weights %s\n",
+           rc_loss ? "pass" : "FAIL", rc_w ? "pass" : "FAIL");
+    gc_checks += 2;
+    gc_failures += !rc_loss + !rc_w;
     return gc_finish("test_model_cuda");
 }
