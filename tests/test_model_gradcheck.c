@@ -31,7 +31,7 @@ int main(void) {
         case 2: c.gdn_short_conv = false; break;
         case 3: c.gdn_output_gate = false; break;
         case 4: c.gdn_allow_neg_eigval = true; break;
-        case 5: c.tie_embeddings = false; c.dropout = 0.25; c.embed_dropout = 0.3; break;
+        case 5: c.tie_embeddings = false; c.dropout = 0.25; c.embed_dropout = 0.3; c.mixer_dropout = 0.2; break;
         case 6: c.gdn_expand_v = 1; break;
         }
         printf("\n== GS, %s\n", names[v]);

@@ -41,6 +41,7 @@ static void test_case(const char *name, const char *pattern, bool conv, bool oga
     c.tie_embeddings = tied;
     c.dropout = 0.1;
     c.embed_dropout = 0.15;
+    c.mixer_dropout = 0.2;
     c.mlp_hidden = 24;
     c.gdn_n_heads = 2;
     c.gdn_head_dim = 8;

@@ -58,6 +58,7 @@ static const cfg_key cfg_keys[] = {
     {"model", "vocab_size", CFG_INT, F(vocab_size), 2, INF, CFG_ZERO_OK, "0", NULL, "0 = from the dataset"},
     {"model", "tie_embeddings", CFG_BOOL, F(tie_embeddings), 0, 0, 0, "true", NULL, "LM head shares the embedding"},
     {"model", "dropout", CFG_DOUBLE, F(dropout), 0, 1, CFG_MAX_OPEN, "0", NULL, "on each residual branch"},
+    {"model", "mixer_dropout", CFG_DOUBLE, F(mixer_dropout), 0, 1, CFG_MAX_OPEN, "0", NULL, "on the mixer's input to its output projection"},
     {"model", "embed_dropout", CFG_DOUBLE, F(embed_dropout), 0, 1, CFG_MAX_OPEN, "0", NULL, "on the embedding output"},
     {"model", "mlp_ratio", CFG_DOUBLE, F(mlp_ratio), 0, INF, CFG_MIN_OPEN, "4", NULL, "hidden = 2/3 * ratio * d_model, rounded up to 256"},
     {"model", "mlp_hidden", CFG_INT, F(mlp_hidden), 0, INF, 0, "0", NULL, "0 = from mlp_ratio"},

@@ -21,6 +21,7 @@ typedef struct {
     bool tie_embeddings;     //                                                default true
     double dropout;          // [0, 1)                                         default 0
     double embed_dropout;    // [0, 1) on the embedding output                 default 0
+    double mixer_dropout;    // [0, 1) on the input of each mixer's output projection (0)
     double mlp_ratio;        // > 0; hidden = 2/3 * ratio * d rounded up to 256 default 4
     int mlp_hidden;          // >= 0; 0 = from mlp_ratio                       default 0
     double norm_eps;         // > 0                                            default 1e-6

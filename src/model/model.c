@@ -355,6 +355,23 @@ static uint64_t branch_key(const model *m, int l, int br) {
 // The embedding output's mask: multiplier 0 of the branch keys' sequence (branches use 1, 2, ...).
 static uint64_t embed_key(const model *m) { return m->dropout_key; }
 
+// Mixer dropout of layer l: multipliers 2L + 1 + l (after the branches' 1 .. 2L). It drops
+// the features going into the mixer's output projection (GDN: the gated norm's output; attention:
+// the heads' output), the place of nanoGPT's attention dropout that needs no kernel of its own.
+static uint64_t mixer_key(const model *m, int l) {
+    return m->dropout_key + (uint64_t)(2 * m->L + 1 + l) * 0x9E3779B97F4A7C15ull;
+}
+
+// The input of layer l's output projection: `h` itself, or with mixer dropout (training) its
+// dropped copy in `tmp`. The backward calls it again to redraw the same copy (the mask is a
+// function of the key and the index only).
+static const void *mixer_drop(model *m, int l, const void *h, void *tmp, size_t n, bool train) {
+    double p = m->cfg.mixer_dropout;
+    if (!(train && p > 0)) return h;
+    m->be->dropout_fwd(tmp, h, n, p, mixer_key(m, l));
+    return tmp;
+}
+
 // x_out = x_in + drop(branch)
 static void residual_fwd(model *m, void *x_out, const void *x_in, void *branch, int l, int br,
                          bool train) {
@@ -366,7 +383,7 @@ static void residual_fwd(model *m, void *x_out, const void *x_in, void *branch, 
     be->add(x_out, branch, n);
 }
 
-static void gdn_mixer_fwd(model *m, int l) {
+static void gdn_mixer_fwd(model *m, int l, bool train) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
@@ -398,10 +415,10 @@ static void gdn_mixer_fwd(model *m, int l) {
     if (c->gdn_output_gate) be->linear_fwd(a->z, a->xn1, P(lp->wz), N, d, hv);
     be->gated_rmsnorm_fwd(a->on, a->rstd_o, a->o, a->z, P(lp->onorm), (size_t)N * H, m->dv,
                           c->norm_eps);
-    be->linear_fwd(m->dmix, a->on, P(lp->wo), N, hv, d);
+    be->linear_fwd(m->dmix, mixer_drop(m, l, a->on, m->dbig[0], (size_t)N * hv, train), P(lp->wo), N, hv, d);
 }
 
-static void attn_mixer_fwd(model *m, int l) {
+static void attn_mixer_fwd(model *m, int l, bool train) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
@@ -414,7 +431,7 @@ static void attn_mixer_fwd(model *m, int l) {
     be->rope_fwd(a->ak, a->ak, m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
     be->attention_fwd(a->ao, a->lse, a->aq, a->ak, a->av, m->B, m->T, m->Ha, m->Da, window,
                       1.0 / sqrt(m->Da));
-    be->linear_fwd(m->dmix, a->ao, P(lp->so), N, ha, d);
+    be->linear_fwd(m->dmix, mixer_drop(m, l, a->ao, m->dbig[0], (size_t)N * ha, train), P(lp->so), N, ha, d);
 }
 
 // Forward through the logits; returns nothing (the loss is taken by the caller).
@@ -431,9 +448,9 @@ static void forward(model *m, const int32_t *x, bool train) {
         layer_acts *a = &m->acts[l];
         be->rmsnorm_fwd(a->xn1, a->rstd1, a->x_in, P(lp->norm1), N, d, eps);
         if (lp->kind == 'G')
-            gdn_mixer_fwd(m, l);
+            gdn_mixer_fwd(m, l, train);
         else
-            attn_mixer_fwd(m, l);
+            attn_mixer_fwd(m, l, train);
         residual_fwd(m, a->x_mid, a->x_in, m->dmix, l, 0, train);
         be->rmsnorm_fwd(a->xn2, a->rstd2, a->x_mid, P(lp->norm2), N, d, eps);
         be->linear_fwd(a->m_gate, a->xn2, P(lp->wgate), N, d, F);
@@ -485,7 +502,7 @@ static void linear_bwd_acc(model *m, void *dxn, bool first, int w, const void *d
     }
 }
 
-static void gdn_mixer_bwd(model *m, int l, const void *dbr) {
+static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
@@ -493,7 +510,10 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr) {
     int N = m->N, d = m->d, H = m->H, hk = H * m->dk, hv = H * m->dv, K = c->gdn_conv_size;
     gdn_mode mode = {c->gdn_gate, c->gdn_delta, c->gdn_allow_neg_eigval};
     void **D = m->dbig;
-    be->linear_bwd(D[0], G(lp->wo), dbr, a->on, P(lp->wo), N, hv, d);          // d on
+    be->linear_bwd(D[0], G(lp->wo), dbr, mixer_drop(m, l, a->on, D[1], (size_t)N * hv, train),
+                   P(lp->wo), N, hv, d);                                         // d on
+    if (train && c->mixer_dropout > 0)
+        be->dropout_bwd(D[0], D[0], (size_t)N * hv, c->mixer_dropout, mixer_key(m, l));
     be->gated_rmsnorm_bwd(D[1], c->gdn_output_gate ? D[2] : NULL, G(lp->onorm), D[0], a->o,
                           a->z, P(lp->onorm), a->rstd_o, (size_t)N * H, m->dv);  // d o, d z
     bool first = true;
@@ -545,14 +565,17 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr) {
     }
 }
 
-static void attn_mixer_bwd(model *m, int l, const void *dbr) {
+static void attn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
     int N = m->N, d = m->d, ha = m->Ha * m->Da;
     int window = lp->kind == 'A' ? m->T : m->window;
     void **D = m->dbig;
-    be->linear_bwd(D[0], G(lp->so), dbr, a->ao, P(lp->so), N, ha, d);
+    be->linear_bwd(D[0], G(lp->so), dbr, mixer_drop(m, l, a->ao, D[1], (size_t)N * ha, train),
+                   P(lp->so), N, ha, d);
+    if (train && m->cfg.mixer_dropout > 0)
+        be->dropout_bwd(D[0], D[0], (size_t)N * ha, m->cfg.mixer_dropout, mixer_key(m, l));
     be->attention_bwd(D[1], D[2], D[3], D[0], a->aq, a->ak, a->av, a->ao, a->lse, m->B, m->T,
                       m->Ha, m->Da, window, 1.0 / sqrt(m->Da));
     be->rope_bwd(D[1], D[1], m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
@@ -630,9 +653,9 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
         // mixer branch
         dbr = residual_bwd(m, l, 0, train);
         if (lp->kind == 'G')
-            gdn_mixer_bwd(m, l, dbr);
+            gdn_mixer_bwd(m, l, dbr, train);
         else
-            attn_mixer_bwd(m, l, dbr);
+            attn_mixer_bwd(m, l, dbr, train);
         be->rmsnorm_bwd(m->dtmp, G(lp->norm1), m->dxn, a->x_in, P(lp->norm1), a->rstd1, N, d);
         be->add(m->dx, m->dtmp, nd);                                   // dx = d x_in
         grads_ready(m, layer_elem_lo(m, l), layer_elem_lo(m, l + 1));
