@@ -12,8 +12,9 @@
 #include "../src/core/config.h"
 #include "../src/model/model.h"
 #include "testutil.h"
+#include "tiny_model.h"
 
-enum { B = 2, T = 12, V = 23 };
+enum { B = 2, T = 12, V = 23 };  // V: tiny_config's vocabulary
 
 static void check(bool ok, const char *what, const char *detail) {
     gc_checks++;
@@ -32,25 +33,14 @@ static double run(model *m, const int32_t *x, const int32_t *y) {
 }
 
 static void test_case(const char *name, const char *pattern, bool conv, bool ogate, bool tied) {
-    gdn_config c;
-    config_defaults(&c);
-    snprintf(c.pattern, sizeof c.pattern, "%s", pattern);
-    c.n_layers = 3;
-    c.d_model = 16;
-    c.vocab_size = V;
+    gdn_config c = tiny_config(pattern, 3);  // window 4
     c.tie_embeddings = tied;
     c.dropout = 0.1;
     c.embed_dropout = 0.15;
     c.mixer_dropout = 0.2;
-    c.mlp_hidden = 24;
-    c.gdn_n_heads = 2;
-    c.gdn_head_dim = 8;
     c.gdn_chunk_size = 8;
     c.gdn_short_conv = conv;
     c.gdn_output_gate = ogate;
-    c.swa_n_heads = 2;
-    c.swa_head_dim = 8;
-    c.swa_window = 5;
     model *m0 = model_create(&c, &backend_cpu, B, T);
     c.recompute = true;
     model *m1 = model_create(&c, &backend_cpu, B, T);

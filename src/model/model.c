@@ -383,18 +383,15 @@ static void residual_fwd(model *m, void *x_out, const void *x_in, void *branch, 
     be->add(x_out, branch, n);
 }
 
-static void gdn_mixer_fwd(model *m, int l, bool train) {
+#define P(i) model_param(m, i)
+// GDN's q, k, v from their projections: causal conv (short_conv), SiLU, per-head L2 norm of q
+// (x 1/sqrt dk) and k. Also what train.recompute redoes (recompute_layer).
+static void gdn_qkv_fwd(model *m, int l) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
-    const gdn_config *c = &m->cfg;
-    int N = m->N, d = m->d, H = m->H, hk = H * m->dk, hv = H * m->dv, K = c->gdn_conv_size;
-    gdn_mode mode = {c->gdn_gate, c->gdn_delta, c->gdn_allow_neg_eigval};
-#define P(i) model_param(m, i)
-    be->linear_fwd(a->q_lin, a->xn1, P(lp->wq), N, d, hk);
-    be->linear_fwd(a->k_lin, a->xn1, P(lp->wk), N, d, hk);
-    be->linear_fwd(a->v_lin, a->xn1, P(lp->wv), N, d, hv);
-    if (c->gdn_short_conv) {
+    int N = m->N, H = m->H, hk = H * m->dk, hv = H * m->dv, K = m->cfg.gdn_conv_size;
+    if (m->cfg.gdn_short_conv) {
         be->conv1d_fwd(a->q_conv, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K);
         be->conv1d_fwd(a->k_conv, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K);
         be->conv1d_fwd(a->v_conv, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K);
@@ -404,6 +401,19 @@ static void gdn_mixer_fwd(model *m, int l, bool train) {
     be->silu_fwd(a->v_act, a->v_conv, (size_t)N * hv);
     be->l2norm_fwd(a->qn, a->rq, a->q_act, (size_t)N * H, m->dk, 1e-6, 1.0 / sqrt(m->dk));
     be->l2norm_fwd(a->kn, a->rk, a->k_act, (size_t)N * H, m->dk, 1e-6, 1.0);
+}
+
+static void gdn_mixer_fwd(model *m, int l, bool train) {
+    const backend *be = m->be;
+    const layer_params *lp = &m->lp[l];
+    layer_acts *a = &m->acts[l];
+    const gdn_config *c = &m->cfg;
+    int N = m->N, d = m->d, H = m->H, hk = H * m->dk, hv = H * m->dv;
+    gdn_mode mode = {c->gdn_gate, c->gdn_delta, c->gdn_allow_neg_eigval};
+    be->linear_fwd(a->q_lin, a->xn1, P(lp->wq), N, d, hk);
+    be->linear_fwd(a->k_lin, a->xn1, P(lp->wk), N, d, hk);
+    be->linear_fwd(a->v_lin, a->xn1, P(lp->wv), N, d, hv);
+    gdn_qkv_fwd(m, l);  // conv, SiLU, L2 norm
     if (c->gdn_gate) be->linear_fwd(a->a, a->xn1, P(lp->wa), N, d, H);
     if (c->gdn_delta) be->linear_fwd(a->b, a->xn1, P(lp->wb), N, d, H);
     be->gdn_gates_fwd(a->g, a->beta, a->a, a->b, c->gdn_gate ? P(lp->A_log) : NULL,
@@ -592,19 +602,10 @@ static void recompute_layer(model *m, int l) {
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
     const gdn_config *c = &m->cfg;
-    int N = m->N, d = m->d, H = m->H, hk = H * m->dk, hv = H * m->dv, K = c->gdn_conv_size;
+    int N = m->N, d = m->d, H = m->H;
     be->rmsnorm_fwd(a->xn1, a->rstd1, a->x_in, P(lp->norm1), N, d, c->norm_eps);
     if (lp->kind == 'G') {
-        if (c->gdn_short_conv) {
-            be->conv1d_fwd(a->q_conv, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K);
-            be->conv1d_fwd(a->k_conv, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K);
-            be->conv1d_fwd(a->v_conv, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K);
-        }
-        be->silu_fwd(a->q_act, a->q_conv, (size_t)N * hk);
-        be->silu_fwd(a->k_act, a->k_conv, (size_t)N * hk);
-        be->silu_fwd(a->v_act, a->v_conv, (size_t)N * hv);
-        be->l2norm_fwd(a->qn, a->rq, a->q_act, (size_t)N * H, m->dk, 1e-6, 1.0 / sqrt(m->dk));
-        be->l2norm_fwd(a->kn, a->rk, a->k_act, (size_t)N * H, m->dk, 1e-6, 1.0);
+        gdn_qkv_fwd(m, l);
         be->gated_rmsnorm_fwd(a->on, a->rstd_o, a->o, a->z, P(lp->onorm), (size_t)N * H, m->dv,
                               c->norm_eps);
     }
