@@ -28,9 +28,9 @@
 #    the full model).
 # 3. Resume: each N-GPU checkpoint resumed on 1 GPU (`--resume`, 5 more steps): exit 0, a
 #    "done:" line, and the note that the world size changed.
-# Every phase with dist.zero1=false, then again with dist.zero1=true (N > 1). GPU ZeRO-1 exists
-# but had not run on a GPU when this was written; if a build refuses it ("not built yet"), the
-# table says so and the script goes on.
+# Every phase with dist.zero1=false, then again with dist.zero1=true (N > 1). GPU ZeRO-1 ran at
+# world 1 on the H200 (bench/dist.md: bitwise the run without it); a build that refuses it
+# ("not built yet") is reported in the table and the script goes on.
 #
 #   bench/run_multi_gpu.sh
 #
