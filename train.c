@@ -284,10 +284,10 @@ static void timeline_window(long n, long done, long end, long *first, long *coun
 
 // ---- ZeRO-1 (dist.zero1) on either backend -----------------------------------------------------
 // z: dist_shard_capacity(n) elements of the gradient / optimizer class (host float64 on the CPU,
-// device fp32 on the GPU), allocated once with the backend's alloc. Each rank updates its shard
-// of the master weights (the parameters themselves without a master copy) and of m, v; m and v
-// stay full-size arrays for now (their other shards are stale until zero1_gather_moments), so
-// ZeRO-1 saves no optimizer memory yet, only the update's work.
+// device fp32 on the GPU), allocated once with the backend's alloc. Each rank keeps AdamW's m and
+// v for its shard only (model_shard_optimizer: 2/world of their memory) and updates its shard of
+// the master weights (the parameters themselves without a master copy); the weights are then
+// all-gathered. A checkpoint gathers m and v through z onto rank 0's host (zero1_gather_moments).
 
 // dst[0, n) <- src[0, n) in the gradient / optimizer class; to_bf16: dst is the GPU's bf16
 // parameter arena (rounded to nearest, as cuda_adamw writes it).
@@ -338,7 +338,8 @@ static void zero1_step(dist *d, model *m, void *z, bool gpu, long step, double l
         const param_info *pi = &m->params[i];
         size_t a = GDN_MAX(lo, pi->offset), b = GDN_MIN(hi, pi->offset + pi->numel);
         if (a >= b) continue;
-        be->adamw(p + a * ep, w ? w + a * eo : NULL, zb + a * eg, mm + a * eo, vv + a * eo, b - a,
+        size_t s = a - m->opt_lo;  // m, v hold the shard only
+        be->adamw(p + a * ep, w ? w + a * eo : NULL, zb + a * eg, mm + s * eo, vv + s * eo, b - a,
                   lr, c->beta1, c->beta2, c->adam_eps, pi->decay ? c->weight_decay : 0.0, bc1,
                   bc2, scale);
     }
@@ -351,13 +352,26 @@ static void zero1_step(dist *d, model *m, void *z, bool gpu, long step, double l
     if (w) flat_copy(m, gpu, p, ep == 2, z, n);
 }
 
-// Gather the ZeRO-1-sharded AdamW state (m, v) onto every rank, e.g. before a checkpoint.
+// Before a checkpoint: the full AdamW m and v, gathered through z from every rank's shard, as
+// host float64 arrays on rank 0 (m->ckpt_moments, which checkpoint_save writes); every rank takes
+// part. zero1_release_moments frees them after the save.
 static void zero1_gather_moments(dist *d, model *m, void *z, bool gpu) {
+    const backend *be = m->be;
+    size_t n = m->n_elems, eg = be->elem[BE_GRAD];
     void *arr[2] = {m->opt_m, m->opt_v};
     for (int k = 0; k < 2; k++) {
-        flat_copy(m, gpu, z, false, arr[k], m->n_elems);
-        zero1_allgather(d, m, z, m->n_elems);
-        flat_copy(m, gpu, arr[k], false, z, m->n_elems);
+        flat_copy(m, gpu, (char *)z + m->opt_lo * eg, false, arr[k], m->opt_n);
+        zero1_allgather(d, m, z, n);
+        if (d->rank != 0) continue;
+        double *h = gdn_malloc(n * sizeof(double));
+        be->download(h, z, n, BE_GRAD);
+        m->ckpt_moments[k] = h;
+    }
+}
+static void zero1_release_moments(model *m) {
+    for (int k = 0; k < 2; k++) {
+        free((void *)m->ckpt_moments[k]);
+        m->ckpt_moments[k] = NULL;
     }
 }
 
@@ -535,6 +549,14 @@ int main(int argc, char **argv) {
     config_write(&cfg, stdout);
 
     model *m = model_create(&cfg, be, cfg.batch_size, cfg.seq_len);
+    // collectives at world 1 only when dist.backend names a backend (a check of the path)
+    bool collectives = dd->world > 1 || (dd->backend != DIST_NONE && strcmp(cfg.dist_backend, "auto"));
+    bool zero1 = cfg.zero1 && collectives;
+    if (zero1) {  // this rank keeps AdamW's m and v for its shard only
+        size_t lo, hi;
+        dist_shard_range(dd, m->n_elems, &lo, &hi);
+        model_shard_optimizer(m, lo, hi);
+    }
     model_print_summary(m, stdout);
     train_state st = {.step = 0, .tokens_seen = 0, .sampler_pos = 0, .seed = cfg.seed,
                       .best_val = INFINITY, .world_size = dd->world};
@@ -567,8 +589,6 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/%s", cfg.out_dir, cfg.metrics_file);
     FILE *mf = fopen(r0 ? path : "/dev/null", resume ? "a" : "w");
     if (!mf) gdn_die("cannot open metrics file '%s': %s", path, strerror(errno));
-    bool collectives = dd->world > 1 || (dd->backend != DIST_NONE && strcmp(cfg.dist_backend, "auto"));
-    bool zero1 = cfg.zero1 && collectives;
     void *zbuf = zero1 ? be->alloc(dist_shard_capacity(dd, m->n_elems) * be->elem[BE_GRAD]) : NULL;
     // gradient sums: overlapped with the backward through the hook, or (GDN_NO_OVERLAP) after it
     const char *no_overlap = getenv("GDN_NO_OVERLAP");
@@ -754,6 +774,7 @@ int main(int argc, char **argv) {
         if (do_ckpt) {
             if (zbuf) zero1_gather_moments(dd, m, zbuf, on_gpu);
             save_or_die(ckpt, m, &st, dd);
+            zero1_release_moments(m);
             last_good = ckpt;
         }
         if (g_stop) {

@@ -19,6 +19,21 @@ grep -q "(2 ranks, mpi)" "$WORK/two.log" && pass "runs as 2 MPI ranks" || fail "
 "$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/two/checkpoint.h5" >"$WORK/d1.log" && pass "2 x B/2 == 1 x B: $(tail -1 "$WORK/d1.log")" || { fail "2 ranks differ from 1"; cat "$WORK/d1.log"; }
 $MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set dist.zero1=true --set train.out_dir="$WORK/z" >"$WORK/z.log" 2>&1 && pass "2 ranks with ZeRO-1" || { fail "ZeRO-1 run"; tail -20 "$WORK/z.log"; }
 "$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/z/checkpoint.h5" >"$WORK/d2.log" && pass "ZeRO-1 2 x B/2 == 1 x B: $(tail -1 "$WORK/d2.log")" || { fail "ZeRO-1 differs"; cat "$WORK/d2.log"; }
+# ZeRO-1 keeps m and v for the rank's shard only: about half the optimizer memory on 2 ranks
+# (a wider model for 1 step, so that the MiB figures have digits to compare)
+opt_mib() { sed -n 's/^memory:.*optimizer \([0-9.]*\) MiB.*/\1/p' "$1" | head -1; }
+wide=(--set model.d_model=256 --set model.mlp_hidden=512 --set train.steps=1 --set train.batch_size=2)
+$MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${wide[@]}" --set train.out_dir="$WORK/mw1" >"$WORK/mw1.log" 2>&1 || fail "wide run without ZeRO-1"
+$MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${wide[@]}" --set dist.zero1=true --set train.out_dir="$WORK/mw2" >"$WORK/mw2.log" 2>&1 || fail "wide run with ZeRO-1"
+o1=$(opt_mib "$WORK/mw1.log"); o2=$(opt_mib "$WORK/mw2.log")
+awk -v a="$o1" -v b="$o2" 'BEGIN { exit !(a > 0 && b > 0 && b <= 0.55 * a) }' && pass "ZeRO-1 optimizer memory per rank $o2 MiB of $o1 (2 ranks)" || fail "ZeRO-1 optimizer memory $o2 MiB vs $o1 MiB"
+# a ZeRO-1 run stopped at step 3 and resumed on 2 ranks == the same run uninterrupted (bitwise),
+# and its checkpoint (gathered m, v) resumes on 1 rank without ZeRO-1
+$MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set dist.zero1=true --set train.out_dir="$WORK/zr" --stop-after 3 >"$WORK/zr1.log" 2>&1 && pass "ZeRO-1 2 ranks stop after step 3" || { fail "ZeRO-1 stop"; tail "$WORK/zr1.log"; }
+cp "$WORK/zr/checkpoint.h5" "$WORK/zr3.h5"
+$MPI 2 "$BIN/gdn-train" --resume "$WORK/zr/checkpoint.h5" >"$WORK/zr2.log" 2>&1 && pass "ZeRO-1 resumes on 2 ranks" || { fail "ZeRO-1 resume"; tail "$WORK/zr2.log"; }
+"$BIN/gdn-ckpt" diff "$WORK/z/checkpoint.h5" "$WORK/zr/checkpoint.h5" >"$WORK/dzr.log" && grep -q "^IDENTICAL" "$WORK/dzr.log" && pass "ZeRO-1 3 + 3 steps == 6 steps, bitwise" || { fail "ZeRO-1 resume differs"; cat "$WORK/dzr.log"; }
+"$BIN/gdn-train" --resume "$WORK/zr3.h5" --set dist.zero1=false --set train.batch_size=4 --set train.out_dir="$WORK/zr1w" >"$WORK/zr1w.log" 2>&1 && grep -q "^done:" "$WORK/zr1w.log" && pass "ZeRO-1 checkpoint of 2 ranks resumes on 1 rank" || { fail "ZeRO-1 checkpoint on 1 rank"; tail "$WORK/zr1w.log"; }
 # the data-parallel path at world 1 (dist.backend = mpi under mpirun -np 1): the all-reduces and
 # the ZeRO-1 shards run over one rank and must leave the plain run's bits
 for z in false true; do

@@ -87,18 +87,31 @@ static bool write_tensor(hid_t grp, const char *name, const double *data, int ro
 // Three groups of tensors: the parameters and the two AdamW moments.
 static const char *const GROUPS[3] = {"params", "adam_m", "adam_v"};
 
+// Moments: from m->ckpt_moments when the loop gathered sharded ones, else from opt_m / opt_v.
 static void group_download(const model *m, int g, int i, double *h) {
-    if (g == 0)
+    const param_info *p = &m->params[i];
+    if (g == 0) {
         model_param_download(m, i, h);
-    else
-        m->be->download(h, model_opt(m, g == 1 ? m->opt_m : m->opt_v, i), m->params[i].numel, BE_OPT);
+    } else if (m->ckpt_moments[g - 1]) {
+        memcpy(h, m->ckpt_moments[g - 1] + p->offset, p->numel * sizeof(double));
+    } else {
+        if (m->opt_lo != 0 || m->opt_n != m->n_elems)
+            gdn_die("internal: checkpoint of ZeRO-1-sharded moments without ckpt_moments");
+        m->be->download(h, model_opt(m, g == 1 ? m->opt_m : m->opt_v, i), p->numel, BE_OPT);
+    }
 }
 
+// Moments: only the part of tensor i inside [opt_lo, opt_lo + opt_n) (all of it unsharded).
 static void group_upload(model *m, int g, int i, const double *h) {
-    if (g == 0)
+    const param_info *p = &m->params[i];
+    if (g == 0) {
         model_param_upload(m, i, h);
-    else
-        m->be->upload(model_opt(m, g == 1 ? m->opt_m : m->opt_v, i), h, m->params[i].numel, BE_OPT);
+        return;
+    }
+    size_t a = GDN_MAX(p->offset, m->opt_lo), b = GDN_MIN(p->offset + p->numel, m->opt_lo + m->opt_n);
+    if (a >= b) return;
+    char *base = g == 1 ? m->opt_m : m->opt_v;
+    m->be->upload(base + (a - m->opt_lo) * m->be->elem[BE_OPT], h + (a - p->offset), b - a, BE_OPT);
 }
 
 bool checkpoint_save(const char *path, const model *m, const train_state *st, char *err,

@@ -266,11 +266,32 @@ model *model_create(const gdn_config *c, const backend *be, int B, int T) {
     m->opt_m = arena_alloc(&m->a_opt, m->n_elems * O);
     m->opt_v = arena_alloc(&m->a_opt, m->n_elems * O);
     m->master = be->master ? arena_alloc(&m->a_opt, m->n_elems * O) : NULL;
+    m->opt_lo = 0;
+    m->opt_n = m->n_elems;
     carve(m);
     m->tok = gdn_malloc((size_t)m->N * sizeof(int32_t));
     m->tgt = gdn_malloc((size_t)m->N * sizeof(int32_t));
     m->flops_per_token = flops_per_token(m);
     return m;
+}
+
+void model_shard_optimizer(model *m, size_t lo, size_t hi) {
+    if (lo > hi || hi > m->n_elems)
+        gdn_die("internal: optimizer shard [%zu, %zu) of %zu elements", lo, hi, m->n_elems);
+    const backend *be = m->be;
+    size_t O = ELEM(m, BE_OPT), n = GDN_MAX(hi - lo, (size_t)1);  // an empty shard keeps 1
+    arena_release(&m->a_opt, be->release);
+    arena_plan(&m->a_opt, "optimizer");
+    arena_alloc(&m->a_opt, 2 * n * O);
+    if (be->master) arena_alloc(&m->a_opt, m->n_elems * O);
+    arena_reserve(&m->a_opt, be->alloc);
+    m->opt_m = arena_alloc(&m->a_opt, n * O);
+    m->opt_v = arena_alloc(&m->a_opt, n * O);
+    m->master = be->master ? arena_alloc(&m->a_opt, m->n_elems * O) : NULL;
+    m->opt_lo = lo;
+    m->opt_n = hi - lo;
+    be->zero(m->opt_m, n, BE_OPT);
+    be->zero(m->opt_v, n, BE_OPT);
 }
 
 void model_free(model *m) {
@@ -342,8 +363,8 @@ void model_init_params(model *m, uint64_t seed) {
     }
     free(h);
     m->be->zero(m->grad_mem, m->n_elems, BE_GRAD);
-    m->be->zero(m->opt_m, m->n_elems, BE_OPT);
-    m->be->zero(m->opt_v, m->n_elems, BE_OPT);
+    m->be->zero(m->opt_m, GDN_MAX(m->opt_n, (size_t)1), BE_OPT);
+    m->be->zero(m->opt_v, GDN_MAX(m->opt_n, (size_t)1), BE_OPT);
 }
 
 void model_zero_grads(model *m) { m->be->zero(m->grad_mem, m->n_elems, BE_GRAD); }

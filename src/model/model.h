@@ -99,8 +99,12 @@ struct model {
     int wte, lm_head, norm_f;                    // lm_head == wte when tied
     // memory classes
     arena_t a_params, a_grads, a_opt, a_acts, a_scratch;
-    void *param_mem, *grad_mem, *opt_m, *opt_v;  // (n_elems) each
+    void *param_mem, *grad_mem;                  // (n_elems) each
+    void *opt_m, *opt_v;                         // (opt_n) each: elements [opt_lo, opt_lo + opt_n)
+    size_t opt_lo, opt_n;                        // of the flat arena (all, or a ZeRO-1 shard)
     void *master;                                // (n_elems) BE_OPT master weights, or NULL
+    const double *ckpt_moments[2];               // set by the loop around checkpoint_save when
+                                                 // m, v are sharded: full m, v (host float64)
     layer_acts acts[MAX_LAYERS];
     void *x_final, *xf, *rstd_f, *logits;        // (N,d) (N,d) (N) (N,V)
     int32_t *tok, *tgt;                          // host copies of the batch
@@ -119,9 +123,14 @@ struct model {
 model *model_create(const gdn_config *c, const backend *be, int B, int T);
 void model_free(model *m);
 void model_init_params(model *m, uint64_t seed);
+// ZeRO-1: keep the AdamW moments m, v only for the flat elements [lo, hi) (this rank's shard);
+// the master weights stay whole. Call right after model_create, before init or a checkpoint
+// load (the optimizer arena is made again). optim_step then refuses to run; the loop updates the
+// shard itself, and checkpoint_save needs ckpt_moments, checkpoint_load fills just the shard.
+void model_shard_optimizer(model *m, size_t lo, size_t hi);
 void *model_param(const model *m, int i);        // pointer to parameter tensor i
 void *model_grad(const model *m, int i);
-void *model_opt(const model *m, void *base, int i);  // tensor i inside opt_m / opt_v / master
+void *model_opt(const model *m, void *base, int i);  // tensor i inside master, or whole opt_m / opt_v
 // Parameter tensor i as float64 on the host (the master weights when the backend keeps them).
 void model_param_download(const model *m, int i, double *dst);
 // Set parameter tensor i (and its master copy) from host float64.

@@ -1,5 +1,6 @@
 // optim.c — see optim.h.
 #include "optim.h"
+#include "../core/common.h"
 #include <math.h>
 #include <string.h>
 
@@ -28,6 +29,8 @@ double optim_grad_norm(const model *m) { return sqrt(m->be->sumsq(m->grad_mem, m
 
 double optim_step(model *m, long step, double lr, double grad_norm) {
     const gdn_config *c = &m->cfg;
+    if (m->opt_lo != 0 || m->opt_n != m->n_elems)
+        gdn_die("internal: optim_step on ZeRO-1-sharded moments (the loop updates its shard)");
     double scale = 1.0;
     if (c->grad_clip > 0 && grad_norm > c->grad_clip) scale = c->grad_clip / grad_norm;
     double t = (double)(step + 1);
