@@ -121,6 +121,17 @@ int main() {
         gc_checks++;
         if (f) gc_failures++;
     }
+    {  // the three dropout places (residual, mixer input of the output projection, embedding)
+       // with the same masks on both backends, fp32, pattern GS
+        gdn_config c = tiny_config("GS");
+        c.dropout = 0.1;
+        c.mixer_dropout = 0.2;
+        c.embed_dropout = 0.15;
+        printf("\n== fp32, GS with dropout 0.1, mixer_dropout 0.2, embed_dropout 0.15\n");
+        int f = model_compare_backends(&c, backend_cuda_get(false), 2, 128, 1e-4, 1234, stdout);
+        gc_checks++;
+        if (f) gc_failures++;
+    }
     for (const char *pat : patterns) {
         gdn_config c = tiny_config(pat);
         printf("\n");
