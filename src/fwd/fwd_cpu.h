@@ -67,6 +67,8 @@ void dropout_fwd_cpu(double *y, const double *x, size_t n, double p, uint64_t se
 // ---- RoPE (rotate-half / NeoX pairing: (i, i + D/2)), position of token t is t within its
 // sequence; theta_i = base^(-2i/D). In place allowed (y == x).
 void rope_fwd_cpu(double *y /*(B,T,H,D)*/, const double *x, int B, int T, int H, int D, double base);
+// Rotation by sign * t theta_i (+1: rope_fwd_cpu; -1: its transpose, rope_bwd_cpu).
+void rope_rotate_cpu(double *y, const double *x, int B, int T, int H, int D, double base, double sign);
 
 // ---- causal sliding-window softmax attention (DESIGN 2.2) --------------------------------------
 // Query i sees keys j with i - window < j <= i (window >= T: full causal).

@@ -8,14 +8,15 @@
 #include "fwd_cpu.h"
 #include "cpu_threads.h"
 
-void rope_fwd_cpu(double *y, const double *x, int B, int T, int H, int D, double base) {
+// Rotation of every pair by sign * t theta_i: +1 the forward, -1 its transpose (the backward).
+void rope_rotate_cpu(double *y, const double *x, int B, int T, int H, int D, double base, double sign) {
     if (D % 2) gdn_die("rope: head dim %d is odd (the rotate-half pairing needs D even)", D);
     int half = D / 2;
     GDN_OMP(parallel for schedule(static) if ((size_t)B * T * H * D >= cpu_min_work_flat))
     for (int t = 0; t < T; t++)  // positions: independent
         for (int i = 0; i < half; i++) {
             double ang = t * pow(base, -2.0 * i / D);
-            double c = cos(ang), s = sin(ang);
+            double c = cos(ang), s = sign * sin(ang);
             for (int b = 0; b < B; b++)
                 for (int h = 0; h < H; h++) {
                     size_t o = (((size_t)b * T + t) * H + h) * D;
@@ -24,4 +25,8 @@ void rope_fwd_cpu(double *y, const double *x, int B, int T, int H, int D, double
                     y[o + i + half] = x2 * c + x1 * s;
                 }
         }
+}
+
+void rope_fwd_cpu(double *y, const double *x, int B, int T, int H, int D, double base) {
+    rope_rotate_cpu(y, x, B, T, H, D, base, 1.0);
 }
