@@ -665,6 +665,7 @@ int main(int argc, char **argv) {
     int N = m->N;
     int32_t *x = gdn_malloc(sizeof(int32_t) * N), *y = gdn_malloc(sizeof(int32_t) * N);
     double t_start = gdn_now(), t_win = t_start, last_val = NAN;
+    double t_aside = 0;  // seconds of the window spent evaluating or checkpointing: not training
     long win_steps = 0;
     const char *last_good = resume ? resume : "none";
     int rc = 0;
@@ -744,13 +745,16 @@ int main(int argc, char **argv) {
         bool last = st.step == cfg.steps;
         bool do_eval = last || (cfg.eval_every > 0 && st.step % cfg.eval_every == 0);
         if (do_eval) {
+            double t_eval = gdn_now();
             last_val = evaluate(m, &tf, &cfg, x, y);  // every rank: the same windows, the same weights
+            t_aside += gdn_now() - t_eval;
             if (last_val < st.best_val) st.best_val = last_val;
             fprintf(mf, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",
                     st.step, (unsigned long long)st.tokens_seen, last_val, gdn_now() - t_start);
         }
         if (st.step % cfg.log_every == 0 || last || do_eval) {
-            double now = gdn_now(), dt = (now - t_win) / (double)GDN_MAX(win_steps, 1);
+            // time per training step: evaluations and checkpoints in the window left out
+            double now = gdn_now(), dt = (now - t_win - t_aside) / (double)GDN_MAX(win_steps, 1);
             double tps = tokens_per_step / dt, fl = tps * m->flops_per_token;
             char eta[32], val[32] = "";
             fmt_eta(eta, sizeof eta, dt * (double)(cfg.steps - st.step));
@@ -765,6 +769,7 @@ int main(int argc, char **argv) {
                     now - t_start);
             fflush(mf);
             t_win = now;
+            t_aside = 0;
             win_steps = 0;
         }
         bool stop_here = st.step == stop_after;
@@ -772,9 +777,11 @@ int main(int argc, char **argv) {
         bool do_ckpt = last || g_stop || stop_here ||
                        (cfg.ckpt_every > 0 && st.step % cfg.ckpt_every == 0);
         if (do_ckpt) {
+            double t_ckpt = gdn_now();
             if (zbuf) zero1_gather_moments(dd, m, zbuf, on_gpu);
             save_or_die(ckpt, m, &st, dd);
             zero1_release_moments(m);
+            t_aside += gdn_now() - t_ckpt;
             last_good = ckpt;
         }
         if (g_stop) {
