@@ -47,6 +47,7 @@ static char *attr_str_r(hid_t loc, const char *name) {
     if (a < 0) return NULL;
     hid_t ft = H5Aget_type(a);
     char *out = NULL;
+    bool ok = true;
     if (ft >= 0 && H5Tget_class(ft) == H5T_STRING && !H5Tis_variable_str(ft)) {
         size_t n = H5Tget_size(ft);
         hid_t mt = H5Tcopy(H5T_C_S1);
@@ -57,10 +58,14 @@ static char *attr_str_r(hid_t loc, const char *name) {
                 out = NULL;
             }
         }
-        if (mt >= 0) H5Tclose(mt);
+        if (mt >= 0 && H5Tclose(mt) < 0) ok = false;
     }
-    if (ft >= 0) H5Tclose(ft);
-    H5Aclose(a);
+    if (ft >= 0 && H5Tclose(ft) < 0) ok = false;
+    if (H5Aclose(a) < 0) ok = false;
+    if (!ok) {  // a failed close: the library is in trouble, do not trust what was read
+        free(out);
+        out = NULL;
+    }
     return out;
 }
 
@@ -69,7 +74,7 @@ static bool attr_num_r(hid_t loc, const char *name, hid_t type, void *val) {
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
     if (a < 0) return false;
     bool ok = H5Aread(a, type, val) >= 0;
-    H5Aclose(a);
+    ok &= H5Aclose(a) >= 0;
     return ok;
 }
 
@@ -195,14 +200,14 @@ static hid_t open_checked(const char *path, char *err, size_t errlen) {
         seterr(err, errlen, "'%s': attribute 'format' is %s%s%s, expected \"%s\"", path,
                fmt ? "\"" : "", fmt ? fmt : "missing", fmt ? "\"" : "", CKPT_FORMAT);
         free(fmt);
-        H5Fclose(f);
+        (void)H5Fclose(f);  // failing already: the message says why
         return -1;
     }
     free(fmt);
     if (!attr_num_r(f, "version", H5T_NATIVE_INT64, &ver) || ver != CKPT_VERSION) {
         seterr(err, errlen, "'%s': attribute 'version' is %lld, this build reads version %d",
                path, (long long)ver, CKPT_VERSION);
-        H5Fclose(f);
+        (void)H5Fclose(f);  // failing already: the message says why
         return -1;
     }
     return f;
@@ -213,7 +218,11 @@ char *checkpoint_read_config(const char *path, char *err, size_t errlen) {
     if (f < 0) return NULL;
     char *cfg = attr_str_r(f, "config");
     if (!cfg) seterr(err, errlen, "'%s': attribute 'config' is missing", path);
-    H5Fclose(f);
+    if (H5Fclose(f) < 0 && cfg) {
+        seterr(err, errlen, "'%s': cannot close the file after reading it", path);
+        free(cfg);
+        cfg = NULL;
+    }
     return cfg;
 }
 
@@ -230,7 +239,7 @@ bool checkpoint_load(const char *path, model *m, train_state *st, char *err, siz
     if (!ok) {
         seterr(err, errlen, "'%s': loop state attributes (step, tokens_seen, sampler_pos, seed, "
                             "best_val, world_size) missing or unreadable", path);
-        H5Fclose(f);
+        (void)H5Fclose(f);  // failing already: the message says why
         return false;
     }
     st->step = (long)step;
@@ -257,7 +266,7 @@ bool checkpoint_load(const char *path, model *m, train_state *st, char *err, siz
             hid_t s = d >= 0 ? H5Dget_space(d) : -1;
             hsize_t dims[2] = {0, 0};
             int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
-            if (nd == 2) H5Sget_simple_extent_dims(s, dims, NULL);
+            if (nd == 2 && H5Sget_simple_extent_dims(s, dims, NULL) < 0) nd = -1;
             if (nd != 2 || dims[0] != (hsize_t)p->rows || dims[1] != (hsize_t)p->cols) {
                 seterr(err, errlen, "'%s': tensor '/%s/%s' has shape (%llu, %llu), the configured "
                                     "model has (%d, %d)", path, GROUPS[g], p->name,
@@ -269,12 +278,21 @@ bool checkpoint_load(const char *path, model *m, train_state *st, char *err, siz
             } else {
                 group_upload(m, g, i, h);
             }
-            if (s >= 0) H5Sclose(s);
-            if (d >= 0) H5Dclose(d);
+            bool closed = (s < 0 || H5Sclose(s) >= 0) & (d < 0 || H5Dclose(d) >= 0);
+            if (ok && !closed) {
+                seterr(err, errlen, "'%s': cannot close tensor '/%s/%s'", path, GROUPS[g], p->name);
+                ok = false;
+            }
         }
-        H5Gclose(grp);
+        if (H5Gclose(grp) < 0 && ok) {
+            seterr(err, errlen, "'%s': cannot close group '/%s'", path, GROUPS[g]);
+            ok = false;
+        }
     }
     free(h);
-    H5Fclose(f);
+    if (H5Fclose(f) < 0 && ok) {
+        seterr(err, errlen, "'%s': cannot close the file after reading it", path);
+        ok = false;
+    }
     return ok;
 }
