@@ -28,6 +28,13 @@ echo "== 20 steps + checkpoint + resume + 20 steps == 40 steps"
 "$BIN/gdn-ckpt" diff "$WORK/a/checkpoint.h5" "$WORK/c/checkpoint.h5" >"$WORK/diff.log" && pass "resumed run == straight run: weights, AdamW m and v, step, data position bitwise" || { fail "resumed run differs"; cat "$WORK/diff.log"; }
 cmp -s <(losses "$WORK/a/metrics.jsonl") <(losses "$WORK/c/metrics.jsonl") && pass "resumed losses == straight losses (all 40 steps)" || fail "resumed losses differ"
 
+echo "== train.recompute: 40 steps (with an evaluation and dropout) == run A, bitwise"
+"$BIN/gdn-train" "$WORK/micro.ini" --set train.out_dir="$WORK/r" --set train.recompute=true >"$WORK/r.log" 2>&1 && pass "recompute run exits 0" || { fail "recompute run"; tail "$WORK/r.log"; }
+"$BIN/gdn-ckpt" diff "$WORK/a/checkpoint.h5" "$WORK/r/checkpoint.h5" >"$WORK/rdiff.log" && grep -q "^IDENTICAL" "$WORK/rdiff.log" && pass "recompute == without: weights, AdamW state bitwise" || { fail "recompute differs"; cat "$WORK/rdiff.log"; }
+cmp -s <(losses "$WORK/a/metrics.jsonl") <(losses "$WORK/r/metrics.jsonl") && pass "recompute losses == run A losses" || fail "recompute losses differ"
+a_act=$(sed -n 's/^memory:.*activations \([0-9.]*\) MiB.*/\1/p' "$WORK/a.log"); r_act=$(sed -n 's/^memory:.*activations \([0-9.]*\) MiB.*/\1/p' "$WORK/r.log")
+awk -v a="$a_act" -v b="$r_act" 'BEGIN { exit !(b < a) }' && pass "recompute activations $r_act MiB < $a_act MiB" || fail "recompute activations $r_act MiB vs $a_act MiB"
+
 echo "== SIGINT finishes the step, checkpoints, exits 0"
 "$BIN/gdn-train" "$WORK/micro.ini" --set train.out_dir="$WORK/i" --set train.steps=100000 --set train.eval_every=0 >"$WORK/i.log" 2>&1 &
 pid=$!
