@@ -99,6 +99,18 @@ static void build_table(model *m) {
                                    : add_param(m, PARAM_LINEAR, m->V, d, true, NULL, -1, "lm_head");
 }
 
+// The optimizer arena: AdamW m and v for the flat elements [lo, hi) (all of them, or a ZeRO-1
+// shard; an empty shard keeps 1 element), then the master weights (whole) when the backend keeps
+// them. Run twice like carve: planning, then for real.
+static void carve_opt(model *m, size_t lo, size_t hi) {
+    size_t O = ELEM(m, BE_OPT), n = GDN_MAX(hi - lo, (size_t)1);
+    m->opt_m = arena_alloc(&m->a_opt, n * O);
+    m->opt_v = arena_alloc(&m->a_opt, n * O);
+    m->master = m->be->master ? arena_alloc(&m->a_opt, m->n_elems * O) : NULL;
+    m->opt_lo = lo;
+    m->opt_n = hi - lo;
+}
+
 // Carve every activation and scratch tensor; run twice (plan, then real) by model_create.
 static void carve(model *m) {
     arena_t *A = &m->a_acts, *S = &m->a_scratch;
@@ -250,11 +262,10 @@ model *model_create(const gdn_config *c, const backend *be, int B, int T) {
     arena_plan(&m->a_opt, "optimizer");
     arena_plan(&m->a_acts, "activations");
     arena_plan(&m->a_scratch, "scratch");
-    size_t P = ELEM(m, BE_PARAM), Gs = ELEM(m, BE_GRAD), O = ELEM(m, BE_OPT);
+    size_t P = ELEM(m, BE_PARAM), Gs = ELEM(m, BE_GRAD);
     arena_alloc(&m->a_params, m->n_elems * P);
     arena_alloc(&m->a_grads, m->n_elems * Gs);
-    arena_alloc(&m->a_opt, 2 * m->n_elems * O);
-    if (be->master) arena_alloc(&m->a_opt, m->n_elems * O);
+    carve_opt(m, 0, m->n_elems);
     carve(m);
     arena_reserve(&m->a_params, be->alloc);
     arena_reserve(&m->a_grads, be->alloc);
@@ -263,11 +274,7 @@ model *model_create(const gdn_config *c, const backend *be, int B, int T) {
     arena_reserve(&m->a_scratch, be->alloc);
     m->param_mem = arena_alloc(&m->a_params, m->n_elems * P);
     m->grad_mem = arena_alloc(&m->a_grads, m->n_elems * Gs);
-    m->opt_m = arena_alloc(&m->a_opt, m->n_elems * O);
-    m->opt_v = arena_alloc(&m->a_opt, m->n_elems * O);
-    m->master = be->master ? arena_alloc(&m->a_opt, m->n_elems * O) : NULL;
-    m->opt_lo = 0;
-    m->opt_n = m->n_elems;
+    carve_opt(m, 0, m->n_elems);
     carve(m);
     m->tok = gdn_malloc((size_t)m->N * sizeof(int32_t));
     m->tgt = gdn_malloc((size_t)m->N * sizeof(int32_t));
@@ -279,17 +286,12 @@ void model_shard_optimizer(model *m, size_t lo, size_t hi) {
     if (lo > hi || hi > m->n_elems)
         gdn_die("internal: optimizer shard [%zu, %zu) of %zu elements", lo, hi, m->n_elems);
     const backend *be = m->be;
-    size_t O = ELEM(m, BE_OPT), n = GDN_MAX(hi - lo, (size_t)1);  // an empty shard keeps 1
     arena_release(&m->a_opt, be->release);
     arena_plan(&m->a_opt, "optimizer");
-    arena_alloc(&m->a_opt, 2 * n * O);
-    if (be->master) arena_alloc(&m->a_opt, m->n_elems * O);
+    carve_opt(m, lo, hi);
     arena_reserve(&m->a_opt, be->alloc);
-    m->opt_m = arena_alloc(&m->a_opt, n * O);
-    m->opt_v = arena_alloc(&m->a_opt, n * O);
-    m->master = be->master ? arena_alloc(&m->a_opt, m->n_elems * O) : NULL;
-    m->opt_lo = lo;
-    m->opt_n = hi - lo;
+    carve_opt(m, lo, hi);
+    size_t n = GDN_MAX(hi - lo, (size_t)1);
     be->zero(m->opt_m, n, BE_OPT);
     be->zero(m->opt_v, n, BE_OPT);
 }
@@ -369,28 +371,37 @@ void model_init_params(model *m, uint64_t seed) {
 
 void model_zero_grads(model *m) { m->be->zero(m->grad_mem, m->n_elems, BE_GRAD); }
 
-static uint64_t branch_key(const model *m, int l, int br) {
-    return m->dropout_key + (uint64_t)(2 * l + br + 1) * 0x9E3779B97F4A7C15ull;
+// ---- dropout ----------------------------------------------------------------------------------
+// Every mask is a function of (the micro-batch's dropout_key, the place, the element index), so
+// the backward redraws it and nothing is saved. Places: 0 the embedding output
+// (model.embed_dropout); 1 + 2l + br the residual branches of layer l (br 0 mixer, 1 MLP;
+// model.dropout); 1 + 2L + l the input of layer l's mixer output projection (model.mixer_dropout:
+// GDN's gated-norm output, attention's heads; the place of nanoGPT's attention dropout, without
+// a kernel of its own).
+enum { PLACE_EMBED = 0 };
+static uint64_t place_branch(int l, int br) { return 1 + 2 * (uint64_t)l + (uint64_t)br; }
+static uint64_t place_mixer(const model *m, int l) { return 1 + 2 * (uint64_t)m->L + (uint64_t)l; }
+
+static uint64_t drop_key(const model *m, uint64_t place) {
+    return m->dropout_key + place * 0x9E3779B97F4A7C15ull;
+}
+// y = drop(x) (y == x allowed) when training with p > 0; returns whether it dropped.
+static bool drop_fwd(model *m, void *y, const void *x, size_t n, double p, uint64_t place, bool train) {
+    if (!(train && p > 0)) return false;
+    m->be->dropout_fwd(y, x, n, p, drop_key(m, place));
+    return true;
+}
+// dx = d drop(x) / dx applied to dy (dx == dy allowed), under drop_fwd's condition.
+static bool drop_bwd(model *m, void *dx, const void *dy, size_t n, double p, uint64_t place, bool train) {
+    if (!(train && p > 0)) return false;
+    m->be->dropout_bwd(dx, dy, n, p, drop_key(m, place));
+    return true;
 }
 
-// The embedding output's mask: multiplier 0 of the branch keys' sequence (branches use 1, 2, ...).
-static uint64_t embed_key(const model *m) { return m->dropout_key; }
-
-// Mixer dropout of layer l: multipliers 2L + 1 + l (after the branches' 1 .. 2L). It drops
-// the features going into the mixer's output projection (GDN: the gated norm's output; attention:
-// the heads' output), the place of nanoGPT's attention dropout that needs no kernel of its own.
-static uint64_t mixer_key(const model *m, int l) {
-    return m->dropout_key + (uint64_t)(2 * m->L + 1 + l) * 0x9E3779B97F4A7C15ull;
-}
-
-// The input of layer l's output projection: `h` itself, or with mixer dropout (training) its
-// dropped copy in `tmp`. The backward calls it again to redraw the same copy (the mask is a
-// function of the key and the index only).
+// The input of layer l's output projection: `h` itself, or with mixer dropout its dropped copy
+// in `tmp` (the backward calls it again to redraw the same copy).
 static const void *mixer_drop(model *m, int l, const void *h, void *tmp, size_t n, bool train) {
-    double p = m->cfg.mixer_dropout;
-    if (!(train && p > 0)) return h;
-    m->be->dropout_fwd(tmp, h, n, p, mixer_key(m, l));
-    return tmp;
+    return drop_fwd(m, tmp, h, n, m->cfg.mixer_dropout, place_mixer(m, l), train) ? tmp : h;
 }
 
 // x_out = x_in + drop(branch)
@@ -398,8 +409,7 @@ static void residual_fwd(model *m, void *x_out, const void *x_in, void *branch, 
                          bool train) {
     const backend *be = m->be;
     size_t n = (size_t)m->N * m->d;
-    double p = m->cfg.dropout;
-    if (train && p > 0) be->dropout_fwd(branch, branch, n, p, branch_key(m, l, br));
+    drop_fwd(m, branch, branch, n, m->cfg.dropout, place_branch(l, br), train);
     if (x_out != x_in) be->copy(x_out, x_in, n);
     be->add(x_out, branch, n);
 }
@@ -472,8 +482,7 @@ static void forward(model *m, const int32_t *x, bool train) {
     double eps = m->cfg.norm_eps;
     memcpy(m->tok, x, (size_t)N * sizeof(int32_t));
     be->embedding_fwd(m->acts[0].x_in, m->tok, P(m->wte), N, d);
-    if (train && m->cfg.embed_dropout > 0)
-        be->dropout_fwd(m->acts[0].x_in, m->acts[0].x_in, (size_t)N * d, m->cfg.embed_dropout, embed_key(m));
+    drop_fwd(m, m->acts[0].x_in, m->acts[0].x_in, (size_t)N * d, m->cfg.embed_dropout, PLACE_EMBED, train);
     for (int l = 0; l < m->L; l++) {
         const layer_params *lp = &m->lp[l];
         layer_acts *a = &m->acts[l];
@@ -513,12 +522,8 @@ double model_eval_loss(model *m, const int32_t *x, const int32_t *y) {
 // dbranch = d(drop(branch)) / d branch applied to dx
 static void *residual_bwd(model *m, int l, int br, bool train) {
     size_t n = (size_t)m->N * m->d;
-    double p = m->cfg.dropout;
-    if (train && p > 0) {
-        m->be->dropout_bwd(m->dbranch, m->dx, n, p, branch_key(m, l, br));
-        return m->dbranch;
-    }
-    return m->dx;
+    return drop_bwd(m, m->dbranch, m->dx, n, m->cfg.dropout, place_branch(l, br), train) ? m->dbranch
+                                                                                       : m->dx;
 }
 
 // dxn += d/dxn of linear(xn, W) given dy; uses dtmp
@@ -543,8 +548,7 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     void **D = m->dbig;
     be->linear_bwd(D[0], G(lp->wo), dbr, mixer_drop(m, l, a->on, D[1], (size_t)N * hv, train),
                    P(lp->wo), N, hv, d);                                         // d on
-    if (train && c->mixer_dropout > 0)
-        be->dropout_bwd(D[0], D[0], (size_t)N * hv, c->mixer_dropout, mixer_key(m, l));
+    drop_bwd(m, D[0], D[0], (size_t)N * hv, c->mixer_dropout, place_mixer(m, l), train);
     be->gated_rmsnorm_bwd(D[1], c->gdn_output_gate ? D[2] : NULL, G(lp->onorm), D[0], a->o,
                           a->z, P(lp->onorm), a->rstd_o, (size_t)N * H, m->dv);  // d o, d z
     bool first = true;
@@ -605,8 +609,7 @@ static void attn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     void **D = m->dbig;
     be->linear_bwd(D[0], G(lp->so), dbr, mixer_drop(m, l, a->ao, D[1], (size_t)N * ha, train),
                    P(lp->so), N, ha, d);
-    if (train && m->cfg.mixer_dropout > 0)
-        be->dropout_bwd(D[0], D[0], (size_t)N * ha, m->cfg.mixer_dropout, mixer_key(m, l));
+    drop_bwd(m, D[0], D[0], (size_t)N * ha, m->cfg.mixer_dropout, place_mixer(m, l), train);
     be->attention_bwd(D[1], D[2], D[3], D[0], a->aq, a->ak, a->av, a->ao, a->lse, m->B, m->T,
                       m->Ha, m->Da, window, 1.0 / sqrt(m->Da));
     be->rope_bwd(D[1], D[1], m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
@@ -663,7 +666,8 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
     for (int l = m->L - 1; l >= 0; l--) {
         const layer_params *lp = &m->lp[l];
         layer_acts *a = &m->acts[l];
-        if (m->cfg.recompute) recompute_layer(m, l);
+        // the shared buffers still hold the last layer's forward: only the others are redone
+        if (m->cfg.recompute && l < m->L - 1) recompute_layer(m, l);
         // MLP branch: dx holds d x_out
         const void *dbr = residual_bwd(m, l, 1, train);
         be->linear_bwd(m->dbig[0], G(lp->wdown), dbr, a->m_h, P(lp->wdown), N, F, d);
@@ -682,8 +686,7 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
         be->add(m->dx, m->dtmp, nd);                                   // dx = d x_in
         grads_ready(m, layer_elem_lo(m, l), layer_elem_lo(m, l + 1));
     }
-    if (train && m->cfg.embed_dropout > 0)
-        be->dropout_bwd(m->dx, m->dx, nd, m->cfg.embed_dropout, embed_key(m));
+    drop_bwd(m, m->dx, m->dx, nd, m->cfg.embed_dropout, PLACE_EMBED, train);
     be->embedding_bwd(G(m->wte), m->dx, m->tok, N, d);
     grads_ready(m, emb_lo, emb_hi);
     return loss_sum;
