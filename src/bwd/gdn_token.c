@@ -17,26 +17,6 @@
 #include "../core/common.h"
 #include "../fwd/cpu_threads.h"
 
-// One forward step in place: H (Dk,Dv) <- alpha H + k w^T, w = beta (v - alpha H^T k) (delta
-// off: w = v); w (Dv) is scratch. Same operations, in the same order, as src/fwd/gdn_token.c.
-static void gdn_token_step(double *H, double *w, const double *k, const double *v, double alpha,
-                           double beta, bool delta, int Dk, int Dv) {
-    if (delta) {
-        for (int j = 0; j < Dv; j++) w[j] = 0;
-        for (int i = 0; i < Dk; i++) {
-            const double *Hi = H + (size_t)i * Dv;
-            for (int j = 0; j < Dv; j++) w[j] += k[i] * Hi[j];
-        }
-        for (int j = 0; j < Dv; j++) w[j] = beta * (v[j] - alpha * w[j]);
-    } else {
-        for (int j = 0; j < Dv; j++) w[j] = v[j];
-    }
-    for (int i = 0; i < Dk; i++) {
-        double *Hi = H + (size_t)i * Dv;
-        for (int j = 0; j < Dv; j++) Hi[j] = alpha * Hi[j] + k[i] * w[j];
-    }
-}
-
 void gdn_token_bwd_cpu(const gdn_cpu_params *p) {
     const int B = p->B, T = p->T, NH = p->H, Dk = p->Dk, Dv = p->Dv;
     if (B < 1 || T < 0 || NH < 1 || Dk < 1 || Dv < 1)
@@ -71,7 +51,7 @@ void gdn_token_bwd_cpu(const gdn_cpu_params *p) {
             for (int t = 0; t < T; t++) {
                 if (t % L == 0) memcpy(ck + (size_t)(t / L) * SS, H, SS * sizeof(double));
                 size_t n = ROW(t);
-                gdn_token_step(H, w, p->k + n * Dk, p->v + n * Dv, ALPHA(n), BETA(n), delta, Dk, Dv);
+                gdn_token_step_cpu(H, w, p->k + n * Dk, p->v + n * Dv, ALPHA(n), BETA(n), delta, Dk, Dv);
             }
             // reverse scan
             if (p->dht) memcpy(dH, p->dht + sh, SS * sizeof(double));
@@ -82,7 +62,7 @@ void gdn_token_bwd_cpu(const gdn_cpu_params *p) {
                 for (int r = 0; r < len; r++) {
                     size_t n = ROW(s0 + r);
                     memcpy(Hs + (size_t)(r + 1) * SS, Hs + (size_t)r * SS, SS * sizeof(double));
-                    gdn_token_step(Hs + (size_t)(r + 1) * SS, w, p->k + n * Dk, p->v + n * Dv,
+                    gdn_token_step_cpu(Hs + (size_t)(r + 1) * SS, w, p->k + n * Dk, p->v + n * Dv,
                                    ALPHA(n), BETA(n), delta, Dk, Dv);
                 }
                 for (int r = len - 1; r >= 0; r--) {

@@ -96,7 +96,11 @@ typedef struct {
     double *dh0;            // gradient of the initial state, NULL = not wanted
 } gdn_cpu_params;
 
-void gdn_token_fwd_cpu(const gdn_cpu_params *p);  // DESIGN 3.3, token by token (ground truth)
+void gdn_token_fwd_cpu(const gdn_cpu_params *p);
+// One token of it in place on H = S^T (Dk,Dv): H <- alpha H + k w^T, w = beta (v - alpha H^T k)
+// (delta off: w = v); w (Dv) scratch.
+void gdn_token_step_cpu(double *H, double *w, const double *k, const double *v, double alpha,
+                        double beta, bool delta, int Dk, int Dv);  // DESIGN 3.3, token by token (ground truth)
 void gdn_chunk_fwd_cpu(const gdn_cpu_params *p);  // DESIGN 3.1, the kernel's algorithm
 
 #ifdef __cplusplus

@@ -10,8 +10,9 @@
 #include "../core/common.h"
 #include "cpu_threads.h"
 
-// One step in place: H (Dk,Dv) <- alpha H + k w^T; w (Dv) is scratch.
-static void gdn_token_step(double *H, double *w, const double *k, const double *v, double alpha,
+// One step in place: H (Dk,Dv) <- alpha H + k w^T; w (Dv) is scratch. The token-level backward
+// replays the forward with it (src/bwd/gdn_token.c), so both see the same bits.
+void gdn_token_step_cpu(double *H, double *w, const double *k, const double *v, double alpha,
                            double beta, bool delta, int Dk, int Dv) {
     if (delta) {
         for (int j = 0; j < Dv; j++) w[j] = 0;
@@ -50,7 +51,7 @@ void gdn_token_fwd_cpu(const gdn_cpu_params *p) {
                 const double *q = p->q + n * Dk, *k = p->k + n * Dk, *v = p->v + n * Dv;
                 double alpha = p->mode.gate ? exp(p->g[n]) : 1.0;
                 double beta = p->mode.delta ? p->beta[n] : 1.0;
-                gdn_token_step(H, w, k, v, alpha, beta, p->mode.delta, Dk, Dv);
+                gdn_token_step_cpu(H, w, k, v, alpha, beta, p->mode.delta, Dk, Dv);
                 double *o = p->o + n * Dv;  // o = H^T q
                 for (int j = 0; j < Dv; j++) o[j] = 0;
                 for (int i = 0; i < Dk; i++) {
