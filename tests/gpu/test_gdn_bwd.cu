@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <cuda_runtime.h>
 
-#include "gputest.h"
+#include "gdn_test_io.h"
 #include "../../src/bwd/bwd_cpu.h"
 #include "../../src/bwd/gdn_bwd_cuda.h"
 #include "../../src/fwd/gdn_cuda.h"
@@ -111,51 +111,6 @@ static void ref_backward(const gdn_cpu_params *p) {
     pthread_mutex_destroy(&pool.mu);
 }
 
-static size_t count_nonfinite(const double *x, size_t n) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += !isfinite(x[i]);
-    return c;
-}
-
-// device buffer of n elements in dtype dt from doubles (x is rounded to dt in place)
-static void *upload(double *x, size_t n, gdn_dtype dt) {
-    void *d;
-    if (dt == GDN_DTYPE_BF16) {
-        uint16_t *h = (uint16_t *)gdn_malloc(n * 2 + 2);
-        for (size_t i = 0; i < n; i++) {
-            h[i] = f2bf((float)x[i]);
-            x[i] = bf2d(h[i]);
-        }
-        CUDA_CHECK(cudaMalloc(&d, n * 2 + 16));
-        if (n) CUDA_CHECK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
-        free(h);
-    } else {
-        float *h = (float *)gdn_malloc(n * 4 + 4);
-        for (size_t i = 0; i < n; i++) {
-            h[i] = (float)x[i];
-            x[i] = h[i];
-        }
-        CUDA_CHECK(cudaMalloc(&d, n * 4 + 16));
-        if (n) CUDA_CHECK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
-        free(h);
-    }
-    return d;
-}
-static void download(double *x, const void *d, size_t n, gdn_dtype dt) {
-    if (!n) return;
-    if (dt == GDN_DTYPE_BF16) {
-        uint16_t *h = (uint16_t *)gdn_malloc(n * 2);
-        CUDA_CHECK(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) x[i] = bf2d(h[i]);
-        free(h);
-    } else {
-        float *h = (float *)gdn_malloc(n * 4);
-        CUDA_CHECK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) x[i] = h[i];
-        free(h);
-    }
-}
-
 // an output buffer of `bytes`, poisoned (0xff: NaN in bf16 and fp32) with a 16-byte tail
 static void *out_alloc(size_t bytes) {
     void *d;
@@ -174,15 +129,6 @@ static unsigned char *snapshot(const void *d, size_t bytes) {
     unsigned char *h = (unsigned char *)gdn_malloc(bytes + 1);
     if (bytes) CUDA_CHECK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
     return h;
-}
-
-static void l2norm_rows(double *x, size_t rows, int D) {
-    for (size_t r = 0; r < rows; r++) {
-        double s = 0;
-        for (int i = 0; i < D; i++) s += x[r * D + i] * x[r * D + i];
-        s = 1.0 / sqrt(s + 1e-12);
-        for (int i = 0; i < D; i++) x[r * D + i] *= s;
-    }
 }
 
 // worst relative L2 over the (b, h) slices of a (B,T,H) array

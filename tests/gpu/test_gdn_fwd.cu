@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <cuda_runtime.h>
 
-#include "gputest.h"
+#include "gdn_test_io.h"
 #include "../../src/fwd/fwd_cpu.h"
 #include "../../src/fwd/gdn_cuda.h"
 
@@ -66,59 +66,6 @@ static void ref_forward(const gdn_cpu_params *p) {
         if (pthread_join(th[b], NULL) != 0) gdn_die("pthread_join failed");
     free(th);
     free(jobs);
-}
-
-static size_t count_nonfinite(const double *x, size_t n) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += !isfinite(x[i]);
-    return c;
-}
-
-// device buffer of n elements in dtype dt from doubles (bf16: rounded, and x is rounded too)
-static void *upload(double *x, size_t n, gdn_dtype dt) {
-    void *d;
-    if (dt == GDN_DTYPE_BF16) {
-        uint16_t *h = (uint16_t *)gdn_malloc(n * 2);
-        for (size_t i = 0; i < n; i++) {
-            h[i] = f2bf((float)x[i]);
-            x[i] = bf2d(h[i]);
-        }
-        CUDA_CHECK(cudaMalloc(&d, n * 2));
-        CUDA_CHECK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
-        free(h);
-    } else {
-        float *h = (float *)gdn_malloc(n * 4);
-        for (size_t i = 0; i < n; i++) {
-            h[i] = (float)x[i];
-            x[i] = h[i];
-        }
-        CUDA_CHECK(cudaMalloc(&d, n * 4));
-        CUDA_CHECK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
-        free(h);
-    }
-    return d;
-}
-static void download(double *x, const void *d, size_t n, gdn_dtype dt) {
-    if (dt == GDN_DTYPE_BF16) {
-        uint16_t *h = (uint16_t *)gdn_malloc(n * 2);
-        CUDA_CHECK(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) x[i] = bf2d(h[i]);
-        free(h);
-    } else {
-        float *h = (float *)gdn_malloc(n * 4);
-        CUDA_CHECK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) x[i] = h[i];
-        free(h);
-    }
-}
-
-static void l2norm_rows(double *x, size_t rows, int D) {
-    for (size_t r = 0; r < rows; r++) {
-        double s = 0;
-        for (int i = 0; i < D; i++) s += x[r * D + i] * x[r * D + i];
-        s = 1.0 / sqrt(s + 1e-12);
-        for (int i = 0; i < D; i++) x[r * D + i] *= s;
-    }
 }
 
 static int n_cases = 0, n_fail = 0;
