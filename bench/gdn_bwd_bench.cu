@@ -22,68 +22,12 @@
 #include "bwd/bwd_cpu.h"
 #include "bwd/gdn_bwd_cuda.h"
 #include "fwd/gdn_cuda.h"
-
-// ---- device-side input generation (hash -> uniform / normal) ------------------------------
-__device__ __forceinline__ uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-__device__ __forceinline__ float unif(uint64_t seed, uint64_t i) {  // (0, 1)
-    return ((float)(mix64(seed * 0x100000001b3ull + i) >> 40) + 0.5f) * (1.0f / 16777216.0f);
-}
-__device__ __forceinline__ float normal(uint64_t seed, uint64_t i) {
-    const float u1 = unif(seed, 2 * i), u2 = unif(seed, 2 * i + 1);
-    return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
-}
-// rows of D values: N(0,1), L2-normalised when norm, stored bf16 (one warp per row)
-__global__ void gen_rows(__nv_bfloat16 *x, size_t rows, int D, uint64_t seed, bool norm) {
-    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
-    if (row >= rows) return;
-    float v[16];  // D <= 512
-    float ss = 0.f;
-    for (int j = 0; j < D / 32; j++) {
-        v[j] = normal(seed, row * D + j * 32 + lane);
-        ss += v[j] * v[j];
-    }
-    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float s = norm ? rsqrtf(ss + 1e-12f) : 1.f;
-    for (int j = 0; j < D / 32; j++) x[row * D + j * 32 + lane] = __float2bfloat16_rn(v[j] * s);
-}
-__global__ void gen_gates(float *g, float *beta, size_t n, uint64_t seed) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const float x = normal(seed, i) + 3.f;
-    g[i] = fminf(x, 0.f) - log1pf(expf(-fabsf(x)));  // logsigmoid
-    beta[i] = 1.f / (1.f + expf(-unif(seed + 7, i)));
-}
-__global__ void gen_f32(float *x, size_t n, uint64_t seed) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = normal(seed, i);
-}
+#include "gdn_bench_common.cuh"
 
 struct inset {
     __nv_bfloat16 *q, *k, *v, *dO;
     float *g, *beta, *dht;
 };
-
-// head (b, h) of a (B,T,H,D) bf16 tensor -> (T,D) doubles
-static std::vector<double> head_of(const __nv_bfloat16 *d, int T, int H, int D, int b, int h) {
-    std::vector<__nv_bfloat16> tmp((size_t)T * D);
-    CUDA_CHECK(cudaMemcpy2D(tmp.data(), (size_t)D * 2, d + ((size_t)b * T * H + h) * D,
-                            (size_t)H * D * 2, (size_t)D * 2, T, cudaMemcpyDeviceToHost));
-    std::vector<double> out(tmp.size());
-    for (size_t i = 0; i < tmp.size(); i++) out[i] = (double)__bfloat162float(tmp[i]);
-    return out;
-}
-static std::vector<double> gate_of(const float *d, int T, int H, int b, int h) {
-    std::vector<float> tmp(T);
-    CUDA_CHECK(cudaMemcpy2D(tmp.data(), 4, d + (size_t)b * T * H + h, (size_t)H * 4, 4, T,
-                            cudaMemcpyDeviceToHost));
-    return std::vector<double>(tmp.begin(), tmp.end());
-}
 
 struct headref {  // the reference backward for one head
     std::vector<double> q, k, v, g, beta, dO, dht, dq, dk, dv, dg, db, dh0;
@@ -94,20 +38,6 @@ static void *headref_run(void *arg) {
     gdn_token_bwd_cpu(&r->p);
     return NULL;
 }
-static double rel_err(const std::vector<double> &a, const std::vector<double> &b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        const double d = a[i] - b[i];
-        num += d * d;
-        den += b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : (num == 0 ? 0 : INFINITY);
-}
-static double median(std::vector<float> x) {
-    std::sort(x.begin(), x.end());
-    return x[x.size() / 2];
-}
-
 int main(int argc, char **argv) {
     int only = -1;
     bool quick = false;  // --quick: one fwd + bwd per variant, no check, no timing (a profiler)

@@ -18,70 +18,15 @@
 #include "core/cuda_check.h"
 #include "fwd/fwd_cpu.h"
 #include "fwd/gdn_cuda.h"
+#include "gdn_bench_common.cuh"
 
 static const double PEAK_TFLOPS = 727.0;  // bf16 cuBLAS 8192^3 on this H200 (BENCHMARKS.md)
 static const double PEAK_TBS = 4.2;       // device-to-device copy
-
-// ---- device-side input generation (hash -> uniform / normal) ------------------------------
-__device__ __forceinline__ uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-__device__ __forceinline__ float unif(uint64_t seed, uint64_t i) {  // (0, 1)
-    return ((float)(mix64(seed * 0x100000001b3ull + i) >> 40) + 0.5f) * (1.0f / 16777216.0f);
-}
-__device__ __forceinline__ float normal(uint64_t seed, uint64_t i) {
-    const float u1 = unif(seed, 2 * i), u2 = unif(seed, 2 * i + 1);
-    return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
-}
-// rows of D values: N(0,1), L2-normalised when norm, stored bf16 (one warp per row)
-__global__ void gen_rows(__nv_bfloat16 *x, size_t rows, int D, uint64_t seed, bool norm) {
-    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
-    if (row >= rows) return;
-    float v[16];  // D <= 512
-    float ss = 0.f;
-    for (int j = 0; j < D / 32; j++) {
-        v[j] = normal(seed, row * D + j * 32 + lane);
-        ss += v[j] * v[j];
-    }
-    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float s = norm ? rsqrtf(ss + 1e-12f) : 1.f;
-    for (int j = 0; j < D / 32; j++) x[row * D + j * 32 + lane] = __float2bfloat16_rn(v[j] * s);
-}
-__global__ void gen_gates(float *g, float *beta, size_t n, uint64_t seed) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const float x = normal(seed, i) + 3.f;
-    g[i] = fminf(x, 0.f) - log1pf(expf(-fabsf(x)));  // logsigmoid
-    beta[i] = 1.f / (1.f + expf(-unif(seed + 7, i)));
-}
 
 struct inset {
     __nv_bfloat16 *q, *k, *v;
     float *g, *beta;
 };
-
-static double bf2d(__nv_bfloat16 h) { return (double)__bfloat162float(h); }
-
-// copy head (b, h) of a (B,T,H,D) bf16 tensor to a (T,D) double array
-static std::vector<double> head_of(const __nv_bfloat16 *d, int B, int T, int H, int D, int b,
-                                   int h) {
-    std::vector<__nv_bfloat16> tmp((size_t)T * D);
-    CUDA_CHECK(cudaMemcpy2D(tmp.data(), (size_t)D * 2, d + ((size_t)b * T * H + h) * D,
-                            (size_t)H * D * 2, (size_t)D * 2, T, cudaMemcpyDeviceToHost));
-    std::vector<double> out(tmp.size());
-    for (size_t i = 0; i < tmp.size(); i++) out[i] = bf2d(tmp[i]);
-    return out;
-}
-static std::vector<double> gate_of(const float *d, int B, int T, int H, int b, int h) {
-    std::vector<float> tmp(T);
-    CUDA_CHECK(cudaMemcpy2D(tmp.data(), 4, d + (size_t)b * T * H + h, (size_t)H * 4, 4, T,
-                            cudaMemcpyDeviceToHost));
-    return std::vector<double>(tmp.begin(), tmp.end());
-}
 
 struct headref {  // the reference for one head
     int b, h;
@@ -92,21 +37,6 @@ static void *headref_run(void *arg) {
     headref *r = (headref *)arg;
     gdn_token_fwd_cpu(&r->p);
     return NULL;
-}
-
-static double rel_err(const std::vector<double> &a, const std::vector<double> &b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        const double d = a[i] - b[i];
-        num += d * d;
-        den += b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : (num == 0 ? 0 : INFINITY);
-}
-
-static double median(std::vector<float> x) {
-    std::sort(x.begin(), x.end());
-    return x[x.size() / 2];
 }
 
 int main(int argc, char **argv) {
@@ -176,11 +106,11 @@ int main(int argc, char **argv) {
             headref &R = ref[r];
             R.b = B - 1;
             R.h = r == 0 ? 0 : H - 1;
-            R.q = head_of(in[0].q, B, T, H, Dk, R.b, R.h);
-            R.k = head_of(in[0].k, B, T, H, Dk, R.b, R.h);
-            R.v = head_of(in[0].v, B, T, H, Dv, R.b, R.h);
-            R.g = gate_of(in[0].g, B, T, H, R.b, R.h);
-            R.beta = gate_of(in[0].beta, B, T, H, R.b, R.h);
+            R.q = head_of(in[0].q, T, H, Dk, R.b, R.h);
+            R.k = head_of(in[0].k, T, H, Dk, R.b, R.h);
+            R.v = head_of(in[0].v, T, H, Dv, R.b, R.h);
+            R.g = gate_of(in[0].g, T, H, R.b, R.h);
+            R.beta = gate_of(in[0].beta, T, H, R.b, R.h);
             R.o.assign((size_t)T * Dv, 0);
             R.ht.assign((size_t)Dk * Dv, 0);
             memset(&R.p, 0, sizeof R.p);
@@ -228,7 +158,7 @@ int main(int argc, char **argv) {
             CUDA_CHECK(cudaDeviceSynchronize());
             double eo = 0, eh = 0;
             for (int r = 0; r < 2; r++) {
-                std::vector<double> og = head_of(o, B, T, H, Dv, ref[r].b, ref[r].h);
+                std::vector<double> og = head_of(o, T, H, Dv, ref[r].b, ref[r].h);
                 std::vector<float> hf((size_t)Dk * Dv);
                 CUDA_CHECK(cudaMemcpy(hf.data(), ht + ((size_t)ref[r].b * H + ref[r].h) * Dk * Dv,
                                       hf.size() * 4, cudaMemcpyDeviceToHost));
