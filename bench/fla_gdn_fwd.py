@@ -6,12 +6,10 @@
 import sys
 
 import torch
-import torch.nn.functional as F
 import triton
 
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-
-SHAPES = [(8, 4096, 16, 128, 128), (4, 4096, 16, 128, 256), (1, 32768, 16, 128, 128)]
+from fla_inputs import SHAPES, inputs
 
 
 def main():
@@ -23,11 +21,7 @@ def main():
     for i, (B, T, H, K, V) in enumerate(SHAPES):
         if only >= 0 and i != only:
             continue
-        q = F.normalize(torch.randn(B, T, H, K, device=dev, dtype=torch.float32), p=2, dim=-1).bfloat16()
-        k = F.normalize(torch.randn(B, T, H, K, device=dev, dtype=torch.float32), p=2, dim=-1).bfloat16()
-        v = torch.randn(B, T, H, V, device=dev, dtype=torch.bfloat16)
-        g = F.logsigmoid(torch.randn(B, T, H, device=dev, dtype=torch.float32) + 3)
-        beta = torch.rand(B, T, H, device=dev, dtype=torch.float32).sigmoid()
+        q, k, v, g, beta = inputs(B, T, H, K, V, dev)
 
         def fwd():
             return chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)

@@ -1,0 +1,16 @@
+# fla_inputs.py — the shapes and inputs of BENCHMARKS.md that fla_gdn_fwd.py and fla_gdn_bwd.py
+# time fla on (bf16 q, k L2-normalised; v ~ N(0,1); g = logsigmoid(N(0,1) + 3) and
+# beta = sigmoid(U(0,1)) in fp32), drawn in this order from torch's generator.
+import torch
+import torch.nn.functional as F
+
+SHAPES = [(8, 4096, 16, 128, 128), (4, 4096, 16, 128, 256), (1, 32768, 16, 128, 128)]
+
+
+def inputs(B, T, H, K, V, dev="cuda"):
+    q = F.normalize(torch.randn(B, T, H, K, device=dev, dtype=torch.float32), p=2, dim=-1).bfloat16()
+    k = F.normalize(torch.randn(B, T, H, K, device=dev, dtype=torch.float32), p=2, dim=-1).bfloat16()
+    v = torch.randn(B, T, H, V, device=dev, dtype=torch.bfloat16)
+    g = F.logsigmoid(torch.randn(B, T, H, device=dev, dtype=torch.float32) + 3)
+    beta = torch.rand(B, T, H, device=dev, dtype=torch.float32).sigmoid()
+    return q, k, v, g, beta
