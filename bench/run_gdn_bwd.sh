@@ -10,19 +10,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-dev}
 out=${OUT:-/tmp}
-bin=${GDN_BWD_BENCH:-$build/gdn_bwd_bench}
-if [ ! -x "$bin" ]; then
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I"$root/src" \
-       "$root/bench/gdn_bwd_bench.cu" "$build/libgdn_cuda.a" "$build/libgdn.a" \
-       -lpthread -lm -o "$bin"
-fi
-"$bin" | tee "$out/gdn_bwd_bench.log"
-if [ -d "$root/fla" ]; then
-  (cd "$root" && PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" \
-     timeout "${FLA_TIMEOUT:-400}" python3 bench/fla_gdn_bwd.py) | tee "$out/fla_gdn_bwd.log" || true
-else
-  echo "no ./fla: fla not timed" | tee "$out/fla_gdn_bwd.log"
-fi
+cd "$root"
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+kernel_bench_vs_fla gdn_bwd "$build" "${GDN_BWD_BENCH:-$build/gdn_bwd_bench}" "$out"
 # table: best of the two rounds for us and for fla
 awk '
   /^FLA_FWDBWD / { fla[$2] = ($4 < $5 ? $4 : $5); flam[$2] = $9 }

@@ -9,19 +9,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-dev}
 out=${OUT:-/tmp}
-bin=${GDN_FWD_BENCH:-$build/gdn_fwd_bench}
-if [ ! -x "$bin" ]; then
-  nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I"$root/src" \
-       "$root/bench/gdn_fwd_bench.cu" "$build/libgdn_cuda.a" "$build/libgdn.a" \
-       -lpthread -lm -o "$bin"
-fi
-"$bin" | tee "$out/gdn_fwd_bench.log"
-if [ -d "$root/fla" ]; then
-  (cd "$root" && PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" \
-     timeout "${FLA_TIMEOUT:-400}" python3 bench/fla_gdn_fwd.py) | tee "$out/fla_gdn_fwd.log" || true
-else
-  echo "no ./fla: fla not timed" | tee "$out/fla_gdn_fwd.log"
-fi
+cd "$root"
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+kernel_bench_vs_fla gdn_fwd "$build" "${GDN_FWD_BENCH:-$build/gdn_fwd_bench}" "$out"
 # table: best of the two rounds for us and for fla
 awk '
   /^FLA /    { fla[$2] = ($4 < $5 ? $4 : $5) }

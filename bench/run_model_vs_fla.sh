@@ -70,21 +70,11 @@ trap 'rm -rf "$tmp"' EXIT
 } >"$tmp/head.md"
 
 # ---- binaries
-t0=$SECONDS
-if [ -n "${GDN_BIN:-}" ]; then
-    b=$GDN_BIN
-    for f in "$b"/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
-    chmod +x "$b"/* 2>/dev/null   # (a .gz made with gzip -c > file does not keep the x bit)
-    echo "binaries: prebuilt in $b" | tee "$out/build.log"
-else
-    b=build-dev
-    { cmake -S . -B build-dev -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release &&
-          cmake --build build-dev --target gdn-train; } >"$out/build.log" 2>&1
-    rc=$?
-    echo "binaries: built here in $((SECONDS - t0)) s (exit $rc)" | tee -a "$out/build.log"
-fi
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+gdn_binaries "$out/build.log" gdn-train
 echo "build: $(tail -1 "$out/build.log")" >>"$tmp/head.md"
-[ -x "$b/gdn-train" ] || { echo "no $b/gdn-train: see build.log"; tail -20 "$out/build.log"; exit 1; }
+[ -x "$b/gdn-train" ] || { tail -20 "$out/build.log"; exit 1; }
 
 # ---- data: uniform random tokens at vocab 32000
 data=data/synth-32000.h5

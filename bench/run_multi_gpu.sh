@@ -84,22 +84,9 @@ for n in 1 2 4 8 16; do [ "$n" -le "$ngpu" ] && [ "$n" -le "$MAX_GPUS" ] && Ns+=
 [ "${#Ns[@]}" -ge 1 ] || { echo "no GPU found" | tee -a "$md"; exit 1; }
 
 # ---- binaries
-t0=$SECONDS
-if [ -n "${GDN_BIN:-}" ]; then
-    b=$GDN_BIN
-    for f in "$b"/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
-    chmod +x "$b"/* 2>/dev/null   # (a .gz made with gzip -c > file does not keep the x bit)
-    echo "binaries: prebuilt in $b" | tee "$out/build.log"
-else
-    b=build-dev
-    { cmake -S . -B build-dev -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release &&
-          cmake --build build-dev --target gdn-train gdn-ckpt; } >"$out/build.log" 2>&1
-    rc=$?
-    echo "binaries: built here in $((SECONDS - t0)) s (exit $rc)" | tee -a "$out/build.log"
-fi
-for t in gdn-train gdn-ckpt; do
-    [ -x "$b/$t" ] || { echo "no $b/$t: see build.log" | tee -a "$md"; exit 1; }
-done
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+gdn_binaries "$out/build.log" gdn-train gdn-ckpt || { echo "binaries missing: see build.log" | tee -a "$md"; exit 1; }
 ldd "$b/gdn-train" 2>/dev/null | grep -q libnccl ||
     echo "warning: $b/gdn-train does not link NCCL: --gpus N > 1 on GPUs will fail" | tee -a "$md"
 

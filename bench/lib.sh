@@ -1,0 +1,44 @@
+# bench/lib.sh — what the bench/run_*.sh scripts share (sourced, from the repo root).
+# shellcheck shell=bash
+
+# gdn_binaries LOG TARGET... : sets b to a folder holding the gdn binaries TARGET...: GDN_BIN
+# (built elsewhere for sm_90a; its *.gz are gunzipped and made executable), else build-dev,
+# built here with CMake (its output in LOG). Says which in LOG; returns 1 when a target is
+# missing.
+gdn_binaries() {
+    local log=$1 t rc t0=$SECONDS
+    shift
+    if [ -n "${GDN_BIN:-}" ]; then
+        b=$GDN_BIN
+        for t in "$b"/*.gz; do [ -e "$t" ] && gunzip -f "$t"; done
+        chmod +x "$b"/* 2>/dev/null   # (a .gz made with gzip -c > file does not keep the x bit)
+        echo "binaries: prebuilt in $b" | tee "$log"
+    else
+        b="build-dev"
+        { cmake -S . -B build-dev -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release &&
+              cmake --build build-dev --target "$@"; } >"$log" 2>&1
+        rc=$?
+        echo "binaries: built here in $((SECONDS - t0)) s (exit $rc)" | tee -a "$log"
+    fi
+    for t in "$@"; do [ -x "$b/$t" ] || { echo "no $b/$t: see $log"; return 1; }; done
+}
+
+# kernel_bench_vs_fla NAME BUILD_DIR BIN OUT: the GDN kernel benchmark bench/NAME_bench.cu (BIN,
+# compiled against BUILD_DIR's static libraries when not there yet) into OUT/NAME_bench.log, then
+# fla's timing of the same shapes (bench/fla_NAME.py, FLA_TIMEOUT s) into OUT/fla_NAME.log.
+kernel_bench_vs_fla() {
+    local name=$1 build=$2 bin=$3 out=$4 root
+    root=$(pwd)
+    if [ ! -x "$bin" ]; then
+        nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I"$root/src" \
+             "$root/bench/${name}_bench.cu" "$build/libgdn_cuda.a" "$build/libgdn.a" \
+             -Xcompiler -fopenmp -lgomp -lpthread -lm -o "$bin"   # libgdn's CPU ops use OpenMP
+    fi
+    "$bin" | tee "$out/${name}_bench.log"
+    if [ -d "$root/fla" ]; then
+        (PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" \
+             timeout "${FLA_TIMEOUT:-400}" python3 "bench/fla_${name}.py") | tee "$out/fla_${name}.log" || true
+    else
+        echo "no ./fla: fla not timed" | tee "$out/fla_${name}.log"
+    fi
+}
