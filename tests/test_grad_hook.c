@@ -14,8 +14,9 @@
 #include "../src/core/config.h"
 #include "../src/model/model.h"
 #include "testutil.h"
+#include "tiny_model.h"
 
-enum { MAXR = 64, B = 2, T = 12, V = 23 };
+enum { MAXR = 64, B = 2, T = 12, V = 23 };  // V: tiny_config's vocabulary
 
 typedef struct {
     size_t lo, hi;
@@ -74,20 +75,10 @@ static void check(bool ok, const char *what, const char *detail) {
 }
 
 static void test_case(const char *pattern, bool tied) {
-    gdn_config c;
-    config_defaults(&c);
-    snprintf(c.pattern, sizeof c.pattern, "%s", pattern);
-    c.n_layers = 3;
-    c.d_model = 16;
-    c.vocab_size = V;
+    gdn_config c = tiny_config(pattern, 3);
     c.tie_embeddings = tied;
     c.dropout = 0.1;
-    c.mlp_hidden = 24;
-    c.gdn_n_heads = 2;
-    c.gdn_head_dim = 8;
     c.gdn_chunk_size = 8;
-    c.swa_n_heads = 2;
-    c.swa_head_dim = 8;
     c.swa_window = 5;
     model *m = model_create(&c, &backend_cpu, B, T);
     model_init_params(m, 11);

@@ -2,6 +2,7 @@
 // (with and without weight decay, with clipping), and gradient accumulation: two micro-batches
 // of B/2 give the gradients of one batch of B (float64, 1e-12).
 #include "testutil.h"
+#include "tiny_model.h"
 #include "../src/optim/optim.h"
 
 static void expect(const char *what, double got, double want, double tol) {
@@ -14,17 +15,8 @@ static void expect(const char *what, double got, double want, double tol) {
 }
 
 static gdn_config tiny(void) {
-    gdn_config c;
-    config_defaults(&c);
-    snprintf(c.pattern, sizeof c.pattern, "GS");
-    c.n_layers = 2;
-    c.d_model = 16;
+    gdn_config c = tiny_config("GS", 2);
     c.vocab_size = 29;
-    c.mlp_hidden = 24;
-    c.gdn_n_heads = 2;
-    c.gdn_head_dim = 8;
-    c.swa_n_heads = 2;
-    c.swa_head_dim = 8;
     c.swa_window = 5;
     c.gdn_chunk_size = 4;
     return c;
