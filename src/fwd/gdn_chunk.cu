@@ -103,6 +103,7 @@ struct gdn_prep_layout {
 };
 
 // ---- PTX wrappers: shared with the backward (gdn_chunk_common.cuh) -----------------------
+using gdnk::cvt_rows_f32;
 using gdnk::cp_async16;
 using gdnk::cp_async4;
 using gdnk::cp_async_commit;
@@ -223,22 +224,7 @@ __device__ __forceinline__ void load_tile(unsigned char *sm, int dst, const void
             cp_async16(smem_u32(sm + dst + r * PB + c * 2), ok ? s + r * rs + c : s, ok ? 16 : 0);
         }
     } else {
-        const float *s = (const float *)src;
-        for (int i = tid; i < C * PIECES; i += NTH) {
-            const int r = i / PIECES, c = (i % PIECES) * 8;
-            float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
-            if (r < nvalid) {
-                v0 = *(const float4 *)(s + r * rs + c);
-                v1 = *(const float4 *)(s + r * rs + c + 4);
-            }
-            uint4 hi, lo;
-            split2(v0.x, v0.y, hi.x, lo.x);
-            split2(v0.z, v0.w, hi.y, lo.y);
-            split2(v1.x, v1.y, hi.z, lo.z);
-            split2(v1.z, v1.w, hi.w, lo.w);
-            *(uint4 *)(sm + dst + r * PB + c * 2) = hi;
-            *(uint4 *)(sm + dst + r * PB + c * 2 + PL) = lo;
-        }
+        cvt_rows_f32<2>(sm, dst, PB, PL, (const float *)src, rs, C, DK, nvalid, tid, NTH);
     }
 }
 
