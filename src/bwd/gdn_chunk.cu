@@ -125,39 +125,6 @@ __device__ __forceinline__ float quad_sum(float x) {  // sum over the 4 lanes of
     return x;
 }
 
-// Products whose operands have different plane counts: a bf16 input (one exact plane) times an
-// intermediate kept as hi + lo planes. c += a * b[n-tile NT], lo terms first (lo x lo dropped).
-template <int NT, int NPA, int NPB>
-__device__ __forceinline__ void mma_px(float c[4], const uint32_t (&a)[NPA][4],
-                                       const uint32_t (&b)[NPB][4]) {
-    if constexpr (NPA == 2) mma16816(c, a[1], b[0][2 * NT], b[0][2 * NT + 1]);
-    if constexpr (NPB == 2) mma16816(c, a[0], b[1][2 * NT], b[1][2 * NT + 1]);
-    mma16816(c, a[0], b[0][2 * NT], b[0][2 * NT + 1]);
-}
-// wmm (gdn_chunk_common.cuh) with NPA planes of A and NPB of B; NPA == NPB is wmm itself.
-template <int NPA, int NPB, bool TA, bool TB, int NT>
-__device__ __forceinline__ void wmmx(float (&acc)[NT][4], smat a, smat b, int m0, int n0, int k0,
-                                     int k1, int lane) {
-    if constexpr (NPA == NPB) {
-        wmm<NPA, TA, TB, NT>(acc, a, b, m0, n0, k0, k1, lane);
-    } else {
-        static_assert(NT % 2 == 0, "B fragments come in pairs of n-tiles");
-        for (int k = k0; k < k1; k += 16) {
-            uint32_t fa[NPA][4];
-            if constexpr (TA) lda_t<NPA>(fa, a, k, m0, lane);
-            else lda<NPA>(fa, a, m0, k, lane);
-#pragma unroll
-            for (int np = 0; np < NT / 2; ++np) {
-                uint32_t fb[NPB][4];
-                if constexpr (TB) ldb_t<NPB>(fb, b, k, n0 + np * 16, lane);
-                else ldb<NPB>(fb, b, n0 + np * 16, k, lane);
-                mma_px<0, NPA, NPB>(acc[2 * np], fa, fb);
-                mma_px<1, NPA, NPB>(acc[2 * np + 1], fa, fb);
-            }
-        }
-    }
-}
-
 // =============================================================================================
 // prep: per chunk, 4 warps; warp w owns rows [16w, 16w + 16) of every C-row result.
 // =============================================================================================
@@ -327,7 +294,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
         __syncthreads();
         if (delta) {
             float acc[NTV][4] = {};
-            wmmx<NP, L::HP, false, true, NTV>(acc, sK, sH, m0, 0, 0, DK, lane);
+            wmm<NP, false, true, NTV, L::HP>(acc, sK, sH, m0, 0, 0, DK, lane);
             bf16 *Kg = a.Kp + cix * 2 * C * DV;
             frag_each<NTV>(acc, m0, 0, lane, [&](int i, int j, float x0, float x1) {
                 stg_pair<2>(Kg, (size_t)C * DV, (size_t)i * DV + v0 + j, gam[i] * x0,
@@ -725,16 +692,16 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
 
             if (kh == 0) {
                 if (delta) {
-                    wmmx<NP, 2, false, false, 4>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);  // dO Δ^T
+                    wmm<NP, false, false, 4, 2>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);  // dO Δ^T
                     wmm<2, false, false, 4>(aT, sDD, sY, m0, ch * 32, 0, VB, lane);      // dΔ Y^T
                 } else {
                     wmm<NP, false, false, 4>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);    // dO V^T
                 }
             }
-            wmmx<NP, 2, false, false, NQ>(aQ, sDO, sHB, m0, q0, 0, VB, lane);    // dO H^T
+            wmm<NP, false, false, NQ, 2>(aQ, sDO, sHB, m0, q0, 0, VB, lane);    // dO H^T
             wmm<2, false, false, NQ>(aK, sDH, sDHB, m0, q0, 0, VB, lane);        // Δh dH'^T
             if (delta)
-                wmmx<NP, 2, false, false, NQ>(aK, sDVG, sHB, m0, q0, 0, VB, lane);  // -γdV H^T
+                wmm<NP, false, false, NQ, 2>(aK, sDVG, sHB, m0, q0, 0, VB, lane);  // -γdV H^T
         }
         __syncthreads();  // the value-block buffers are dead: region R takes phase 2
         load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);

@@ -106,21 +106,20 @@ __device__ __forceinline__ void ldb_t(uint32_t (&b)[NP][4], smat s, int k0, int 
 #pragma unroll
     for (int p = 0; p < NP; ++p) ldsm4t(b[p], ad + p * s.pl);
 }
-// c += a * b[n-tile NT]; with planes: a_lo b_hi + a_hi b_lo + a_hi b_hi
-template <int NT, int NP>
-__device__ __forceinline__ void mma_p(float c[4], const uint32_t (&a)[NP][4],
-                                      const uint32_t (&b)[NP][4]) {
-    if constexpr (NP == 2) {
-        mma16816(c, a[1], b[0][2 * NT], b[0][2 * NT + 1]);
-        mma16816(c, a[0], b[1][2 * NT], b[1][2 * NT + 1]);
-    }
+// c += a * b[n-tile NT]; with planes: a_lo b_hi + a_hi b_lo + a_hi b_hi (lo x lo dropped). A and
+// B may have different plane counts (a bf16 input, one exact plane, times a hi + lo value).
+template <int NT, int NPA, int NPB = NPA>
+__device__ __forceinline__ void mma_p(float c[4], const uint32_t (&a)[NPA][4],
+                                      const uint32_t (&b)[NPB][4]) {
+    if constexpr (NPA == 2) mma16816(c, a[1], b[0][2 * NT], b[0][2 * NT + 1]);
+    if constexpr (NPB == 2) mma16816(c, a[0], b[1][2 * NT], b[1][2 * NT + 1]);
     mma16816(c, a[0], b[0][2 * NT], b[0][2 * NT + 1]);
 }
 
 // Warp product: acc (16 x 8*NT, rows m0.., cols n0..) += A[m0.., k] B[k, n0..] for k in
 // [k0, k1) (multiples of 16). TA: A stored [k][m] (else [m][k]); TB: B stored [k][n] (else
-// [n][k]). NT even.
-template <int NP, bool TA, bool TB, int NT>
+// [n][k]). NT even. A has NP planes, B has NPB (default NP).
+template <int NP, bool TA, bool TB, int NT, int NPB = NP>
 __device__ __forceinline__ void wmm(float (&acc)[NT][4], smat a, smat b, int m0, int n0, int k0,
                                     int k1, int lane) {
     static_assert(NT % 2 == 0, "B fragments come in pairs of n-tiles");
@@ -130,11 +129,11 @@ __device__ __forceinline__ void wmm(float (&acc)[NT][4], smat a, smat b, int m0,
         else lda<NP>(fa, a, m0, k, lane);
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
-            uint32_t fb[NP][4];
-            if constexpr (TB) ldb_t<NP>(fb, b, k, n0 + np * 16, lane);
-            else ldb<NP>(fb, b, n0 + np * 16, k, lane);
-            mma_p<0, NP>(acc[2 * np], fa, fb);
-            mma_p<1, NP>(acc[2 * np + 1], fa, fb);
+            uint32_t fb[NPB][4];
+            if constexpr (TB) ldb_t<NPB>(fb, b, k, n0 + np * 16, lane);
+            else ldb<NPB>(fb, b, n0 + np * 16, k, lane);
+            mma_p<0, NP, NPB>(acc[2 * np], fa, fb);
+            mma_p<1, NP, NPB>(acc[2 * np + 1], fa, fb);
         }
     }
 }
