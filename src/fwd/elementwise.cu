@@ -25,6 +25,20 @@ __global__ void __launch_bounds__(128) embedding_fwd_kernel(T *out, const int32_
         *reinterpret_cast<pack_t<T, W> *>(dst + k * W) = *reinterpret_cast<const pack_t<T, W> *>(src + k * W);
 }
 
+// Sum of squares of one row of n values (n a multiple of W), by one warp: lane k takes packs
+// k, k + 32, ...; the warp's sum on every lane.
+template <typename T, int W>
+__device__ __forceinline__ float row_sumsq(const T *xr, int n, int lane) {
+    float ss = 0.f;
+    for (int k = lane; k < n / W; k += 32) {
+        float a[W];
+        load_pack<T, W>(xr + k * W, a);
+#pragma unroll
+        for (int j = 0; j < W; j++) ss += a[j] * a[j];
+    }
+    return warp_sum(ss);
+}
+
 // ---- RMSNorm: y = x rstd w, rstd = 1/sqrt(mean x^2 + eps) (saved for the backward) -------------
 template <typename T, int W>
 __global__ void __launch_bounds__(ROW_THREADS)
@@ -34,14 +48,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
     if (row >= N) return;
     const T *xr = x + row * d;
     T *yr = y + row * d;
-    float ss = 0.f;
-    for (int k = lane; k < d / W; k += 32) {
-        float a[W];
-        load_pack<T, W>(xr + k * W, a);
-#pragma unroll
-        for (int j = 0; j < W; j++) ss += a[j] * a[j];
-    }
-    ss = warp_sum(ss);
+    const float ss = row_sumsq<T, W>(xr, d, lane);
     const float r = 1.f / sqrtf(ss / (float)d + eps);
     for (int k = lane; k < d / W; k += 32) {
         float a[W], wv[W];
@@ -63,14 +70,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
     if (row >= rows) return;
     const T *xr = x + row * D;
     T *yr = y + row * D;
-    float ss = 0.f;
-    for (int k = lane; k < D / W; k += 32) {
-        float a[W];
-        load_pack<T, W>(xr + k * W, a);
-#pragma unroll
-        for (int j = 0; j < W; j++) ss += a[j] * a[j];
-    }
-    ss = warp_sum(ss);
+    const float ss = row_sumsq<T, W>(xr, D, lane);
     const float rn = 1.f / sqrtf(ss + eps);
     for (int k = lane; k < D / W; k += 32) {
         float a[W];
@@ -91,14 +91,7 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_fwd_kernel(T *y, fl
     if (row >= rows) return;
     const T *xr = x + row * D;
     T *yr = y + row * D;
-    float ss = 0.f;
-    for (int k = lane; k < D / W; k += 32) {
-        float a[W];
-        load_pack<T, W>(xr + k * W, a);
-#pragma unroll
-        for (int j = 0; j < W; j++) ss += a[j] * a[j];
-    }
-    ss = warp_sum(ss);
+    const float ss = row_sumsq<T, W>(xr, D, lane);
     const float rs = 1.f / sqrtf(ss / (float)D + eps);
     for (int k = lane; k < D / W; k += 32) {
         float a[W], wv[W], zv[W];
