@@ -9,6 +9,28 @@
 #include "../core/common.h"
 #include "cpu_threads.h"
 
+double attention_row_cpu(double *o, const double *q, const double *k, const double *v,
+                         size_t stride, int cap, int j0, int j1, int D, double scale, double *s) {
+    double m = -INFINITY;
+    for (int j = j0; j <= j1; j++) {
+        const double *kj = k + (size_t)(cap ? j % cap : j) * stride;
+        double d = 0;
+        for (int e = 0; e < D; e++) d += q[e] * kj[e];
+        s[j - j0] = scale * d;
+        if (s[j - j0] > m) m = s[j - j0];
+    }
+    double z = 0;
+    for (int j = j0; j <= j1; j++) z += exp(s[j - j0] - m);
+    double l = m + log(z);
+    for (int e = 0; e < D; e++) o[e] = 0;
+    for (int j = j0; j <= j1; j++) {
+        double p = exp(s[j - j0] - l);
+        const double *vj = v + (size_t)(cap ? j % cap : j) * stride;
+        for (int e = 0; e < D; e++) o[e] += p * vj[e];
+    }
+    return l;
+}
+
 void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k, const double *v,
                        int B, int T, int H, int D, int window, double scale) {
     if (window < 1) gdn_die("attention_fwd_cpu: window %d < 1", window);
@@ -22,26 +44,11 @@ void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k,
             const int b = bh / H, h = bh % H;
             for (int i = 0; i < T; i++) {
                 const double *qi = q + ((size_t)b * T + i) * rs + (size_t)h * D;
+                const size_t head = (size_t)b * T * rs + (size_t)h * D;  // token 0 of (b, h)
                 int j0 = i - window + 1 > 0 ? i - window + 1 : 0;
-                double m = -INFINITY;
-                for (int j = j0; j <= i; j++) {
-                    const double *kj = k + ((size_t)b * T + j) * rs + (size_t)h * D;
-                    double d = 0;
-                    for (int e = 0; e < D; e++) d += qi[e] * kj[e];
-                    s[j - j0] = scale * d;
-                    if (s[j - j0] > m) m = s[j - j0];
-                }
-                double z = 0;
-                for (int j = j0; j <= i; j++) z += exp(s[j - j0] - m);
-                double l = m + log(z);
-                lse[((size_t)b * H + h) * T + i] = l;
-                double *oi = o + ((size_t)b * T + i) * rs + (size_t)h * D;
-                for (int e = 0; e < D; e++) oi[e] = 0;
-                for (int j = j0; j <= i; j++) {
-                    double p = exp(s[j - j0] - l);
-                    const double *vj = v + ((size_t)b * T + j) * rs + (size_t)h * D;
-                    for (int e = 0; e < D; e++) oi[e] += p * vj[e];
-                }
+                lse[((size_t)b * H + h) * T + i] =
+                    attention_row_cpu(o + head + (size_t)i * rs, qi, k + head, v + head, rs, 0, j0, i, D,
+                                      scale, s);
             }
         }
         free(s);

@@ -73,6 +73,11 @@ void rope_rotate_cpu(double *y, const double *x, int B, int T, int H, int D, dou
 // ---- causal sliding-window softmax attention (DESIGN 2.2) --------------------------------------
 // Query i sees keys j with i - window < j <= i (window >= T: full causal).
 // o (B,T,H,D); lse (B,H,T) = log sum_j exp(scale q_i.k_j) is saved for the backward.
+// One query row of it: keys and values j in [j0, j1] at k, v + r * stride with r = j, or j % cap
+// when cap > 0 (a ring buffer of cap rows: the decoder's KV cache); o (D) written, the row's
+// log-sum-exp returned; s: scratch for j1 - j0 + 1 scores.
+double attention_row_cpu(double *o, const double *q, const double *k, const double *v,
+                         size_t stride, int cap, int j0, int j1, int D, double scale, double *s);
 void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k, const double *v,
                        int B, int T, int H, int D, int window, double scale);
 

@@ -243,27 +243,9 @@ static void attn_step(decoder *d, int l) {
     memcpy(s->vc + (size_t)(t % s->cap) * ha, d->av, (size_t)ha * sizeof(double));
     double scale = 1.0 / sqrt(Da), *sc = d->scores;
     int j0 = t - s->window + 1 > 0 ? t - s->window + 1 : 0;
-    for (int h = 0; h < Ha; h++) {
-        const double *qh = d->aq + (size_t)h * Da;
-        double mx = -INFINITY;
-        for (int j = j0; j <= t; j++) {
-            const double *kj = s->kc + (size_t)(j % s->cap) * ha + (size_t)h * Da;
-            double dd = 0;
-            for (int e = 0; e < Da; e++) dd += qh[e] * kj[e];
-            sc[j - j0] = scale * dd;
-            if (sc[j - j0] > mx) mx = sc[j - j0];
-        }
-        double zs = 0;
-        for (int j = j0; j <= t; j++) zs += exp(sc[j - j0] - mx);
-        double lse = mx + log(zs);
-        double *oh = d->ao + (size_t)h * Da;
-        for (int e = 0; e < Da; e++) oh[e] = 0;
-        for (int j = j0; j <= t; j++) {
-            double p = exp(sc[j - j0] - lse);
-            const double *vj = s->vc + (size_t)(j % s->cap) * ha + (size_t)h * Da;
-            for (int e = 0; e < Da; e++) oh[e] += p * vj[e];
-        }
-    }
+    for (int h = 0; h < Ha; h++)
+        attention_row_cpu(d->ao + (size_t)h * Da, d->aq + (size_t)h * Da, s->kc + (size_t)h * Da,
+                          s->vc + (size_t)h * Da, (size_t)ha, s->cap, j0, t, Da, scale, sc);
     linear_fwd_cpu(d->branch, d->ao, W(d, lp->so), NULL, 1, ha, dm);
 }
 
