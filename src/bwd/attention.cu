@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
         for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.f;
 
     const int wrow0 = warp * 16;
-    const uint32_t ks_base = attn_smem_u32(Ks), vs_base = attn_smem_u32(Vs);
+    const uint32_t ks_base = gdnk::smem_u32(Ks), vs_base = gdnk::smem_u32(Vs);
 
     for (int m = m_lo, it = 0; m <= m_hi; m++, it++) {
         attn_cp_async_wait_all();
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
             attn_load_rowstats(lse2s + nb * KV_BQ, Dss + nb * KV_BQ, p.lse, p.Dd, sbase, (m + 1) * KV_BQ, KV_BQ, T, tid);
         }
         const int cb = it & 1;
-        const uint32_t qs_base = attn_smem_u32(Qs + cb * KV_BQ * D), dos_base = attn_smem_u32(dOs + cb * KV_BQ * D);
+        const uint32_t qs_base = gdnk::smem_u32(Qs + cb * KV_BQ * D), dos_base = gdnk::smem_u32(dOs + cb * KV_BQ * D);
         const float *l2 = lse2s + cb * KV_BQ, *Dv = Dss + cb * KV_BQ;
         const int q0 = m * KV_BQ;
 
@@ -139,14 +139,14 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
         for (int kk = 0; kk < D / 16; kk++) {
             uint32_t ak[4], av[4];
             const int ar = wrow0 + (lane & 15), ac = kk * 16 + (lane >> 4) * 8;
-            attn_ldsm_x4(ak, ks_base + 2 * attn_swz<D>(ar, ac));
-            attn_ldsm_x4(av, vs_base + 2 * attn_swz<D>(ar, ac));
+            gdnk::ldsm4(ak, ks_base + 2 * attn_swz<D>(ar, ac));
+            gdnk::ldsm4(av, vs_base + 2 * attn_swz<D>(ar, ac));
 #pragma unroll
             for (int np = 0; np < KV_BQ / 16; np++) {
                 const int br = np * 16 + (lane & 7) + ((lane >> 4) << 3), bc = kk * 16 + ((lane >> 3) & 1) * 8;
                 uint32_t bq[4], bo[4];
-                attn_ldsm_x4(bq, qs_base + 2 * attn_swz<D>(br, bc));
-                attn_ldsm_x4(bo, dos_base + 2 * attn_swz<D>(br, bc));
+                gdnk::ldsm4(bq, qs_base + 2 * attn_swz<D>(br, bc));
+                gdnk::ldsm4(bo, dos_base + 2 * attn_swz<D>(br, bc));
                 attn_mma(st[2 * np], ak, bq[0], bq[1]);
                 attn_mma(st[2 * np + 1], ak, bq[2], bq[3]);
                 attn_mma(dpt[2 * np], av, bo[0], bo[1]);
@@ -174,22 +174,22 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
 #pragma unroll
         for (int kk = 0; kk < KV_BQ / 16; kk++) {
             uint32_t ap[4], as[4];
-            ap[0] = attn_pack_bf16(st[2 * kk][0], st[2 * kk][1]);
-            ap[1] = attn_pack_bf16(st[2 * kk][2], st[2 * kk][3]);
-            ap[2] = attn_pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]);
-            ap[3] = attn_pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3]);
-            as[0] = attn_pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
-            as[1] = attn_pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
-            as[2] = attn_pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
-            as[3] = attn_pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+            ap[0] = gdnk::pack_bf16(st[2 * kk][0], st[2 * kk][1]);
+            ap[1] = gdnk::pack_bf16(st[2 * kk][2], st[2 * kk][3]);
+            ap[2] = gdnk::pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]);
+            ap[3] = gdnk::pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3]);
+            as[0] = gdnk::pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
+            as[1] = gdnk::pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
+            as[2] = gdnk::pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+            as[3] = gdnk::pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 const int br = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, bc = dp * 16 + (lane >> 4) * 8;
                 uint32_t bo[4], bq[4];
-                attn_ldsm_x4_t(bo, dos_base + 2 * attn_swz<D>(br, bc));
+                gdnk::ldsm4t(bo, dos_base + 2 * attn_swz<D>(br, bc));
                 attn_mma(dv[2 * dp], ap, bo[0], bo[1]);
                 attn_mma(dv[2 * dp + 1], ap, bo[2], bo[3]);
-                attn_ldsm_x4_t(bq, qs_base + 2 * attn_swz<D>(br, bc));
+                gdnk::ldsm4t(bq, qs_base + 2 * attn_swz<D>(br, bc));
                 attn_mma(dk[2 * dp], as, bq[0], bq[1]);
                 attn_mma(dk[2 * dp + 1], as, bq[2], bq[3]);
             }
@@ -204,8 +204,8 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
 #pragma unroll
         for (int dt = 0; dt < D / 8; dt++) {
             const int off = attn_swz<D>(row, dt * 8 + 2 * t4);
-            *reinterpret_cast<uint32_t *>(Ks + off) = attn_pack_bf16(dk[dt][2 * r] * p.scale, dk[dt][2 * r + 1] * p.scale);
-            *reinterpret_cast<uint32_t *>(Vs + off) = attn_pack_bf16(dv[dt][2 * r], dv[dt][2 * r + 1]);
+            *reinterpret_cast<uint32_t *>(Ks + off) = gdnk::pack_bf16(dk[dt][2 * r] * p.scale, dk[dt][2 * r + 1] * p.scale);
+            *reinterpret_cast<uint32_t *>(Vs + off) = gdnk::pack_bf16(dv[dt][2 * r], dv[dt][2 * r + 1]);
         }
     }
     __syncwarp();
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
     for (int dt = 0; dt < D / 8; dt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[dt][e] = 0.f;
-    const uint32_t qs_base = attn_smem_u32(Qs), dos_base = attn_smem_u32(dOs);
+    const uint32_t qs_base = gdnk::smem_u32(Qs), dos_base = gdnk::smem_u32(dOs);
 
     for (int n = n_hi, it = 0; n >= n_lo; n--, it++) {
         attn_cp_async_wait_all();
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
             attn_load_tile<DQ_BK, D, DQ_THREADS>(Vs + nb * DQ_BK * D, p.v, b, h, (n - 1) * DQ_BK, T, H, tid);
             attn_cp_async_commit();
         }
-        const uint32_t ks_base = attn_smem_u32(Ks + (it & 1) * DQ_BK * D), vs_base = attn_smem_u32(Vs + (it & 1) * DQ_BK * D);
+        const uint32_t ks_base = gdnk::smem_u32(Ks + (it & 1) * DQ_BK * D), vs_base = gdnk::smem_u32(Vs + (it & 1) * DQ_BK * D);
         const int k0 = n * DQ_BK;
 
         // S = Q K^T, dP = dO V^T : (16 rows x BK keys) per warp
@@ -282,14 +282,14 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
         for (int kk = 0; kk < D / 16; kk++) {
             uint32_t aq[4], ao[4];
             const int ar = wrow0 + (lane & 15), ac = kk * 16 + (lane >> 4) * 8;
-            attn_ldsm_x4(aq, qs_base + 2 * attn_swz<D>(ar, ac));
-            attn_ldsm_x4(ao, dos_base + 2 * attn_swz<D>(ar, ac));
+            gdnk::ldsm4(aq, qs_base + 2 * attn_swz<D>(ar, ac));
+            gdnk::ldsm4(ao, dos_base + 2 * attn_swz<D>(ar, ac));
 #pragma unroll
             for (int np = 0; np < DQ_BK / 16; np++) {
                 const int br = np * 16 + (lane & 7) + ((lane >> 4) << 3), bc = kk * 16 + ((lane >> 3) & 1) * 8;
                 uint32_t bk[4], bv[4];
-                attn_ldsm_x4(bk, ks_base + 2 * attn_swz<D>(br, bc));
-                attn_ldsm_x4(bv, vs_base + 2 * attn_swz<D>(br, bc));
+                gdnk::ldsm4(bk, ks_base + 2 * attn_swz<D>(br, bc));
+                gdnk::ldsm4(bv, vs_base + 2 * attn_swz<D>(br, bc));
                 attn_mma(s[2 * np], aq, bk[0], bk[1]);
                 attn_mma(s[2 * np + 1], aq, bk[2], bk[3]);
                 attn_mma(dp[2 * np], ao, bv[0], bv[1]);
@@ -316,14 +316,14 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
 #pragma unroll
         for (int kk = 0; kk < DQ_BK / 16; kk++) {
             uint32_t a[4];
-            a[0] = attn_pack_bf16(dp[2 * kk][0], dp[2 * kk][1]);
-            a[1] = attn_pack_bf16(dp[2 * kk][2], dp[2 * kk][3]);
-            a[2] = attn_pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-            a[3] = attn_pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+            a[0] = gdnk::pack_bf16(dp[2 * kk][0], dp[2 * kk][1]);
+            a[1] = gdnk::pack_bf16(dp[2 * kk][2], dp[2 * kk][3]);
+            a[2] = gdnk::pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            a[3] = gdnk::pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
 #pragma unroll
             for (int dq = 0; dq < D / 16; dq++) {
                 uint32_t bk[4];
-                attn_ldsm_x4_t(bk, ks_base + 2 * attn_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                gdnk::ldsm4t(bk, ks_base + 2 * attn_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
                                                               dq * 16 + (lane >> 4) * 8));
                 attn_mma(acc[2 * dq], a, bk[0], bk[1]);
                 attn_mma(acc[2 * dq + 1], a, bk[2], bk[3]);
@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
 #pragma unroll
         for (int dt = 0; dt < D / 8; dt++)
             *reinterpret_cast<uint32_t *>(Qs + attn_swz<D>(row, dt * 8 + 2 * t4)) =
-                attn_pack_bf16(acc[dt][2 * r] * p.scale, acc[dt][2 * r + 1] * p.scale);
+                gdnk::pack_bf16(acc[dt][2 * r] * p.scale, acc[dt][2 * r + 1] * p.scale);
     }
     __syncwarp();
     constexpr int CPR = D / 8;

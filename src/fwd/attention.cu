@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
         for (int r = 0; r < 2; r++) mrow[mt][r] = -INFINITY, lrow[mt][r] = 0.f;
 
     const int wrow0 = warp * RW;  // first row of this warp inside the tile
-    const uint32_t qs_base = attn_smem_u32(Qs);
+    const uint32_t qs_base = gdnk::smem_u32(Qs);
 
     for (int n = n_hi, it = 0; n >= n_lo; n--, it++) {
         attn_cp_async_wait_all();
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
         }
         const __nv_bfloat16 *Kb = Ks + (it & 1) * FWD_BK * D;
         const __nv_bfloat16 *Vb = Vs + (it & 1) * FWD_BK * D;
-        const uint32_t ks_base = attn_smem_u32(Kb), vs_base = attn_smem_u32(Vb);
+        const uint32_t ks_base = gdnk::smem_u32(Kb), vs_base = gdnk::smem_u32(Vb);
 
         // S = Q K^T : (RW x BK) per warp
         float s[MT][FWD_BK / 8][4];
@@ -102,11 +102,11 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
             uint32_t a[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
-                attn_ldsm_x4(a[mt], qs_base + 2 * attn_swz<D>(wrow0 + mt * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+                gdnk::ldsm4(a[mt], qs_base + 2 * attn_swz<D>(wrow0 + mt * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
 #pragma unroll
             for (int np = 0; np < FWD_BK / 16; np++) {
                 uint32_t bf[4];
-                attn_ldsm_x4(bf, ks_base + 2 * attn_swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                gdnk::ldsm4(bf, ks_base + 2 * attn_swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
                                                             kk * 16 + ((lane >> 3) & 1) * 8));
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
@@ -168,15 +168,15 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
             uint32_t a[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                a[mt][0] = attn_pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                a[mt][1] = attn_pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                a[mt][2] = attn_pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                a[mt][3] = attn_pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                a[mt][0] = gdnk::pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = gdnk::pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = gdnk::pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = gdnk::pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
             }
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t bf[4];
-                attn_ldsm_x4_t(bf, vs_base + 2 * attn_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                gdnk::ldsm4t(bf, vs_base + 2 * attn_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
                                                               dp * 16 + (lane >> 4) * 8));
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
 #pragma unroll
             for (int dt = 0; dt < D / 8; dt++)
                 *reinterpret_cast<uint32_t *>(Qs + attn_swz<D>(row, dt * 8 + 2 * t4)) =
-                    attn_pack_bf16(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
+                    gdnk::pack_bf16(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
             const int i = q0 + row;
             if (t4 == 0 && i < T)
                 p.lse[((size_t)b * H + h) * T + i] = ATTN_LN2 * (mrow[mt][r] * c2 + log2f(l));

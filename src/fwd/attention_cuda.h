@@ -52,6 +52,7 @@ void attention_bwd(const attn_params *p);  // reads q, k, v, o, lse, dO; writes 
 #if defined(__CUDACC__) && defined(ATTN_DEVICE_HELPERS)
 #include <stdint.h>
 #include <cuda_bf16.h>
+#include "gdn_chunk_common.cuh"  // PTX wrappers: smem_u32, cp_async16 (0 bytes: zero fill), ldsm4(t), pack_bf16
 
 #define ATTN_LOG2E 1.4426950408889634f
 #define ATTN_LN2 0.6931471805599453f
@@ -84,27 +85,9 @@ __device__ __forceinline__ int attn_swz(int row, int col) {
     return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
-__device__ __forceinline__ uint32_t attn_smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-// 16-byte global -> shared copy; src_bytes 0 writes zeros (rows past T).
-__device__ __forceinline__ void attn_cp_async16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
 __device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void attn_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-__device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void attn_ldsm_x4_t(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
 // c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col).
 // Fragments (g = lane/4, t = lane%4): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..),
 // a3 (g+8, 2t+8..); b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); c0,c1 (g, 2t..), c2,c3 (g+8, 2t..).
@@ -120,10 +103,6 @@ __device__ __forceinline__ float attn_ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
-}
-__device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
 }
 
 // Copy rows [row0, row0 + R) of head (b, h) of a (B,T,H,D) bf16 tensor into a swizzled tile;
@@ -141,7 +120,7 @@ __device__ __forceinline__ void attn_load_tile(__nv_bfloat16 *tile, const __nv_b
             src = g + (((size_t)b * T + t) * H + h) * D + c * 8;
             bytes = 16;
         }
-        attn_cp_async16(attn_smem_u32(tile + attn_swz<D>(r, c * 8)), src, bytes);
+        gdnk::cp_async16(gdnk::smem_u32(tile + attn_swz<D>(r, c * 8)), src, bytes);
     }
 }
 #endif

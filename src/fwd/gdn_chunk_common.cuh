@@ -1,6 +1,7 @@
 // gdn_chunk_common.cuh — device helpers shared by the chunkwise GDN kernels (the backward in
 // src/bwd/gdn_chunk.cu; the forward in src/fwd/gdn_chunk.cu uses the PTX wrappers and keeps its
-// own fragment loaders with compile-time pitches): PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> fp32),
+// own fragment loaders with compile-time pitches; the attention kernels use the PTX wrappers
+// too): PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> fp32),
 // fragment loads from shared memory with run-time pitches, the bf16 hi + lo split that lets
 // fp32 operands run on bf16 tensor cores (3 products per mma, ~1e-5 relative), tile copies
 // global -> shared, and the per-chunk gate prefix sums in double-float log2 form.
