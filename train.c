@@ -117,11 +117,16 @@ static double cpu_peak_flops(void) {
     return rate;
 }
 
-static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x, int32_t *y) {
+// Mean loss over eval_batches validation batches. Like the training batches, each global batch
+// is split over the ranks (rank r takes windows [r B, (r+1) B) of world x B), so N ranks of
+// batch B/N evaluate the windows one rank of batch B does, and each does 1/N of the work; every
+// rank returns the same mean.
+static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x, int32_t *y,
+                       dist *d) {
     batch_sampler vs;
     char err[512];
-    if (!sampler_init(&vs, tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed ^ 0x5A17u, 0, 1,
-                      0, false, err, sizeof err))
+    if (!sampler_init(&vs, tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed ^ 0x5A17u,
+                      d->rank, d->world, 0, false, err, sizeof err))
         gdn_die("validation data: %s", err);
     double s = 0;
     for (int i = 0; i < c->eval_batches; i++) {
@@ -129,7 +134,7 @@ static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x
         s += model_eval_loss(m, x, y);
     }
     sampler_free(&vs);
-    return s / c->eval_batches;
+    return dist_scalar_sum_f64(d, s) / ((double)c->eval_batches * d->world);
 }
 
 static void save_or_die(const char *path, const model *m, const train_state *st, dist *d) {
@@ -318,9 +323,11 @@ static void zero1_allgather(dist *d, const model *m, void *z, size_t n) {
 
 // One step: reduce-scatter the gradients, the global norm from the shards, AdamW on this rank's
 // shard of the flat arenas (tensor by tensor, where a tensor crosses the shard only its part),
-// all-gather the weights. No update when the norm is not finite (*gnorm_out says so).
+// all-gather the weights. No update when the norm is not finite (*gnorm_out says so). On the
+// timeline's compute row (tl may be NULL): "reduce-scatter" (with the copy into z), then
+// "norm+update"; the caller's next point ends "all-gather".
 static void zero1_step(dist *d, model *m, void *z, bool gpu, long step, double lr,
-                       double *gnorm_out) {
+                       double *gnorm_out, timeline *tl) {
     const backend *be = m->be;
     const gdn_config *c = &m->cfg;
     size_t n = m->n_elems, lo, hi;
@@ -329,6 +336,7 @@ static void zero1_step(dist *d, model *m, void *z, bool gpu, long step, double l
     flat_copy(m, gpu, z, false, m->grad_mem, n);
     be->zero(zb + n * eg, dist_shard_capacity(d, n) - n, BE_GRAD);
     zero1_reduce_scatter(d, m, z, n);
+    timeline_compute(tl, "reduce-scatter");
     dist_shard_range(d, n, &lo, &hi);
     double gnorm = sqrt(dist_scalar_sum_f64(d, be->sumsq(zb + lo * eg, hi - lo)));
     *gnorm_out = gnorm;
@@ -347,6 +355,7 @@ static void zero1_step(dist *d, model *m, void *z, bool gpu, long step, double l
     }
     // every rank's shard of the weights: the master copy when there is one, then the bf16
     // parameters from it; else the parameters themselves
+    timeline_compute(tl, "norm+update");
     void *truth = w ? (void *)w : (void *)p;
     flat_copy(m, gpu, z, false, truth, n);
     zero1_allgather(d, m, z, n);
@@ -708,7 +717,7 @@ int main(int argc, char **argv) {
         bool updated = false;
         if (zero1) {
             if (isfinite(loss)) {
-                zero1_step(dd, m, zbuf, on_gpu, step, lr, &gnorm);  // no update when gnorm is not finite
+                zero1_step(dd, m, zbuf, on_gpu, step, lr, &gnorm, tl);  // no update when gnorm is not finite
                 updated = isfinite(gnorm);
             } else
                 gnorm = NAN;
@@ -725,7 +734,7 @@ int main(int argc, char **argv) {
             break;
         }
         if (!updated) optim_step(m, step, lr, gnorm);
-        timeline_compute(tl, "norm+update");
+        timeline_compute(tl, updated ? "all-gather" : "norm+update");  // ZeRO-1: see zero1_step
         timeline_step_end(tl);
         timeline_collect(tl);  // the earlier steps: their events preceded this step's norm sync
         st.step++;
@@ -748,7 +757,7 @@ int main(int argc, char **argv) {
         bool do_eval = last || (cfg.eval_every > 0 && st.step % cfg.eval_every == 0);
         if (do_eval) {
             double t_eval = gdn_now();
-            last_val = evaluate(m, &tf, &cfg, x, y);  // every rank: the same windows, the same weights
+            last_val = evaluate(m, &tf, &cfg, x, y, dd);  // every rank takes part
             t_aside += gdn_now() - t_eval;
             if (last_val < st.best_val) st.best_val = last_val;
             fprintf(mf, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",

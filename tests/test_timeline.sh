@@ -124,6 +124,29 @@ check_timeline "$WORK/c1.csv" 0 3 4 $((np > 1)) forward >/dev/null && fail "miss
 awk -F, 'NR > 1 && $3 == "compute" && ++k == 2 { held = $0; next } { print } k == 3 && !done && held != "" { print held; done = 1 }' "$f" >"$WORK/c2.csv"
 check_timeline "$WORK/c2.csv" 0 3 4 $((np > 1)) forward >/dev/null && fail "swapped compute spans not caught" || pass "rejects swapped compute spans"
 
+if [ "$np" -gt 1 ]; then
+    echo "== ZeRO-1: the reduce-scatter, the update of the shard and the all-gather on the compute row"
+    z=(--set dist.zero1=true)
+    "${launch[@]}" "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${z[@]}" --set train.out_dir="$WORK/ztl" --timeline 2 >"$WORK/ztl.log" 2>&1 &&
+        pass "ZeRO-1 with --timeline 2: exit 0" || { fail "ZeRO-1 with --timeline 2"; tail -20 "$WORK/ztl.log"; }
+    "${launch[@]}" "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${z[@]}" --set train.out_dir="$WORK/zplain" >"$WORK/zplain.log" 2>&1 ||
+        fail "ZeRO-1 without --timeline"
+    "$BIN/gdn-ckpt" diff "$WORK/zplain/checkpoint.h5" "$WORK/ztl/checkpoint.h5" >"$WORK/dz.log" 2>&1 &&
+        pass "ZeRO-1: checkpoint with --timeline == without, bitwise" || { fail "ZeRO-1: --timeline changes the weights"; cat "$WORK/dz.log"; }
+    for f in "$WORK/ztl/timeline.csv" "$WORK/ztl/timeline.rank1.csv"; do
+        tail_want="|bwd embed|reduce-scatter|norm+update|all-gather"
+        got=$(awk -F, 'NR > 1 && $3 == "compute" && $4 != "wait (hook)" { seq[$1] = seq[$1] "|" $4 }
+                       END { for (s = 3; s <= 4; s++) print s ":" seq[s] }' "$f" 2>/dev/null)
+        ok=1
+        for s in 3 4; do
+            row=$(grep "^$s:" <<<"$got")
+            [[ "$row" == "$s:|forward|"*"$tail_want" ]] || { ok=0; echo "    step $s: $row"; }
+        done
+        [ $ok -eq 1 ] && pass "$(basename "$f"): steps 3-4 end with bwd embed, reduce-scatter, norm+update, all-gather" ||
+            fail "$(basename "$f"): ZeRO-1 compute row, want ...$tail_want"
+    done
+fi
+
 echo "== a run shorter than the warm-up, grad_accum 2, one process"
 short=(--set model.n_layers=3 --set model.dropout=0 --set train.steps=3 --set train.eval_every=0 --set train.grad_accum=2)
 "$BIN/gdn-train" "$WORK/m.ini" "${short[@]}" --set train.out_dir="$WORK/ga" --timeline 5 >"$WORK/ga.log" 2>&1 &&

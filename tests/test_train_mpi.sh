@@ -17,6 +17,13 @@ common=(--set model.dropout=0 --set train.steps=6 --set train.eval_every=3)
 $MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set train.out_dir="$WORK/two" >"$WORK/two.log" 2>&1 && pass "2 ranks, batch 2 each" || { fail "2 ranks"; tail -20 "$WORK/two.log"; }
 grep -q "(2 ranks, mpi)" "$WORK/two.log" && pass "runs as 2 MPI ranks" || fail "not 2 MPI ranks"
 "$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/two/checkpoint.h5" >"$WORK/d1.log" && pass "2 x B/2 == 1 x B: $(tail -1 "$WORK/d1.log")" || { fail "2 ranks differ from 1"; cat "$WORK/d1.log"; }
+# validation: the ranks split each val batch like a training batch, so 2 x B/2 evaluates the
+# windows 1 x B does (steps 3 and 6)
+vals() { grep -o '"val_loss": [^,]*' "$1/metrics.jsonl" | cut -d' ' -f2 | tr '\n' ' '; }
+v1=$(vals "$WORK/one") v2=$(vals "$WORK/two")
+awk -v a="$v1" -v b="$v2" 'BEGIN { n = split(a, x, " "); m = split(b, y, " "); if (n != 2 || m != 2) exit 1
+    for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-12 * x[i]) exit 1 } }' &&
+    pass "2 x B/2 val losses == 1 x B: $v2" || fail "val losses differ: 1 rank $v1, 2 ranks $v2"
 $MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set dist.zero1=true --set train.out_dir="$WORK/z" >"$WORK/z.log" 2>&1 && pass "2 ranks with ZeRO-1" || { fail "ZeRO-1 run"; tail -20 "$WORK/z.log"; }
 "$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/z/checkpoint.h5" >"$WORK/d2.log" && pass "ZeRO-1 2 x B/2 == 1 x B: $(tail -1 "$WORK/d2.log")" || { fail "ZeRO-1 differs"; cat "$WORK/d2.log"; }
 # ZeRO-1 keeps m and v for the rank's shard only: about half the optimizer memory on 2 ranks
