@@ -18,10 +18,12 @@
 #endif
 #define linear_fwd_cpu linear_fwd_loops_cpu
 #define linear_bwd_cpu linear_bwd_loops_cpu
+#define linear_bwd_acc_cpu linear_bwd_acc_loops_cpu
 #include "../src/fwd/linear.c"
 #include "../src/bwd/linear.c"
 #undef linear_fwd_cpu
 #undef linear_bwd_cpu
+#undef linear_bwd_acc_cpu
 
 #define TOL 1e-6
 #define SENTINEL 777.0
@@ -186,6 +188,23 @@ static void test_linear(void) {
         snprintf(what, sizeof what, "%s: backward twice -> dx unchanged (=)", path[pi].name);
         check_close(what, dxa, dx_once, N * in, 0);
         free(dxa); free(dWa); free(dba); free(dx_once); free(dW2x); free(db2x);
+    }
+
+    // the accumulating backward: dx += dy W (what the model uses for q/k/v/... reading one input)
+    lin_bwd_fn acc[2] = {linear_bwd_acc_cpu, linear_bwd_acc_loops_cpu};
+    for (int pi = 0; pi < 2; pi++) {
+        double *dx0 = rnd(N * in, 1.0), *dWa = zeros(out * in), *dWb = zeros(out * in);  // dx0: a running sum
+        double *dxo = dalloc(N * in);
+        double *dxa = copy_of(dx0, N * in);
+        acc[pi](dxa, dWa, NULL, R, x, W, N, in, out);
+        path[pi].b(dxo, dWb, NULL, R, x, W, N, in, out);
+        for (int i = 0; i < N * in; i++) dxo[i] += dx0[i];
+        char what[96];
+        snprintf(what, sizeof what, "%s: accumulating backward, dx == dx0 + dy W", path[pi].name);
+        check_close(what, dxa, dxo, N * in, 1e-14);
+        snprintf(what, sizeof what, "%s: accumulating backward, dW as the plain one", path[pi].name);
+        check_close(what, dWa, dWb, out * in, 0);
+        free(dx0); free(dWa); free(dWb); free(dxo); free(dxa);
     }
 
     // hand value: x = (1, 2), W = [[1,0],[0,1],[1,1]], b = (0.5, 0, -1) -> y = (1.5, 2, 2)

@@ -19,6 +19,10 @@ void rmsnorm_bwd_cpu(double *dx /*(N,d) =*/, double *dw /*(d) +=*/, const double
 void linear_bwd_cpu(double *dx /*(N,in) = or NULL*/, double *dW /*(out,in) +=*/,
                     double *db /*(out) += or NULL*/, const double *dy /*(N,out)*/,
                     const double *x, const double *W, int N, int in, int out);
+// The same with dx += dy W (the gradient of several layers reading one input, summed in place).
+void linear_bwd_acc_cpu(double *dx /*(N,in) +=*/, double *dW /*(out,in) +=*/,
+                        double *db /*(out) += or NULL*/, const double *dy /*(N,out)*/,
+                        const double *x, const double *W, int N, int in, int out);
 
 void conv1d_bwd_cpu(double *dx /*=*/, double *dw /*(C,K) +=*/, const double *dy, const double *x,
                     const double *w, int B, int T, int C, int K);

@@ -21,7 +21,8 @@
 //          KHg = diag(gamma) K H (never as Y - V: that difference loses KHg when it is small).
 //
 // Kernels, in stream order (one CTA per chunk unless said):
-//   [fwd]  gdn_chunk_fwd with h_states -> Hs (skipped when the forward kept them)
+//   [fwd]  gdn_chunk_fwd with h_states -> Hs (skipped when the forward kept them); its prep
+//          path borrows the dH' (or PA..Kp) region of the workspace before the scan fills it
 //   prep   (4 warps)  P, A, the fp32 solve (one thread per column), W, KHg, dΔ_loc = P^T dO;
 //                     writes Linv, KHg (hi + lo planes), W (NP planes), P | Gam⊙KK^T packed
 //                     (fp32), dΔ_loc
@@ -1066,6 +1067,15 @@ extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
         f.h_states = hs;
         f.dv_block = 0;
         f.stream = p->stream;
+        // The forward's prep path (T, P, G once per chunk-head, then the scan) needs a workspace;
+        // without one it runs fused, redoing them in every value-block CTA (3.1 vs 1.4 ms at B1
+        // T32768 H16, bench/gdn_fwd.md). Lend it a region the backward fills only later: dH'
+        // (written by the scan) or PA..Kp (written by prep), whichever is large enough.
+        const size_t need = gdn_chunk_fwd_workspace_bytes(&f);
+        if (need > 0 && w.off_dd - w.off_dhs >= need)
+            f.workspace = ws + w.off_dhs;
+        else if (need > 0 && w.total - w.off_pa >= need)
+            f.workspace = ws + w.off_pa;
         gdn_chunk_fwd(&f);
     }
     if (f32) {

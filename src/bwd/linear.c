@@ -1,5 +1,5 @@
 // linear.c — CPU float64 linear backward for y = x W^T + b:
-//   dx  = dy W        (N,out)(out,in)   (=, skipped when dx is NULL)
+//   dx  = dy W        (N,out)(out,in)   (=, skipped when dx is NULL; += in linear_bwd_acc_cpu)
 //   dW += dy^T x      (out,N)(N,in)     (+=)
 //   db += sum_n dy[n,:]                 (+=, skipped when db is NULL)
 // With OpenBLAS (GDN_HAVE_CBLAS) two cblas_dgemm; otherwise plain loops. Both paths are
@@ -9,12 +9,13 @@
 #include <cblas.h>
 #endif
 
-void linear_bwd_cpu(double *dx, double *dW, double *db, const double *dy, const double *x,
-                    const double *W, int N, int in, int out) {
+// dx = dy W + beta_dx dx (beta_dx 0: dx is overwritten and may hold anything)
+static void linear_bwd_beta(double *dx, double beta_dx, double *dW, double *db, const double *dy,
+                            const double *x, const double *W, int N, int in, int out) {
 #ifdef GDN_HAVE_CBLAS
     if (dx)
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0, dy, out, W, in,
-                    0.0, dx, in);
+                    beta_dx, dx, in);
     cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0, dy, out, x, in, 1.0,
                 dW, in);
 #else
@@ -23,7 +24,8 @@ void linear_bwd_cpu(double *dx, double *dW, double *db, const double *dy, const 
             for (int i = 0; i < in; i++) {
                 double s = 0;
                 for (int o = 0; o < out; o++) s += dy[(size_t)n * out + o] * W[(size_t)o * in + i];
-                dx[(size_t)n * in + i] = s;
+                double *d = &dx[(size_t)n * in + i];
+                *d = beta_dx != 0.0 ? s + beta_dx * *d : s;
             }
     for (int o = 0; o < out; o++)
         for (int i = 0; i < in; i++) {
@@ -38,4 +40,14 @@ void linear_bwd_cpu(double *dx, double *dW, double *db, const double *dy, const 
             for (int n = 0; n < N; n++) s += dy[(size_t)n * out + o];
             db[o] += s;
         }
+}
+
+void linear_bwd_cpu(double *dx, double *dW, double *db, const double *dy, const double *x,
+                    const double *W, int N, int in, int out) {
+    linear_bwd_beta(dx, 0.0, dW, db, dy, x, W, N, in, out);
+}
+
+void linear_bwd_acc_cpu(double *dx, double *dW, double *db, const double *dy, const double *x,
+                        const double *W, int N, int in, int out) {
+    linear_bwd_beta(dx, 1.0, dW, db, dy, x, W, N, in, out);
 }

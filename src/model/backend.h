@@ -53,8 +53,9 @@ typedef struct backend {
     void (*rmsnorm_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w,
                         const void *rstd, int N, int d);
     void (*linear_fwd)(void *y, const void *x, const void *W, int N, int in, int out);
+    // dx = dy W (acc: dx += dy W), dW += dy^T x
     void (*linear_bwd)(void *dx, void *dW, const void *dy, const void *x, const void *W, int N,
-                       int in, int out);
+                       int in, int out, bool acc);
     void (*conv1d_fwd)(void *y, const void *x, const void *w, int B, int T, int C, int K);
     void (*conv1d_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w, int B,
                        int T, int C, int K);

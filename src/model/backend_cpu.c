@@ -38,8 +38,8 @@ static void cpu_linear_fwd(void *y, const void *x, const void *W, int N, int in,
     linear_fwd_cpu(y, x, W, NULL, N, in, out);
 }
 static void cpu_linear_bwd(void *dx, void *dW, const void *dy, const void *x, const void *W,
-                           int N, int in, int out) {
-    linear_bwd_cpu(dx, dW, NULL, dy, x, W, N, in, out);
+                           int N, int in, int out, bool acc) {
+    (acc ? linear_bwd_acc_cpu : linear_bwd_cpu)(dx, dW, NULL, dy, x, W, N, in, out);
 }
 static double cpu_crossentropy(void *logits, const int32_t *tgt, int N, int V, double scale) {
     double mean = crossentropy_fwd_cpu(NULL, logits, tgt, N, V);

@@ -254,8 +254,8 @@ struct ops {
         cuda_linear_fwd(DT, y, x, W, N, in, out, STREAM);
     }
     static void linear_bwd(void *dx, void *dW, const void *dy, const void *x, const void *W,
-                           int N, int in, int out) {
-        cuda_linear_bwd(DT, dx, (float *)dW, dy, x, W, N, in, out, STREAM);
+                           int N, int in, int out, bool acc) {
+        cuda_linear_bwd(DT, dx, (float *)dW, dy, x, W, N, in, out, acc, STREAM);
     }
     static void conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
         cuda_conv1d_fwd(DT, y, x, w, B, T, C, K, STREAM);

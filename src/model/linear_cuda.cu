@@ -157,10 +157,10 @@ extern "C" void cuda_linear_fwd(cuda_dtype dt, void *y, const void *x, const voi
 }
 
 extern "C" void cuda_linear_bwd(cuda_dtype dt, void *dx, float *dW, const void *dy, const void *x,
-                                const void *W, int N, int in, int out, cudaStream_t s) {
+                                const void *W, int N, int in, int out, bool acc_dx, cudaStream_t s) {
     check_shape("cuda_linear_bwd", N, in, out);
     if (N == 0) return;
     cudaDataType_t t = lt_type(dt);
-    if (dx) matmul(CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, W, in, dy, out, t, dx, in, t, false, s);
+    if (dx) matmul(CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, W, in, dy, out, t, dx, in, t, acc_dx, s);
     if (dW) matmul(CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, x, in, dy, out, t, dW, in, CUDA_R_32F, true, s);
 }

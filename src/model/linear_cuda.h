@@ -18,10 +18,11 @@ void cuda_linear_init(void);
 // y (N,out) = x (N,in) W^T, W (out,in); x, W, y in dt.
 void cuda_linear_fwd(cuda_dtype dt, void *y, const void *x, const void *W, int N, int in, int out,
                      cudaStream_t s);
-// dx (N,in) = dy (N,out) W   (=, in dt; skipped when dx is NULL)
+// dx (N,in) = dy (N,out) W   (=, in dt; acc_dx: +=, in the GEMM's fp32 epilogue, one rounding;
+//                             skipped when dx is NULL)
 // dW (out,in) += dy^T x      (+=, fp32 gradient; skipped when dW is NULL)
 void cuda_linear_bwd(cuda_dtype dt, void *dx, float *dW, const void *dy, const void *x,
-                     const void *W, int N, int in, int out, cudaStream_t s);
+                     const void *W, int N, int in, int out, bool acc_dx, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -526,16 +526,10 @@ static void *residual_bwd(model *m, int l, int br, bool train) {
                                                                                        : m->dx;
 }
 
-// dxn += d/dxn of linear(xn, W) given dy; uses dtmp
+// dxn (first: =, else +=) d/dxn of linear(xn, W) given dy, summed in the GEMM itself
 static void linear_bwd_acc(model *m, void *dxn, bool first, int w, const void *dy, const void *xn,
                            int in, int out) {
-    const backend *be = m->be;
-    if (first) {
-        be->linear_bwd(dxn, G(w), dy, xn, P(w), m->N, in, out);
-    } else {
-        be->linear_bwd(m->dtmp, G(w), dy, xn, P(w), m->N, in, out);
-        be->add(dxn, m->dtmp, (size_t)m->N * in);
-    }
+    m->be->linear_bwd(dxn, G(w), dy, xn, P(w), m->N, in, out, !first);
 }
 
 static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
@@ -547,7 +541,7 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     gdn_mode mode = {c->gdn_gate, c->gdn_delta, c->gdn_allow_neg_eigval};
     void **D = m->dbig;
     be->linear_bwd(D[0], G(lp->wo), dbr, mixer_drop(m, l, a->on, D[1], (size_t)N * hv, train),
-                   P(lp->wo), N, hv, d);                                         // d on
+                   P(lp->wo), N, hv, d, false);                                      // d on
     drop_bwd(m, D[0], D[0], (size_t)N * hv, c->mixer_dropout, place_mixer(m, l), train);
     be->gated_rmsnorm_bwd(D[1], c->gdn_output_gate ? D[2] : NULL, G(lp->onorm), D[0], a->o,
                           a->z, P(lp->onorm), a->rstd_o, (size_t)N * H, m->dv);  // d o, d z
@@ -608,7 +602,7 @@ static void attn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     int window = lp->kind == 'A' ? m->T : m->window;
     void **D = m->dbig;
     be->linear_bwd(D[0], G(lp->so), dbr, mixer_drop(m, l, a->ao, D[1], (size_t)N * ha, train),
-                   P(lp->so), N, ha, d);
+                   P(lp->so), N, ha, d, false);
     drop_bwd(m, D[0], D[0], (size_t)N * ha, m->cfg.mixer_dropout, place_mixer(m, l), train);
     be->attention_bwd(D[1], D[2], D[3], D[0], a->aq, a->ak, a->av, a->ao, a->lse, m->B, m->T,
                       m->Ha, m->Da, window, 1.0 / sqrt(m->Da));
@@ -659,7 +653,7 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
     memcpy(m->tgt, y, (size_t)N * sizeof(int32_t));
     double loss_sum = be->crossentropy(m->logits, m->tgt, N, m->V, grad_scale);  // -> dlogits
     if (m->fwd_hook) m->fwd_hook(m, m->grad_hook_ctx);
-    be->linear_bwd(m->dxn, G(m->lm_head), m->logits, m->xf, P(m->lm_head), N, d, m->V);
+    be->linear_bwd(m->dxn, G(m->lm_head), m->logits, m->xf, P(m->lm_head), N, d, m->V, false);
     if (m->lm_head != m->wte) grads_ready(m, emb_hi, m->n_elems);
     be->rmsnorm_bwd(m->dx, G(m->norm_f), m->dxn, m->x_final, P(m->norm_f), m->rstd_f, N, d);
     grads_ready(m, layer_elem_lo(m, m->L), emb_lo);
@@ -670,7 +664,7 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
         if (m->cfg.recompute && l < m->L - 1) recompute_layer(m, l);
         // MLP branch: dx holds d x_out
         const void *dbr = residual_bwd(m, l, 1, train);
-        be->linear_bwd(m->dbig[0], G(lp->wdown), dbr, a->m_h, P(lp->wdown), N, F, d);
+        be->linear_bwd(m->dbig[0], G(lp->wdown), dbr, a->m_h, P(lp->wdown), N, F, d, false);
         be->swiglu_bwd(m->dbig[1], m->dbig[2], m->dbig[0], a->m_gate, a->m_up, (size_t)N * F);
         linear_bwd_acc(m, m->dxn, true, lp->wgate, m->dbig[1], a->xn2, d, F);
         linear_bwd_acc(m, m->dxn, false, lp->wup, m->dbig[2], a->xn2, d, F);

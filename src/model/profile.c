@@ -76,8 +76,8 @@ static void p_linear_fwd(void *y, const void *x, const void *W, int N, int in, i
     TIMED(linear_fwd, 2.0 * N * in * out, y, x, W, N, in, out);
 }
 static void p_linear_bwd(void *dx, void *dW, const void *dy, const void *x, const void *W, int N,
-                         int in, int out) {
-    TIMED(linear_bwd, 4.0 * N * in * out, dx, dW, dy, x, W, N, in, out);
+                         int in, int out, bool acc) {
+    TIMED(linear_bwd, 4.0 * N * in * out, dx, dW, dy, x, W, N, in, out, acc);
 }
 static void p_conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
     TIMED(conv1d_fwd, 0, y, x, w, B, T, C, K);
