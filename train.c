@@ -160,8 +160,13 @@ static void save_or_die(const char *path, const model *m, const train_state *st,
 // the gradient norm reads them. Each element is summed once, as one element of some piece,
 // so the result does not depend on the bucketing: on 2 ranks (a + b, commutative) it is the
 // same bits as one all-reduce after the backward (GDN_NO_OVERLAP=1).
+// ZeRO-1 (shard > 0): a piece is not all-reduced but summed to the rank whose shard holds it
+// (split at shard boundaries: one reduce per owner), so after the wait each rank holds the
+// sums of its own shard in the gradient arena (the rest of its arena is its local gradient) and
+// the reduce-scatter after the backward is gone: only the all-gather of the weights is left.
 typedef struct {
     dist *d;
+    size_t shard;         // ZeRO-1: elements per rank's shard (dist_shard_capacity / world); 0: off
     size_t bucket;        // elements per all-reduce, >= 1
     size_t lo, hi;        // pending bucket [lo, hi); empty when lo == hi
     size_t covered;       // elements handed over this step; n_elems at the finish
@@ -169,25 +174,42 @@ typedef struct {
     timeline *tl;         // --timeline (NULL: none): a comm span per all-reduce, the wait
 } grad_sync;
 
-// One all-reduce of grads [off, off + len), with its comm span when the step is recorded.
-static void grad_sync_piece(grad_sync *g, model *m, size_t off, size_t len) {
+// One sum of grads [off, off + len) (all-reduce, or with ZeRO-1 a reduce to rank `root`), with
+// its comm span when the step is recorded.
+static void grad_sync_sum(grad_sync *g, model *m, size_t off, size_t len, int root) {
     size_t es = m->be->elem[BE_GRAD];
     void *ev[2] = {NULL, NULL};
     int span = -1;
     if (timeline_recording(g->tl)) {
         char name[40];
-        snprintf(name, sizeof name, "allreduce %.3g MB", (double)(len * es) / 1048576.0);
+        if (root < 0) snprintf(name, sizeof name, "allreduce %.3g MB", (double)(len * es) / 1048576.0);
+        else snprintf(name, sizeof name, "reduce %.3g MB to %d", (double)(len * es) / 1048576.0, root);
         span = timeline_comm_begin(g->tl, name, &ev[0], &ev[1]);
     }
     bool timed = ev[0] == NULL;  // host clock: read around the blocking call
     if (es == sizeof(double)) {
-        dist_allreduce_sum_f64(g->d, (double *)m->grad_mem + off, len);
+        if (root < 0) dist_allreduce_sum_f64(g->d, (double *)m->grad_mem + off, len);
+        else dist_reduce_sum_f64(g->d, (double *)m->grad_mem + off, len, root);
     } else {
         if (ev[0]) timed = dist_time_next_async(g->d, ev[0], ev[1]);
-        dist_allreduce_sum_f32_async(g->d, (float *)m->grad_mem + off, len, NULL);
+        if (root < 0) dist_allreduce_sum_f32_async(g->d, (float *)m->grad_mem + off, len, NULL);
+        else dist_reduce_sum_f32_async(g->d, (float *)m->grad_mem + off, len, root, NULL);
     }
     timeline_comm_end(g->tl, span, timed);
     g->sends++;
+}
+
+// Grads [off, off + len): one all-reduce, or with ZeRO-1 one reduce per owning shard.
+static void grad_sync_piece(grad_sync *g, model *m, size_t off, size_t len) {
+    if (!g->shard) {
+        grad_sync_sum(g, m, off, len, -1);
+        return;
+    }
+    for (size_t a = off, end = off + len; a < end;) {
+        size_t owner = a / g->shard, b = GDN_MIN(end, (owner + 1) * g->shard);
+        grad_sync_sum(g, m, a, b - a, (int)owner);
+        a = b;
+    }
 }
 
 static void grad_sync_send(grad_sync *g, model *m) {
@@ -310,35 +332,27 @@ static void flat_copy(const model *m, bool gpu, void *dst, bool to_bf16, const v
     memcpy(dst, src, n * m->be->elem[BE_GRAD]);
 }
 
-// In place over z[0, n), this rank's shard then all of it: the sum over ranks / the shards of
-// all ranks.
-static void zero1_reduce_scatter(dist *d, const model *m, void *z, size_t n) {
-    if (m->be->elem[BE_GRAD] == sizeof(double)) dist_reduce_scatter_sum_f64(d, z, n);
-    else dist_reduce_scatter_sum_f32(d, z, n, NULL);
-}
+// In place over z[0, n): every rank's shard, from its owner.
 static void zero1_allgather(dist *d, const model *m, void *z, size_t n) {
     if (m->be->elem[BE_GRAD] == sizeof(double)) dist_allgather_f64(d, z, n);
     else dist_allgather_f32(d, z, n, NULL);
 }
 
-// One step: reduce-scatter the gradients, the global norm from the shards, AdamW on this rank's
-// shard of the flat arenas (tensor by tensor, where a tensor crosses the shard only its part),
-// all-gather the weights. No update when the norm is not finite (*gnorm_out says so). On the
-// timeline's compute row (tl may be NULL): "reduce-scatter" (with the copy into z), then
-// "norm+update"; the caller's next point ends "all-gather".
+// One step, after the gradient sums (grad_sync with shard > 0: this rank's shard of the gradient
+// arena holds the sums over ranks): the global norm from the shards, AdamW on this rank's shard
+// of the flat arenas (tensor by tensor, where a tensor crosses the shard only its part),
+// all-gather the weights through z. No update when the norm is not finite (*gnorm_out says so).
+// On the timeline's compute row (tl may be NULL): "norm+update"; the caller's next point ends
+// "all-gather".
 static void zero1_step(dist *d, model *m, void *z, bool gpu, long step, double lr,
                        double *gnorm_out, timeline *tl) {
     const backend *be = m->be;
     const gdn_config *c = &m->cfg;
     size_t n = m->n_elems, lo, hi;
     size_t eg = be->elem[BE_GRAD], eo = be->elem[BE_OPT], ep = be->elem[BE_PARAM];
-    char *zb = z;
-    flat_copy(m, gpu, z, false, m->grad_mem, n);
-    be->zero(zb + n * eg, dist_shard_capacity(d, n) - n, BE_GRAD);
-    zero1_reduce_scatter(d, m, z, n);
-    timeline_compute(tl, "reduce-scatter");
+    char *gb = m->grad_mem;
     dist_shard_range(d, n, &lo, &hi);
-    double gnorm = sqrt(dist_scalar_sum_f64(d, be->sumsq(zb + lo * eg, hi - lo)));
+    double gnorm = sqrt(dist_scalar_sum_f64(d, be->sumsq(gb + lo * eg, hi - lo)));
     *gnorm_out = gnorm;
     if (!isfinite(gnorm)) return;
     double scale = (c->grad_clip > 0 && gnorm > c->grad_clip) ? c->grad_clip / gnorm : 1.0;
@@ -349,7 +363,7 @@ static void zero1_step(dist *d, model *m, void *z, bool gpu, long step, double l
         size_t a = GDN_MAX(lo, pi->offset), b = GDN_MIN(hi, pi->offset + pi->numel);
         if (a >= b) continue;
         size_t s = a - m->opt_lo;  // m, v hold the shard only
-        be->adamw(p + a * ep, w ? w + a * eo : NULL, zb + a * eg, mm + s * eo, vv + s * eo, b - a,
+        be->adamw(p + a * ep, w ? w + a * eo : NULL, gb + a * eg, mm + s * eo, vv + s * eo, b - a,
                   lr, c->beta1, c->beta2, c->adam_eps, pi->decay ? c->weight_decay : 0.0, bc1,
                   bc2, scale);
     }
@@ -603,10 +617,12 @@ int main(int argc, char **argv) {
     void *zbuf = zero1 ? be->alloc(dist_shard_capacity(dd, m->n_elems) * be->elem[BE_GRAD]) : NULL;
     // gradient sums: overlapped with the backward through the hook, or (GDN_NO_OVERLAP) after it
     const char *no_overlap = getenv("GDN_NO_OVERLAP");
-    bool sync_grads = collectives && !zero1;
+    bool sync_grads = collectives;  // ZeRO-1 too: each piece summed to its shard's owner
     bool overlap = sync_grads && !(no_overlap && *no_overlap && strcmp(no_overlap, "0") != 0);
-    grad_sync gsync = {.d = dd, .bucket = GDN_MAX((size_t)1, (size_t)(cfg.bucket_mb * 1048576.0 /
-                                                                     (double)be->elem[BE_GRAD]))};
+    grad_sync gsync = {.d = dd,
+                       .shard = zero1 ? dist_shard_capacity(dd, m->n_elems) / (size_t)dd->world : 0,
+                       .bucket = GDN_MAX((size_t)1, (size_t)(cfg.bucket_mb * 1048576.0 /
+                                                             (double)be->elem[BE_GRAD]))};
     // --timeline: this rank's file, the device clock (CUDA events) on the GPU
     if (timeline_steps > 0) {
         long end = cfg.steps, first, count;
@@ -664,12 +680,11 @@ int main(int argc, char **argv) {
     printf("training: %d steps of %ld tokens (%d rank%s, %s%s), device %s, MFU against %s\n",
            cfg.steps, tokens_per_step, dd->world, dd->world > 1 ? "s" : "",
            dist_backend_name(dd->backend), cfg.zero1 ? ", ZeRO-1" : "", be->name, peak_what);
-    if (zero1)
-        printf("gradients: reduce-scatter after the backward, AdamW on this rank's shard, "
-               "all-gather of the weights\n");
-    else if (sync_grads)
-        printf("gradients: all-reduce in %g MB buckets, %s\n", cfg.bucket_mb,
-               overlap ? "overlapped with the backward" : "after the backward (GDN_NO_OVERLAP)");
+    if (sync_grads)
+        printf("gradients: %s in %g MB buckets, %s%s\n",
+               zero1 ? "reduce to each shard's owner" : "all-reduce", cfg.bucket_mb,
+               overlap ? "overlapped with the backward" : "after the backward (GDN_NO_OVERLAP)",
+               zero1 ? "; AdamW on this rank's shard, all-gather of the weights" : "");
     printf("startup: %.1f s from launch to the first step\n", gdn_now() - t_launch);
     fflush(stdout);  // the header is there before the first step's line, also through a pipe
     peak *= dd->world;

@@ -125,7 +125,7 @@ awk -F, 'NR > 1 && $3 == "compute" && ++k == 2 { held = $0; next } { print } k =
 check_timeline "$WORK/c2.csv" 0 3 4 $((np > 1)) forward >/dev/null && fail "swapped compute spans not caught" || pass "rejects swapped compute spans"
 
 if [ "$np" -gt 1 ]; then
-    echo "== ZeRO-1: the reduce-scatter, the update of the shard and the all-gather on the compute row"
+    echo "== ZeRO-1: gradient pieces reduced to their shard's owner during the backward, then the update and the all-gather"
     z=(--set dist.zero1=true)
     "${launch[@]}" "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${z[@]}" --set train.out_dir="$WORK/ztl" --timeline 2 >"$WORK/ztl.log" 2>&1 &&
         pass "ZeRO-1 with --timeline 2: exit 0" || { fail "ZeRO-1 with --timeline 2"; tail -20 "$WORK/ztl.log"; }
@@ -134,7 +134,7 @@ if [ "$np" -gt 1 ]; then
     "$BIN/gdn-ckpt" diff "$WORK/zplain/checkpoint.h5" "$WORK/ztl/checkpoint.h5" >"$WORK/dz.log" 2>&1 &&
         pass "ZeRO-1: checkpoint with --timeline == without, bitwise" || { fail "ZeRO-1: --timeline changes the weights"; cat "$WORK/dz.log"; }
     for f in "$WORK/ztl/timeline.csv" "$WORK/ztl/timeline.rank1.csv"; do
-        tail_want="|bwd embed|reduce-scatter|norm+update|all-gather"
+        tail_want="|bwd embed|wait|norm+update|all-gather"
         got=$(awk -F, 'NR > 1 && $3 == "compute" && $4 != "wait (hook)" { seq[$1] = seq[$1] "|" $4 }
                        END { for (s = 3; s <= 4; s++) print s ":" seq[s] }' "$f" 2>/dev/null)
         ok=1
@@ -142,8 +142,14 @@ if [ "$np" -gt 1 ]; then
             row=$(grep "^$s:" <<<"$got")
             [[ "$row" == "$s:|forward|"*"$tail_want" ]] || { ok=0; echo "    step $s: $row"; }
         done
-        [ $ok -eq 1 ] && pass "$(basename "$f"): steps 3-4 end with bwd embed, reduce-scatter, norm+update, all-gather" ||
+        [ $ok -eq 1 ] && pass "$(basename "$f"): steps 3-4 end with bwd embed, wait, norm+update, all-gather" ||
             fail "$(basename "$f"): ZeRO-1 compute row, want ...$tail_want"
+        # the sums go out during the backward, each piece to the rank owning it
+        nr0=$(grep -c ',comm,reduce [0-9.e+-]* MB to 0,' "$f"); nr1=$(grep -c ',comm,reduce [0-9.e+-]* MB to 1,' "$f")
+        nar=$(grep -c ',comm,allreduce' "$f")
+        [ "$nr0" -gt 0 ] && [ "$nr1" -gt 0 ] && [ "$nar" -eq 0 ] &&
+            pass "$(basename "$f"): $nr0 reduces to rank 0 and $nr1 to rank 1, no all-reduce" ||
+            fail "$(basename "$f"): reduces to rank 0 / 1: $nr0 / $nr1, all-reduces $nar"
     done
 fi
 

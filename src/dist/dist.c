@@ -371,7 +371,18 @@ static void mpi_coll(dist *d, dist_coll op, dist_dtype dt, void *buf, size_t n, 
         }
         return;
     }
+    case DIST_COLL_REDUCE_SUM:
+        for (size_t off = 0; off < n; off += DIST_MPI_CHUNK) {
+            int cnt = (int)GDN_MIN((size_t)DIST_MPI_CHUNK, n - off);
+            // the receive buffer counts only at the root (in place there)
+            if (d->rank == root)
+                MPI_OK(d, MPI_Reduce(MPI_IN_PLACE, p + off * esz, cnt, t, MPI_SUM, root, m->comm));
+            else
+                MPI_OK(d, MPI_Reduce(p + off * esz, NULL, cnt, t, MPI_SUM, root, m->comm));
+        }
+        return;
     case DIST_COLL_ALLREDUCE_SUM_ASYNC:  // dist.c maps these before calling (MPI is blocking)
+    case DIST_COLL_REDUCE_SUM_ASYNC:
     case DIST_COLL_WAIT_ASYNC:
         dist_abort(d, "mpi_coll: an asynchronous op reached the MPI backend");
     }
@@ -412,6 +423,13 @@ void dist_allreduce_sum_f32(dist *d, float *buf, size_t n, void *stream) {
 void dist_allreduce_sum_f32_async(dist *d, float *buf, size_t n, void *compute_stream) {
     coll(d, d->backend == DIST_NCCL ? DIST_COLL_ALLREDUCE_SUM_ASYNC : DIST_COLL_ALLREDUCE_SUM,
          DIST_DT_F32, buf, n, 0, compute_stream, false, "allreduce_sum_f32_async");
+}
+void dist_reduce_sum_f64(dist *d, double *buf, size_t n, int root) {
+    coll(d, DIST_COLL_REDUCE_SUM, DIST_DT_F64, buf, n, root, NULL, true, "reduce_sum_f64");
+}
+void dist_reduce_sum_f32_async(dist *d, float *buf, size_t n, int root, void *compute_stream) {
+    coll(d, d->backend == DIST_NCCL ? DIST_COLL_REDUCE_SUM_ASYNC : DIST_COLL_REDUCE_SUM,
+         DIST_DT_F32, buf, n, root, compute_stream, false, "reduce_sum_f32_async");
 }
 bool dist_time_next_async(dist *d, void *ev_begin, void *ev_end) {
     struct dist_impl *m = d->impl;

@@ -138,7 +138,13 @@ void dist_allreduce_sum_f32(dist *d, float *buf, size_t n, void *stream);
 // dist_wait_async does nothing; with world == 1 both return at once.
 void dist_allreduce_sum_f32_async(dist *d, float *buf, size_t n, void *compute_stream);
 void dist_wait_async(dist *d, void *compute_stream);
-// Timeline of the overlap (gdn-train --timeline): the next dist_allreduce_sum_f32_async with
+// The same for a sum to one rank (ZeRO-1: each gradient piece to the rank whose shard holds
+// it): in place, on rank `root` buf[0, n) <- the sum over ranks; elsewhere buf is unspecified
+// afterwards. _f64: host memory, blocking (MPI). _f32_async: as dist_allreduce_sum_f32_async
+// (NCCL: enqueued on the own stream, dist_wait_async joins; MPI: host memory, done on return).
+void dist_reduce_sum_f64(dist *d, double *buf, size_t n, int root);
+void dist_reduce_sum_f32_async(dist *d, float *buf, size_t n, int root, void *compute_stream);
+// Timeline of the overlap (gdn-train --timeline): the next async collective (all-reduce or reduce) with
 // n > 0 also records ev_begin on the own stream right before its collective, i.e. after the
 // wait for the compute stream, so it marks when the sum can start, and ev_end right after it.
 // ev_begin, ev_end: cudaEvent_t with timing enabled, created on d->device by the caller, read
@@ -187,6 +193,9 @@ typedef enum {
     // Overlap (dist_allreduce_sum_f32_async), device memory, host == false: the sum is enqueued
     // on the backend's own stream after the work enqueued so far on `stream`; returns at once.
     DIST_COLL_ALLREDUCE_SUM_ASYNC,
+    // Sum to `root` (in place there): blocking, and the async variant as above.
+    DIST_COLL_REDUCE_SUM,
+    DIST_COLL_REDUCE_SUM_ASYNC,
     // dist_wait_async, no data (buf NULL, n 0): `stream` waits for everything enqueued so far
     // on the backend's own stream (device-side; the host does not wait).
     DIST_COLL_WAIT_ASYNC,

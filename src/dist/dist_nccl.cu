@@ -249,7 +249,7 @@ static int nccl_coll(dist_nccl *c, dist_coll op, dist_dtype dt, void *buf, size_
         CU_TRY(cudaStreamWaitEvent((cudaStream_t)stream, c->join_ev, 0));
         return 0;
     }
-    const bool async = op == DIST_COLL_ALLREDUCE_SUM_ASYNC;
+    const bool async = op == DIST_COLL_ALLREDUCE_SUM_ASYNC || op == DIST_COLL_REDUCE_SUM_ASYNC;
     if (async && host) FAIL("collective %s: an async collective takes device memory", name);
     const size_t esz = dt == DIST_DT_F64 ? 8 : dt == DIST_DT_F32 ? 4 : 1;
     const bool sharded = op == DIST_COLL_REDUCE_SCATTER_SUM || op == DIST_COLL_ALLGATHER;
@@ -294,6 +294,10 @@ static int nccl_coll(dist_nccl *c, dist_coll op, dist_dtype dt, void *buf, size_
         break;
     case DIST_COLL_BCAST:
         NCCL_TRY(c, ncclBroadcast(p, p, n, t, root, c->comm, s));
+        break;
+    case DIST_COLL_REDUCE_SUM:
+    case DIST_COLL_REDUCE_SUM_ASYNC:
+        NCCL_TRY(c, ncclReduce(p, p, n, t, ncclSum, root, c->comm, s));
         break;
     case DIST_COLL_WAIT_ASYNC:  // handled above
         break;
