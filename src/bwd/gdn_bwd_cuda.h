@@ -44,6 +44,9 @@ typedef struct {
     size_t workspace_bytes;   //   >= gdn_chunk_bwd_workspace_bytes(this)
     int dv_block;             // value columns per scan CTA: 0 = choose, else 16, 32 or 64
                               // (bf16; 64 only for Dk <= 128) or 16 (fp32)
+    int scan_stages;          // chunks in flight per scan CTA: 0 = choose (1 when the grid has
+                              // more CTAs than SMs and two fit per SM, else 2), 1 or 2 = force
+                              // (tests: both give bitwise the same gradients)
     cudaStream_t stream;
 } gdn_bwd_params;
 

@@ -318,7 +318,10 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
 // scan: per (b, h, block of DVB value columns), 4 warps, chunks in reverse order.
 // dH (Dk x DVB) lives in fp32 accumulators: warp w owns rows [w Dk/4, (w+1) Dk/4).
 // =============================================================================================
-template <int DK, int DVB, int NP>
+// SMAX: the most stages (chunk sets in flight) the launcher allows: 2 when the grid leaves SMs
+// idle (one CTA per SM, the next chunk's loads behind this one's work), 1 when the grid is
+// larger than the SMs (70 KB at Dk 128, DVB 64: two CTAs per SM hide each other's latency).
+template <int DK, int DVB, int NP, int SMAX>
 struct scan_layout {
     static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
     static constexpr int SET = 3 * NP * QK_PL + C * 4;       // Q, K, W planes + g of one chunk
@@ -326,7 +329,7 @@ struct scan_layout {
     static constexpr int PBV = (DVB + 8) * 2;
     static constexpr int RG_BYTES = NP * PBV * cmax(DK, 2 * C);
     static constexpr int WG = 4 * 4 * C * 4;                 // per warp: Gh, Gl, gam, hdec
-    static constexpr int S = 2 * SET + RG_BYTES + WG <= SMEM_MAX ? 2 : 1;  // stages
+    static constexpr int S = SMAX >= 2 && 2 * SET + RG_BYTES + WG <= SMEM_MAX ? 2 : 1;  // stages
     // region: dH' planes (Dk rows) while dΔ is formed; then gamma dO and -dΔ planes (C rows)
     static constexpr int RG = S * SET;
     static constexpr int DH = RG, DH_PL = DK * PBV;
@@ -337,9 +340,9 @@ struct scan_layout {
     static_assert(BYTES <= SMEM_MAX, "scan shared memory");
 };
 
-template <int DK, int DVB, int NP>
+template <int DK, int DVB, int NP, int SMAX>
 __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant__ bwd_args a) {
-    using L = scan_layout<DK, DVB, NP>;
+    using L = scan_layout<DK, DVB, NP, SMAX>;
     constexpr int MT = DK / 64, NTV = DVB / 8, RW = DK / 4;  // m-tiles, n-tiles, rows per warp
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_bwd_params &p = a.p;
@@ -879,17 +882,44 @@ void gdn_bwd_prep_launch(const bwd_args &a) {
     gdn_bwd_prep_kernel<DK, NP><<<grid, 128, L::BYTES, a.p.stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
-template <int DK, int DVB, int NP>
-void gdn_bwd_scan_launch(const bwd_args &a) {
-    using L = scan_layout<DK, DVB, NP>;
+// the kernel's shared-memory attribute, once per instantiation
+template <int DK, int DVB, int NP, int SMAX>
+void gdn_bwd_scan_attr() {
     static bool attr_done = false;
     if (!attr_done) {
-        set_smem(gdn_bwd_scan_kernel<DK, DVB, NP>, L::BYTES);
+        set_smem(gdn_bwd_scan_kernel<DK, DVB, NP, SMAX>, scan_layout<DK, DVB, NP, SMAX>::BYTES);
         attr_done = true;
     }
-    const dim3 grid(a.p.Dv / DVB, a.p.H, a.p.B);
-    gdn_bwd_scan_kernel<DK, DVB, NP><<<grid, 128, L::BYTES, a.p.stream>>>(a);
+}
+template <int DK, int DVB, int NP, int SMAX>
+void gdn_bwd_scan_launch_s(const bwd_args &a, dim3 grid) {
+    gdn_bwd_scan_attr<DK, DVB, NP, SMAX>();
+    gdn_bwd_scan_kernel<DK, DVB, NP, SMAX>
+        <<<grid, 128, scan_layout<DK, DVB, NP, SMAX>::BYTES, a.p.stream>>>(a);
     CUDA_CHECK_LAUNCH();
+}
+// One stage (two CTAs per SM) when the grid has more CTAs than the device has SMs and two of
+// them fit on an SM; else two stages. Same arithmetic either way (bitwise the same results).
+template <int DK, int DVB, int NP>
+void gdn_bwd_scan_launch(const bwd_args &a) {
+    const dim3 grid(a.p.Dv / DVB, a.p.H, a.p.B);
+    static int sms = 0, two_fit = -1;
+    if (two_fit < 0) {
+        int dev = 0, per_sm = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        gdn_bwd_scan_attr<DK, DVB, NP, 1>();
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, gdn_bwd_scan_kernel<DK, DVB, NP, 1>, 128, scan_layout<DK, DVB, NP, 1>::BYTES));
+        two_fit = per_sm >= 2;
+    }
+    const int st = a.p.scan_stages;
+    if (st != 0 && st != 1 && st != 2)
+        gdn_die("gdn_chunk_bwd: scan_stages %d\nHINT: 0 (choose), 1 or 2", st);
+    if (st == 1 || (st == 0 && two_fit && (long)grid.x * grid.y * grid.z > sms))
+        gdn_bwd_scan_launch_s<DK, DVB, NP, 1>(a, grid);
+    else
+        gdn_bwd_scan_launch_s<DK, DVB, NP, 2>(a, grid);
 }
 template <int DK, int NP>
 void gdn_bwd_final_launch(const bwd_args &a) {
