@@ -126,7 +126,7 @@ static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x
     batch_sampler vs;
     char err[512];
     if (!sampler_init(&vs, tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed ^ 0x5A17u,
-                      d->rank, d->world, 0, false, err, sizeof err))
+                      d->rank, d->world, 1, 0, false, err, sizeof err))
         gdn_die("validation data: %s", err);
     double s = 0;
     for (int i = 0; i < c->eval_batches; i++) {
@@ -603,11 +603,12 @@ int main(int argc, char **argv) {
 
     batch_sampler ts;
     if (!sampler_init(&ts, &tf, DATA_SPLIT_TRAIN, cfg.batch_size, cfg.seq_len, cfg.seed, dd->rank,
-                      dd->world, st.sampler_pos, true, err, sizeof err))
+                      dd->world, cfg.grad_accum, st.sampler_pos * (uint64_t)cfg.grad_accum, true,
+                      err, sizeof err))
         gdn_die("training data: %s", err);
     batch_sampler vcheck;  // fail early when the validation split is too short
     if (!sampler_init(&vcheck, &tf, DATA_SPLIT_VAL, cfg.batch_size, cfg.seq_len, cfg.seed, 0, 1,
-                      0, false, err, sizeof err))
+                      1, 0, false, err, sizeof err))
         gdn_die("validation data: %s", err);
     sampler_free(&vcheck);
 
@@ -754,7 +755,7 @@ int main(int argc, char **argv) {
         timeline_collect(tl);  // the earlier steps: their events preceded this step's norm sync
         st.step++;
         st.tokens_seen += (uint64_t)tokens_per_step;
-        st.sampler_pos = ts.pos;
+        st.sampler_pos = ts.pos / (uint64_t)cfg.grad_accum;  // steps: independent of the split
         win_steps++;
         if (profile_steps > 0) {  // no log, eval or checkpoint inside the measurement
             if (++prof_done == 2) {  // the warm-up (plans, lazy buffers) is not counted

@@ -397,7 +397,7 @@ static void sampler_tests(void) {
     int32_t *x1 = gdn_malloc(4 * all), *y1 = gdn_malloc(4 * all), *x2 = gdn_malloc(4 * all),
             *y2 = gdn_malloc(4 * all);
     batch_sampler s, s2;
-    bool ok = sampler_init(&s, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 0, false, err, sizeof err);
+    bool ok = sampler_init(&s, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, false, err, sizeof err);
     check(ok, "init B=%d T=%d seed 1234, no prefetch", B, T);
     take(&s, P, x1, y1);
     check(s.pos == (uint64_t)P, "pos advances to %d (got %llu)", P, (unsigned long long)s.pos);
@@ -417,19 +417,19 @@ static void sampler_tests(void) {
     check(bad == 0, "x windows are tokens [start, start+T) with start <= n-(T+1)");
     check(badshift == 0, "y is x shifted by one (y[t] = token[start + t + 1])");
 
-    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 0, false, err, sizeof err);
+    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, false, err, sizeof err);
     take(&s2, P, x2, y2);
     sampler_free(&s2);
     check(!memcmp(x1, x2, 4 * all) && !memcmp(y1, y2, 4 * all), "same seed -> same %d batches", P);
 
-    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1235, 0, 1, 0, false, err, sizeof err);
+    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1235, 0, 1, 1, 0, false, err, sizeof err);
     take(&s2, P, x2, y2);
     sampler_free(&s2);
     size_t same = 0;
     for (size_t w = 0; w < (size_t)P * B; w++) same += x1[w * T] == x2[w * T];
     check(same < 3, "seed 1235 -> different windows (%zu of %d starts equal)", same, P * B);
 
-    ok = sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 0, true, err, sizeof err);
+    ok = sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, true, err, sizeof err);
     check(ok && s2.running, "init with prefetch starts the thread");
     take(&s2, P, x2, y2);
     sampler_free(&s2);
@@ -439,8 +439,8 @@ static void sampler_tests(void) {
 
     // 2 ranks x B/2 == 1 rank x B (one rank with prefetch, one without)
     batch_sampler r0, r1;
-    sampler_init(&r0, &f, DATA_SPLIT_TRAIN, B / 2, T, 1234, 0, 2, 0, true, err, sizeof err);
-    sampler_init(&r1, &f, DATA_SPLIT_TRAIN, B / 2, T, 1234, 1, 2, 0, false, err, sizeof err);
+    sampler_init(&r0, &f, DATA_SPLIT_TRAIN, B / 2, T, 1234, 0, 2, 1, 0, true, err, sizeof err);
+    sampler_init(&r1, &f, DATA_SPLIT_TRAIN, B / 2, T, 1234, 1, 2, 1, 0, false, err, sizeof err);
     size_t half = bt / 2, mism = 0;
     int32_t *hx = gdn_malloc(4 * half), *hy = gdn_malloc(4 * half);
     for (int i = 0; i < P; i++) {
@@ -455,13 +455,52 @@ static void sampler_tests(void) {
     check(mism == 0, "2 ranks x B=%d reproduce 1 rank x B=%d exactly (%zu mismatching halves)",
           B / 2, B, mism);
 
+    // micro-batches split a step like ranks do: 1 rank x 2 micro-batches of B/2, and 2 ranks x
+    // 2 micro-batches of B/4, reproduce 1 rank x B (micro-batch m of rank r: block m world + r)
+    {
+        batch_sampler a;
+        sampler_init(&a, &f, DATA_SPLIT_TRAIN, B / 2, T, 1234, 0, 1, 2, 0, true, err, sizeof err);
+        size_t mm = 0;
+        for (int i = 0; i < P; i++)
+            for (int mb = 0; mb < 2; mb++) {
+                sampler_next(&a, hx, hy);
+                mm += memcmp(hx, x1 + i * bt + mb * half, 4 * half) != 0 ||
+                      memcmp(hy, y1 + i * bt + mb * half, 4 * half) != 0;
+            }
+        check(a.pos == (uint64_t)(2 * P), "pos counts micro-batches (%llu after %d steps of 2)",
+              (unsigned long long)a.pos, P);
+        sampler_free(&a);
+        check(mm == 0, "1 rank x 2 micro-batches of B=%d reproduce 1 rank x B=%d exactly (%zu "
+              "mismatching blocks)", B / 2, B, mm);
+        batch_sampler q[2];
+        size_t quarter = bt / 4;
+        mm = 0;
+        for (int r = 0; r < 2; r++)
+            sampler_init(&q[r], &f, DATA_SPLIT_TRAIN, B / 4, T, 1234, r, 2, 2, 0, r == 0, err,
+                         sizeof err);
+        for (int i = 0; i < P; i++)
+            for (int mb = 0; mb < 2; mb++)
+                for (int r = 0; r < 2; r++) {
+                    sampler_next(&q[r], hx, hy);
+                    size_t at = i * bt + (size_t)(mb * 2 + r) * quarter;
+                    mm += memcmp(hx, x1 + at, 4 * quarter) != 0 || memcmp(hy, y1 + at, 4 * quarter) != 0;
+                }
+        sampler_free(&q[0]);
+        sampler_free(&q[1]);
+        check(mm == 0, "2 ranks x 2 micro-batches of B=%d reproduce 1 rank x B=%d exactly (%zu "
+              "mismatching blocks)", B / 4, B, mm);
+        batch_sampler bad;
+        check(!sampler_init(&bad, &f, DATA_SPLIT_TRAIN, B, T, 1, 0, 1, 0, 0, false, err, sizeof err),
+              "n_mb 0 is refused: %s", err);
+    }
+
     // resume: start at pos 5; with prefetch, move pos by hand after two batches
-    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 5, false, err, sizeof err);
+    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 5, false, err, sizeof err);
     sampler_next(&s2, x2, y2);
     sampler_free(&s2);
     check(!memcmp(x2, x1 + 5 * bt, 4 * bt) && !memcmp(y2, y1 + 5 * bt, 4 * bt),
           "init at pos 5 gives batch 5");
-    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 0, true, err, sizeof err);
+    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, true, err, sizeof err);
     take(&s2, 2, x2, y2);
     s2.pos = 9;
     sampler_next(&s2, x2, y2);
@@ -472,19 +511,19 @@ static void sampler_tests(void) {
     sampler_free(&s2);
 
     // too short: /val holds 40 tokens
-    ok = sampler_init(&s2, &f, DATA_SPLIT_VAL, B, 40, 1, 0, 1, 0, true, err, sizeof err);
+    ok = sampler_init(&s2, &f, DATA_SPLIT_VAL, B, 40, 1, 0, 1, 1, 0, true, err, sizeof err);
     check(!ok && strstr(err, p) && strstr(err, "'/val'") && strstr(err, "40 tokens") &&
               strstr(err, "41"),
           "/val of 40 tokens, T = 40 -> false: shorter than one window");
     printf("    message: %s\n", err);
-    ok = sampler_init(&s2, &f, DATA_SPLIT_VAL, B, 39, 1, 0, 1, 0, false, err, sizeof err);
+    ok = sampler_init(&s2, &f, DATA_SPLIT_VAL, B, 39, 1, 0, 1, 1, 0, false, err, sizeof err);
     check(ok, "/val of 40 tokens, T = 39 -> exactly one window fits");
     if (ok) {
         sampler_next(&s2, x2, y2);
         check(x2[0] == 0 && y2[38] == 39, "that window is tokens [0, 40)");
         sampler_free(&s2);
     }
-    ok = sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1, 2, 2, 0, false, err, sizeof err);
+    ok = sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1, 2, 2, 1, 0, false, err, sizeof err);
     check(!ok && strstr(err, "rank"), "rank 2 of world 2 -> false");
     tokfile_close(&f);
 
@@ -493,7 +532,7 @@ static void sampler_tests(void) {
     if (!tokfile_write(p, 65536, "bytes", -1, t, (size_t)T + 4, t, 0, err, sizeof err))
         gdn_die("%s", err);
     if (!tokfile_open(&f, p, err, sizeof err)) gdn_die("%s", err);
-    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, 8, T, 99, 0, 1, 0, true, err, sizeof err);
+    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, 8, T, 99, 0, 1, 1, 0, true, err, sizeof err);
     int cnt[5] = {0};
     int32_t *tx = gdn_malloc(4 * 8 * (size_t)T), *ty = gdn_malloc(4 * 8 * (size_t)T);
     for (int i = 0; i < 100; i++) {

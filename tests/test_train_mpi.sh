@@ -17,6 +17,14 @@ common=(--set model.dropout=0 --set train.steps=6 --set train.eval_every=3)
 $MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set train.out_dir="$WORK/two" >"$WORK/two.log" 2>&1 && pass "2 ranks, batch 2 each" || { fail "2 ranks"; tail -20 "$WORK/two.log"; }
 grep -q "(2 ranks, mpi)" "$WORK/two.log" && pass "runs as 2 MPI ranks" || fail "not 2 MPI ranks"
 "$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/two/checkpoint.h5" >"$WORK/d1.log" && pass "2 x B/2 == 1 x B: $(tail -1 "$WORK/d1.log")" || { fail "2 ranks differ from 1"; cat "$WORK/d1.log"; }
+# gradient accumulation splits a step's windows like ranks do: 1 rank x 2 micro-batches of 2
+# == 2 ranks x 2 == 1 rank x 4 (the same windows, the same sums up to rounding)
+"$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set train.grad_accum=2 --set train.out_dir="$WORK/acc" >"$WORK/acc.log" 2>&1 && pass "1 rank, batch 2, grad_accum 2" || { fail "grad_accum run"; tail -20 "$WORK/acc.log"; }
+"$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/acc/checkpoint.h5" >"$WORK/da1.log" && pass "1 x 2 micro-batches of B/2 == 1 x B: $(tail -1 "$WORK/da1.log")" || { fail "grad_accum differs from the whole batch"; cat "$WORK/da1.log"; }
+"$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/two/checkpoint.h5" "$WORK/acc/checkpoint.h5" >"$WORK/da2.log" && pass "1 x 2 micro-batches of B/2 == 2 ranks x B/2: $(tail -1 "$WORK/da2.log")" || { fail "grad_accum differs from 2 ranks"; cat "$WORK/da2.log"; }
+"$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set train.grad_accum=2 --set train.out_dir="$WORK/accr" --stop-after 3 >"$WORK/accr1.log" 2>&1 &&
+    "$BIN/gdn-train" --resume "$WORK/accr/checkpoint.h5" >"$WORK/accr2.log" 2>&1 && pass "grad_accum 2: stop after 3, resume" || { fail "grad_accum stop/resume"; tail "$WORK/accr2.log"; }
+"$BIN/gdn-ckpt" diff "$WORK/acc/checkpoint.h5" "$WORK/accr/checkpoint.h5" >"$WORK/dar.log" && grep -q "^IDENTICAL" "$WORK/dar.log" && pass "grad_accum 2: 3 + 3 steps == 6 steps, bitwise" || { fail "grad_accum resume differs"; cat "$WORK/dar.log"; }
 # validation: the ranks split each val batch like a training batch, so 2 x B/2 evaluates the
 # windows 1 x B does (steps 3 and 6)
 vals() { grep -o '"val_loss": [^,]*' "$1/metrics.jsonl" | cut -d' ' -f2 | tr '\n' ' '; }

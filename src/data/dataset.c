@@ -584,13 +584,14 @@ static uint64_t sampler_window_start(const batch_sampler *s, uint64_t pos, uint6
     return rng_below(&r, s->f->n_tokens[s->split] - (uint64_t)s->T);
 }
 
-// x, y: (B, T) of batch pos for this rank; y is x shifted by one token.
+// x, y: (B, T) of micro-batch pos for this rank; y is x shifted by one token.
 static void sampler_fill(const batch_sampler *s, uint64_t pos, int32_t *x, int32_t *y) {
     const int T = s->T;
+    const uint64_t step = pos / (uint64_t)s->n_mb, mb = pos % (uint64_t)s->n_mb;
     int32_t *win = gdn_malloc(sizeof(int32_t) * (size_t)(T + 1));
     for (int b = 0; b < s->B; b++) {
-        uint64_t j = (uint64_t)s->rank * (uint64_t)s->B + (uint64_t)b;
-        tokfile_read(s->f, s->split, sampler_window_start(s, pos, j), (size_t)T + 1, win);
+        uint64_t j = (mb * (uint64_t)s->world + (uint64_t)s->rank) * (uint64_t)s->B + (uint64_t)b;
+        tokfile_read(s->f, s->split, sampler_window_start(s, step, j), (size_t)T + 1, win);
         memcpy(x + (size_t)b * T, win, sizeof(int32_t) * (size_t)T);
         memcpy(y + (size_t)b * T, win + 1, sizeof(int32_t) * (size_t)T);
     }
@@ -618,17 +619,17 @@ static void *sampler_thread(void *arg) {
 }
 
 bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint64_t seed, int rank,
-                  int world, uint64_t pos, bool prefetch, char *err, size_t errlen) {
+                  int world, int n_mb, uint64_t pos, bool prefetch, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     if (split != DATA_SPLIT_TRAIN && split != DATA_SPLIT_VAL) {
         snprintf(err, errlen, "%s: sampler split %d is not train (0) or val (1)", f->path, split);
         return false;
     }
-    if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world) {
-        snprintf(
-            err, errlen,
-            "%s: sampler needs B >= 1, T >= 1, 0 <= rank < world (got B=%d T=%d rank=%d world=%d)",
-            f->path, B, T, rank, world);
+    if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world || n_mb < 1) {
+        snprintf(err, errlen,
+                 "%s: sampler needs B >= 1, T >= 1, 0 <= rank < world, n_mb >= 1 (got B=%d T=%d "
+                 "rank=%d world=%d n_mb=%d)",
+                 f->path, B, T, rank, world, n_mb);
         return false;
     }
     if (f->n_tokens[split] < (uint64_t)T + 1) {
@@ -643,6 +644,7 @@ bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint
                          .T = T,
                          .rank = rank,
                          .world = world,
+                         .n_mb = n_mb,
                          .seed = seed,
                          .pos = pos};
     if (!prefetch) return true;

@@ -39,16 +39,18 @@ bool tokfile_write(const char *path, int vocab_size, const char *tokenizer, int 
                    const uint32_t *train, size_t n_train, const uint32_t *val, size_t n_val,
                    char *err, size_t errlen);
 
-// Batch sampler. Batch number `pos` (0, 1, 2, ...) of the whole job is world * B windows of
-// T + 1 tokens whose starts are a pure function of (seed, split, pos, j) (counter-based RNG);
-// rank r takes windows [r*B, (r+1)*B). So 2 ranks with B/2 each see exactly the windows that
-// 1 rank with B sees, and the position to checkpoint is just `pos`.
+// Batch sampler. Step s (0, 1, 2, ...) of the whole job is n_mb * world * B windows of T + 1
+// tokens whose starts are a pure function of (seed, split, s, j) (counter-based RNG); micro-batch
+// m of rank r takes windows [(m world + r) B, (m world + r + 1) B). So the windows of a step do
+// not depend on how they are split: 2 ranks with B/2 each, or 1 rank with 2 micro-batches of
+// B/2 (train.grad_accum), see exactly the windows that 1 rank with B sees. `pos` counts the
+// micro-batches handed out (step pos / n_mb, micro-batch pos % n_mb): the position to checkpoint.
 // x[b*T + t] = tokens[start_b + t], y[b*T + t] = tokens[start_b + t + 1].
 typedef struct {
     token_file *f;
-    int split, B, T, rank, world;
+    int split, B, T, rank, world, n_mb;
     uint64_t seed;
-    uint64_t pos;            // next batch number to hand out (checkpointed)
+    uint64_t pos;            // next micro-batch number to hand out (checkpointed)
     // prefetch: a background thread fills the next batch while the step runs
     pthread_t thread;
     pthread_mutex_t mu;
@@ -60,7 +62,8 @@ typedef struct {
 
 // Fails (message + false) when the split is shorter than one window of T + 1 tokens.
 bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint64_t seed,
-                  int rank, int world, uint64_t pos, bool prefetch, char *err, size_t errlen);
+                  int rank, int world, int n_mb, uint64_t pos, bool prefetch, char *err,
+                  size_t errlen);
 // A sampler with prefetch must not be copied or moved after sampler_init (its thread holds
 // its address). Setting s->pos by hand is safe: a prefetched batch of another pos is dropped.
 void sampler_next(batch_sampler *s, int32_t *x, int32_t *y);   // batch `pos`, then pos++

@@ -15,7 +15,8 @@ extern "C" {
 typedef struct {
     long step;              // steps completed
     uint64_t tokens_seen;   // training tokens consumed (all ranks)
-    uint64_t sampler_pos;   // next training batch number (data/dataset.h)
+    uint64_t sampler_pos;   // next training step's batch number (data/dataset.h; the sampler
+                            // counts micro-batches: sampler_pos x train.grad_accum)
     uint64_t seed;          // the run's seed (dropout keys and data derive from it and step)
     double best_val;        // best validation loss so far (INFINITY if none)
     int world_size;         // ranks that wrote it
