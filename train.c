@@ -118,23 +118,24 @@ static double cpu_peak_flops(void) {
 }
 
 // Mean loss over eval_batches validation batches. Like the training batches, each global batch
-// is split over the ranks (rank r takes windows [r B, (r+1) B) of world x B), so N ranks of
-// batch B/N evaluate the windows one rank of batch B does, and each does 1/N of the work; every
-// rank returns the same mean.
+// of grad_accum x world x B windows is split over the micro-batches and the ranks, so N ranks of
+// batch B/N, or one rank with N micro-batches of B/N, evaluate the windows one rank of batch B
+// does (each rank 1/N of the work); every rank returns the same mean.
 static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x, int32_t *y,
                        dist *d) {
     batch_sampler vs;
     char err[512];
     if (!sampler_init(&vs, tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed ^ 0x5A17u,
-                      d->rank, d->world, 1, 0, false, err, sizeof err))
+                      d->rank, d->world, c->grad_accum, 0, false, err, sizeof err))
         gdn_die("validation data: %s", err);
     double s = 0;
-    for (int i = 0; i < c->eval_batches; i++) {
+    const long n = (long)c->eval_batches * c->grad_accum;
+    for (long i = 0; i < n; i++) {
         sampler_next(&vs, x, y);
         s += model_eval_loss(m, x, y);
     }
     sampler_free(&vs);
-    return dist_scalar_sum_f64(d, s) / ((double)c->eval_batches * d->world);
+    return dist_scalar_sum_f64(d, s) / ((double)n * d->world);
 }
 
 static void save_or_die(const char *path, const model *m, const train_state *st, dist *d) {
@@ -591,7 +592,9 @@ int main(int argc, char **argv) {
         if (!checkpoint_load(resume, m, &st, err, sizeof err)) gdn_die("%s", err);
         if (st.world_size != dd->world)
             printf("note: checkpoint written by %d ranks, resuming on %d: weights and optimizer "
-                   "state continue exactly, the data order differs\n", st.world_size, dd->world);
+                   "state continue exactly; the data continues exactly when batch_size x grad_accum "
+                   "x ranks is what it was (now %d x %d x %d; train.grad_accum can keep it)\n",
+                   st.world_size, dd->world, cfg.batch_size, cfg.grad_accum, dd->world);
         printf("resumed from %s at step %ld (%llu tokens seen)\n", resume, st.step,
                (unsigned long long)st.tokens_seen);
         st.world_size = dd->world;

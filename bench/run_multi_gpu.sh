@@ -27,7 +27,12 @@
 #    "done:" line, and the note that the world size changed.
 #    The scaling runs record --timeline 3: each step split into compute and exposed communication
 #    (the all-reduce wait; with ZeRO-1 the reduce-scatter and all-gather after the backward).
+#    Each N-GPU run is also compared with 1 GPU running the same split as N micro-batches of
+#    B/N (train.grad_accum: micro-batch m takes the windows rank m would): the same arithmetic
+#    up to where the N partial gradients are summed, so the difference is data parallelism's
+#    own (the all-reduce), without bf16's sensitivity to how the batch is split.
 # Every phase with dist.zero1=false, then again with dist.zero1=true (N > 1).
+# SKIP_SCALING=1 runs only the equivalence and resume phases.
 #
 #   bench/run_multi_gpu.sh
 #
@@ -210,6 +215,7 @@ loss_ok() { awk -v d="${1%% *}" -v t="$2" 'BEGIN { exit !(d != "" && d + 0 <= t 
 scale_rows=()
 declare -A tps1=()
 for z in false true; do
+    [ "${SKIP_SCALING:-0}" = 1 ] && break
     for n in "${Ns[@]}"; do
         [ "$z" = true ] && [ "$n" -eq 1 ] && continue
         name=scale-n$n-zero1-$z
@@ -268,6 +274,21 @@ eq_case() {  # eq_case PREC SCALE LOSS_TOL ZERO1 N...
         loss_ok "$d" "$ltol" || verdict="FAIL (loss); $verdict"
         verdict="$verdict; $(grep -E '^  (params|adam_m|adam_v) ' "$logs/$name.noise" |
             awk '{ printf "%s%s d %s (d/f %s)", (NR > 1 ? ", " : ""), $1, $4, $10 }')"
+        # against 1 GPU running the same split as N micro-batches of B/N (train.grad_accum): the
+        # same windows per micro-batch, the same fp32 sum of the N partial gradients
+        local acc=eq-acc$n-$prec
+        if [ ! -f "$logs/$acc.rc" ]; then
+            echo "== 1 GPU, $n micro-batches of $((EQ_B / n)), $prec"
+            train "$acc" 1 configs/fla-220m.ini "${eq_sets[@]}" --set "train.precision=$prec" \
+                --set "train.steps=$EQ_STEPS" --set "train.batch_size=$((EQ_B / n))" \
+                --set "train.grad_accum=$n" --set dist.zero1=false
+        fi
+        if [ "$(cat "$logs/$acc.rc")" = 0 ]; then
+            "$b/gdn-ckpt" diff --rtol 0 "$(ckpt_of "$name")" "$(ckpt_of "$acc")" >"$logs/$name.vs-acc.diff" 2>&1
+            verdict="$verdict; **vs 1 GPU x $n micro-batches of $((EQ_B / n)): loss $(loss_diff "$name" "$acc"), $(tail -1 "$logs/$name.vs-acc.diff" | sed "s/ tensors compared, / tensors, /; s/ beyond --rtol;/;/")**"
+        else
+            verdict="$verdict; 1 GPU x $n micro-batches: $(status_of "$acc")"
+        fi
         # ZeRO-1 against the same N without it: the same sums in another grouping
         if [ "$z" = true ] && [ -f "$(ckpt_of "eq-n$n-$prec-zero1-false")" ]; then
             "$b/gdn-ckpt" diff --rtol 0 "$(ckpt_of "$name")" "$(ckpt_of "eq-n$n-$prec-zero1-false")" \

@@ -28,10 +28,15 @@ grep -q "(2 ranks, mpi)" "$WORK/two.log" && pass "runs as 2 MPI ranks" || fail "
 # validation: the ranks split each val batch like a training batch, so 2 x B/2 evaluates the
 # windows 1 x B does (steps 3 and 6)
 vals() { grep -o '"val_loss": [^,]*' "$1/metrics.jsonl" | cut -d' ' -f2 | tr '\n' ' '; }
-v1=$(vals "$WORK/one") v2=$(vals "$WORK/two")
-awk -v a="$v1" -v b="$v2" 'BEGIN { n = split(a, x, " "); m = split(b, y, " "); if (n != 2 || m != 2) exit 1
-    for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-12 * x[i]) exit 1 } }' &&
-    pass "2 x B/2 val losses == 1 x B: $v2" || fail "val losses differ: 1 rank $v1, 2 ranks $v2"
+same_vals() {  # same_vals DIR_A DIR_B LABEL: the 2 evaluations agree to 1e-12
+    local v1 v2
+    v1=$(vals "$1") v2=$(vals "$2")
+    awk -v a="$v1" -v b="$v2" 'BEGIN { n = split(a, x, " "); m = split(b, y, " "); if (n != 2 || m != 2) exit 1
+        for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-12 * x[i]) exit 1 } }' &&
+        pass "$3 val losses == 1 x B: $v2" || fail "$3 val losses differ from 1 x B: $v1 vs $v2"
+}
+same_vals "$WORK/one" "$WORK/two" "2 x B/2"
+same_vals "$WORK/one" "$WORK/acc" "1 x 2 micro-batches of B/2"
 $MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set dist.zero1=true --set train.out_dir="$WORK/z" >"$WORK/z.log" 2>&1 && pass "2 ranks with ZeRO-1" || { fail "ZeRO-1 run"; tail -20 "$WORK/z.log"; }
 "$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/z/checkpoint.h5" >"$WORK/d2.log" && pass "ZeRO-1 2 x B/2 == 1 x B: $(tail -1 "$WORK/d2.log")" || { fail "ZeRO-1 differs"; cat "$WORK/d2.log"; }
 # ZeRO-1 keeps m and v for the rank's shard only: about half the optimizer memory on 2 ranks
@@ -63,4 +68,11 @@ $MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --
 "$BIN/gdn-train" --resume "$WORK/w/checkpoint.h5" --set train.batch_size=4 >"$WORK/w2.log" 2>&1 && pass "resumes on 1 rank" || { fail "resume on 1 rank"; tail "$WORK/w2.log"; }
 grep -q "checkpoint written by 2 ranks, resuming on 1" "$WORK/w2.log" && pass "says the world size changed" || fail "no world-size note"
 "$BIN/gdn-ckpt" info "$WORK/w/checkpoint.h5" | grep -q "^step = 6$" && pass "finished at step 6" || fail "did not finish"
+# the same global batch (1 x 4 == 2 x 2) continues the same data: == 6 steps on 2 ranks
+"$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/two/checkpoint.h5" "$WORK/w/checkpoint.h5" >"$WORK/dw.log" 2>&1 &&
+    pass "2 ranks x 3 steps, then 1 rank x batch 4 x 3 steps == 2 ranks x 6 steps: $(tail -1 "$WORK/dw.log")" || { fail "resume on 1 rank with the same global batch differs"; cat "$WORK/dw.log"; }
+$MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set train.out_dir="$WORK/wa" --stop-after 3 >"$WORK/wa1.log" 2>&1 &&
+    "$BIN/gdn-train" --resume "$WORK/wa/checkpoint.h5" --set train.grad_accum=2 >"$WORK/wa2.log" 2>&1 && pass "2 ranks stop after 3, resume on 1 rank with grad_accum 2" || { fail "resume with grad_accum"; tail "$WORK/wa2.log"; }
+"$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/two/checkpoint.h5" "$WORK/wa/checkpoint.h5" >"$WORK/dwa.log" 2>&1 &&
+    pass "... == 2 ranks x 6 steps: $(tail -1 "$WORK/dwa.log")" || { fail "resume with grad_accum differs"; cat "$WORK/dwa.log"; }
 finish test_train_mpi
