@@ -121,8 +121,47 @@ static double cpu_peak_flops(void) {
 // of grad_accum x world x B windows is split over the micro-batches and the ranks, so N ranks of
 // batch B/N, or one rank with N micro-batches of B/N, evaluate the windows one rank of batch B
 // does (each rank 1/N of the work); every rank returns the same mean.
+// eval_batches = 0: the whole validation split of n tokens, independent of train.seed. W =
+// ceil((n - 1) / T) windows of T + 1 tokens, rounded up to whole global batches of G =
+// grad_accum x ranks x B windows; window i starts at floor(i (n - T - 1) / (W - 1)): evenly
+// spaced from the first token to the last, at most T apart, so every token after the first is
+// predicted at least once (a few twice where the windows overlap). Split over micro-batches and
+// ranks like a training batch. Returns W; *batches gets W / G.
+static uint64_t full_eval_windows(const token_file *tf, const gdn_config *c, const dist *d,
+                                  uint64_t *batches) {
+    uint64_t n = tf->n_tokens[DATA_SPLIT_VAL], T = (uint64_t)c->seq_len;
+    uint64_t G = (uint64_t)c->grad_accum * (uint64_t)d->world * (uint64_t)c->batch_size;
+    uint64_t nb = GDN_CDIV(GDN_CDIV(n - 1, T), G);
+    if (batches) *batches = nb;
+    return nb * G;
+}
+
+static double evaluate_full(model *m, token_file *tf, const gdn_config *c, int32_t *x, int32_t *y,
+                            dist *d) {
+    const uint64_t T = (uint64_t)c->seq_len, B = (uint64_t)c->batch_size;
+    const uint64_t G = (uint64_t)c->grad_accum * (uint64_t)d->world * B;
+    uint64_t nb, W = full_eval_windows(tf, c, d, &nb);
+    const uint64_t last = tf->n_tokens[DATA_SPLIT_VAL] - T - 1;  // the last window's start
+    int32_t *win = gdn_malloc(sizeof(int32_t) * (size_t)(T + 1));
+    double s = 0;
+    for (uint64_t i = 0; i < nb; i++)
+        for (int mb = 0; mb < c->grad_accum; mb++) {
+            for (uint64_t b = 0; b < B; b++) {
+                uint64_t j = i * G + ((uint64_t)mb * (uint64_t)d->world + (uint64_t)d->rank) * B + b;
+                uint64_t start = W > 1 ? (uint64_t)((unsigned __int128)j * last / (W - 1)) : 0;
+                tokfile_read(tf, DATA_SPLIT_VAL, start, (size_t)T + 1, win);
+                memcpy(x + b * T, win, sizeof(int32_t) * (size_t)T);
+                memcpy(y + b * T, win + 1, sizeof(int32_t) * (size_t)T);
+            }
+            s += model_eval_loss(m, x, y);
+        }
+    free(win);
+    return dist_scalar_sum_f64(d, s) / ((double)nb * c->grad_accum * d->world);
+}
+
 static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x, int32_t *y,
                        dist *d) {
+    if (c->eval_batches == 0) return evaluate_full(m, tf, c, x, y, d);
     batch_sampler vs;
     char err[512];
     if (!sampler_init(&vs, tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed ^ 0x5A17u,
@@ -684,6 +723,12 @@ int main(int argc, char **argv) {
     printf("training: %d steps of %ld tokens (%d rank%s, %s%s), device %s, MFU against %s\n",
            cfg.steps, tokens_per_step, dd->world, dd->world > 1 ? "s" : "",
            dist_backend_name(dd->backend), cfg.zero1 ? ", ZeRO-1" : "", be->name, peak_what);
+    if (cfg.eval_batches == 0) {
+        uint64_t nb, w = full_eval_windows(&tf, &cfg, dd, &nb);
+        printf("validation: the whole split, %llu tokens in %llu windows of %d (%llu batches)\n",
+               (unsigned long long)tf.n_tokens[DATA_SPLIT_VAL], (unsigned long long)w,
+               cfg.seq_len + 1, (unsigned long long)nb);
+    }
     if (sync_grads)
         printf("gradients: %s in %g MB buckets, %s%s\n",
                zero1 ? "reduce to each shard's owner" : "all-reduce", cfg.bucket_mb,

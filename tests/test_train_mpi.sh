@@ -37,6 +37,19 @@ same_vals() {  # same_vals DIR_A DIR_B LABEL: the 2 evaluations agree to 1e-12
 }
 same_vals "$WORK/one" "$WORK/two" "2 x B/2"
 same_vals "$WORK/one" "$WORK/acc" "1 x 2 micro-batches of B/2"
+# eval_batches = 0: the whole validation split in evenly spaced windows, split like a batch
+full=(--set train.eval_batches=0)
+"$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${full[@]}" --set train.out_dir="$WORK/f1" >"$WORK/f1.log" 2>&1 &&
+$MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${full[@]}" --set train.batch_size=2 --set train.out_dir="$WORK/f2" >"$WORK/f2.log" 2>&1 &&
+"$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${full[@]}" --set train.batch_size=2 --set train.grad_accum=2 --set train.out_dir="$WORK/fa" >"$WORK/fa.log" 2>&1 &&
+    pass "eval_batches 0: 1 x 4, 2 x 2, 1 x 2 micro-batches of 2" || { fail "eval_batches 0 runs"; tail "$WORK/f1.log" "$WORK/f2.log" "$WORK/fa.log"; }
+vl=$(grep '^validation: the whole split' "$WORK/f1.log")
+[[ $vl =~ ^validation:\ the\ whole\ split,\ ([0-9]+)\ tokens\ in\ ([0-9]+)\ windows\ of\ ([0-9]+)\ \(([0-9]+)\ batches\)$ ]] &&
+    awk -v n="${BASH_REMATCH[1]}" -v w="${BASH_REMATCH[2]}" -v t1="${BASH_REMATCH[3]}" -v nb="${BASH_REMATCH[4]}" 'BEGIN {
+        T = t1 - 1; need = int((n - 1 + T - 1) / T); exit !(w == nb * 4 && w >= need && w < need + 4) }' &&
+    pass "says: $vl (ceil((n - 1) / T) windows, rounded up to batches of 4)" || fail "validation line: '$vl'"
+same_vals "$WORK/f1" "$WORK/f2" "whole split, 2 x B/2:"
+same_vals "$WORK/f1" "$WORK/fa" "whole split, 1 x 2 micro-batches of B/2:"
 $MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --set dist.zero1=true --set train.out_dir="$WORK/z" >"$WORK/z.log" 2>&1 && pass "2 ranks with ZeRO-1" || { fail "ZeRO-1 run"; tail -20 "$WORK/z.log"; }
 "$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/z/checkpoint.h5" >"$WORK/d2.log" && pass "ZeRO-1 2 x B/2 == 1 x B: $(tail -1 "$WORK/d2.log")" || { fail "ZeRO-1 differs"; cat "$WORK/d2.log"; }
 # ZeRO-1 keeps m and v for the rank's shard only: about half the optimizer memory on 2 ranks

@@ -89,7 +89,7 @@ static const cfg_key cfg_keys[] = {
     {"train", "steps", CFG_INT, F(steps), 1, INF, 0, "1000", NULL, "optimizer steps"},
     {"train", "seed", CFG_U64, F(seed), 0, 0, 0, "1337", NULL, "seeds init, data and dropout"},
     {"train", "eval_every", CFG_INT, F(eval_every), 0, INF, 0, "100", NULL, "0 = only at the end"},
-    {"train", "eval_batches", CFG_INT, F(eval_batches), 1, INF, 0, "8", NULL, "batches per evaluation (each batch_size x grad_accum x ranks windows)"},
+    {"train", "eval_batches", CFG_INT, F(eval_batches), 0, INF, 0, "8", NULL, "batches per evaluation (each batch_size x grad_accum x ranks windows); 0 = the whole validation split"},
     {"train", "ckpt_every", CFG_INT, F(ckpt_every), 0, INF, 0, "0", NULL, "0 = only at the end"},
     {"train", "out_dir", CFG_STRING, F(out_dir), 0, 0, 0, "runs/default", NULL, "run directory"},
     {"train", "threads", CFG_INT, F(threads), 0, INF, 0, "0", NULL, "CPU threads (ops + OpenBLAS), 0 = default"},
