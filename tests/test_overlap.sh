@@ -14,15 +14,7 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversub
 # OpenMPI's own modules leak at exit under AddressSanitizer (see test_train_mpi.sh)
 MPI="env ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np"
 make_text "$WORK/text.txt"
-"$BIN/gdn-prepare" --input "$WORK/text.txt" --out "$WORK/d.h5" >/dev/null || { fail "gdn-prepare"; echo "== ZeRO-1: each piece summed to its shard's owner during the backward"
-z=(--set dist.zero1=true)
-$MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${z[@]}" --set train.batch_size=2 --set train.out_dir="$WORK/zov" >"$WORK/zov.log" 2>&1 && pass "ZeRO-1, 2 ranks, overlapped" || { fail "ZeRO-1 overlapped"; tail -20 "$WORK/zov.log"; }
-grep -q "gradients: reduce to each shard's owner in 0.00390625 MB buckets, overlapped with the backward; AdamW on this rank's shard" "$WORK/zov.log" && pass "says: reduce to the owners, overlapped" || { fail "ZeRO-1 not overlapped"; grep gradients "$WORK/zov.log"; }
-GDN_NO_OVERLAP=1 $MPI 2 -x GDN_NO_OVERLAP "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${z[@]}" --set train.batch_size=2 --set train.out_dir="$WORK/zno" >"$WORK/zno.log" 2>&1 && pass "ZeRO-1, 2 ranks, GDN_NO_OVERLAP=1" || { fail "ZeRO-1 no overlap"; tail -20 "$WORK/zno.log"; }
-"$BIN/gdn-ckpt" diff "$WORK/zno/checkpoint.h5" "$WORK/zov/checkpoint.h5" >"$WORK/dz0.log" && pass "ZeRO-1 overlapped == after the backward: $(tail -1 "$WORK/dz0.log")" || { fail "ZeRO-1 overlap changes the result"; cat "$WORK/dz0.log"; }
-# not bitwise: ZeRO-1 sums the squared gradient norm per shard, then over the ranks
-"$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/ov/checkpoint.h5" "$WORK/zov/checkpoint.h5" >"$WORK/dz1.log" && pass "ZeRO-1 == plain data parallel on 2 ranks: $(tail -1 "$WORK/dz1.log")" || { fail "ZeRO-1 differs from plain"; cat "$WORK/dz1.log"; }
-finish test_overlap; }
+"$BIN/gdn-prepare" --input "$WORK/text.txt" --out "$WORK/d.h5" >/dev/null || { fail "gdn-prepare"; finish test_overlap; }
 write_micro "$WORK/m.ini" "$WORK/d.h5" "$WORK/one"
 common=(--set model.dropout=0 --set train.steps=5 --set train.eval_every=0 --set train.grad_accum=2
         --set dist.bucket_mb=0.00390625)
