@@ -270,7 +270,7 @@ eq_case() {  # eq_case PREC SCALE LOSS_TOL ZERO1 N...
         python3 bench/ckpt_noise.py --scale "$scale" --label "N=$n $prec zero1=$z vs 1 GPU" \
             "$(ckpt_of "$refn")" "$(ckpt_of "$name")" "$(ckpt_of eq-ref-bf16)" "$(ckpt_of eq-ref-fp32)" \
             >"$logs/$name.noise" 2>&1
-        verdict=$(tail -1 "$logs/$name.noise")
+        verdict="floor: $(tail -1 "$logs/$name.noise")"
         loss_ok "$d" "$ltol" || verdict="FAIL (loss); $verdict"
         verdict="$verdict; $(grep -E '^  (params|adam_m|adam_v) ' "$logs/$name.noise" |
             awk '{ printf "%s%s d %s (d/f %s)", (NR > 1 ? ", " : ""), $1, $4, $10 }')"
@@ -285,7 +285,7 @@ eq_case() {  # eq_case PREC SCALE LOSS_TOL ZERO1 N...
         fi
         if [ "$(cat "$logs/$acc.rc")" = 0 ]; then
             "$b/gdn-ckpt" diff --rtol 0 "$(ckpt_of "$name")" "$(ckpt_of "$acc")" >"$logs/$name.vs-acc.diff" 2>&1
-            verdict="$verdict; **vs 1 GPU x $n micro-batches of $((EQ_B / n)): loss $(loss_diff "$name" "$acc"), $(tail -1 "$logs/$name.vs-acc.diff" | sed "s/ tensors compared, / tensors, /; s/ beyond --rtol;/;/")**"
+            verdict="$verdict; **same split, vs 1 GPU x $n micro-batches of $((EQ_B / n)): loss $(loss_diff "$name" "$acc"), $(tail -1 "$logs/$name.vs-acc.diff" | sed "s/ tensors compared, / tensors, /; s/ beyond --rtol;/;/")**"
         else
             verdict="$verdict; 1 GPU x $n micro-batches: $(status_of "$acc")"
         fi
@@ -346,7 +346,10 @@ fi
     echo "1-GPU run of its precision by at most SCALE x its noise floor f, the distance between the"
     echo "1-GPU bf16 and fp32 runs (bf16: SCALE 1, the change moves nothing further than bf16 rounding"
     echo "does; fp32: SCALE 0.01, a hundred times below it). d = relative L2 difference to the 1-GPU"
-    echo "run, d/f its ratio to the floor (worst tensor per group)."
+    echo "run, d/f its ratio to the floor (worst tensor per group). \"Same split\": against 1 GPU running"
+    echo "the N halves as N micro-batches (train.grad_accum): at N = 2 bf16 should be bitwise (both sum"
+    echo "two fp32 partial gradients once); at N > 2 NCCL sums in another order than the accumulation,"
+    echo "an fp32-rounding difference that bf16 training then amplifies."
     echo
     echo "| GPUs | precision | ZeRO-1 | max loss difference | scale | verdict | resumed on 1 GPU |"
     echo "|---|---|---|---|---|---|---|"
