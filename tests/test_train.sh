@@ -26,6 +26,10 @@ echo "== 20 steps + checkpoint + resume + 20 steps == 40 steps"
 "$BIN/gdn-ckpt" info "$WORK/c/checkpoint.h5" | grep -q "^step = 20$" && pass "checkpoint at step 20" || fail "no step-20 checkpoint"
 "$BIN/gdn-train" --resume "$WORK/c/checkpoint.h5" >"$WORK/c2.log" 2>&1 && pass "resume exits 0" || { fail "resume"; cat "$WORK/c2.log"; }
 "$BIN/gdn-ckpt" diff "$WORK/a/checkpoint.h5" "$WORK/c/checkpoint.h5" >"$WORK/diff.log" && pass "resumed run == straight run: weights, AdamW m and v, step, data position bitwise" || { fail "resumed run differs"; cat "$WORK/diff.log"; }
+"$BIN/gdn-ckpt" diff --rtol 0 "$WORK/a/checkpoint.h5" "$WORK/c/checkpoint.h5" >"$WORK/diff0.log" && grep -q "^CLOSE: \([0-9]*\) tensors compared, 0 differ beyond --rtol, \1 bitwise equal;" "$WORK/diff0.log" &&
+    pass "gdn-ckpt diff --rtol 0 counts the bitwise-equal tensors: $(cat "$WORK/diff0.log")" || { fail "gdn-ckpt diff --rtol 0"; cat "$WORK/diff0.log"; }
+"$BIN/gdn-ckpt" diff --rtol 1e-x "$WORK/a/checkpoint.h5" "$WORK/c/checkpoint.h5" >/dev/null 2>"$WORK/rt.err"; rc=$?
+[ $rc -eq 2 ] && grep -q "rtol '1e-x': expected a number >= 0" "$WORK/rt.err" && pass "gdn-ckpt diff --rtol 1e-x: exit 2, says why" || fail "--rtol 1e-x: exit $rc"
 cmp -s <(losses "$WORK/a/metrics.jsonl") <(losses "$WORK/c/metrics.jsonl") && pass "resumed losses == straight losses (all 40 steps)" || fail "resumed losses differ"
 
 echo "== train.recompute: 40 steps (with an evaluation and dropout) == run A, bitwise"

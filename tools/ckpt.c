@@ -4,13 +4,15 @@
 //                                exit 0 iff every tensor of /params, /adam_m, /adam_v and the
 //                                loop state (step, tokens_seen, sampler_pos, seed) are bitwise
 //                                equal (or, with --rtol, every tensor within ||a-b|| <= R ||b||);
-//                                prints the first differences and the worst relative error
+//                                prints the first differences, the worst relative error and
+//                                (with --rtol) how many tensors are bitwise equal; a bad R
+//                                (not a number >= 0) exits 2
 #include <hdf5.h>
 #include <math.h>
 #include "core/common.h"
 
 typedef struct {
-    int ndiff, ntensors;
+    int ndiff, ntensors, nsame;  // nsame: tensors equal bit for bit
     hid_t other;
     double rtol;        // < 0: bitwise
     double worst;       // worst norm-wise relative difference seen
@@ -46,6 +48,7 @@ static herr_t diff_one(hid_t grp, const char *name, const H5L_info_t *info, void
     double *a = read_all(grp, name, &na);
     double *b = read_all(w->other, name, &nb);
     w->ntensors++;
+    if (a && b && na == nb && memcmp(a, b, na * sizeof(double)) == 0) w->nsame++;
     if (!a || !b || na != nb) {
         if (w->ndiff++ < 10) printf("  %s: %s\n", name, !b ? "missing in B" : "sizes differ");
     } else if (memcmp(a, b, na * sizeof(double)) != 0) {
@@ -108,14 +111,19 @@ int main(int argc, char **argv) {
     }
     double rtol = -1;
     if (argc == 6 && !strcmp(argv[1], "diff") && !strcmp(argv[2], "--rtol")) {
-        rtol = atof(argv[3]);
+        char *end = NULL;
+        rtol = strtod(argv[3], &end);
+        if (end == argv[3] || *end || !(rtol >= 0) || !isfinite(rtol)) {
+            fprintf(stderr, "error: --rtol '%s': expected a number >= 0\n", argv[3]);
+            return 2;
+        }
         argv[2] = argv[4];
         argv[3] = argv[5];
         argc = 4;
     }
     if (argc == 4 && !strcmp(argv[1], "diff")) {
         hid_t fa = open_or_die(argv[2]), fb = open_or_die(argv[3]);
-        int nd = 0, nt = 0;
+        int nd = 0, nt = 0, ns = 0;
         double worst = 0;
         for (int i = 0; i < 4; i++) {
             long long a = attr_i64(fa, STATE[i]), b = attr_i64(fb, STATE[i]);
@@ -131,15 +139,19 @@ int main(int argc, char **argv) {
             CHECK_HDF5(H5Literate(ga, H5_INDEX_NAME, H5_ITER_INC, NULL, diff_one, &w));
             nd += w.ndiff;
             nt += w.ntensors;
+            ns += w.nsame;
             worst = fmax(worst, w.worst);
             CHECK_HDF5(H5Gclose(ga));
             CHECK_HDF5(H5Gclose(gb));
         }
         CHECK_HDF5(H5Fclose(fa));
         CHECK_HDF5(H5Fclose(fb));
-        printf("%s: %d tensors compared, %d differ%s; worst relative difference %.3e\n",
-               nd ? "DIFFERENT" : rtol < 0 ? "IDENTICAL" : "CLOSE", nt, nd,
-               rtol < 0 ? " bitwise" : " beyond --rtol", worst);
+        if (rtol < 0)
+            printf("%s: %d tensors compared, %d differ bitwise; worst relative difference %.3e\n",
+                   nd ? "DIFFERENT" : "IDENTICAL", nt, nd, worst);
+        else
+            printf("%s: %d tensors compared, %d differ beyond --rtol, %d bitwise equal; worst "
+                   "relative difference %.3e\n", nd ? "DIFFERENT" : "CLOSE", nt, nd, ns, worst);
         return nd ? 1 : 0;
     }
     fprintf(stderr, "usage: gdn-ckpt info CKPT.h5 | gdn-ckpt diff [--rtol R] A.h5 B.h5\n");
