@@ -56,8 +56,11 @@ static void usage(FILE *f) {
             "                 [--gradcheck [--device cpu|cuda]] [--stop-after N] [--gpus N] [--profile N]\n"
             "                 [--timeline N]\n"
             "       gdn-train --resume CKPT.h5 [--set ...]   (uses the config saved in the checkpoint)\n"
+            "       gdn-train --resume CKPT.h5 --eval [--set ...]   (the validation loss, then exit)\n"
             "  --set        override one config key (repeatable), e.g. --set train.steps=200\n"
             "  --resume     continue from a checkpoint, bit for bit (same config, same world size)\n"
+            "  --eval       with --resume: evaluate the checkpoint's weights on the validation split\n"
+            "               (train.eval_batches; 0 = the whole split) and exit; writes nothing\n"
             "  --gradcheck  finite-difference check of the configured model on the CPU (float64);\n"
             "               with --device cuda: the GPU backend (fp32 and bf16) against the CPU\n"
             "               float64 gradients, per parameter tensor\n"
@@ -451,7 +454,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: too many arguments (%d)\n", argc);
         return 2;
     }
-    bool gradcheck = false;
+    bool gradcheck = false, eval_only = false;
     int gpus = 1;
     const char *gc_device = "cpu";
     long stop_after = -1, profile_steps = 0, timeline_steps = 0;
@@ -499,6 +502,8 @@ int main(int argc, char **argv) {
             gpus = (int)g;
         } else if (!strcmp(argv[i], "--gradcheck"))
             gradcheck = true;
+        else if (!strcmp(argv[i], "--eval"))
+            eval_only = true;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -511,6 +516,11 @@ int main(int argc, char **argv) {
     }
     if (!cfg_path && !resume) {
         usage(stderr);
+        return 2;
+    }
+    if (eval_only && (!resume || gradcheck || stop_after > 0 || profile_steps > 0 || timeline_steps > 0)) {
+        fprintf(stderr, "error: --eval evaluates a checkpoint: it needs --resume CKPT.h5 and takes "
+                        "no --gradcheck, --stop-after, --profile or --timeline\n");
         return 2;
     }
     if (gpus > 1) {  // the parent forks one worker per GPU and waits; workers go on below
@@ -603,14 +613,15 @@ int main(int argc, char **argv) {
 
     char path[1200];
     snprintf(path, sizeof path, "%s/config.ini", cfg.out_dir);
-    if (r0) {
+    if (r0 && !eval_only) {  // --eval leaves the run directory as it is
         mkdir_p(cfg.out_dir);
         FILE *cf = fopen(path, "w");
         if (!cf) gdn_die("cannot write '%s': %s", path, strerror(errno));
         config_write(&cfg, cf);
         if (fclose(cf) != 0) gdn_die("cannot write '%s': %s", path, strerror(errno));
     }
-    printf("effective config (also in %s):\n", path);
+    if (eval_only) printf("effective config:\n");
+    else printf("effective config (also in %s):\n", path);
     config_write(&cfg, stdout);
 
     model *m = model_create(&cfg, be, cfg.batch_size, cfg.seq_len);
@@ -637,6 +648,25 @@ int main(int argc, char **argv) {
         printf("resumed from %s at step %ld (%llu tokens seen)\n", resume, st.step,
                (unsigned long long)st.tokens_seen);
         st.world_size = dd->world;
+        if (eval_only) {
+            int32_t *ex = gdn_malloc(sizeof(int32_t) * m->N), *ey = gdn_malloc(sizeof(int32_t) * m->N);
+            double t0 = gdn_now(), v = evaluate(m, &tf, &cfg, ex, ey, dd);
+            if (cfg.eval_batches == 0) {
+                uint64_t nb, w = full_eval_windows(&tf, &cfg, dd, &nb);
+                printf("eval: val loss %.6f over the whole split (%llu windows of %d), %.1f s\n", v,
+                       (unsigned long long)w, cfg.seq_len + 1, gdn_now() - t0);
+            } else {
+                printf("eval: val loss %.6f over %d batches of %d windows of %d, %.1f s\n", v,
+                       cfg.eval_batches, cfg.batch_size * cfg.grad_accum * dd->world,
+                       cfg.seq_len + 1, gdn_now() - t0);
+            }
+            free(ex);
+            free(ey);
+            model_free(m);
+            tokfile_close(&tf);
+            dist_free(dd);
+            return isfinite(v) ? 0 : 1;
+        }
     } else {
         double t_init = gdn_now();
         model_init_params(m, cfg.seed);

@@ -2,7 +2,8 @@
 # test_train.sh — the loop end to end on the CPU: training lowers the loss; the same seed gives
 # the same losses bit for bit; 20 steps + checkpoint + resume + 20 steps equals 40 straight steps
 # bit for bit (weights, AdamW state, data position); SIGINT finishes the step, checkpoints and
-# exits 0; a NaN loss stops with the step and the last good checkpoint named.
+# exits 0; a NaN loss stops with the step and the last good checkpoint named; --eval scores a
+# checkpoint (== the run's own last evaluation) and writes nothing.
 . "$(dirname "$0")/lib.sh"
 make_text "$WORK/text.txt"
 "$BIN/gdn-prepare" --input "$WORK/text.txt" --out "$WORK/d.h5" >/dev/null || { fail "gdn-prepare"; finish test_train; }
@@ -59,4 +60,16 @@ rc=$?
 grep -q "step 30: loss is nan" "$WORK/n.log" && pass "names step 30" || { fail "message"; cat "$WORK/n.log"; }
 grep -q "last good checkpoint: .*n/checkpoint.h5" "$WORK/n.log" && pass "names the last good checkpoint" || fail "no checkpoint named"
 "$BIN/gdn-ckpt" info "$WORK/n/checkpoint.h5" | grep -q "^step = 20$" && pass "checkpoint of step 20 kept intact" || fail "checkpoint damaged"
+
+echo "== --eval: the validation loss of a checkpoint"
+before=$(cksum <"$WORK/a/config.ini")
+"$BIN/gdn-train" --resume "$WORK/a/checkpoint.h5" --eval >"$WORK/e.log" 2>&1 && pass "--eval exits 0" || { fail "--eval"; cat "$WORK/e.log"; }
+want=$(grep '"val_loss"' "$WORK/a/metrics.jsonl" | tail -1 | sed 's/.*"val_loss": \([^,}]*\).*/\1/' | awk '{ printf "%.6f", $1 }')
+got=$(sed -n 's/^eval: val loss \([0-9.]*\) over .*/\1/p' "$WORK/e.log")
+[ -n "$got" ] && [ "$got" = "$want" ] && pass "--eval: val loss $got == the run's last evaluation" || fail "--eval: '$got' vs the run's $want"
+"$BIN/gdn-train" --resume "$WORK/a/checkpoint.h5" --eval --set train.eval_batches=0 >"$WORK/e0.log" 2>&1 &&
+    grep -q "^eval: val loss [0-9.]* over the whole split ([0-9]* windows of " "$WORK/e0.log" && pass "--eval, eval_batches 0: $(grep '^eval:' "$WORK/e0.log")" || { fail "--eval whole split"; cat "$WORK/e0.log"; }
+[ "$(cksum <"$WORK/a/config.ini")" = "$before" ] && [ "$(grep -c . "$WORK/a/metrics.jsonl")" -gt 0 ] && pass "--eval leaves the run directory as it was (config.ini)" || fail "--eval rewrote config.ini"
+"$BIN/gdn-train" "$WORK/micro.ini" --eval >/dev/null 2>"$WORK/e2.err"; rc=$?
+[ $rc -eq 2 ] && grep -q "needs --resume" "$WORK/e2.err" && pass "--eval without --resume: exit 2, says why" || fail "--eval without --resume: exit $rc"
 finish test_train
