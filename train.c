@@ -124,19 +124,16 @@ static double cpu_peak_flops(void) {
 // of grad_accum x world x B windows is split over the micro-batches and the ranks, so N ranks of
 // batch B/N, or one rank with N micro-batches of B/N, evaluate the windows one rank of batch B
 // does (each rank 1/N of the work); every rank returns the same mean.
-// eval_batches = 0: the whole validation split of n tokens, independent of train.seed. W =
-// ceil((n - 1) / T) windows of T + 1 tokens, rounded up to whole global batches of G =
-// grad_accum x ranks x B windows; window i starts at floor(i (n - T - 1) / (W - 1)): evenly
-// spaced from the first token to the last, at most T apart, so every token after the first is
-// predicted at least once (a few twice where the windows overlap). Split over micro-batches and
-// ranks like a training batch. Returns W; *batches gets W / G.
+// eval_batches = 0: the whole validation split, independent of train.seed: the evenly spaced
+// windows of eval_full_windows / eval_full_start (data/dataset.h) that make every token a target,
+// in global batches of G = grad_accum x ranks x B windows, split over micro-batches and ranks
+// like a training batch. Returns the window count W; *batches gets W / G.
 static uint64_t full_eval_windows(const token_file *tf, const gdn_config *c, const dist *d,
                                   uint64_t *batches) {
-    uint64_t n = tf->n_tokens[DATA_SPLIT_VAL], T = (uint64_t)c->seq_len;
     uint64_t G = (uint64_t)c->grad_accum * (uint64_t)d->world * (uint64_t)c->batch_size;
-    uint64_t nb = GDN_CDIV(GDN_CDIV(n - 1, T), G);
-    if (batches) *batches = nb;
-    return nb * G;
+    uint64_t W = eval_full_windows(tf->n_tokens[DATA_SPLIT_VAL], (uint64_t)c->seq_len, G);
+    if (batches) *batches = W / G;
+    return W;
 }
 
 static double evaluate_full(model *m, token_file *tf, const gdn_config *c, int32_t *x, int32_t *y,
@@ -144,15 +141,14 @@ static double evaluate_full(model *m, token_file *tf, const gdn_config *c, int32
     const uint64_t T = (uint64_t)c->seq_len, B = (uint64_t)c->batch_size;
     const uint64_t G = (uint64_t)c->grad_accum * (uint64_t)d->world * B;
     uint64_t nb, W = full_eval_windows(tf, c, d, &nb);
-    const uint64_t last = tf->n_tokens[DATA_SPLIT_VAL] - T - 1;  // the last window's start
+    const uint64_t n = tf->n_tokens[DATA_SPLIT_VAL];
     int32_t *win = gdn_malloc(sizeof(int32_t) * (size_t)(T + 1));
     double s = 0;
     for (uint64_t i = 0; i < nb; i++)
         for (int mb = 0; mb < c->grad_accum; mb++) {
             for (uint64_t b = 0; b < B; b++) {
                 uint64_t j = i * G + ((uint64_t)mb * (uint64_t)d->world + (uint64_t)d->rank) * B + b;
-                uint64_t start = W > 1 ? (uint64_t)((unsigned __int128)j * last / (W - 1)) : 0;
-                tokfile_read(tf, DATA_SPLIT_VAL, start, (size_t)T + 1, win);
+                tokfile_read(tf, DATA_SPLIT_VAL, eval_full_start(j, W, n, T), (size_t)T + 1, win);
                 memcpy(x + b * T, win, sizeof(int32_t) * (size_t)T);
                 memcpy(y + b * T, win + 1, sizeof(int32_t) * (size_t)T);
             }

@@ -697,6 +697,63 @@ static void tokenizer_tests(void) {
     printf("    message: %s\n", err);
 }
 
+// eval_full_windows / eval_full_start: for every (n, T, G) tried, W is ceil((n-1)/T) rounded
+// up to a multiple of G, the starts rise from 0 to n - T - 1 within the split, and every token
+// 1..n-1 is a target of some window (covered); a mutation (W one short of ceil) must uncover.
+static bool eval_cover(uint64_t n, uint64_t T, uint64_t W, char *why, size_t len) {
+    unsigned char *hit = gdn_malloc(n);
+    memset(hit, 0, n);
+    uint64_t prev = 0;
+    for (uint64_t j = 0; j < W; j++) {
+        uint64_t s = eval_full_start(j, W, n, T);
+        if (s + T + 1 > n || s < prev) {
+            snprintf(why, len, "window %llu starts at %llu", (unsigned long long)j, (unsigned long long)s);
+            free(hit);
+            return false;
+        }
+        prev = s;
+        for (uint64_t t = s + 1; t <= s + T; t++) hit[t] = 1;
+    }
+    for (uint64_t t = 1; t < n; t++)
+        if (!hit[t]) {
+            snprintf(why, len, "token %llu is no window's target", (unsigned long long)t);
+            free(hit);
+            return false;
+        }
+    free(hit);
+    return true;
+}
+
+static void eval_full_tests(void) {
+    printf("\n== whole-split evaluation windows\n");
+    const uint64_t ns[] = {2, 3, 41, 65, 753, 1000, 111540};
+    const uint64_t Ts[] = {1, 2, 40, 64, 256};
+    const uint64_t Gs[] = {1, 3, 4, 64};
+    int cases = 0, bad = 0, caught = 0, mutants = 0;
+    char why[160] = "";
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof Ts / sizeof Ts[0]; b++)
+            for (size_t c = 0; c < sizeof Gs / sizeof Gs[0]; c++) {
+                uint64_t n = ns[a], T = Ts[b], G = Gs[c];
+                if (n < T + 1) continue;
+                cases++;
+                uint64_t W = eval_full_windows(n, T, G), need = (n - 1 + T - 1) / T;
+                bool ok = W % G == 0 && W >= need && W < need + G && eval_cover(n, T, W, why, sizeof why);
+                ok = ok && eval_full_start(W - 1, W, n, T) == n - T - 1;
+                if (!ok && bad++ == 0)
+                    printf("    first failure: n %llu T %llu G %llu W %llu: %s\n", (unsigned long long)n,
+                           (unsigned long long)T, (unsigned long long)G, (unsigned long long)W, why);
+                if (need > 1 && (n - 1) % T != 0) {  // one window fewer than ceil leaves a gap
+                    mutants++;
+                    caught += !eval_cover(n, T, need - 1, why, sizeof why);
+                }
+            }
+    check(bad == 0, "%d (n, T, G) cases: W = ceil((n-1)/T) rounded up to G, starts rise from 0 "
+          "to n - T - 1, every token 1..n-1 a target", cases);
+    check(mutants > 0 && caught == mutants, "the coverage check fails with one window fewer (%d of %d)",
+          caught, mutants);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/gdn-test-data-XXXXXX", base && base[0] ? base : "/tmp");
@@ -714,6 +771,7 @@ int main(void) {
     malformed_files();
     writer_failures();
     sampler_tests();
+    eval_full_tests();
     tokenizer_tests();
 
     // clean up the directory (only files we made; a failed run leaves it for inspection)

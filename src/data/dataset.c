@@ -711,3 +711,11 @@ void sampler_free(batch_sampler *s) {
     free(s->buf_y);
     s->buf_x = s->buf_y = NULL;
 }
+
+uint64_t eval_full_windows(uint64_t n, uint64_t T, uint64_t G) {
+    return GDN_CDIV(GDN_CDIV(n - 1, T), G) * G;
+}
+
+uint64_t eval_full_start(uint64_t j, uint64_t W, uint64_t n, uint64_t T) {
+    return W > 1 ? (uint64_t)((unsigned __int128)j * (n - T - 1) / (W - 1)) : 0;
+}

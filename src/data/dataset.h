@@ -69,6 +69,14 @@ bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint
 void sampler_next(batch_sampler *s, int32_t *x, int32_t *y);   // batch `pos`, then pos++
 void sampler_free(batch_sampler *s);
 
+// Whole-split evaluation (train.eval_batches = 0): n_windows(n, T, G) = ceil((n - 1) / T)
+// windows of T + 1 tokens, rounded up to a multiple of G (the windows of one global batch);
+// window j of W starts at floor(j (n - T - 1) / (W - 1)) (0 when W == 1): evenly spaced from
+// the first token to the last, at most T apart, so every token after the first is a target
+// at least once. Needs n >= T + 1, T >= 1, G >= 1.
+uint64_t eval_full_windows(uint64_t n, uint64_t T, uint64_t G);
+uint64_t eval_full_start(uint64_t j, uint64_t W, uint64_t n, uint64_t T);
+
 // Tokenizers. bytes: token = byte value, vocab 256. spm:<model>: SentencePiece via Debian's
 // spm_encode / spm_decode (subprocesses). Encode returns a malloc'd array; false + err on error.
 bool tokenizer_encode(const char *tokenizer, const char *text, size_t len, uint32_t **ids,
