@@ -19,12 +19,13 @@
 // or gradient stops the run (exit 3) naming the step and the last good checkpoint.
 //
 // Data parallel (DESIGN 8, src/dist): under mpirun / torchrun / srun every rank runs this loop
-// on batch_size sequences of its own (the sampler gives rank r windows [rB, (r+1)B) of each
-// global batch), gradients are summed across ranks in buckets of dist.bucket_mb, overlapped with
-// the backward (the model's gradient-ready hook, model.h: a bucket goes out as soon as the layers
-// it holds are done), and every rank applies the same update; with dist.zero1 the AdamW update is
-// sharded instead (reduce-scatter after the backward, update of this rank's shard, all-gather),
-// on the CPU and the GPU. Rank 0 alone logs and writes checkpoints.
+// on batch_size sequences of its own (micro-batch m of rank r takes windows
+// [(m world + r) B, (m world + r + 1) B) of each step's batch: data/dataset.h), gradients are
+// summed across ranks in buckets of dist.bucket_mb, overlapped with the backward (the model's
+// gradient-ready hook, model.h: a bucket goes out as soon as the layers it holds are done), and
+// every rank applies the same update; with dist.zero1 each bucket piece is summed to the rank
+// whose shard holds it instead, which updates its shard and all-gathers the weights, on the CPU
+// and the GPU. Rank 0 alone logs and writes checkpoints.
 #include <math.h>
 #include <signal.h>
 #include <sys/stat.h>
