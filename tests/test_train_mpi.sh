@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_train_mpi.sh — data parallelism on CPUs through MPI (issue 8): 2 ranks with batch B/2
 # each give the weights of 1 rank with batch B (float64, relative <= 1e-12 per tensor), with and
-# without ZeRO-1; a checkpoint written at world size 2 resumes at world size 1.
+# without ZeRO-1; a checkpoint written at world size 2 resumes at world size 1; the same at 4
+# ranks (ZeRO-1 pieces crossing shard boundaries, ranks x micro-batches, 4 -> 2 ranks resume).
 . "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "test_train_mpi: SKIPPED: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
@@ -88,4 +89,19 @@ $MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" --set train.batch_size=2 --
     "$BIN/gdn-train" --resume "$WORK/wa/checkpoint.h5" --set train.grad_accum=2 >"$WORK/wa2.log" 2>&1 && pass "2 ranks stop after 3, resume on 1 rank with grad_accum 2" || { fail "resume with grad_accum"; tail "$WORK/wa2.log"; }
 "$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/two/checkpoint.h5" "$WORK/wa/checkpoint.h5" >"$WORK/dwa.log" 2>&1 &&
     pass "... == 2 ranks x 6 steps: $(tail -1 "$WORK/dwa.log")" || { fail "resume with grad_accum differs"; cat "$WORK/dwa.log"; }
+
+echo "== 4 ranks (what 4 GPUs run through NCCL): batch 1 each, 4 KiB buckets (pieces cross shards)"
+small=(--set dist.bucket_mb=0.00390625)
+$MPI 4 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${small[@]}" --set train.batch_size=1 --set train.out_dir="$WORK/four" >"$WORK/four.log" 2>&1 &&
+    grep -q "(4 ranks, mpi)" "$WORK/four.log" && pass "4 ranks, batch 1 each" || { fail "4 ranks"; tail -20 "$WORK/four.log"; }
+"$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/four/checkpoint.h5" >"$WORK/d4.log" && pass "4 x B/4 == 1 x B: $(tail -1 "$WORK/d4.log")" || { fail "4 ranks differ from 1"; cat "$WORK/d4.log"; }
+same_vals "$WORK/one" "$WORK/four" "4 x B/4"
+$MPI 4 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${small[@]}" --set train.batch_size=1 --set dist.zero1=true --set train.out_dir="$WORK/four-z" >"$WORK/four-z.log" 2>&1 && pass "4 ranks, ZeRO-1" || { fail "4 ranks ZeRO-1"; tail -20 "$WORK/four-z.log"; }
+"$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/four-z/checkpoint.h5" >"$WORK/d4z.log" && pass "ZeRO-1 4 x B/4 == 1 x B: $(tail -1 "$WORK/d4z.log")" || { fail "ZeRO-1 on 4 ranks differs"; cat "$WORK/d4z.log"; }
+$MPI 2 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${small[@]}" --set train.batch_size=1 --set train.grad_accum=2 --set train.out_dir="$WORK/two-acc" >"$WORK/two-acc.log" 2>&1 && pass "2 ranks x 2 micro-batches of 1" || { fail "2 ranks with grad_accum"; tail -20 "$WORK/two-acc.log"; }
+"$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/two-acc/checkpoint.h5" >"$WORK/d2a.log" && pass "2 ranks x 2 micro-batches of B/4 == 1 x B: $(tail -1 "$WORK/d2a.log")" || { fail "2 ranks x grad_accum 2 differ"; cat "$WORK/d2a.log"; }
+$MPI 4 "$BIN/gdn-train" "$WORK/m.ini" "${common[@]}" "${small[@]}" --set train.batch_size=1 --set dist.zero1=true --set train.out_dir="$WORK/four-r" --stop-after 3 >"$WORK/four-r1.log" 2>&1 &&
+    $MPI 2 "$BIN/gdn-train" --resume "$WORK/four-r/checkpoint.h5" --set train.batch_size=2 >"$WORK/four-r2.log" 2>&1 &&
+    grep -q "checkpoint written by 4 ranks, resuming on 2" "$WORK/four-r2.log" && pass "a 4-rank ZeRO-1 checkpoint of step 3 resumes on 2 ranks (batch 2), says so" || { fail "4 -> 2 ranks resume"; tail "$WORK/four-r2.log"; }
+"$BIN/gdn-ckpt" diff --rtol 1e-12 "$WORK/one/checkpoint.h5" "$WORK/four-r/checkpoint.h5" >"$WORK/d4r.log" && pass "... == 1 x B for 6 steps: $(tail -1 "$WORK/d4r.log")" || { fail "4 -> 2 resume differs"; cat "$WORK/d4r.log"; }
 finish test_train_mpi
