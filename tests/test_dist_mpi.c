@@ -376,6 +376,34 @@ static void test_collectives(dist *d) {
         free(x), free(ref), free(y), free(yref), free(mag);
     }
 
+    // reduce to each root in turn (ZeRO-1's gradient pieces): the root gets the allreduce's
+    // sum (f64 within 1e-12, f32 within the reordering bound); the other ranks' buffers are
+    // not checked (unspecified)
+    for (int root = 0; root < W; root++) {
+        const size_t n = 1001;
+        double *x = dalloc(n), *ref = dalloc(n), *mag = dalloc(n);
+        float *y = gdn_malloc(n * sizeof(float)), *yref = gdn_malloc(n * sizeof(float));
+        rank_mag(mag, n, 31 + root, W);
+        rank_data(x, n, 31 + root, R);
+        for (size_t i = 0; i < n; i++) y[i] = (float)x[i];
+        memcpy(ref, x, n * sizeof *x);
+        memcpy(yref, y, n * sizeof *y);
+        dist_allreduce_sum_f64(d, ref, n);
+        dist_allreduce_sum_f32(d, yref, n, NULL);
+        dist_reduce_sum_f64(d, x, n, root);
+        dist_reduce_sum_f32_async(d, y, n, root, NULL);
+        dist_wait_async(d, NULL);
+        double e = 0, e32 = 0;
+        if (R == root) {
+            e = sum_err(x, ref, mag, n);
+            for (size_t i = 0; i < n; i++) e32 = fmax(e32, fabs((double)y[i] - yref[i]) / mag[i]);
+        }
+        double worst = dist_scalar_max_f64(d, fmax(e / 1e-12, e32 / fmax(tol32, 1e-300)));
+        check(worst <= 1.0, "reduce to root %d n=%zu == allreduce on the root: f64 %.1e, f32 %.1e "
+              "(tol %.1e)", root, n, e, e32, tol32);
+        free(x), free(ref), free(y), free(yref), free(mag);
+    }
+
     // allgather alone: shard i of the result is what rank i held there
     {
         size_t n = 37, cap = dist_shard_capacity(d, n), lo, hi;
