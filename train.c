@@ -380,7 +380,7 @@ static void zero1_allgather(dist *d, const model *m, void *z, size_t n) {
 
 // One step, after the gradient sums (grad_sync with shard > 0: this rank's shard of the gradient
 // arena holds the sums over ranks): the global norm from the shards, AdamW on this rank's shard
-// of the flat arenas (tensor by tensor, where a tensor crosses the shard only its part),
+// of the flat arenas (optim_adamw_range: runs of same-decay tensors cut to the shard),
 // all-gather the weights through z. No update when the norm is not finite (*gnorm_out says so).
 // On the timeline's compute row (tl may be NULL): "norm+update"; the caller's next point ends
 // "all-gather".
@@ -389,24 +389,14 @@ static void zero1_step(dist *d, model *m, void *z, bool gpu, long step, double l
     const backend *be = m->be;
     const gdn_config *c = &m->cfg;
     size_t n = m->n_elems, lo, hi;
-    size_t eg = be->elem[BE_GRAD], eo = be->elem[BE_OPT], ep = be->elem[BE_PARAM];
-    char *gb = m->grad_mem;
+    size_t eg = be->elem[BE_GRAD], ep = be->elem[BE_PARAM];
+    char *gb = m->grad_mem, *p = m->param_mem, *w = m->master;
     dist_shard_range(d, n, &lo, &hi);
     double gnorm = sqrt(dist_scalar_sum_f64(d, be->sumsq(gb + lo * eg, hi - lo)));
     *gnorm_out = gnorm;
     if (!isfinite(gnorm)) return;
     double scale = (c->grad_clip > 0 && gnorm > c->grad_clip) ? c->grad_clip / gnorm : 1.0;
-    double t = (double)(step + 1), bc1 = 1 - pow(c->beta1, t), bc2 = 1 - pow(c->beta2, t);
-    char *p = m->param_mem, *w = m->master, *mm = m->opt_m, *vv = m->opt_v;
-    for (int i = 0; i < m->n_params; i++) {
-        const param_info *pi = &m->params[i];
-        size_t a = GDN_MAX(lo, pi->offset), b = GDN_MIN(hi, pi->offset + pi->numel);
-        if (a >= b) continue;
-        size_t s = a - m->opt_lo;  // m, v hold the shard only
-        be->adamw(p + a * ep, w ? w + a * eo : NULL, gb + a * eg, mm + s * eo, vv + s * eo, b - a,
-                  lr, c->beta1, c->beta2, c->adam_eps, pi->decay ? c->weight_decay : 0.0, bc1,
-                  bc2, scale);
-    }
+    optim_adamw_range(m, lo, hi, step, lr, scale);
     // every rank's shard of the weights: the master copy when there is one, then the bf16
     // parameters from it; else the parameters themselves
     timeline_compute(tl, "norm+update");

@@ -27,29 +27,41 @@ double optim_lr(const gdn_config *c, long step) {
 // n_elems; no op writes outside its tensor), so it adds nothing.
 double optim_grad_norm(const model *m) { return sqrt(m->be->sumsq(m->grad_mem, m->n_elems)); }
 
+void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, double scale) {
+    const gdn_config *c = &m->cfg;
+    const backend *be = m->be;
+    if (lo < m->opt_lo || hi > m->opt_lo + m->opt_n)
+        gdn_die("internal: AdamW on [%zu, %zu) outside the moments' [%zu, %zu)", lo, hi, m->opt_lo,
+                m->opt_lo + m->opt_n);
+    double t = (double)(step + 1);
+    double bc1 = 1 - pow(c->beta1, t), bc2 = 1 - pow(c->beta2, t);
+    size_t ep = be->elem[BE_PARAM], eo = be->elem[BE_OPT], eg = be->elem[BE_GRAD];
+    char *p = m->param_mem, *w = m->master, *g = m->grad_mem, *mm = m->opt_m, *vv = m->opt_v;
+    // One call per run of consecutive tensors with the same weight decay (219 tensors of
+    // fla-220m -> a few dozen launches), cut to [lo, hi). The padding between tensors is zero in
+    // every arena (zero-filled, never written), and AdamW keeps a zero element with a zero
+    // gradient zero, so the tensors' elements get the same bits as tensor by tensor.
+    for (int i = 0, j; i < m->n_params; i = j) {
+        const param_info *first = &m->params[i];
+        for (j = i + 1; j < m->n_params && m->params[j].decay == first->decay &&
+                        m->params[j].offset >= m->params[j - 1].offset + m->params[j - 1].numel;
+             j++) {}
+        const param_info *last = &m->params[j - 1];
+        size_t a = GDN_MAX(lo, first->offset), b = GDN_MIN(hi, last->offset + last->numel);
+        if (a >= b) continue;
+        size_t s = a - m->opt_lo;  // m, v hold [opt_lo, opt_lo + opt_n) only
+        be->adamw(p + a * ep, w ? w + a * eo : NULL, g + a * eg, mm + s * eo, vv + s * eo, b - a, lr,
+                  c->beta1, c->beta2, c->adam_eps, first->decay ? c->weight_decay : 0.0, bc1, bc2,
+                  scale);
+    }
+}
+
 double optim_step(model *m, long step, double lr, double grad_norm) {
     const gdn_config *c = &m->cfg;
     if (m->opt_lo != 0 || m->opt_n != m->n_elems)
         gdn_die("internal: optim_step on ZeRO-1-sharded moments (the loop updates its shard)");
     double scale = 1.0;
     if (c->grad_clip > 0 && grad_norm > c->grad_clip) scale = c->grad_clip / grad_norm;
-    double t = (double)(step + 1);
-    double bc1 = 1 - pow(c->beta1, t), bc2 = 1 - pow(c->beta2, t);
-    // One call per run of consecutive tensors with the same weight decay (219 tensors of
-    // fla-220m -> a few dozen launches). The padding between tensors is zero in every arena
-    // (zero-filled, never written), and AdamW keeps a zero element with a zero gradient zero, so
-    // the tensors' elements get the same bits as tensor by tensor.
-    for (int i = 0, j; i < m->n_params; i = j) {
-        const param_info *p = &m->params[i];
-        for (j = i + 1; j < m->n_params && m->params[j].decay == p->decay &&
-                        m->params[j].offset >= m->params[j - 1].offset + m->params[j - 1].numel;
-             j++) {}
-        const param_info *last = &m->params[j - 1];
-        size_t n = last->offset + last->numel - p->offset;
-        m->be->adamw(model_param(m, i), m->master ? model_opt(m, m->master, i) : NULL,
-                     model_grad(m, i), model_opt(m, m->opt_m, i), model_opt(m, m->opt_v, i), n,
-                     lr, c->beta1, c->beta2, c->adam_eps, p->decay ? c->weight_decay : 0.0, bc1,
-                     bc2, scale);
-    }
+    optim_adamw_range(m, 0, m->n_elems, step, lr, scale);
     return scale;
 }

@@ -20,6 +20,10 @@ double optim_grad_norm(const model *m);
 // min(1, grad_clip / norm) first when grad_clip > 0. Returns the scale applied.
 double optim_step(model *m, long step, double lr, double grad_norm);
 
+// The AdamW update (gradients times `scale`) of the flat arena elements [lo, hi) only, within
+// the moments' range [opt_lo, opt_lo + opt_n): optim_step's whole arena, or ZeRO-1's shard.
+void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, double scale);
+
 #ifdef __cplusplus
 }
 #endif
