@@ -121,14 +121,8 @@ static double cpu_peak_flops(void) {
     return rate;
 }
 
-// Mean loss over eval_batches validation batches. Like the training batches, each global batch
-// of grad_accum x world x B windows is split over the micro-batches and the ranks, so N ranks of
-// batch B/N, or one rank with N micro-batches of B/N, evaluate the windows one rank of batch B
-// does (each rank 1/N of the work); every rank returns the same mean.
-// eval_batches = 0: the whole validation split, independent of train.seed: the evenly spaced
-// windows of eval_full_windows / eval_full_start (data/dataset.h) that make every token a target,
-// in global batches of G = grad_accum x ranks x B windows, split over micro-batches and ranks
-// like a training batch. Returns the window count W; *batches gets W / G.
+// eval_batches = 0 (the messages): the window count W of the whole-split tiling
+// (sampler_tile_split, data/dataset.h) and in *batches the global batches W / G that cover it.
 static uint64_t full_eval_windows(const token_file *tf, const gdn_config *c, const dist *d,
                                   uint64_t *batches) {
     uint64_t G = (uint64_t)c->grad_accum * (uint64_t)d->world * (uint64_t)c->batch_size;
@@ -137,38 +131,21 @@ static uint64_t full_eval_windows(const token_file *tf, const gdn_config *c, con
     return W;
 }
 
-static double evaluate_full(model *m, token_file *tf, const gdn_config *c, int32_t *x, int32_t *y,
-                            dist *d) {
-    const uint64_t T = (uint64_t)c->seq_len, B = (uint64_t)c->batch_size;
-    const uint64_t G = (uint64_t)c->grad_accum * (uint64_t)d->world * B;
-    uint64_t nb, W = full_eval_windows(tf, c, d, &nb);
-    const uint64_t n = tf->n_tokens[DATA_SPLIT_VAL];
-    int32_t *win = gdn_malloc(sizeof(int32_t) * (size_t)(T + 1));
-    double s = 0;
-    for (uint64_t i = 0; i < nb; i++)
-        for (int mb = 0; mb < c->grad_accum; mb++) {
-            for (uint64_t b = 0; b < B; b++) {
-                uint64_t j = i * G + ((uint64_t)mb * (uint64_t)d->world + (uint64_t)d->rank) * B + b;
-                tokfile_read(tf, DATA_SPLIT_VAL, eval_full_start(j, W, n, T), (size_t)T + 1, win);
-                memcpy(x + b * T, win, sizeof(int32_t) * (size_t)T);
-                memcpy(y + b * T, win + 1, sizeof(int32_t) * (size_t)T);
-            }
-            s += model_eval_loss(m, x, y);
-        }
-    free(win);
-    return dist_scalar_sum_f64(d, s) / ((double)nb * c->grad_accum * d->world);
-}
-
+// Mean loss over eval_batches validation batches (0: the batches that tile the whole split,
+// independent of train.seed). Like the training batches, each global batch of grad_accum x
+// world x B windows is split over the micro-batches and the ranks, so N ranks of batch B/N, or
+// one rank with N micro-batches of B/N, evaluate the windows one rank of batch B does (each
+// rank 1/N of the work); every rank returns the same mean.
 static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x, int32_t *y,
                        dist *d) {
-    if (c->eval_batches == 0) return evaluate_full(m, tf, c, x, y, d);
     batch_sampler vs;
     char err[512];
     if (!sampler_init(&vs, tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed ^ 0x5A17u,
                       d->rank, d->world, c->grad_accum, 0, false, err, sizeof err))
         gdn_die("validation data: %s", err);
+    long nb = c->eval_batches > 0 ? c->eval_batches : (long)sampler_tile_split(&vs);
     double s = 0;
-    const long n = (long)c->eval_batches * c->grad_accum;
+    const long n = nb * c->grad_accum;
     for (long i = 0; i < n; i++) {
         sampler_next(&vs, x, y);
         s += model_eval_loss(m, x, y);

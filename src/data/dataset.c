@@ -588,10 +588,14 @@ static uint64_t sampler_window_start(const batch_sampler *s, uint64_t pos, uint6
 static void sampler_fill(const batch_sampler *s, uint64_t pos, int32_t *x, int32_t *y) {
     const int T = s->T;
     const uint64_t step = pos / (uint64_t)s->n_mb, mb = pos % (uint64_t)s->n_mb;
+    const uint64_t G = (uint64_t)s->n_mb * (uint64_t)s->world * (uint64_t)s->B;
     int32_t *win = gdn_malloc(sizeof(int32_t) * (size_t)(T + 1));
     for (int b = 0; b < s->B; b++) {
         uint64_t j = (mb * (uint64_t)s->world + (uint64_t)s->rank) * (uint64_t)s->B + (uint64_t)b;
-        tokfile_read(s->f, s->split, sampler_window_start(s, step, j), (size_t)T + 1, win);
+        uint64_t start = s->tiled ? eval_full_start(step * G + j, s->tiled,
+                                                    s->f->n_tokens[s->split], (uint64_t)T)
+                                  : sampler_window_start(s, step, j);
+        tokfile_read(s->f, s->split, start, (size_t)T + 1, win);
         memcpy(x + (size_t)b * T, win, sizeof(int32_t) * (size_t)T);
         memcpy(y + (size_t)b * T, win + 1, sizeof(int32_t) * (size_t)T);
     }
@@ -718,4 +722,11 @@ uint64_t eval_full_windows(uint64_t n, uint64_t T, uint64_t G) {
 
 uint64_t eval_full_start(uint64_t j, uint64_t W, uint64_t n, uint64_t T) {
     return W > 1 ? (uint64_t)((unsigned __int128)j * (n - T - 1) / (W - 1)) : 0;
+}
+
+uint64_t sampler_tile_split(batch_sampler *s) {
+    if (s->running) gdn_die("internal: sampler_tile_split on a prefetching sampler");
+    uint64_t G = (uint64_t)s->n_mb * (uint64_t)s->world * (uint64_t)s->B;
+    s->tiled = eval_full_windows(s->f->n_tokens[s->split], (uint64_t)s->T, G);
+    return s->tiled / G;
 }

@@ -51,6 +51,7 @@ typedef struct {
     int split, B, T, rank, world, n_mb;
     uint64_t seed;
     uint64_t pos;            // next micro-batch number to hand out (checkpointed)
+    uint64_t tiled;          // 0: random windows; else W, the whole-split tiling (sampler_tile_split)
     // prefetch: a background thread fills the next batch while the step runs
     pthread_t thread;
     pthread_mutex_t mu;
@@ -68,6 +69,11 @@ bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint
 // its address). Setting s->pos by hand is safe: a prefetched batch of another pos is dropped.
 void sampler_next(batch_sampler *s, int32_t *x, int32_t *y);   // batch `pos`, then pos++
 void sampler_free(batch_sampler *s);
+// The whole split instead of random windows (train.eval_batches = 0): the W =
+// eval_full_windows(n, T, G) evenly spaced windows of eval_full_start, G = n_mb x world x B
+// per step, split over micro-batches and ranks as above. Call right after sampler_init, on a
+// sampler without prefetch. Returns the number of steps that cover the split, W / G.
+uint64_t sampler_tile_split(batch_sampler *s);
 
 // Whole-split evaluation (train.eval_batches = 0): n_windows(n, T, G) = ceil((n - 1) / T)
 // windows of T + 1 tokens, rounded up to a multiple of G (the windows of one global batch);
