@@ -26,6 +26,8 @@
 // every rank applies the same update; with dist.zero1 each bucket piece is summed to the rank
 // whose shard holds it instead, which updates its shard and all-gathers the weights, on the CPU
 // and the GPU. Rank 0 alone logs and writes checkpoints.
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -407,6 +409,21 @@ static void zero1_release_moments(model *m) {
     }
 }
 
+// A whole number in [lo, hi] for option `opt`; else a message naming what it takes, false.
+static bool count_arg(const char *opt, const char *what, const char *text, long lo, long hi,
+                      long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || errno || v < lo || v > hi) {
+        if (hi == LONG_MAX) fprintf(stderr, "error: %s takes %s >= %ld, got '%s'\n", opt, what, lo, text);
+        else fprintf(stderr, "error: %s takes %s in [%ld, %ld], got '%s'\n", opt, what, lo, hi, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 int main(int argc, char **argv) {
     const double t_launch = gdn_now();  // "startup:" below: what a user waits before step 1
     cpu_threads_env(argv);  // first: idle thread pools must sleep, not spin (cpu_threads.h)
@@ -430,26 +447,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--resume") && i + 1 < argc)
             resume = argv[++i];
         else if (!strcmp(argv[i], "--stop-after") && i + 1 < argc) {
-            char *end;
-            stop_after = strtol(argv[++i], &end, 10);
-            if (*end || stop_after < 1) {
-                fprintf(stderr, "error: --stop-after takes a step number >= 1, got '%s'\n", argv[i]);
+            if (!count_arg("--stop-after", "a step number", argv[++i], 1, LONG_MAX, &stop_after))
                 return 2;
-            }
         } else if (!strcmp(argv[i], "--profile") && i + 1 < argc) {
-            char *end;
-            profile_steps = strtol(argv[++i], &end, 10);
-            if (*end || profile_steps < 1) {
-                fprintf(stderr, "error: --profile takes a step count >= 1, got '%s'\n", argv[i]);
+            if (!count_arg("--profile", "a step count", argv[++i], 1, LONG_MAX, &profile_steps))
                 return 2;
-            }
         } else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) {
-            char *end;
-            timeline_steps = strtol(argv[++i], &end, 10);
-            if (*end || timeline_steps < 1) {
-                fprintf(stderr, "error: --timeline takes a step count >= 1, got '%s'\n", argv[i]);
+            if (!count_arg("--timeline", "a step count", argv[++i], 1, LONG_MAX, &timeline_steps))
                 return 2;
-            }
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             gc_device = argv[++i];
             if (strcmp(gc_device, "cpu") && strcmp(gc_device, "cuda")) {
@@ -457,12 +462,8 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) {
-            char *end;
-            long g = strtol(argv[++i], &end, 10);
-            if (*end || g < 1 || g > 64) {
-                fprintf(stderr, "error: --gpus takes a count in [1, 64], got '%s'\n", argv[i]);
-                return 2;
-            }
+            long g;
+            if (!count_arg("--gpus", "a count", argv[++i], 1, 64, &g)) return 2;
             gpus = (int)g;
         } else if (!strcmp(argv[i], "--gradcheck"))
             gradcheck = true;
