@@ -268,6 +268,26 @@ static void rank_mag(double *mag, size_t n, uint64_t key, int world) {
     free(t);
 }
 
+// A sum test's buffers: this rank's data x (f64) and y (its f32 rounding), `cap` elements each
+// (n used), mag = sum over ranks of |x_i|, and the all-reduce's sums ref, yref to compare with.
+typedef struct {
+    double *x, *ref, *mag;
+    float *y, *yref;
+} sum_case;
+static sum_case sum_case_make(dist *d, size_t n, size_t cap, uint64_t key) {
+    sum_case c = {dalloc(cap), dalloc(n), dalloc(n), gdn_malloc(cap * sizeof(float)),
+                  gdn_malloc(n * sizeof(float))};
+    rank_mag(c.mag, n, key, d->world);
+    rank_data(c.x, n, key, d->rank);
+    for (size_t i = 0; i < n; i++) c.y[i] = (float)c.x[i];
+    memcpy(c.ref, c.x, n * sizeof *c.x);
+    memcpy(c.yref, c.y, n * sizeof *c.y);
+    dist_allreduce_sum_f64(d, c.ref, n);
+    dist_allreduce_sum_f32(d, c.yref, n, NULL);
+    return c;
+}
+static void sum_case_free(sum_case *c) { free(c->x), free(c->ref), free(c->mag), free(c->y), free(c->yref); }
+
 // every rank holds the same bytes as rank 0
 static bool same_on_all(dist *d, const void *x, size_t bytes) {
     unsigned char *r0 = gdn_malloc(bytes);
@@ -352,15 +372,9 @@ static void test_collectives(dist *d) {
     for (size_t s = 0; s < sizeof rsn / sizeof rsn[0]; s++) {
         size_t n = rsn[s], cap = dist_shard_capacity(d, n), lo, hi;
         dist_shard_range(d, n, &lo, &hi);
-        double *x = dalloc(cap), *ref = dalloc(n), *mag = dalloc(n);
-        float *y = gdn_malloc(cap * sizeof(float)), *yref = gdn_malloc(n * sizeof(float));
-        rank_mag(mag, n, 11 + s, W);
-        rank_data(x, n, 11 + s, R);
-        for (size_t i = 0; i < n; i++) y[i] = (float)x[i];
-        memcpy(ref, x, n * sizeof *x);
-        memcpy(yref, y, n * sizeof *y);
-        dist_allreduce_sum_f64(d, ref, n);
-        dist_allreduce_sum_f32(d, yref, n, NULL);
+        sum_case c = sum_case_make(d, n, cap, 11 + s);
+        double *x = c.x, *ref = c.ref, *mag = c.mag;
+        float *y = c.y, *yref = c.yref;
         dist_reduce_scatter_sum_f64(d, x, n);
         dist_reduce_scatter_sum_f32(d, y, n, NULL);
         double e_rs = hi > lo ? sum_err(x + lo, ref + lo, mag + lo, hi - lo) : 0, e_rs32 = 0;
@@ -373,7 +387,7 @@ static void test_collectives(dist *d) {
         check(e_rs <= 1e-12 && e_ag <= 1e-12 && e_rs32 <= tol32 && e_ag32 <= tol32,
               "reduce_scatter+allgather n=%-4zu shard [%zu,%zu) == allreduce: f64 %.1e %.1e, "
               "f32 %.1e %.1e (tol %.1e)", n, lo, hi, e_rs, e_ag, e_rs32, e_ag32, tol32);
-        free(x), free(ref), free(y), free(yref), free(mag);
+        sum_case_free(&c);
     }
 
     // reduce to each root in turn (ZeRO-1's gradient pieces): the root gets the allreduce's
@@ -381,15 +395,9 @@ static void test_collectives(dist *d) {
     // not checked (unspecified)
     for (int root = 0; root < W; root++) {
         const size_t n = 1001;
-        double *x = dalloc(n), *ref = dalloc(n), *mag = dalloc(n);
-        float *y = gdn_malloc(n * sizeof(float)), *yref = gdn_malloc(n * sizeof(float));
-        rank_mag(mag, n, 31 + root, W);
-        rank_data(x, n, 31 + root, R);
-        for (size_t i = 0; i < n; i++) y[i] = (float)x[i];
-        memcpy(ref, x, n * sizeof *x);
-        memcpy(yref, y, n * sizeof *y);
-        dist_allreduce_sum_f64(d, ref, n);
-        dist_allreduce_sum_f32(d, yref, n, NULL);
+        sum_case c = sum_case_make(d, n, n, 31 + root);
+        double *x = c.x, *ref = c.ref, *mag = c.mag;
+        float *y = c.y, *yref = c.yref;
         dist_reduce_sum_f64(d, x, n, root);
         dist_reduce_sum_f32_async(d, y, n, root, NULL);
         dist_wait_async(d, NULL);
@@ -401,7 +409,7 @@ static void test_collectives(dist *d) {
         double worst = dist_scalar_max_f64(d, fmax(e / 1e-12, e32 / fmax(tol32, 1e-300)));
         check(worst <= 1.0, "reduce to root %d n=%zu == allreduce on the root: f64 %.1e, f32 %.1e "
               "(tol %.1e)", root, n, e, e32, tol32);
-        free(x), free(ref), free(y), free(yref), free(mag);
+        sum_case_free(&c);
     }
 
     // allgather alone: shard i of the result is what rank i held there

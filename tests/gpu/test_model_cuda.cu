@@ -174,11 +174,12 @@ int main() {
            enddiff, ok_end ? "pass" : "FAIL");
     printf("  loss fell by > 1 nat: cpu %.4f -> %.4f, gpu %.4f -> %.4f  %s\n", cpu.loss[0],
            cpu.loss[steps - 1], g1.loss[0], g1.loss[steps - 1], ok_learn ? "pass" : "FAIL");
-    bool same_loss = g1.loss.size() == g2.loss.size() &&
-                     !memcmp(g1.loss.data(), g2.loss.data(), g1.loss.size() * sizeof(double));
-    bool same_w = g1.master.size() == g2.master.size() &&
-                  !memcmp(g1.master.data(), g2.master.data(), g1.master.size() * sizeof(double)) &&
-                  !memcmp(g1.params.data(), g2.params.data(), g1.params.size() * sizeof(double));
+    // two runs bit for bit: every step's loss, and the final weights (master and bf16)
+    auto same_bits = [](const std::vector<double> &a, const std::vector<double> &b) {
+        return a.size() == b.size() && !memcmp(a.data(), b.data(), a.size() * sizeof(double));
+    };
+    bool same_loss = same_bits(g1.loss, g2.loss);
+    bool same_w = same_bits(g1.master, g2.master) && same_bits(g1.params, g2.params);
     printf("  two GPU runs bitwise equal: losses %s, final weights (master + bf16, %zu each) %s\n",
            same_loss ? "pass" : "FAIL", g1.master.size(), same_w ? "pass" : "FAIL");
     gc_checks += 4;
@@ -188,11 +189,8 @@ int main() {
     gdn_config crc = c;
     crc.recompute = true;
     train_result g3 = train(crc, backend_cuda_get(true), B, steps, seed);
-    bool rc_loss = g3.loss.size() == g1.loss.size() &&
-                   !memcmp(g3.loss.data(), g1.loss.data(), g1.loss.size() * sizeof(double));
-    bool rc_w = g3.master.size() == g1.master.size() &&
-                !memcmp(g3.master.data(), g1.master.data(), g1.master.size() * sizeof(double)) &&
-                !memcmp(g3.params.data(), g1.params.data(), g1.params.size() * sizeof(double));
+    bool rc_loss = same_bits(g3.loss, g1.loss);
+    bool rc_w = same_bits(g3.master, g1.master) && same_bits(g3.params, g1.params);
     printf("  train.recompute == without, bitwise: losses %s, final weights %s\n",
            rc_loss ? "pass" : "FAIL", rc_w ? "pass" : "FAIL");
     gc_checks += 2;
