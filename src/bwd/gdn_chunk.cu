@@ -913,9 +913,7 @@ void gdn_bwd_scan_launch(const bwd_args &a) {
             &per_sm, gdn_bwd_scan_kernel<DK, DVB, NP, 1>, 128, scan_layout<DK, DVB, NP, 1>::BYTES));
         two_fit = per_sm >= 2;
     }
-    const int st = a.p.scan_stages;
-    if (st != 0 && st != 1 && st != 2)
-        gdn_die("gdn_chunk_bwd: scan_stages %d\nHINT: 0 (choose), 1 or 2", st);
+    const int st = a.p.scan_stages;  // checked by gdn_chunk_bwd
     if (st == 1 || (st == 0 && two_fit && (long)grid.x * grid.y * grid.z > sms))
         gdn_bwd_scan_launch_s<DK, DVB, NP, 1>(a, grid);
     else
@@ -1029,6 +1027,8 @@ extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
     if (f32 && dvb != 16)
         gdn_die("gdn_chunk_bwd: dv_block %d with fp32 inputs\nHINT: fp32 runs with dv_block 16",
                 dvb);
+    if (p->scan_stages < 0 || p->scan_stages > 2)
+        gdn_die("gdn_chunk_bwd: scan_stages %d\nHINT: 0 (choose), 1 or 2", p->scan_stages);
     if (dvb != 16 && dvb != 32 && !(dvb == 64 && p->Dk <= 128))
         gdn_die("gdn_chunk_bwd: dv_block %d not supported with Dk %d\nHINT: 16, 32, or 64 when "
                 "Dk <= 128", dvb, p->Dk);
