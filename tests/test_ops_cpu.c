@@ -1,6 +1,7 @@
 // test_ops_cpu.c — the float64 CPU ops other than attention and the gated delta rule:
-// embedding, rmsnorm, linear (OpenBLAS path and loop path), conv1d, silu, swiglu, l2norm,
-// gdn_gates, gated_rmsnorm, crossentropy, dropout, rope.
+// embedding, rmsnorm, linear (OpenBLAS path and loop path), conv1d, conv_silu (fused; also
+// bitwise the unfused pair), silu, swiglu, l2norm, gdn_gates, gated_rmsnorm, crossentropy,
+// dropout, rope.
 // For every op and variant: a central finite-difference check of every input and parameter
 // gradient (loss L = sum(out * R), R random; tol 1e-6 norm-wise and per element), then
 // forward values against hand-computed numbers, the += rule for parameter gradients, the
@@ -100,6 +101,27 @@ static double rms_loss(void *p) {
     rmsnorm_fwd_cpu(c->y, c->rstd, c->x, c->w, c->N, c->d, 1e-6);
     return dot(c->y, c->R, (size_t)c->N * c->d);
 }
+// acc = true: dx pre-filled with random values ends as prefill[i] + (the acc = false dx)[i], bit
+// for bit (what a separate y += x add gave), and dw accumulates as with acc = false.
+static void check_rmsnorm_acc(int N, int d) {
+    const size_t n = (size_t)N * d;
+    double *x = rnd(n, 1), *w = rnd(d, 1), *g = rnd(n, 1), *y = dalloc(n), *rstd = dalloc(N);
+    for (int i = 0; i < d; i++) w[i] += 1.0;
+    rmsnorm_fwd_cpu(y, rstd, x, w, N, d, 1e-6);
+    double *dx = dalloc(n), *dw = zeros(d), *want = rnd(n, 1), *got = copy_of(want, n);
+    double *dw_acc = zeros(d);
+    rmsnorm_bwd_cpu(dx, dw, g, x, w, rstd, N, d, false);
+    rmsnorm_bwd_cpu(got, dw_acc, g, x, w, rstd, N, d, true);
+    for (size_t i = 0; i < n; i++) want[i] += dx[i];
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm N%d d%d acc: dx = prefill + (acc off) dx, bitwise", N, d);
+    check_true(what, memcmp(got, want, n * sizeof(double)) == 0);
+    snprintf(what, sizeof what, "rmsnorm N%d d%d acc: dw as with acc off, bitwise", N, d);
+    check_true(what, memcmp(dw_acc, dw, d * sizeof(double)) == 0);
+    free(x); free(w); free(g); free(y); free(rstd);
+    free(dx); free(dw); free(want); free(got); free(dw_acc);
+}
+
 static void test_rmsnorm(void) {
     gc_header("rmsnorm");
     enum { N = 5, d = 7 };
@@ -107,14 +129,16 @@ static void test_rmsnorm(void) {
     for (int i = 0; i < d; i++) c.w[i] += 1.0;
     double *rstd = dalloc(N), *dx = dalloc(N * d), *dw = zeros(d);
     rmsnorm_fwd_cpu(c.y, rstd, c.x, c.w, N, d, 1e-6);
-    rmsnorm_bwd_cpu(dx, dw, c.R, c.x, c.w, rstd, N, d);
+    rmsnorm_bwd_cpu(dx, dw, c.R, c.x, c.w, rstd, N, d, false);
     gc_check("rmsnorm", "x", c.x, N * d, dx, rms_loss, &c, 0, TOL, &R_);
     gc_check("rmsnorm", "w", c.w, d, dw, rms_loss, &c, 0, TOL, &R_);
     double *once = copy_of(dw, d), *dx_once = copy_of(dx, N * d);
-    rmsnorm_bwd_cpu(dx, dw, c.R, c.x, c.w, rstd, N, d);
+    rmsnorm_bwd_cpu(dx, dw, c.R, c.x, c.w, rstd, N, d, false);
     check_doubled("rmsnorm", "w", dw, once, d);
     check_close("rmsnorm: backward twice -> dx unchanged (=)", dx, dx_once, N * d, 0);
     free(once); free(dx_once);
+    check_rmsnorm_acc(N, d);
+    check_rmsnorm_acc(600, 1000);  // N d >= cpu_min_work_flat: the threaded path
 
     // constant row c, eps = 0: rstd = 1/|c|, y = sign(c) w exactly
     double xc[2 * d], y[2 * d], want[2 * d], rs[2];
@@ -258,6 +282,55 @@ static void test_conv1d(void) {
     double y2[4];
     conv1d_fwd_cpu(y2, x2, w2, 2, 2, 1, 2);
     check_close("conv1d B2 T2 K2: no leak across sequences", y2, want2, 4, 0);
+}
+
+// ================================= conv_silu (conv1d then SiLU, fused) =======================
+static double conv_silu_loss(void *p) {
+    conv_ctx *c = p;
+    conv_silu_fwd_cpu(c->y, c->x, c->w, c->B, c->T, c->C, c->K);
+    return dot(c->y, c->R, (size_t)c->B * c->T * c->C);
+}
+static void test_conv_silu(void) {
+    gc_header("conv_silu (causal depthwise conv1d then SiLU, fused)");
+    const int shapes[][4] = {{2, 7, 3, 4}, {2, 1, 3, 4}, {2, 3, 3, 4}, {1, 6, 2, 3},
+                             {2, 7, 3, 2}, {2, 7, 3, 1}, {1, 1, 2, 1}, {3, 5, 4, 4}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], K = shapes[s][3];
+        size_t n = (size_t)B * T * C, nw = (size_t)C * K;
+        conv_ctx c = {dalloc(n), rnd(n, 1), rnd(nw, 1), rnd(n, 1), B, T, C, K};
+        char op[64], what[128];
+        snprintf(op, sizeof op, "conv_silu B%d T%d C%d K%d", B, T, C, K);
+        // the unfused pair, as the model ran it before: conv1d, silu; silu_bwd, conv1d_bwd
+        double *pre = dalloc(n), *y_ref = dalloc(n), *dpre = dalloc(n), *dx_ref = dalloc(n);
+        double *dw_ref = rnd(nw, 1), *dw = copy_of(dw_ref, nw), *dx = dalloc(n);
+        conv1d_fwd_cpu(pre, c.x, c.w, B, T, C, K);
+        silu_fwd_cpu(y_ref, pre, n);
+        silu_bwd_cpu(dpre, c.R, pre, n);
+        conv1d_bwd_cpu(dx_ref, dw_ref, dpre, c.x, c.w, B, T, C, K);
+        conv_silu_fwd_cpu(c.y, c.x, c.w, B, T, C, K);
+        conv_silu_bwd_cpu(dx, dw, c.R, c.x, c.w, B, T, C, K);
+        snprintf(what, sizeof what, "%s: y, dx, dw (+=) bitwise the unfused ops", op);
+        check_true(what, memcmp(c.y, y_ref, n * sizeof(double)) == 0 &&
+                             memcmp(dx, dx_ref, n * sizeof(double)) == 0 &&
+                             memcmp(dw, dw_ref, nw * sizeof(double)) == 0);
+        memset(dw, 0, nw * sizeof(double));
+        conv_silu_bwd_cpu(dx, dw, c.R, c.x, c.w, B, T, C, K);
+        gc_check(op, "x", c.x, n, dx, conv_silu_loss, &c, 0, TOL, &R_);
+        gc_check(op, "w", c.w, nw, dw, conv_silu_loss, &c, 0, TOL, &R_);
+        if (s == 0) {
+            double *once = copy_of(dw, nw), *dx_once = copy_of(dx, n), *io = copy_of(c.R, n);
+            conv_silu_bwd_cpu(dx, dw, c.R, c.x, c.w, B, T, C, K);
+            check_doubled(op, "w", dw, once, nw);
+            check_close("conv_silu: backward twice -> dx unchanged (=)", dx, dx_once, n, 0);
+            memset(dw, 0, nw * sizeof(double));
+            conv_silu_bwd_cpu(io, dw, io, c.x, c.w, B, T, C, K);  // dx over dy
+            check_true("conv_silu: backward with dx == dy gives the same dx",
+                       memcmp(io, dx_once, n * sizeof(double)) == 0);
+            free(once); free(dx_once); free(io);
+        }
+        free(c.y); free(c.x); free(c.w); free(c.R); free(pre); free(y_ref); free(dpre);
+        free(dx_ref); free(dw_ref); free(dw); free(dx);
+    }
 }
 
 // ================================= silu, swiglu ==============================================
@@ -595,6 +668,7 @@ int main(void) {
     test_rmsnorm();
     test_linear();
     test_conv1d();
+    test_conv_silu();
     test_activations();
     test_l2norm();
     test_gdn_gates();

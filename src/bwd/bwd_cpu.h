@@ -13,8 +13,10 @@ extern "C" {
 void embedding_bwd_cpu(double *dwte /*(V,d) +=*/, const double *dout /*(N,d)*/,
                        const int32_t *tok, int N, int d);
 
-void rmsnorm_bwd_cpu(double *dx /*(N,d) =*/, double *dw /*(d) +=*/, const double *dy,
-                     const double *x, const double *w, const double *rstd, int N, int d);
+// acc: dx += the gradient (dx[i] + g, bitwise a separate add), for the residual stream
+void rmsnorm_bwd_cpu(double *dx /*(N,d) = (acc: +=)*/, double *dw /*(d) +=*/, const double *dy,
+                     const double *x, const double *w, const double *rstd, int N, int d,
+                     bool acc);
 
 void linear_bwd_cpu(double *dx /*(N,in) = or NULL*/, double *dW /*(out,in) +=*/,
                     double *db /*(out) += or NULL*/, const double *dy /*(N,out)*/,
@@ -26,6 +28,11 @@ void linear_bwd_acc_cpu(double *dx /*(N,in) +=*/, double *dW /*(out,in) +=*/,
 
 void conv1d_bwd_cpu(double *dx /*=*/, double *dw /*(C,K) +=*/, const double *dy, const double *x,
                     const double *w, int B, int T, int C, int K);
+// y = silu(conv1d(x, w)): pre = conv1d(x, w) recomputed, d_pre = dy silu'(pre), then
+// conv1d_bwd_cpu of d_pre (bitwise silu_bwd_cpu then conv1d_bwd_cpu). Allocates one (B,T,C)
+// scratch per call. dx may alias dy, not x.
+void conv_silu_bwd_cpu(double *dx /*=*/, double *dw /*(C,K) +=*/, const double *dy,
+                       const double *x, const double *w, int B, int T, int C, int K);
 
 void silu_bwd_cpu(double *dx /*=*/, const double *dy, const double *x, size_t n);
 

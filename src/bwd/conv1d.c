@@ -4,7 +4,10 @@
 //   dw[c,j]   += sum_{b, t >= K-1-j} dy[b,t,c] x[b, t-K+1+j, c]          (+=)
 // Threads: dx by rows (b, s); dw by channels c, each dw[c,j] summed over (b, t) in order on one
 // thread (so dw is the same for any thread count).
+// conv_silu_bwd_cpu: the backward of silu(conv1d(x, w)) through the same two ops.
+#include <stdlib.h>
 #include "bwd_cpu.h"
+#include "../core/common.h"
 #include "../fwd/cpu_threads.h"
 
 void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, const double *w,
@@ -36,4 +39,17 @@ void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, c
                 dw[(size_t)c * K + j] += acc;
             }
     }
+}
+
+// d_pre = dy silu'(pre) with pre = conv1d(x, w) recomputed into a scratch (silu_bwd_cpu reads
+// pre[i] before it writes d_pre[i]: in place is safe), then conv1d_bwd_cpu(d_pre): the same
+// calls on the same values as the unfused silu_bwd + conv1d_bwd, so the same bits.
+void conv_silu_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, const double *w,
+                       int B, int T, int C, int K) {
+    const size_t n = (size_t)B * T * C;
+    double *dpre = gdn_malloc(GDN_MAX(n, (size_t)1) * sizeof(double));
+    conv1d_fwd_cpu(dpre, x, w, B, T, C, K);
+    silu_bwd_cpu(dpre, dy, dpre, n);
+    conv1d_bwd_cpu(dx, dw, dpre, x, w, B, T, C, K);
+    free(dpre);
 }

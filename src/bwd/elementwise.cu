@@ -7,6 +7,9 @@
 // the device), thread c of slice s sums its rows in order into part[s][c]; then one warp per
 // column sums the S partials in a fixed order and adds the result to the gradient. part is a
 // per-device scratch of at most max(2^18, cols) floats, allocated on first use and kept.
+// RMSNorm and gated RMSNorm (16-byte path) take their dw partials in the pass that computes dx
+// (one partial row per block, see "Fused kernels") and run only colsum_final_kernel after it;
+// their unaligned and too-wide cases keep the two passes.
 // Embedding: each run of equal tokens (built on the host, see cuda_ops.h) is one block that
 // sums its rows in sorted order and adds once, so repeated tokens need no atomics either.
 #include "../fwd/cuda_ops_device.cuh"
@@ -24,9 +27,12 @@ constexpr size_t COLSUM_SCRATCH = (size_t)1 << 18;  // floats; S * cols <= max(t
 constexpr size_t COLSUM_MIN_ROWS = 16;              // rows per slice, at least (before rounding)
 constexpr int COLSUM_MAX_SLICES = 4096, COLSUM_THREADS = 256, COLSUM_MAX_DEVICES = 64;
 
-// Scratch of the device in use: grown (never shrunk) when a call needs more, which happens on
-// the first calls only. Stream order makes it safe for launchers issued on one stream per
-// device (the backend's compute stream); growth synchronises the device before freeing.
+}  // namespace
+
+// Scratch of the device in use (cuda_ops_device.cuh): grown (never shrunk) when a call needs
+// more, which happens on the first calls only. Stream order makes it safe for launchers issued
+// on one stream per device (the backend's compute stream); growth synchronises the device
+// before freeing.
 float *colsum_scratch(size_t nfloats) {
     static float *buf[COLSUM_MAX_DEVICES];
     static size_t cap[COLSUM_MAX_DEVICES];
@@ -44,6 +50,8 @@ float *colsum_scratch(size_t nfloats) {
     }
     return buf[dev];
 }
+
+namespace {
 
 template <class F>
 __global__ void __launch_bounds__(COLSUM_THREADS)
@@ -151,36 +159,6 @@ __global__ void __launch_bounds__(256) embedding_bwd_kernel(float *dwte, const T
     }
 }
 
-// ---- RMSNorm dx: u = w dy, dx = r u - (r^3/d) x sum(u x); one warp per row ---------------------
-template <typename T, int W>
-__global__ void __launch_bounds__(ROW_THREADS)
-    rmsnorm_bwd_kernel(T *dx, const T *dy, const T *x, const T *w, const float *rstd, size_t N, int d) {
-    const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const T *xr = x + row * d, *gr = dy + row * d;
-    float ux = 0.f;
-    for (int k = lane; k < d / W; k += 32) {
-        float a[W], g[W], wv[W];
-        load_pack<T, W>(xr + k * W, a);
-        load_pack<T, W>(gr + k * W, g);
-        load_pack<T, W>(w + k * W, wv);
-#pragma unroll
-        for (int j = 0; j < W; j++) ux += wv[j] * g[j] * a[j];
-    }
-    ux = warp_sum(ux);
-    const float r = rstd[row], c = r * r * r * ux / (float)d;
-    for (int k = lane; k < d / W; k += 32) {
-        float a[W], g[W], wv[W];
-        load_pack<T, W>(xr + k * W, a);
-        load_pack<T, W>(gr + k * W, g);
-        load_pack<T, W>(w + k * W, wv);
-#pragma unroll
-        for (int j = 0; j < W; j++) a[j] = r * wv[j] * g[j] - c * a[j];
-        store_pack<T, W>(dx + row * d + k * W, a);
-    }
-}
-
 // ---- L2 norm dx = scale (rn dy - rn^3 x sum(x dy)); one warp per row ---------------------------
 template <typename T, int W>
 __global__ void __launch_bounds__(ROW_THREADS)
@@ -209,16 +187,63 @@ __global__ void __launch_bounds__(ROW_THREADS)
     }
 }
 
-// ---- gated RMSNorm: q = silu(z), u = dy w q; dx = r u - (r^3/D) x sum(u x);
-//      dz = dy x r w silu'(z), silu' = s (1 + z (1 - s)); one warp per row ----------------------
+// ---- RMSNorm and gated RMSNorm backward ----------------------------------------------------------
+// RMSNorm:       u = w dy;             dx = r u - (r^3/d) x sum(u x)  (acc: dx += that, added in
+//                                      fp32 and rounded once);         dw += sum_rows dy x r
+// gated RMSNorm: q = silu(z), u = dy w q; dx = r u - (r^3/D) x sum(u x);
+//                dz = dy x r w silu'(z), silu' = s (1 + z (1 - s));    dw += sum_rows dy x r q
+//                (z NULL: q := 1 and no dz)
+template <typename T> struct norm_bwd_params {
+    T *dx, *dz;               // (rows, d): = (rmsnorm with acc: +=); dz: gated with z only, or NULL
+    const T *dy, *x, *z, *w;  // dy, x, z (rows, d), z: gated only, or NULL; w (d)
+    const float *rstd;        // (rows), saved by the forward
+    float *part;              // (blocks, d): dw partials of the fused kernels, one row per block
+    size_t rows;
+    int d, rpw;               // rpw: rows per warp of the fused kernels (norm_rows_per_warp)
+    bool acc;                 // rmsnorm only
+};
+
+// One warp per row: the unaligned and too-wide cases, dw by colsum_launch afterwards.
 template <typename T, int W>
-__global__ void __launch_bounds__(ROW_THREADS)
-    gated_rmsnorm_bwd_kernel(T *dx, T *dz, const T *dy, const T *x, const T *z, const T *w, const float *rstd,
-                             size_t rows, int D) {
+__global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_kernel(const norm_bwd_params<T> p) {
     const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
-    if (row >= rows) return;
+    const int lane = threadIdx.x & 31, d = p.d;
+    if (row >= p.rows) return;
+    const T *xr = p.x + row * d, *gr = p.dy + row * d, *w = p.w;
+    T *dxr = p.dx + row * d;
+    float ux = 0.f;
+    for (int k = lane; k < d / W; k += 32) {
+        float a[W], g[W], wv[W];
+        load_pack<T, W>(xr + k * W, a);
+        load_pack<T, W>(gr + k * W, g);
+        load_pack<T, W>(w + k * W, wv);
+#pragma unroll
+        for (int j = 0; j < W; j++) ux += wv[j] * g[j] * a[j];
+    }
+    ux = warp_sum(ux);
+    const float r = p.rstd[row], c = r * r * r * ux / (float)d;
+    for (int k = lane; k < d / W; k += 32) {
+        float a[W], g[W], wv[W], o[W];
+        load_pack<T, W>(xr + k * W, a);
+        load_pack<T, W>(gr + k * W, g);
+        load_pack<T, W>(w + k * W, wv);
+        if (p.acc) load_pack<T, W>(dxr + k * W, o);
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            const float v = r * wv[j] * g[j] - c * a[j];
+            o[j] = p.acc ? o[j] + v : v;
+        }
+        store_pack<T, W>(dxr + k * W, o);
+    }
+}
+
+template <typename T, int W>
+__global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const norm_bwd_params<T> p) {
+    const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31, D = p.d;
+    if (row >= p.rows) return;
     const size_t o = row * D;
+    const T *x = p.x, *dy = p.dy, *z = p.z, *w = p.w;
     float ux = 0.f;
     for (int k = lane; k < D / W; k += 32) {
         float a[W], g[W], wv[W], zv[W];
@@ -235,7 +260,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
         }
     }
     ux = warp_sum(ux);
-    const float rs = rstd[row], c = rs * rs * rs * ux / (float)D;
+    const float rs = p.rstd[row], c = rs * rs * rs * ux / (float)D;
     for (int k = lane; k < D / W; k += 32) {
         float a[W], g[W], wv[W], zv[W], q[W];
         load_pack<T, W>(x + o + k * W, a);
@@ -250,15 +275,192 @@ __global__ void __launch_bounds__(ROW_THREADS)
                 q[j] = zv[j] * s;
                 dzv[j] = g[j] * a[j] * rs * wv[j] * s * (1.f + zv[j] * (1.f - s));
             }
-            if (dz) store_pack<T, W>(dz + o + k * W, dzv);
+            if (p.dz) store_pack<T, W>(p.dz + o + k * W, dzv);
         } else {
 #pragma unroll
             for (int j = 0; j < W; j++) q[j] = 1.f;
         }
 #pragma unroll
         for (int j = 0; j < W; j++) a[j] = rs * g[j] * wv[j] * q[j] - c * a[j];
-        store_pack<T, W>(dx + o + k * W, a);
+        store_pack<T, W>(p.dx + o + k * W, a);
     }
+}
+
+// Fused kernels (16-byte packs, d = nk W with nk <= 32 NP): dx as the kernels above, dw partials
+// in the same pass. Block b owns the rows [8 b rpw, 8 (b + 1) rpw) (clipped to rows); warp w of
+// it the run [8 b rpw + w rpw, + rpw), row after row. Lane l owns the packs k = l + 32 i (i < NP,
+// k < nk), columns [k W, k W + W), and adds its rows' dw terms there, in row order, to acc[w][c]
+// (shared memory, 8 d floats). The second loop over a row reads it again, from L1 (it was read an
+// instant before). Partials in registers, or the row kept in registers for the second loop, took
+// 80-170 registers and ran 1.3x slower (H200, bf16, 32768 x 1024: 86-88 us against 66 us).
+// At the end the block sums acc[0..8)[c] in warp order and writes part[b][c]; colsum_final_kernel
+// then adds sum_b part[b][c] (fixed order) into dw[c]. The grid is a function of (rows, d) only:
+// bitwise the same run after run, on any GPU.
+template <int W> __device__ __forceinline__ void add_to_f4(float *p, const float (&v)[W]) {
+    static_assert(W % 4 == 0, "float4 moves");
+#pragma unroll
+    for (int j = 0; j < W; j += 4) {
+        float4 t = *reinterpret_cast<float4 *>(p + j);
+        t.x += v[j];
+        t.y += v[j + 1];
+        t.z += v[j + 2];
+        t.w += v[j + 3];
+        *reinterpret_cast<float4 *>(p + j) = t;
+    }
+}
+// Zeroes the lane's columns of its warp's acc (only that lane touches them until norm_block_sum).
+template <int W, int NP> __device__ __forceinline__ void norm_acc_zero(float *acc, int lane, int nk) {
+#pragma unroll
+    for (int i = 0; i < NP; i++)
+        if (lane + 32 * i < nk)
+#pragma unroll
+            for (int j = 0; j < W; j += 4)
+                *reinterpret_cast<float4 *>(acc + (lane + 32 * i) * W + j) = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+// acc (shared, ROW_WARPS x d) -> part_row[c] = acc[0][c] + acc[1][c] + ... + acc[7][c], in that
+// order. Every thread of the block calls it.
+__device__ __forceinline__ void norm_block_sum(const float *acc, float *part_row, int d) {
+    __syncthreads();
+    for (int c = threadIdx.x * 4; c < d; c += ROW_THREADS * 4) {
+        float4 s = *reinterpret_cast<const float4 *>(acc + c);
+#pragma unroll
+        for (int w = 1; w < ROW_WARPS; w++) {
+            const float4 t = *reinterpret_cast<const float4 *>(acc + (size_t)w * d + c);
+            s.x += t.x;
+            s.y += t.y;
+            s.z += t.z;
+            s.w += t.w;
+        }
+        *reinterpret_cast<float4 *>(part_row + c) = s;
+    }
+}
+// sigmoid_f bit for bit, with one expf, one division and no branch: both of its branches take
+// e = expf(-|x|) (x >= 0: expf(-x), x < 0: expf(x)) and divide by 1 + e (1 / (1 + e) or
+// e / (1 + e), each correctly rounded), so choosing the numerator gives the same value. (The
+// branches of sigmoid_f diverge within a warp on random z: this one costs a quarter.)
+__device__ __forceinline__ float sigmoid_nb(float x) {
+    const float e = expf(-fabsf(x));
+    return (x >= 0.f ? 1.f : e) / (1.f + e);
+}
+
+template <typename T, int W, int NP>
+__global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_fused_kernel(const norm_bwd_params<T> p) {
+    extern __shared__ float4 norm_smem[];  // acc: (ROW_WARPS, d)
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, d = p.d, nk = d / W;
+    float *acc = reinterpret_cast<float *>(norm_smem) + (size_t)warp * d;
+    const size_t r0 = ((size_t)blockIdx.x * ROW_WARPS + warp) * p.rpw, r1 = GDN_MIN(p.rows, r0 + p.rpw);
+    norm_acc_zero<W, NP>(acc, lane, nk);
+    for (size_t row = r0; row < r1; row++) {
+        const T *xr = p.x + row * d, *gr = p.dy + row * d;
+        T *dxr = p.dx + row * d;
+        const float r = p.rstd[row];
+        float ux = 0.f;
+#pragma unroll
+        for (int i = 0; i < NP; i++)
+            if (lane + 32 * i < nk) {
+                const int k = lane + 32 * i;
+                float a[W], g[W], wv[W];
+                load_pack<T, W>(xr + k * W, a);
+                load_pack<T, W>(gr + k * W, g);
+                load_pack<T, W>(p.w + k * W, wv);
+#pragma unroll
+                for (int j = 0; j < W; j++) ux += wv[j] * g[j] * a[j];
+            }
+        ux = warp_sum(ux);
+        const float c = r * r * r * ux / (float)d;
+#pragma unroll
+        for (int i = 0; i < NP; i++)
+            if (lane + 32 * i < nk) {
+                const int k = lane + 32 * i;
+                float a[W], g[W], wv[W], o[W], t[W];
+                load_pack<T, W>(xr + k * W, a);
+                load_pack<T, W>(gr + k * W, g);
+                load_pack<T, W>(p.w + k * W, wv);
+                if (p.acc) load_pack<T, W>(dxr + k * W, o);
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    const float v = r * wv[j] * g[j] - c * a[j];
+                    o[j] = p.acc ? o[j] + v : v;
+                    t[j] = g[j] * a[j] * r;
+                }
+                store_pack<T, W>(dxr + k * W, o);
+                add_to_f4<W>(acc + k * W, t);
+            }
+    }
+    norm_block_sum(reinterpret_cast<const float *>(norm_smem), p.part + (size_t)blockIdx.x * d, d);
+}
+
+// One pack per lane (D <= 32 W: the model's head widths): at least 4 blocks per SM, i.e. <= 64
+// registers (the compiler takes 80 on its own); latency-bound rows want the warps (H200, bf16,
+// 131072 x 256 with z: 120 us against 171 us). Wider rows: the compiler's choice (64 spill).
+constexpr int norm_gated_min_blocks(int np) { return np == 1 ? 4 : 1; }
+template <typename T, int W, int NP>
+__global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
+    gated_rmsnorm_bwd_fused_kernel(const norm_bwd_params<T> p) {
+    extern __shared__ float4 norm_smem[];  // acc: (ROW_WARPS, D)
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, D = p.d, nk = D / W;
+    float *acc = reinterpret_cast<float *>(norm_smem) + (size_t)warp * D;
+    const size_t r0 = ((size_t)blockIdx.x * ROW_WARPS + warp) * p.rpw, r1 = GDN_MIN(p.rows, r0 + p.rpw);
+    const T *z = p.z;
+    norm_acc_zero<W, NP>(acc, lane, nk);
+    for (size_t row = r0; row < r1; row++) {
+        const size_t o = row * D;
+        const float rs = p.rstd[row];
+        float ux = 0.f, sg[NP][W];  // sg: sigmoid(z) of the lane's columns, for the second loop
+#pragma unroll
+        for (int i = 0; i < NP; i++)
+            if (lane + 32 * i < nk) {
+                const size_t e = o + (size_t)(lane + 32 * i) * W;
+                float a[W], g[W], wv[W], zv[W];
+                load_pack<T, W>(p.x + e, a);
+                load_pack<T, W>(p.dy + e, g);
+                load_pack<T, W>(p.w + (lane + 32 * i) * W, wv);
+                if (z) {
+                    load_pack<T, W>(z + e, zv);
+#pragma unroll
+                    for (int j = 0; j < W; j++) {
+                        sg[i][j] = sigmoid_nb(zv[j]);
+                        ux += g[j] * wv[j] * (zv[j] * sg[i][j]) * a[j];
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < W; j++) ux += g[j] * wv[j] * a[j];
+                }
+            }
+        ux = warp_sum(ux);
+        const float c = rs * rs * rs * ux / (float)D;
+#pragma unroll
+        for (int i = 0; i < NP; i++)
+            if (lane + 32 * i < nk) {
+                const size_t e = o + (size_t)(lane + 32 * i) * W;
+                float a[W], g[W], wv[W], zv[W], q[W], t[W];
+                load_pack<T, W>(p.x + e, a);
+                load_pack<T, W>(p.dy + e, g);
+                load_pack<T, W>(p.w + (lane + 32 * i) * W, wv);
+                if (z) {
+                    load_pack<T, W>(z + e, zv);
+                    float dzv[W];
+#pragma unroll
+                    for (int j = 0; j < W; j++) {
+                        const float s = sg[i][j];
+                        q[j] = zv[j] * s;
+                        dzv[j] = g[j] * a[j] * rs * wv[j] * s * (1.f + zv[j] * (1.f - s));
+                    }
+                    if (p.dz) store_pack<T, W>(p.dz + e, dzv);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < W; j++) q[j] = 1.f;
+                }
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    t[j] = z ? g[j] * a[j] * rs * q[j] : g[j] * a[j] * rs;
+                    a[j] = rs * g[j] * wv[j] * q[j] - c * a[j];
+                }
+                store_pack<T, W>(p.dx + e, a);
+                add_to_f4<W>(acc + (lane + 32 * i) * W, t);
+            }
+    }
+    norm_block_sum(reinterpret_cast<const float *>(norm_smem), p.part + (size_t)blockIdx.x * D, D);
 }
 
 // ---- conv1d dx[b,s,c] = sum_{j: s+K-1-j < T} w[c,j] dy[b, s+K-1-j, c]; thread per element ------
@@ -334,16 +536,62 @@ template <typename T> struct swiglu_bwd_op {
 };
 
 // ---- launchers ------------------------------------------------------------------------------
+// Fused-path geometry, a function of (rows, d) only. Rows per warp: the largest power of two
+// <= NORM_RPW_MAX that still gives NORM_MIN_BLOCKS blocks, but at least NORM_RPW_MIN (a block's
+// partial row, written and read back, costs ~1 / (6 rpw) of its rows' bf16 traffic); doubled
+// while the partials (blocks x d floats) would pass NORM_SCRATCH.
+constexpr int NORM_RPW_MIN = 4, NORM_RPW_MAX = 32;
+constexpr size_t NORM_MIN_BLOCKS = 512, NORM_SCRATCH = (size_t)1 << 20;
+constexpr int NORM_NP_RMS = 8, NORM_NP_GATED = 4;  // packs per lane, at most (smem 8 d; gated: sg registers)
+constexpr size_t NORM_SMEM_DEFAULT = 48 * 1024;    // dynamic shared memory without the opt-in
+inline int norm_rows_per_warp(size_t rows, int d) {
+    size_t rpw = NORM_RPW_MAX;
+    while (rpw > (size_t)NORM_RPW_MIN && GDN_CDIV(rows, ROW_WARPS * rpw) < NORM_MIN_BLOCKS) rpw /= 2;
+    while (rpw < rows && GDN_CDIV(rows, ROW_WARPS * rpw) * (size_t)d > NORM_SCRATCH) rpw *= 2;
+    return (int)rpw;
+}
+// Packs per lane of a fused kernel for nk packs per row: the least of 1, 2, 4, ... <= npmax with
+// 32 np >= nk; 0 when none (the two-pass path).
+inline int norm_packs_per_lane(int nk, int npmax) {
+    for (int np = 1; np <= npmax; np *= 2)
+        if (32 * np >= nk) return np;
+    return 0;
+}
+struct dw_dst {
+    float *dw;
+    __device__ __forceinline__ float *dst(int c) const { return dw + c; }
+};
 template <typename T>
-void rmsnorm_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w, const float *rstd, int N, int d,
-                        cudaStream_t s) {
-    constexpr int W = vec_width<T>();
-    if (d % W == 0 && aligned16(dx) && aligned16(dy) && aligned16(x) && aligned16(w))
-        rmsnorm_bwd_kernel<T, W><<<row_blocks(N), ROW_THREADS, 0, s>>>(dx, dy, x, w, rstd, N, d);
-    else
-        rmsnorm_bwd_kernel<T, 1><<<row_blocks(N), ROW_THREADS, 0, s>>>(dx, dy, x, w, rstd, N, d);
+void norm_bwd_fused_launch(void (*kernel)(norm_bwd_params<T>), norm_bwd_params<T> p, float *dw, cudaStream_t s) {
+    p.rpw = norm_rows_per_warp(p.rows, p.d);
+    const size_t blocks = GDN_CDIV(p.rows, (size_t)ROW_WARPS * p.rpw);
+    const size_t smem = (size_t)ROW_WARPS * p.d * sizeof(float);  // the warps' dw partials
+    if (smem > NORM_SMEM_DEFAULT)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    p.part = colsum_scratch(blocks * p.d);
+    kernel<<<(unsigned)blocks, ROW_THREADS, smem, s>>>(p);
     CUDA_CHECK_LAUNCH();
-    colsum_launch(rmsnorm_dw_term<T>{dy, x, rstd, dw, d}, (size_t)N, d, s);
+    colsum_final_kernel<dw_dst>
+        <<<(unsigned)GDN_CDIV((size_t)p.d * 32, (size_t)256), 256, 0, s>>>(dw_dst{dw}, p.part, p.d, (int)blocks);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T> void rmsnorm_bwd_launch(const norm_bwd_params<T> &p, float *dw, cudaStream_t s) {
+    constexpr int W = vec_width<T>();
+    const bool vec = p.d % W == 0 && aligned16(p.dx) && aligned16(p.dy) && aligned16(p.x) && aligned16(p.w);
+    switch (vec ? norm_packs_per_lane(p.d / W, NORM_NP_RMS) : 0) {
+    case 1: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 1>, p, dw, s); return;
+    case 2: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 2>, p, dw, s); return;
+    case 4: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 4>, p, dw, s); return;
+    case 8: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 8>, p, dw, s); return;
+    default: break;  // two passes
+    }
+    if (vec)
+        rmsnorm_bwd_kernel<T, W><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
+    else
+        rmsnorm_bwd_kernel<T, 1><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
+    CUDA_CHECK_LAUNCH();
+    colsum_launch(rmsnorm_dw_term<T>{p.dy, p.x, p.rstd, dw, p.d}, p.rows, p.d, s);
 }
 
 template <typename T>
@@ -357,17 +605,22 @@ void l2norm_bwd_launch(T *dx, const T *dy, const T *x, const float *rnorm, size_
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
-void gated_rmsnorm_bwd_launch(T *dx, T *dz, float *dw, const T *dy, const T *x, const T *z, const T *w,
-                              const float *rstd, size_t rows, int D, cudaStream_t s) {
+template <typename T> void gated_rmsnorm_bwd_launch(const norm_bwd_params<T> &p, float *dw, cudaStream_t s) {
     constexpr int W = vec_width<T>();
-    if (D % W == 0 && aligned16(dx) && aligned16(dz) && aligned16(dy) && aligned16(x) && aligned16(z) &&
-        aligned16(w))
-        gated_rmsnorm_bwd_kernel<T, W><<<row_blocks(rows), ROW_THREADS, 0, s>>>(dx, dz, dy, x, z, w, rstd, rows, D);
+    const bool vec = p.d % W == 0 && aligned16(p.dx) && aligned16(p.dz) && aligned16(p.dy) && aligned16(p.x) &&
+                     aligned16(p.z) && aligned16(p.w);
+    switch (vec ? norm_packs_per_lane(p.d / W, NORM_NP_GATED) : 0) {
+    case 1: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 1>, p, dw, s); return;
+    case 2: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 2>, p, dw, s); return;
+    case 4: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 4>, p, dw, s); return;
+    default: break;  // two passes
+    }
+    if (vec)
+        gated_rmsnorm_bwd_kernel<T, W><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
     else
-        gated_rmsnorm_bwd_kernel<T, 1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(dx, dz, dy, x, z, w, rstd, rows, D);
+        gated_rmsnorm_bwd_kernel<T, 1><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
     CUDA_CHECK_LAUNCH();
-    colsum_launch(gated_dw_term<T>{dy, x, z, rstd, dw, D}, rows, D, s);
+    colsum_launch(gated_dw_term<T>{p.dy, p.x, p.z, p.rstd, dw, p.d}, p.rows, p.d, s);
 }
 
 // ---- conv1d backward, tiled (the model's path; conditions as the forward's tiled kernel) --------
@@ -494,9 +747,12 @@ void cuda_embedding_bwd(cuda_dtype dt, float *dwte, const void *dout, const int3
 }
 
 void cuda_rmsnorm_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x, const void *w,
-                      const float *rstd, int N, int d, cudaStream_t s) {
+                      const float *rstd, int N, int d, bool acc, cudaStream_t s) {
     if (N <= 0 || d <= 0) return;
-    CUDA_DT_SWITCH(dt, T, rmsnorm_bwd_launch<T>((T *)dx, dw, (const T *)dy, (const T *)x, (const T *)w, rstd, N, d, s));
+    CUDA_DT_SWITCH(dt, T,
+                   rmsnorm_bwd_launch<T>({(T *)dx, nullptr, (const T *)dy, (const T *)x, nullptr, (const T *)w, rstd,
+                                          nullptr, (size_t)N, d, 0, acc},
+                                         dw, s));
 }
 
 void cuda_conv1d_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x, const void *w, int B, int T,
@@ -527,8 +783,10 @@ void cuda_gdn_gates_bwd(cuda_dtype dt, void *da, void *db, float *dA_log, float 
 void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, const void *dy, const void *x,
                             const void *z, const void *w, const float *rstd, size_t rows, int D, cudaStream_t s) {
     if (rows == 0 || D <= 0) return;
-    CUDA_DT_SWITCH(dt, T, gated_rmsnorm_bwd_launch<T>((T *)dx, (T *)dz, dw, (const T *)dy, (const T *)x, (const T *)z,
-                                                      (const T *)w, rstd, rows, D, s));
+    CUDA_DT_SWITCH(dt, T,
+                   gated_rmsnorm_bwd_launch<T>({(T *)dx, (T *)dz, (const T *)dy, (const T *)x, (const T *)z,
+                                                (const T *)w, rstd, nullptr, rows, D, 0, false},
+                                               dw, s));
 }
 
 void cuda_swiglu_bwd(cuda_dtype dt, void *dgate, void *dup, const void *dh, const void *gate, const void *up,

@@ -1,7 +1,7 @@
 // conv1d.c — CPU float64 causal depthwise conv1d (the GDN short convolution), no bias:
 //   y[b,t,c] = sum_{j<K} w[c,j] * x[b, t-(K-1)+j, c],   x at negative time = 0,
 // so tap j = K-1 multiplies the current token. Sequences never see each other.
-// Output rows (b, t) are split over the threads.
+// Output rows (b, t) are split over the threads. conv_silu_fwd_cpu: the conv then SiLU in place.
 #include "fwd_cpu.h"
 #include "cpu_threads.h"
 
@@ -19,4 +19,11 @@ void conv1d_fwd_cpu(double *y, const double *x, const double *w, int B, int T, i
             yr[c] = s;
         }
     }
+}
+
+// y = silu(conv1d(x, w)), by the two ops in turn (silu_fwd_cpu reads each element before it
+// writes it, so in place is safe): the same bits as the unfused pair.
+void conv_silu_fwd_cpu(double *y, const double *x, const double *w, int B, int T, int C, int K) {
+    conv1d_fwd_cpu(y, x, w, B, T, C, K);
+    silu_fwd_cpu(y, y, (size_t)B * T * C);
 }

@@ -2,7 +2,8 @@
 // (src/fwd/elementwise.cu, src/fwd/crossentropy.cu, src/bwd/elementwise.cu, src/optim/adamw.cu):
 // the dtype switch, fp32 load/store of float / bf16 elements, 16-byte packs, a grid-stride
 // elementwise engine, fixed-order warp reductions and the Philox4x32-10 twin of src/core/rng.c.
-// Everything sits in an anonymous namespace: each .cu keeps its own copy, nothing is exported.
+// Everything sits in an anonymous namespace: each .cu keeps its own copy, nothing is exported
+// (but colsum_scratch, declared at the end).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -51,6 +52,15 @@ template <typename T, int W> __device__ __forceinline__ void store_pack(T *p, co
 #pragma unroll
     for (int j = 0; j < W; j++) k.v[j] = from_f<T>(f[j]);
     *reinterpret_cast<pack_t<T, W> *>(p) = k;
+}
+// load_pack split in two, for kernels that issue the raw loads of several tokens back to back
+// (the compiler may not move a load above a store that might alias) and convert later.
+template <typename T, int W> __device__ __forceinline__ pack_t<T, W> ld_pack(const T *p) {
+    return *reinterpret_cast<const pack_t<T, W> *>(p);
+}
+template <typename T, int W> __device__ __forceinline__ void unpack(const pack_t<T, W> &k, float (&f)[W]) {
+#pragma unroll
+    for (int j = 0; j < W; j++) f[j] = to_f(k.v[j]);
 }
 template <typename T> constexpr int vec_width() { return 16 / (int)sizeof(T); }
 // Widest causal conv1d whose taps the tiled forward and backward keep in registers.
@@ -191,3 +201,8 @@ void rope_launch(T *y, const T *x, int B, int T_, int H, int D, double base, flo
 }
 
 }  // namespace
+
+// Not in the anonymous namespace (one definition, in src/bwd/elementwise.cu): at least nfloats
+// of device scratch for deterministic partial sums, one buffer per device, reused by every
+// reduction-bearing backward launched on its stream (colsum_launch, the norm and conv backwards).
+float *colsum_scratch(size_t nfloats);

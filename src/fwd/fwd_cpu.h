@@ -28,6 +28,10 @@ void linear_fwd_cpu(double *y /*(N,out)*/, const double *x /*(N,in)*/, const dou
 // y[b,t,c] = sum_{j<K} w[c,j] * x[b, t-(K-1)+j, c]   (x at negative time is 0)
 void conv1d_fwd_cpu(double *y /*(B,T,C)*/, const double *x /*(B,T,C)*/, const double *w /*(C,K)*/,
                     int B, int T, int C, int K);
+// The same followed by SiLU (GDN's q, k, v path): y = silu(conv1d(x, w)); nothing else is
+// kept (the backward recomputes the conv). Bitwise conv1d_fwd_cpu then silu_fwd_cpu. y != x.
+void conv_silu_fwd_cpu(double *y /*(B,T,C)*/, const double *x /*(B,T,C)*/,
+                       const double *w /*(C,K)*/, int B, int T, int C, int K);
 
 // ---- SiLU: y = x * sigmoid(x) ------------------------------------------------------------------
 void silu_fwd_cpu(double *y, const double *x, size_t n);

@@ -50,8 +50,9 @@ typedef struct backend {
     void (*embedding_fwd)(void *out, const int32_t *tok, const void *wte, int N, int d);
     void (*embedding_bwd)(void *dwte, const void *dout, const int32_t *tok, int N, int d);
     void (*rmsnorm_fwd)(void *y, void *rstd, const void *x, const void *w, int N, int d, double eps);
+    // dx = the gradient (acc: dx += it, the residual stream's sum in place), dw += ...
     void (*rmsnorm_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                        const void *rstd, int N, int d);
+                        const void *rstd, int N, int d, bool acc);
     void (*linear_fwd)(void *y, const void *x, const void *W, int N, int in, int out);
     // dx = dy W (acc: dx += dy W), dW += dy^T x
     void (*linear_bwd)(void *dx, void *dW, const void *dy, const void *x, const void *W, int N,
@@ -61,6 +62,10 @@ typedef struct backend {
                        int T, int C, int K);
     void (*silu_fwd)(void *y, const void *x, size_t n);
     void (*silu_bwd)(void *dx, const void *dy, const void *x, size_t n);
+    // y = silu(conv1d(x, w)) fused; backward recomputes the conv: dx =, dw += (C,K)
+    void (*conv_silu_fwd)(void *y, const void *x, const void *w, int B, int T, int C, int K);
+    void (*conv_silu_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w,
+                          int B, int T, int C, int K);
     void (*l2norm_fwd)(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                        double scale);
     void (*l2norm_bwd)(void *dx, const void *dy, const void *x, const void *rnorm, size_t rows,

@@ -247,8 +247,8 @@ struct ops {
         cuda_rmsnorm_fwd(DT, y, (float *)rstd, x, w, N, d, eps, STREAM);
     }
     static void rmsnorm_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                            const void *rstd, int N, int d) {
-        cuda_rmsnorm_bwd(DT, dx, (float *)dw, dy, x, w, (const float *)rstd, N, d, STREAM);
+                            const void *rstd, int N, int d, bool acc) {
+        cuda_rmsnorm_bwd(DT, dx, (float *)dw, dy, x, w, (const float *)rstd, N, d, acc, STREAM);
     }
     static void linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
         cuda_linear_fwd(DT, y, x, W, N, in, out, STREAM);
@@ -267,6 +267,13 @@ struct ops {
     static void silu_fwd(void *y, const void *x, size_t n) { cuda_silu_fwd(DT, y, x, n, STREAM); }
     static void silu_bwd(void *dx, const void *dy, const void *x, size_t n) {
         cuda_silu_bwd(DT, dx, dy, x, n, STREAM);
+    }
+    static void conv_silu_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
+        cuda_conv_silu_fwd(DT, y, x, w, B, T, C, K, STREAM);
+    }
+    static void conv_silu_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
+                              int B, int T, int C, int K) {
+        cuda_conv_silu_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, STREAM);
     }
     static void l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                            double scale) {
@@ -457,6 +464,8 @@ struct ops {
         b.conv1d_bwd = conv1d_bwd;
         b.silu_fwd = silu_fwd;
         b.silu_bwd = silu_bwd;
+        b.conv_silu_fwd = conv_silu_fwd;
+        b.conv_silu_bwd = conv_silu_bwd;
         b.l2norm_fwd = l2norm_fwd;
         b.l2norm_bwd = l2norm_bwd;
         b.gdn_gates_fwd = gdn_gates_fwd;

@@ -39,12 +39,20 @@ void cuda_embedding_bwd(cuda_dtype dt, float *dwte, const void *dout, const int3
                         cudaStream_t s);
 void cuda_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const void *w, int N,
                       int d, double eps, cudaStream_t s);
+// acc: dx += the gradient (added in fp32, rounded once), else dx = it; dw += (fp32)
 void cuda_rmsnorm_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
-                      const void *w, const float *rstd, int N, int d, cudaStream_t s);
+                      const void *w, const float *rstd, int N, int d, bool acc, cudaStream_t s);
 void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C,
                      int K, cudaStream_t s);
 void cuda_conv1d_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
                      const void *w, int B, int T, int C, int K, cudaStream_t s);
+// y = silu(conv1d(x, w)), pre-activation kept in fp32 registers only; the backward recomputes it
+// (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu; its dw partials have a per-device scratch of
+// their own, same rules as the shared one above).
+void cuda_conv_silu_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T,
+                        int C, int K, cudaStream_t s);
+void cuda_conv_silu_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
+                        const void *w, int B, int T, int C, int K, cudaStream_t s);
 void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);
 void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_t n,
                    cudaStream_t s);

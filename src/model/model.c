@@ -130,11 +130,6 @@ static void carve(model *m) {
         shared.xn2 = ACT(N * d);
         shared.m_h = ACT(N * m->F);
         if (any_gdn) {
-            if (m->cfg.gdn_short_conv) {
-                shared.q_conv = ACT(N * hk);
-                shared.k_conv = ACT(N * hk);
-                shared.v_conv = ACT(N * hv);
-            }
             shared.q_act = ACT(N * hk);
             shared.k_act = ACT(N * hk);
             shared.v_act = ACT(N * hv);
@@ -154,15 +149,6 @@ static void carve(model *m) {
             a->q_lin = ACT(N * hk);
             a->k_lin = ACT(N * hk);
             a->v_lin = ACT(N * hv);
-            if (m->cfg.gdn_short_conv) {
-                a->q_conv = KEEP(q_conv, N * hk);
-                a->k_conv = KEEP(k_conv, N * hk);
-                a->v_conv = KEEP(v_conv, N * hv);
-            } else {
-                a->q_conv = a->q_lin;
-                a->k_conv = a->k_lin;
-                a->v_conv = a->v_lin;
-            }
             a->q_act = KEEP(q_act, N * hk);
             a->k_act = KEEP(k_act, N * hk);
             a->v_act = KEEP(v_act, N * hv);
@@ -205,7 +191,6 @@ static void carve(model *m) {
     m->dx = arena_alloc(S, N * d * e);
     m->dbranch = arena_alloc(S, N * d * e);
     m->dxn = arena_alloc(S, N * d * e);
-    m->dtmp = arena_alloc(S, N * d * e);
     m->dmix = arena_alloc(S, N * d * e);
     for (int i = 0; i < 6; i++) m->dbig[i] = arena_alloc(S, N * wide * e);
     // dg, dbeta (stat class: the rule's gate gradients), da, db (activation class)
@@ -415,21 +400,23 @@ static void residual_fwd(model *m, void *x_out, const void *x_in, void *branch, 
 }
 
 #define P(i) model_param(m, i)
-// GDN's q, k, v from their projections: causal conv (short_conv), SiLU, per-head L2 norm of q
-// (x 1/sqrt dk) and k. Also what train.recompute redoes (recompute_layer).
+// GDN's q, k, v from their projections: SiLU of the causal conv (short_conv; one fused op, the
+// conv output is not kept: the backward recomputes it) or of the projection, then per-head L2
+// norm of q (x 1/sqrt dk) and k. Also what train.recompute redoes (recompute_layer).
 static void gdn_qkv_fwd(model *m, int l) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
     int N = m->N, H = m->H, hk = H * m->dk, hv = H * m->dv, K = m->cfg.gdn_conv_size;
     if (m->cfg.gdn_short_conv) {
-        be->conv1d_fwd(a->q_conv, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K);
-        be->conv1d_fwd(a->k_conv, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K);
-        be->conv1d_fwd(a->v_conv, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K);
+        be->conv_silu_fwd(a->q_act, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K);
+        be->conv_silu_fwd(a->k_act, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K);
+        be->conv_silu_fwd(a->v_act, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K);
+    } else {
+        be->silu_fwd(a->q_act, a->q_lin, (size_t)N * hk);
+        be->silu_fwd(a->k_act, a->k_lin, (size_t)N * hk);
+        be->silu_fwd(a->v_act, a->v_lin, (size_t)N * hv);
     }
-    be->silu_fwd(a->q_act, a->q_conv, (size_t)N * hk);
-    be->silu_fwd(a->k_act, a->k_conv, (size_t)N * hk);
-    be->silu_fwd(a->v_act, a->v_conv, (size_t)N * hv);
     be->l2norm_fwd(a->qn, a->rq, a->q_act, (size_t)N * H, m->dk, 1e-6, 1.0 / sqrt(m->dk));
     be->l2norm_fwd(a->kn, a->rk, a->k_act, (size_t)N * H, m->dk, 1e-6, 1.0);
 }
@@ -568,11 +555,11 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
         linear_bwd_acc(m, m->dxn, first, lp->wb, m->dsmall[3], a->xn1, d, H);
         first = false;
     }
-    // q, k, v paths: (l2norm) <- silu <- (conv) <- linear
-    struct { void *dgrad; int w, conv, width; void *lin, *conv_out, *act, *rn; double scale; } path[3] = {
-        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->q_conv, a->q_act, a->rq, 1.0 / sqrt(m->dk)},
-        {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->k_conv, a->k_act, a->rk, 1.0},
-        {D[5], lp->wv, lp->conv_v, hv, a->v_lin, a->v_conv, a->v_act, NULL, 1.0},
+    // q, k, v paths: (l2norm) <- silu(conv) fused, or silu alone <- linear
+    struct { void *dgrad; int w, conv, width; void *lin, *act, *rn; double scale; } path[3] = {
+        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->q_act, a->rq, 1.0 / sqrt(m->dk)},
+        {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->k_act, a->rk, 1.0},
+        {D[5], lp->wv, lp->conv_v, hv, a->v_lin, a->v_act, NULL, 1.0},
     };
     for (int i = 0; i < 3; i++) {
         size_t n = (size_t)N * path[i].width;
@@ -582,12 +569,13 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
                            path[i].scale);
             dact = D[0];
         }
-        be->silu_bwd(D[1], dact, path[i].conv_out, n);
         void *dlin = D[1];
         if (c->gdn_short_conv) {
-            be->conv1d_bwd(D[2], G(path[i].conv), D[1], path[i].lin, P(path[i].conv), m->B, m->T,
-                           path[i].width, K);
+            be->conv_silu_bwd(D[2], G(path[i].conv), dact, path[i].lin, P(path[i].conv), m->B,
+                              m->T, path[i].width, K);
             dlin = D[2];
+        } else {
+            be->silu_bwd(D[1], dact, path[i].lin, n);
         }
         linear_bwd_acc(m, m->dxn, first, path[i].w, dlin, a->xn1, d, path[i].width);
         first = false;
@@ -655,7 +643,7 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
     if (m->fwd_hook) m->fwd_hook(m, m->grad_hook_ctx);
     be->linear_bwd(m->dxn, G(m->lm_head), m->logits, m->xf, P(m->lm_head), N, d, m->V, false);
     if (m->lm_head != m->wte) grads_ready(m, emb_hi, m->n_elems);
-    be->rmsnorm_bwd(m->dx, G(m->norm_f), m->dxn, m->x_final, P(m->norm_f), m->rstd_f, N, d);
+    be->rmsnorm_bwd(m->dx, G(m->norm_f), m->dxn, m->x_final, P(m->norm_f), m->rstd_f, N, d, false);
     grads_ready(m, layer_elem_lo(m, m->L), emb_lo);
     for (int l = m->L - 1; l >= 0; l--) {
         const layer_params *lp = &m->lp[l];
@@ -668,16 +656,16 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
         be->swiglu_bwd(m->dbig[1], m->dbig[2], m->dbig[0], a->m_gate, a->m_up, (size_t)N * F);
         linear_bwd_acc(m, m->dxn, true, lp->wgate, m->dbig[1], a->xn2, d, F);
         linear_bwd_acc(m, m->dxn, false, lp->wup, m->dbig[2], a->xn2, d, F);
-        be->rmsnorm_bwd(m->dtmp, G(lp->norm2), m->dxn, a->x_mid, P(lp->norm2), a->rstd2, N, d);
-        be->add(m->dx, m->dtmp, nd);                                   // dx = d x_mid
+        be->rmsnorm_bwd(m->dx, G(lp->norm2), m->dxn, a->x_mid, P(lp->norm2), a->rstd2, N, d,
+                        true);                                         // dx = d x_mid
         // mixer branch
         dbr = residual_bwd(m, l, 0, train);
         if (lp->kind == 'G')
             gdn_mixer_bwd(m, l, dbr, train);
         else
             attn_mixer_bwd(m, l, dbr, train);
-        be->rmsnorm_bwd(m->dtmp, G(lp->norm1), m->dxn, a->x_in, P(lp->norm1), a->rstd1, N, d);
-        be->add(m->dx, m->dtmp, nd);                                   // dx = d x_in
+        be->rmsnorm_bwd(m->dx, G(lp->norm1), m->dxn, a->x_in, P(lp->norm1), a->rstd1, N, d,
+                        true);                                         // dx = d x_in
         grads_ready(m, layer_elem_lo(m, l), layer_elem_lo(m, l + 1));
     }
     drop_bwd(m, m->dx, m->dx, nd, m->cfg.embed_dropout, PLACE_EMBED, train);

@@ -48,8 +48,8 @@ typedef struct {
 typedef struct {
     void *x_in, *xn1, *rstd1;                    // (N,d) block input, normed, (N) 1/rms
     void *q_lin, *k_lin, *v_lin;                 // GDN: projections (N,H*dk|dv)
-    void *q_conv, *k_conv, *v_conv;              // after the causal conv (== *_lin without conv)
-    void *q_act, *k_act, *v_act;                 // after SiLU
+    void *q_act, *k_act, *v_act;                 // after SiLU (of the causal conv with short_conv;
+                                                 // the conv output is not kept, see gdn_qkv_fwd)
     void *qn, *kn, *rq, *rk;                     // per-head L2-normed q (x 1/sqrt dk), k; (N*H)
     void *a, *b, *g, *beta;                      // gate projections (N,H) and gates (N,H)
     void *z, *o, *rstd_o, *on;                   // output gate (N,H*dv), rule output, norm
@@ -109,7 +109,7 @@ struct model {
     void *x_final, *xf, *rstd_f, *logits;        // (N,d) (N,d) (N) (N,V)
     int32_t *tok, *tgt;                          // host copies of the batch
     // backward scratch (one block's worth, reused layer after layer)
-    void *dx, *dbranch, *dxn, *dtmp, *dbig[6], *dsmall[4], *dmix;
+    void *dx, *dbranch, *dxn, *dbig[6], *dsmall[4], *dmix;
     uint64_t dropout_key;                        // set by the loop for each micro-batch
     double flops_per_token;                      // forward+backward, for MFU
     model_grad_hook grad_hook;                   // see above; NULL = none

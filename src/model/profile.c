@@ -8,11 +8,11 @@
 // X-macro: every timed op of backend.h, in struct order.
 #define PROFILE_OPS(X)                                                                          \
     X(zero) X(add) X(copy) X(sumsq) X(embedding_fwd) X(embedding_bwd) X(rmsnorm_fwd)             \
-    X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(conv1d_fwd) X(conv1d_bwd) X(silu_fwd)          \
-    X(silu_bwd) X(l2norm_fwd) X(l2norm_bwd) X(gdn_gates_fwd) X(gdn_gates_bwd)                   \
-    X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) X(swiglu_fwd) X(swiglu_bwd) X(crossentropy)      \
-    X(dropout_fwd) X(dropout_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd)     \
-    X(gdn_fwd) X(gdn_bwd) X(adamw)
+    X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(conv1d_fwd) X(conv1d_bwd)                   \
+    X(silu_fwd) X(silu_bwd) X(conv_silu_fwd) X(conv_silu_bwd) X(l2norm_fwd) X(l2norm_bwd)       \
+    X(gdn_gates_fwd) X(gdn_gates_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) X(swiglu_fwd)   \
+    X(swiglu_bwd) X(crossentropy) X(dropout_fwd) X(dropout_bwd) X(rope_fwd) X(rope_bwd)         \
+    X(attention_fwd) X(attention_bwd) X(gdn_fwd) X(gdn_bwd) X(adamw)
 
 #define SLOT_ENUM(n) SLOT_##n,
 #define SLOT_NAME(n) #n,
@@ -30,15 +30,39 @@ static const backend *inner;
 static backend profiled;
 static slot slots[SLOT_COUNT];
 
+// The matmul ops again, per (op, N, in, out): which shapes fall short of the GEMM peak.
+enum { MAX_SHAPES = 96 };
+typedef struct {
+    int slot, N, in, out;
+    long calls;
+    double seconds, flops;
+} shape_slot;
+static shape_slot shapes[MAX_SHAPES];
+static int n_shapes;
+
 static double op_begin(void) {
     inner->sync();
     return gdn_now();
 }
-static void op_end(int s, double t0, double flops) {
+// Close the interval opened at t0 for slot s; returns its seconds.
+static double op_end(int s, double t0, double flops) {
     inner->sync();
-    slots[s].seconds += gdn_now() - t0;
+    double dt = gdn_now() - t0;
+    slots[s].seconds += dt;
     slots[s].calls++;
     slots[s].flops += flops;
+    return dt;
+}
+static void shape_add(int s, int N, int in, int out, double seconds, double flops) {
+    int i = 0;
+    while (i < n_shapes && !(shapes[i].slot == s && shapes[i].N == N && shapes[i].in == in &&
+                             shapes[i].out == out))
+        i++;
+    if (i == MAX_SHAPES) return;  // more distinct shapes than any model here has: not listed
+    if (i == n_shapes) shapes[n_shapes++] = (shape_slot){.slot = s, .N = N, .in = in, .out = out};
+    shapes[i].calls++;
+    shapes[i].seconds += seconds;
+    shapes[i].flops += flops;
 }
 
 // Time one void call of inner's op `name`, counting `fl` FLOPs.
@@ -68,16 +92,24 @@ static void p_rmsnorm_fwd(void *y, void *rstd, const void *x, const void *w, int
     TIMED(rmsnorm_fwd, 0, y, rstd, x, w, N, d, eps);
 }
 static void p_rmsnorm_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                          const void *rstd, int N, int d) {
-    TIMED(rmsnorm_bwd, 0, dx, dw, dy, x, w, rstd, N, d);
+                          const void *rstd, int N, int d, bool acc) {
+    TIMED(rmsnorm_bwd, 0, dx, dw, dy, x, w, rstd, N, d, acc);
 }
+// A matmul op: timed as TIMED, and also per shape.
+#define TIMED_MM(name, N, in, out, fl, ...)                                    \
+    do {                                                                       \
+        double t0_ = op_begin();                                               \
+        inner->name(__VA_ARGS__);                                              \
+        shape_add(SLOT_##name, N, in, out, op_end(SLOT_##name, t0_, (fl)), (fl)); \
+    } while (0)
+
 // y = x W^T: 2 N in out FLOPs; backward dx = dy W and dW += dy^T x: twice that.
 static void p_linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
-    TIMED(linear_fwd, 2.0 * N * in * out, y, x, W, N, in, out);
+    TIMED_MM(linear_fwd, N, in, out, 2.0 * N * in * out, y, x, W, N, in, out);
 }
 static void p_linear_bwd(void *dx, void *dW, const void *dy, const void *x, const void *W, int N,
                          int in, int out, bool acc) {
-    TIMED(linear_bwd, 4.0 * N * in * out, dx, dW, dy, x, W, N, in, out, acc);
+    TIMED_MM(linear_bwd, N, in, out, 4.0 * N * in * out, dx, dW, dy, x, W, N, in, out, acc);
 }
 static void p_conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
     TIMED(conv1d_fwd, 0, y, x, w, B, T, C, K);
@@ -89,6 +121,13 @@ static void p_conv1d_bwd(void *dx, void *dw, const void *dy, const void *x, cons
 static void p_silu_fwd(void *y, const void *x, size_t n) { TIMED(silu_fwd, 0, y, x, n); }
 static void p_silu_bwd(void *dx, const void *dy, const void *x, size_t n) {
     TIMED(silu_bwd, 0, dx, dy, x, n);
+}
+static void p_conv_silu_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
+    TIMED(conv_silu_fwd, 0, y, x, w, B, T, C, K);
+}
+static void p_conv_silu_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
+                            int B, int T, int C, int K) {
+    TIMED(conv_silu_bwd, 0, dx, dw, dy, x, w, B, T, C, K);
 }
 static void p_l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                          double scale) {
@@ -170,7 +209,18 @@ const backend *backend_profiled(const backend *b) {
     return &profiled;
 }
 
-void profile_reset(void) { memset(slots, 0, sizeof slots); }
+void profile_reset(void) {
+    memset(slots, 0, sizeof slots);
+    n_shapes = 0;
+}
+
+static int shape_by_time(const void *pa, const void *pb) {
+    const shape_slot *a = pa, *b = pb;
+    if (a->seconds != b->seconds) return a->seconds < b->seconds ? 1 : -1;
+    if (a->slot != b->slot) return a->slot - b->slot;
+    if (a->in != b->in) return a->in - b->in;
+    return a->out != b->out ? a->out - b->out : a->N - b->N;
+}
 
 static int by_time(const void *pa, const void *pb) {
     int a = *(const int *)pa, b = *(const int *)pb;
@@ -212,5 +262,16 @@ void profile_print(FILE *f, double step_seconds, int steps) {
                    "code, data, syncs, communication)\n",
                 1e3 * step_seconds, 1e3 * ops, 100 * ops / step_seconds, 1e3 * (step_seconds - ops),
                 100 * (step_seconds - ops) / step_seconds);
+    }
+    if (n_shapes == 0) return;
+    shape_slot sorted[MAX_SHAPES];
+    memcpy(sorted, shapes, (size_t)n_shapes * sizeof sorted[0]);
+    qsort(sorted, (size_t)n_shapes, sizeof sorted[0], shape_by_time);
+    fprintf(f, "\nmatmuls by shape (N x in -> out; linear_bwd = dx and dW):\n%-15s %8s %7s %8s %8s %10s %10s\n",
+            "matmul", "N", "in", "out", "calls", "ms/step", "GFLOP/s");
+    for (int i = 0; i < n_shapes; i++) {
+        const shape_slot *s = &sorted[i];
+        fprintf(f, "%-15s %8d %7d %8d %8ld %10.3f %10.1f\n", slot_name[s->slot], s->N, s->in, s->out,
+                s->calls, 1e3 * s->seconds / ps, s->seconds > 0 ? s->flops / s->seconds / 1e9 : 0.0);
     }
 }

@@ -220,6 +220,29 @@ static void test_embedding(cuda_dtype dt, rng_t *r) {
                {{"dwte", ddw, want, init, want2}}, true);
 }
 
+// Backward shapes of both RMSNorms, around the fused kernels' blocking (8 warps per block, 4+
+// rows per warp, one partial row of dw per block): rows 1, 7, 8, 9 (one block, idle warps),
+// 63, 64, 65, 300, 4099 (last block part full) x d 8 (one pack: lanes idle), 64, 256, 1024 (1 to
+// 8 packs per lane; gated fp32 1024: over its 4, two passes), 1000 (125 or 250 packs: the last
+// round part idle), 77 (off the pack: two passes); then 70001 rows (16 rows per warp, 547
+// blocks, the last one 113 rows), d 2048 (bf16 rmsnorm: 64 KB of shared memory, past the
+// default 48; else two passes) and pointers one element off 16 bytes (two passes).
+static const int NORM_BWD_ROWS[] = {1, 7, 8, 9, 63, 64, 65, 300, 4099};
+static const int NORM_BWD_DIMS[] = {8, 64, 256, 1000, 1024, 77};
+struct norm_bwd_shape {
+    int rows, d, off;
+};
+static std::vector<norm_bwd_shape> norm_bwd_shapes() {
+    std::vector<norm_bwd_shape> sh;
+    for (int rows : NORM_BWD_ROWS)
+        for (int d : NORM_BWD_DIMS) sh.push_back({rows, d, 0});
+    sh.push_back({70001, 64, 0});
+    sh.push_back({70001, 256, 0});
+    sh.push_back({300, 2048, 0});
+    sh.push_back({65, 64, 1});
+    return sh;
+}
+
 static void test_rmsnorm(cuda_dtype dt, rng_t *r) {
     const int shapes[2][2] = {{4099, 1000}, {50, 77}};
     for (auto &sh : shapes) {
@@ -232,19 +255,37 @@ static void test_rmsnorm(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "rmsnorm_fwd N%d d%d", N, d);
         run_checks(op, dt, [&]() { cuda_rmsnorm_fwd(dt, dy_.d, (float *)drstd.d, dx_.d, dw_.d, N, d, 1e-6, 0); },
                    {{"y", dy_, y, {}, {}}, {"rstd", drstd, rstd, {}, {}}}, true);
-
-        vec g = randn(r, n, 1.0, dt), rs = to_f32(rstd), dxw(n), init = randn(r, d, 0.1, CUDA_F32), want2;
-        vec dw = plus_twice(init, [&](double *acc) {
-            rmsnorm_bwd_cpu(dxw.data(), acc, g.data(), x.data(), w.data(), rs.data(), N, d);
-        }, &want2);
-        dten dg = dput(g, dt), drs = dput(rs, CUDA_F32), ddx = dempty(n, dt), ddw = dempty(d, CUDA_F32);
-        snprintf(op, sizeof op, "rmsnorm_bwd N%d d%d", N, d);
-        run_checks(op, dt,
-                   [&]() {
-                       cuda_rmsnorm_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, (const float *)drs.d, N, d, 0);
-                   },
-                   {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
     }
+    // backward: dw += onto a random init; acc: dx pre-filled, += the gradient (want: the CPU's
+    // prefill + G, then + 2G after the second call)
+    for (const norm_bwd_shape &sh : norm_bwd_shapes())
+        for (bool acc : {false, true}) {
+            const int N = sh.rows, d = sh.d;
+            const size_t n = (size_t)N * d, off = sh.off;
+            vec x = randn(r, n, 1.0, dt), w = randn(r, d, 0.1, dt, 1.0), y(n), rstd(N);
+            rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), w.data(), N, d, 1e-6);
+            vec g = randn(r, n, 1.0, dt), rs = to_f32(rstd), dxw(n), scratch(d), init = randn(r, d, 0.1, CUDA_F32);
+            vec want2, dx_init, dx_want2;
+            vec dw = plus_twice(init, [&](double *a) {
+                rmsnorm_bwd_cpu(dxw.data(), a, g.data(), x.data(), w.data(), rs.data(), N, d, false);
+            }, &want2);
+            if (acc) {
+                dx_init = randn(r, n, 1.0, dt);
+                dxw = plus_twice(dx_init, [&](double *o) {
+                    rmsnorm_bwd_cpu(o, scratch.data(), g.data(), x.data(), w.data(), rs.data(), N, d, true);
+                }, &dx_want2);
+            }
+            dten dx_ = dput(x, dt, off), dw_ = dput(w, dt), dg = dput(g, dt, off), drs = dput(rs, CUDA_F32);
+            dten ddx = dempty(n, dt, off), ddw = dempty(d, CUDA_F32);
+            char op[64];
+            snprintf(op, sizeof op, "rmsnorm_bwd N%d d%d acc%d%s", N, d, (int)acc, off ? " unal" : "");
+            run_checks(op, dt,
+                       [&]() {
+                           cuda_rmsnorm_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, (const float *)drs.d, N, d,
+                                            acc, 0);
+                       },
+                       {{"dx", ddx, dxw, dx_init, dx_want2}, {"dw", ddw, dw, init, want2}}, true);
+        }
 }
 
 // Shapes for both kernels: the tiled path (C a multiple of the pack, K <= 4 and K <= 8 variants,
@@ -272,6 +313,38 @@ static void test_conv1d(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "conv1d_bwd B%d T%d C%d K%d", B, T, C, K);
         run_checks(op, dt,
                    [&]() { cuda_conv1d_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, 0); },
+                   {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
+    }
+}
+
+// Fused conv1d + SiLU against conv_silu_fwd_cpu / conv_silu_bwd_cpu. Tiled path: C a multiple
+// of the pack (8, 24, 512, 1000 with dead lanes in the last block, 1024), K = 1..4, T = 1, 63,
+// 64, 65, 300 (tiles of 16 cut mid-sequence, halos across tiles and sequences), and one
+// 4 x 2048 x 512 (many blocks of partials); fallback: C = 1001 (off the pack), K = 6 and 9,
+// and pointers one element off 16 bytes. The backward runs twice more: dx, dw bitwise the same.
+static void test_conv_silu(cuda_dtype dt, rng_t *r) {
+    const int shapes[][5] = {  // B, T, C, K, misaligned
+        {1, 1, 8, 4, 0},     {2, 63, 24, 3, 0},  {3, 64, 512, 4, 0},  {2, 65, 1024, 4, 0}, {1, 300, 1000, 4, 0},
+        {3, 300, 512, 2, 0}, {2, 65, 8, 1, 0},   {1, 63, 1024, 3, 0}, {3, 1, 1024, 2, 0},  {2, 64, 24, 4, 0},
+        {2, 300, 1001, 4, 0}, {2, 65, 24, 6, 0}, {1, 63, 1000, 9, 0}, {2, 65, 512, 4, 1},  {4, 2048, 512, 4, 0}};
+    for (const auto &sh : shapes) {
+        const int B = sh[0], T = sh[1], C = sh[2], K = sh[3];
+        const size_t n = (size_t)B * T * C, off = sh[4];
+        char op[64];
+        vec x = randn(r, n, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt), y(n);
+        conv_silu_fwd_cpu(y.data(), x.data(), w.data(), B, T, C, K);
+        dten dx_ = dput(x, dt, off), dw_ = dput(w, dt), dy_ = dempty(n, dt, off);
+        snprintf(op, sizeof op, "conv_silu_fwd B%d T%d C%d K%d%s", B, T, C, K, off ? " unal" : "");
+        run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, 0); },
+                   {{"y", dy_, y, {}, {}}}, false);
+        vec g = randn(r, n, 1.0, dt), dxw(n), init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
+        vec dw = plus_twice(init, [&](double *acc) {
+            conv_silu_bwd_cpu(dxw.data(), acc, g.data(), x.data(), w.data(), B, T, C, K);
+        }, &want2);
+        dten dg = dput(g, dt, off), ddx = dempty(n, dt, off), ddw = dempty((size_t)C * K, CUDA_F32);
+        snprintf(op, sizeof op, "conv_silu_bwd B%d T%d C%d K%d%s", B, T, C, K, off ? " unal" : "");
+        run_checks(op, dt,
+                   [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, 0); },
                    {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
     }
 }
@@ -419,13 +492,13 @@ static void test_gates(cuda_dtype dt, rng_t *r) {
 }
 
 static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
+    const double eps = 1e-6;
     const int shapes[2][3] = {{777, 256, 1}, {65, 100, 0}};  // rows, D, with z
     for (auto &sh : shapes) {
         const size_t rows = sh[0];
         const int D = sh[1];
         const bool hz = sh[2];
         const size_t n = rows * D;
-        const double eps = 1e-6;
         vec x = randn(r, n, 1.0, dt), z = randn(r, n, 2.0, dt), w = randn(r, D, 0.1, dt, 1.0), y(n), rstd(rows);
         gated_rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), hz ? z.data() : NULL, w.data(), rows, D, eps);
         dten dx_ = dput(x, dt), dz_ = dput(z, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt), drs = dempty(rows, CUDA_F32);
@@ -435,23 +508,34 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt,
                    [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, eps, 0); },
                    {{"y", dy_, y, {}, {}}, {"rstd", drs, rstd, {}, {}}}, true);
-        vec g = randn(r, n, 1.0, dt), rsf = to_f32(rstd), dx(n), dz(n), init = randn(r, D, 0.1, CUDA_F32), want2;
-        vec dw = plus_twice(init, [&](double *acc) {
-            gated_rmsnorm_bwd_cpu(dx.data(), hz ? dz.data() : NULL, acc, g.data(), x.data(), hz ? z.data() : NULL,
-                                  w.data(), rsf.data(), rows, D);
-        }, &want2);
-        dten dg = dput(g, dt), drsf = dput(rsf, CUDA_F32), ddx = dempty(n, dt), ddz = dempty(n, dt);
-        dten ddw = dempty(D, CUDA_F32);
-        std::vector<out_check> bo = {{"dx", ddx, dx, {}, {}}, {"dw", ddw, dw, init, want2}};
-        if (hz) bo.push_back({"dz", ddz, dz, {}, {}});
-        snprintf(op, sizeof op, "gated_rmsnorm_bwd rows%zu D%d z%d", rows, D, (int)hz);
-        run_checks(op, dt,
-                   [&]() {
-                       cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d, dg.d, dx_.d, zp, dw_.d,
-                                              (const float *)drsf.d, rows, D, 0);
-                   },
-                   bo, true);
     }
+    // backward on the shapes of norm_bwd_shapes (above), with and without the gate z
+    for (const norm_bwd_shape &sh : norm_bwd_shapes())
+        for (bool hz : {true, false}) {
+            const size_t rows = sh.rows, n = rows * sh.d, off = sh.off;
+            const int D = sh.d;
+            vec x = randn(r, n, 1.0, dt), z = randn(r, n, 2.0, dt), w = randn(r, D, 0.1, dt, 1.0), y(n), rstd(rows);
+            gated_rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), hz ? z.data() : NULL, w.data(), rows, D, eps);
+            vec g = randn(r, n, 1.0, dt), rsf = to_f32(rstd), dx(n), dz(n), init = randn(r, D, 0.1, CUDA_F32), want2;
+            vec dw = plus_twice(init, [&](double *acc) {
+                gated_rmsnorm_bwd_cpu(dx.data(), hz ? dz.data() : NULL, acc, g.data(), x.data(), hz ? z.data() : NULL,
+                                      w.data(), rsf.data(), rows, D);
+            }, &want2);
+            dten dx_ = dput(x, dt, off), dz_ = dput(z, dt, off), dw_ = dput(w, dt), dg = dput(g, dt, off);
+            dten drsf = dput(rsf, CUDA_F32), ddx = dempty(n, dt, off), ddz = dempty(n, dt, off);
+            dten ddw = dempty(D, CUDA_F32);
+            const void *zp = hz ? dz_.d : NULL;
+            std::vector<out_check> bo = {{"dx", ddx, dx, {}, {}}, {"dw", ddw, dw, init, want2}};
+            if (hz) bo.push_back({"dz", ddz, dz, {}, {}});
+            char op[80];
+            snprintf(op, sizeof op, "gated_rmsnorm_bwd rows%zu D%d z%d%s", rows, D, (int)hz, off ? " unal" : "");
+            run_checks(op, dt,
+                       [&]() {
+                           cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d, dg.d, dx_.d, zp, dw_.d,
+                                                  (const float *)drsf.d, rows, D, 0);
+                       },
+                       bo, true);
+        }
 }
 
 static void test_crossentropy(cuda_dtype dt, rng_t *r) {
@@ -642,6 +726,7 @@ int main() {
         test_embedding(dt, &r);
         test_rmsnorm(dt, &r);
         test_conv1d(dt, &r);
+        test_conv_silu(dt, &r);
         test_pointwise(dt, &r);
         test_l2norm(dt, &r);
         test_gates(dt, &r);

@@ -1,0 +1,289 @@
+// conv_silu.cu — CUDA backward of GDN's fused short convolution + SiLU (twin of
+// conv_silu_bwd_cpu, src/bwd/conv1d.c). Forward: y = silu(pre), pre[b,t,c] = sum_{j<K} w[c,j]
+// x[b, t-K+1+j, c]. Nothing but x is saved, so pre is recomputed here:
+//   d_pre[t] = dy[t] silu'(pre[t]),  silu'(p) = s (1 + p (1 - s)),  s = sigmoid(p)
+//   dx[s]    = sum_{j: s+K-1-j < T} w[c,j] d_pre[s+K-1-j]                     (=)
+//   dw[c,j] += sum_{b, t >= K-1-j} d_pre[b,t,c] x[b, t-K+1+j, c]              (+=, fp32)
+// all in fp32 registers (d_pre is never stored).
+//
+// Tiled kernel (the model's path: C % W == 0, dx, dy, x aligned to a pack, K <= CONV_SILU_KMAX,
+// one instance per K): thread = (row = (b, tile of CONV_SILU_TT tokens), pack of W = 2
+// channels); a block is 32 packs (lanes: 128 contiguous bytes of a token row per warp in bf16)
+// x 8 rows (warps). The thread walks t = t0 .. t0 + TT + K - 2 once, loading x[t] and dy[t]
+// once each (chunks of U tokens issued together: the compiler may not hoist a load above a
+// store of dx) and keeping the K-1 previous inputs and d_pre values in registers (windows):
+// pre[t] and d_pre[t] from the input window; dw from d_pre[t] x-window for its own tokens
+// t < t0 + TT; dx[t - K + 1] from the d_pre window once it holds d_pre[t-K+1 .. t], i.e. the
+// K-1 halo tokens past the tile are recomputed by both neighbours. Sequence edges: inputs
+// before t = 0 are 0; loads past t = T-1 are clamped to row T-1 (never out of bounds) and their
+// d_pre set to 0, which is the "s+K-1-j < T" of dx; dx rows >= T are not stored.
+// dw, deterministic (no atomics): the 8 warps of a block add their register partials in
+// shared memory in warp order, the block writes one partial per dw element to part[blockIdx.y]
+// (colsum_scratch, the per-device scratch of src/bwd/elementwise.cu), then
+// conv_silu_dw_final_kernel adds the gridDim.y partials of each element in a fixed order and
+// adds that to dw. The order depends on the
+// shape only, so dw is bitwise the same run after run and on any device.
+// Other shapes (C off the pack, misaligned pointers, K > 4): per-element dx, and dw by slices
+// of rows summed in order, both recomputing d_pre where they need it; same final kernel.
+// Sizes (H200, bf16, B 16, T 2048, K 4; bench variants W 1/2/4/8, U 2/4/8, TT 8/16/32, a
+// double-buffered load pipeline, forced 2-4 blocks per SM): C 512 ~52 us, C 1024 ~91-96 us,
+// against 156 / 229 us for silu_bwd + conv1d_bwd, and ~28 / 52 us to move the three tensors.
+// Registers decide it: per channel the K taps, K dw sums and two windows of K values are live,
+// so W 4 / 8 need 128-255 registers (1-2 blocks per SM) and ran 15-80% slower.
+#include "../fwd/cuda_ops_device.cuh"
+
+namespace {
+
+constexpr int CONV_SILU_KMAX = 4;  // taps of the tiled kernel
+constexpr int CONV_SILU_W = 2;     // channels per thread (4-byte loads in bf16, 8 in fp32)
+constexpr int CONV_SILU_TT = 16;   // tokens per thread (+ K-1 halo tokens recomputed)
+constexpr int CONV_SILU_U = 8;     // tokens per chunk of loads in flight together
+constexpr int CONV_SILU_LANES = 32, CONV_SILU_ROWS = 8, CONV_SILU_THREADS = CONV_SILU_LANES * CONV_SILU_ROWS;
+constexpr size_t CONV_SILU_FALLBACK_PART = (size_t)1 << 20;  // fallback: slices x cols <= this
+constexpr int CONV_SILU_FALLBACK_ROWS = 64;                  // fallback: rows per slice, at least
+
+// Shapes and pointers of one call. part: (slices, C*K) dw partials; column col = e * P + cp
+// with e = j * W + i, P = C / W (tiled: pack cp, channel c = cp W + i, tap j; W = 1, P = C in
+// the fallback, so col = j C + c).
+template <typename T> struct conv_silu_bwd_params {
+    T *dx;
+    float *part;
+    const T *dy, *x, *w;
+    int T_, C, K, tiles, rows;
+};
+
+// sigmoid without a branch, by the fast intrinsics: 1 / (1 + e^-x) with MUFU ex2 and rcp
+// (limits exact: e^-x = inf -> 0, e^-x = 0 -> 1). sigmoid_f's sign branch and IEEE division
+// made these kernels compute-bound (~2x slower at the model's shapes); __expf and __fdividef
+// cost ~2 ulp + 1e-7 |x| relative, far below the fp32 and bf16 tolerances.
+__device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+__device__ __forceinline__ float dsilu_f(float g, float pre) {  // g silu'(pre)
+    const float s = sigmoid_fast(pre);
+    return g * s * (1.f + pre * (1.f - s));
+}
+
+template <typename T, int W, int K, int TT, int U>
+__global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_bwd_tiled_kernel(const conv_silu_bwd_params<T> p) {
+    constexpr int NS = TT + K - 1;  // steps: the tile and K-1 halo tokens after it
+    const int lane = threadIdx.x % CONV_SILU_LANES, warp = threadIdx.x / CONV_SILU_LANES;
+    const int C = p.C, P = C / W, cp = blockIdx.x * CONV_SILU_LANES + lane, c0 = cp * W;
+    const bool live = cp < P;  // dead lanes stay for the block reduction
+    float wr[K][W], dwp[K][W];
+#pragma unroll
+    for (int j = 0; j < K; j++)
+#pragma unroll
+        for (int i = 0; i < W; i++) {
+            wr[j][i] = live ? to_f(p.w[(size_t)(c0 + i) * K + j]) : 0.f;
+            dwp[j][i] = 0.f;
+        }
+    if (live)
+        for (int row = blockIdx.y * CONV_SILU_ROWS + warp; row < p.rows; row += gridDim.y * CONV_SILU_ROWS) {
+            const int b = row / p.tiles, t0 = (row - b * p.tiles) * TT, t1 = min(t0 + TT, p.T_);
+            const size_t off = (size_t)b * p.T_ * C + c0;
+            const T *xb = p.x + off, *dyb = p.dy + off;
+            T *dxb = p.dx + off;
+            // before step t: xw[m] = x[t-(K-1)+m], dpw[m] = d_pre[t-(K-1)+m] for m < K-1;
+            // d_pre before t0 is never read (dx[s], s >= t0, reads d_pre[s .. s+K-1])
+            float xw[K][W], dpw[K][W];
+            pack_t<T, W> xh[K > 1 ? K - 1 : 1];
+#pragma unroll
+            for (int m = 0; m < K - 1; m++) xh[m] = ld_pack<T, W>(xb + (size_t)max(t0 - (K - 1) + m, 0) * C);
+#pragma unroll
+            for (int u0 = 0; u0 < NS; u0 += U) {  // chunks of U steps: U loads of x and dy in flight
+                pack_t<T, W> xr[U], gr[U];
+#pragma unroll
+                for (int v = 0; v < U; v++)
+                    if (u0 + v < NS) {
+                        const size_t o = (size_t)min(t0 + u0 + v, p.T_ - 1) * C;
+                        xr[v] = ld_pack<T, W>(xb + o);
+                        gr[v] = ld_pack<T, W>(dyb + o);
+                    }
+                if (u0 == 0)
+#pragma unroll
+                    for (int m = 0; m < K - 1; m++) {
+                        unpack<T, W>(xh[m], xw[m]);
+#pragma unroll
+                        for (int i = 0; i < W; i++) {
+                            xw[m][i] = t0 - (K - 1) + m >= 0 ? xw[m][i] : 0.f;
+                            dpw[m][i] = 0.f;
+                        }
+                    }
+#pragma unroll
+                for (int v = 0; v < U; v++) {
+                    const int u = u0 + v, t = t0 + u;
+                    if (u >= NS) break;
+                    float g[W];
+                    unpack<T, W>(xr[v], xw[K - 1]);
+                    unpack<T, W>(gr[v], g);
+#pragma unroll
+                    for (int i = 0; i < W; i++) {
+                        float pre = 0.f;
+#pragma unroll
+                        for (int j = 0; j < K; j++) pre += wr[j][i] * xw[j][i];
+                        dpw[K - 1][i] = t < p.T_ ? dsilu_f(g[i], pre) : 0.f;  // 0 past the end
+                    }
+                    if (u < TT)  // own token: dw[j] += d_pre[t] x[t-K+1+j]
+#pragma unroll
+                        for (int j = 0; j < K; j++)
+#pragma unroll
+                            for (int i = 0; i < W; i++) dwp[j][i] += dpw[K - 1][i] * xw[j][i];
+                    if (u >= K - 1) {  // dx[s], s = t-K+1 (>= t0): sum_j w[j] d_pre[t-j]
+                        float acc[W];
+#pragma unroll
+                        for (int i = 0; i < W; i++) {
+                            acc[i] = 0.f;
+#pragma unroll
+                            for (int j = 0; j < K; j++) acc[i] += wr[j][i] * dpw[K - 1 - j][i];
+                        }
+                        if (t - (K - 1) < t1) store_pack<T, W>(dxb + (size_t)(t - (K - 1)) * C, acc);
+                    }
+#pragma unroll
+                    for (int m = 0; m < K - 1; m++)
+#pragma unroll
+                        for (int i = 0; i < W; i++) {
+                            xw[m][i] = xw[m + 1][i];
+                            dpw[m][i] = dpw[m + 1][i];
+                        }
+                }
+            }
+        }
+    // block partial of dw: warps (rows) added in order 0..7 for each element
+    __shared__ float red[CONV_SILU_ROWS][K * W][CONV_SILU_LANES];
+#pragma unroll
+    for (int j = 0; j < K; j++)
+#pragma unroll
+        for (int i = 0; i < W; i++) red[warp][j * W + i][lane] = dwp[j][i];
+    __syncthreads();
+    if (!live) return;
+    float *pb = p.part + (size_t)blockIdx.y * C * K;
+    for (int e = warp; e < K * W; e += CONV_SILU_ROWS) {
+        float s = 0.f;
+#pragma unroll
+        for (int r = 0; r < CONV_SILU_ROWS; r++) s += red[r][e][lane];
+        pb[(size_t)e * P + cp] = s;
+    }
+}
+
+// dw[c * K + j] += sum_{s < S} part[s][col] (col = e P + cp, e = j W + i, c = cp W + i): a block
+// takes 32 columns; warp k adds slices k, k + 8, ... in order, then lane l of warp 0 adds the 8
+// warp sums in order. Fixed order for a given S.
+constexpr int CONV_SILU_FINAL_WARPS = 8;
+__global__ void __launch_bounds__(CONV_SILU_FINAL_WARPS * 32)
+    conv_silu_dw_final_kernel(float *dw, const float *part, int cols, int S, int P, int W, int K) {
+    __shared__ float red[CONV_SILU_FINAL_WARPS][32];
+    const int lane = threadIdx.x % 32, k = threadIdx.x / 32, col = blockIdx.x * 32 + lane;
+    float acc = 0.f;
+    if (col < cols)
+        for (int s = k; s < S; s += CONV_SILU_FINAL_WARPS) acc += part[(size_t)s * cols + col];
+    red[k][lane] = acc;
+    __syncthreads();
+    if (k != 0 || col >= cols) return;
+    float sum = 0.f;
+#pragma unroll
+    for (int r = 0; r < CONV_SILU_FINAL_WARPS; r++) sum += red[r][lane];
+    const int e = col / P, cp = col % P, j = e / W, i = e % W;
+    dw[(size_t)(cp * W + i) * K + j] += sum;
+}
+
+// ---- fallback: any C, alignment and K ----------------------------------------------------------
+// d_pre at token r = b*T + t (t = r % T) of channel c, recomputed from x (same order j = 0..K-1).
+template <typename T> __device__ __forceinline__ float dpre_at(const conv_silu_bwd_params<T> &p, size_t r, int t, int c) {
+    float pre = 0.f;
+    for (int j = 0; j < p.K; j++)
+        if (t - (p.K - 1) + j >= 0) pre += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.C + c]);
+    return dsilu_f(to_f(p.dy[r * p.C + c]), pre);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(EW_THREADS) conv_silu_bwd_dx_kernel(const conv_silu_bwd_params<T> p, size_t total) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+        const int c = (int)(idx % p.C);
+        const size_t r = idx / p.C;
+        const int s = (int)(r % p.T_);
+        float acc = 0.f;
+        for (int j = 0; j < p.K; j++) {
+            const int t = s + p.K - 1 - j;
+            if (t < p.T_) acc += to_f(p.w[(size_t)c * p.K + j]) * dpre_at(p, r + p.K - 1 - j, t, c);
+        }
+        p.dx[idx] = from_f<T>(acc);
+    }
+}
+
+// part[slice][j C + c] = sum over the slice's rows r (in order) of d_pre[r, c] x[r-K+1+j, c]
+template <typename T>
+__global__ void __launch_bounds__(EW_THREADS)
+    conv_silu_bwd_dw_slices_kernel(const conv_silu_bwd_params<T> p, size_t rows, size_t rows_per_slice) {
+    const int cols = p.C * p.K, col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    const int j = col / p.C, c = col % p.C;
+    const size_t r0 = (size_t)blockIdx.y * rows_per_slice, r1 = GDN_MIN(rows, r0 + rows_per_slice);
+    float acc = 0.f;
+    for (size_t r = r0; r < r1; r++) {
+        const int t = (int)(r % p.T_);
+        if (t >= p.K - 1 - j) acc += dpre_at(p, r, t, c) * to_f(p.x[(r - (p.K - 1) + j) * p.C + c]);
+    }
+    p.part[(size_t)blockIdx.y * cols + col] = acc;
+}
+
+// ---- launchers --------------------------------------------------------------------------------
+template <typename T, int W, int K, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
+void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, cudaStream_t s) {
+    const int P = p.C / W, cols = p.C * K;
+    p.tiles = (int)GDN_CDIV(p.T_, TT);
+    p.rows = B * p.tiles;
+    const unsigned gx = (unsigned)GDN_CDIV(P, CONV_SILU_LANES);
+    const int S = GDN_MIN((int)GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
+    p.part = colsum_scratch((size_t)S * cols);
+    conv_silu_bwd_tiled_kernel<T, W, K, TT, U><<<dim3(gx, (unsigned)S), CONV_SILU_THREADS, 0, s>>>(p);
+    CUDA_CHECK_LAUNCH();
+    conv_silu_dw_final_kernel<<<(unsigned)GDN_CDIV(cols, 32), CONV_SILU_FINAL_WARPS * 32, 0, s>>>(dw, p.part, cols,
+                                                                                                S, P, W, K);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void conv_silu_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w, int B, int T_, int C, int K,
+                          cudaStream_t s) {
+    constexpr int W = CONV_SILU_W;
+    if ((size_t)B * T_ > (size_t)INT32_MAX) gdn_die("cuda conv_silu_bwd: B %d x T %d tokens is too many", B, T_);
+    conv_silu_bwd_params<T> p = {dx, NULL, dy, x, w, T_, C, K, 0, 0};
+    const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
+    if (C % W == 0 && K <= CONV_SILU_KMAX && (((uintptr_t)dx | (uintptr_t)dy | (uintptr_t)x) & pack) == 0) {
+        switch (K) {  // the one place that picks a tap count
+        case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, s); break;
+        case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, s); break;
+        case 3: conv_silu_bwd_tiled_launch<T, W, 3>(p, dw, B, s); break;
+        case 4: conv_silu_bwd_tiled_launch<T, W, 4>(p, dw, B, s); break;
+        default: gdn_die("cuda conv_silu_bwd: K = %d > %d in the tiled path", K, CONV_SILU_KMAX);
+        }
+        return;
+    }
+    const size_t rows = (size_t)B * T_, total = rows * C, cols = (size_t)C * K;
+    const unsigned blocks = (unsigned)GDN_MIN(GDN_CDIV(total, (size_t)EW_THREADS), (size_t)65536);
+    conv_silu_bwd_dx_kernel<T><<<blocks, EW_THREADS, 0, s>>>(p, total);
+    CUDA_CHECK_LAUNCH();
+    size_t S = GDN_CDIV(rows, (size_t)CONV_SILU_FALLBACK_ROWS);
+    S = GDN_MIN(S, GDN_MAX((size_t)1, CONV_SILU_FALLBACK_PART / cols));
+    S = GDN_MIN(S, (size_t)65535);
+    const size_t rps = GDN_CDIV(rows, S);
+    p.part = colsum_scratch(S * cols);
+    conv_silu_bwd_dw_slices_kernel<T>
+        <<<dim3((unsigned)GDN_CDIV(cols, (size_t)EW_THREADS), (unsigned)S), EW_THREADS, 0, s>>>(p, rows, rps);
+    CUDA_CHECK_LAUNCH();
+    conv_silu_dw_final_kernel<<<(unsigned)GDN_CDIV(cols, (size_t)32), CONV_SILU_FINAL_WARPS * 32, 0, s>>>(
+        dw, p.part, (int)cols, (int)S, C, 1, K);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+// ---- public entry point (cuda_ops.h) --------------------------------------------------------
+extern "C" void cuda_conv_silu_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x, const void *w,
+                                   int B, int T, int C, int K, cudaStream_t s) {
+    if (B < 0 || T < 0 || C < 0 || K < 1) gdn_die("cuda_conv_silu_bwd: bad shape B %d T %d C %d K %d", B, T, C, K);
+    if ((size_t)B * T * C == 0) return;
+    if ((size_t)C * K > (size_t)INT32_MAX) gdn_die("cuda_conv_silu_bwd: C %d x K %d is too large", C, K);
+    CUDA_DT_SWITCH(dt, E,
+                   conv_silu_bwd_launch<E>((E *)dx, dw, (const E *)dy, (const E *)x, (const E *)w, B, T, C, K, s));
+}
