@@ -13,6 +13,8 @@
 // forward's saved chunk-start states (h_states) the gradients are bitwise those of the
 // recomputing path. Sweeps T in {1, 63, 64, 65, 300, 4096}, Dk in {64, 128, 256}, Dv in
 // {Dk, 2Dk}, gate off, delta off, neg eigval, every scan value block. Exit 77 without a GPU.
+// GDN_TEST_HASH=1 adds per case a line "hash <case> <FNV-1a 64 of the first run's gradient bytes>"
+// (dq, dk, dv, dg, dbeta, dh0, those the case produces), for bitwise comparisons of two builds.
 #include <pthread.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -150,6 +152,16 @@ static double rel_per_head(const double *got, const double *want, int B, int T, 
 }
 
 static int n_cases = 0, n_fail = 0;
+static bool hash_mode = false;  // GDN_TEST_HASH=1: one "hash <case> <FNV-1a 64>" line per case
+
+// FNV-1a 64 over n bytes, continuing from h
+static uint64_t fnv1a64(uint64_t h, const unsigned char *d, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        h ^= d[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
 
 static void run_case(const tcase *c, uint64_t seed) {
     const int B = c->B, T = c->T, H = c->H, Dk = c->Dk, Dv = c->Dv;
@@ -275,8 +287,10 @@ static void run_case(const tcase *c, uint64_t seed) {
         CUDA_CHECK(cudaFree(hs));
         CUDA_CHECK(cudaFree(o_tmp));
     }
+    uint64_t hash = 0xcbf29ce484222325ull;  // of the first run's gradients, in output order
     for (int i = 0; i < 6; i++) {
         const bool used = (i != 3 || c->gate) && (i != 4 || c->delta);
+        if (used && hash_mode) hash = fnv1a64(hash, snap[i], obytes[i]);
         if (used) free(snap[i]);
     }
 
@@ -322,6 +336,13 @@ static void run_case(const tcase *c, uint64_t seed) {
            bad ? "  NONFINITE" : "", tails ? "" : "  OVERRUN", bitwise ? "" : "  NONDETERMINISTIC",
            states_bitwise ? "" : "  STATES-DIFFER", c->states ? "  (states: same bits)" : "",
            ok ? "pass" : "FAIL");
+    if (hash_mode)
+        printf("hash %03d:%s/B%d/T%d/H%d/dk%d/dv%d/dvb%d/%s%s%s%s%s/%s/%s %016llx\n", n_cases,
+               dt == GDN_DTYPE_BF16 ? "bf16" : "fp32", B, T, H, Dk, Dv, dvb,
+               c->gate ? "" : "nogate-", c->delta ? "" : "nodelta-", c->neg ? "neg-" : "",
+               c->bm == B_LOW ? "b0-" : c->bm == B_HIGH ? "b1-" : "",
+               c->gm == G_HEADS ? "mws" : "mixed", h0 ? "h0" : "-", dht ? "dht" : "-",
+               (unsigned long long)hash);
     fflush(stdout);
     n_cases++;
     n_fail += !ok;
@@ -339,6 +360,8 @@ int main(void) {
     gpu_require("test_gdn_bwd");
     uint64_t seed = 20261130;
     const char *s = getenv("GDN_TEST_SEED");
+    const char *hm = getenv("GDN_TEST_HASH");
+    hash_mode = hm && atoi(hm) == 1;
     if (s) seed = strtoull(s, NULL, 10);
     printf("seed %llu (GDN_TEST_SEED); tolerance: relative L2 1e-2 (bf16), 1e-4 (fp32)\n",
            (unsigned long long)seed);
