@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# build_pending.sh — on the build machine (no GPU needed): sm_90a binaries of main and of main
+# with each patch of docs/pending applied, gzipped into OUTDIR (default .gpubin-pending), for
+# bench/run_pending.sh to run on the GPU machine in one call (carry OUTDIR and .devdeps).
+#   bench/build_pending.sh [OUTDIR]
+# Each variant builds in its own temporary clone of HEAD (the working tree is not touched);
+# a patch that no longer applies is reported and skipped. Takes ~10-20 min on 2 cores.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$(realpath -m "${1:-$root/.gpubin-pending}")
+cd "$root"
+rm -rf "$out" && mkdir -p "$out"
+tmp=$(mktemp -d /tmp/gdn-pending.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+arch="-gencode=arch=compute_90a,code=sm_90a"
+
+# variant NAME PATCH|- TARGET...: clone, patch, build TARGETs (cmake targets, plus the bench
+# programs gdn_bwd_bench / attention_bench by name), gzip them into $out/NAME
+variant() {
+    local name=$1 patch=$2 src=$tmp/$1 t
+    shift 2
+    git clone -q "$root" "$src" || return 1
+    if [ "$patch" != - ] && ! git -C "$src" apply "$root/$patch"; then
+        echo "build_pending: $patch does not apply to HEAD: $name skipped"
+        return 1
+    fi
+    local cm=() extra=()
+    for t in "$@"; do
+        case $t in gdn_bwd_bench | attention_bench) extra+=("$t") ;; *) cm+=("$t") ;; esac
+    done
+    if [ ${#cm[@]} -gt 0 ] || [[ " ${extra[*]} " == *" gdn_bwd_bench "* ]]; then
+        cmake -S "$src" -B "$src/build" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
+            >"$tmp/$name.cmake.log" 2>&1 &&
+            cmake --build "$src/build" -j"$(nproc)" --target "${cm[@]}" gdn_cuda gdn >>"$tmp/$name.cmake.log" 2>&1 ||
+            { echo "build_pending: $name: build failed"; tail -20 "$tmp/$name.cmake.log"; return 1; }
+    fi
+    for t in "${extra[@]}"; do
+        case $t in
+        gdn_bwd_bench)
+            nvcc -O3 -std=c++17 $arch -I"$src/src" "$src/bench/gdn_bwd_bench.cu" "$src/build/libgdn_cuda.a" \
+                "$src/build/libgdn.a" -Xcompiler -fopenmp -lgomp -lpthread -lm -o "$src/build/gdn_bwd_bench" ;;
+        attention_bench)  # the attention test and bench, as bench/run_attention.sh builds them
+            (cd "$src" && ATTN_ARCH="$arch" ATTN_ONLY_BUILD=1 ATTN_BIN=build bash bench/run_attention.sh) \
+                >"$tmp/$name.attn.log" 2>&1 || { echo "build_pending: $name: attention build failed"; return 1; } ;;
+        esac
+    done
+    mkdir -p "$out/$name"
+    for t in "$@" $([[ " $* " == *" attention_bench "* ]] && echo test_attention); do
+        gzip -1 -c "$src/build/$t" >"$out/$name/$t.gz" || return 1
+    done
+    [ "$patch" != - ] && cp "$root/$patch" "$out/$name/"
+    [ "$name" = attention ] && cp "$src/bench/attention_torch.py" "$out/$name/"
+    echo "build_pending: $name: $(ls "$out/$name" | tr '\n' ' ')"
+    rm -rf "$src"
+}
+
+variant main - gdn-train test_cuda_ops test_model_cuda test_gdn_bwd gdn_bwd_bench attention_bench
+variant residual docs/pending/residual_epilogue.patch gdn-train test_cuda_ops test_model_cuda
+variant gdnfinal docs/pending/gdn_bwd_final_latency.patch test_gdn_bwd gdn_bwd_bench
+variant attention docs/pending/attention_nondet_dq.patch attention_bench
+du -sh "$out"

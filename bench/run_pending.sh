@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
+# binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
+#   bench/run_pending.sh [SECTION...]      sections: main residual gdnfinal attention (default: all)
+# Logs go to $OUT (or /tmp/pending); a summary of each section is printed. Estimated times on
+# one H200: main ~3.5 min, residual ~2.5 min, gdnfinal ~5 min, attention ~3 min (with PyTorch);
+# a call is at most 10 min, so run two sections per call.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+B=${BIN:-$root/.gpubin-pending}
+out=${OUT:-/tmp/pending}
+mkdir -p "$out" data
+[ -f .devdeps/env.sh ] && . .devdeps/env.sh
+for z in "$B"/*/*.gz; do [ -e "$z" ] && gunzip -kf "$z"; done
+chmod +x "$B"/*/* 2>/dev/null
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
+synth() { [ -f data/synth-32000.h5 ] || python3 bench/make_tokens.py data/synth-32000.h5 --vocab 32000 >/dev/null; }
+# f220 DIR NAME: fla-220m, 81 steps: tokens/s at steps 40 and 80
+f220() {
+    timeout 60 "$B/$1/gdn-train" configs/fla-220m.ini --set train.device=cuda --set train.steps=81 \
+        --set train.out_dir=/dev/shm/f220-$2 >"$out/f220-$2.log" 2>&1
+    echo "fla-220m ($2): exit $?; $(grep -E '^step +(40|80)/' "$out/f220-$2.log" | cut -d'|' -f1,5,7 | tr '\n' ' ')"
+}
+# seeds DIR NAME: the bf16 A_log / dt_bias rows of the backend comparisons at four seeds
+seeds() {
+    for s in 1234 1 2 3; do
+        GDN_COMPARE_SEED=$s GDN_COMPARE_ONLY=1 timeout 60 "$B/$1/test_model_cuda" >"$out/cmp-$2-$s.log" 2>&1
+        echo "compare ($2, seed $s): exit $?; bf16 A_log rel_err: $(awk '/compare cuda-bf16/ {b=1} b && /gdn.A_log/ {printf "%s ", $4}' "$out/cmp-$2-$s.log")"
+    done
+}
+sections=("$@")
+[ ${#sections[@]} -eq 0 ] && sections=(main residual gdnfinal attention)
+for sec in "${sections[@]}"; do
+    echo "== $sec ($(date -u +%H:%M:%S))"
+    case $sec in
+    main)
+        synth
+        timeout 120 "$B/main/test_model_cuda" >"$out/test_model_cuda-main.log" 2>&1
+        echo "test_model_cuda (main): exit $?; $(tail -1 "$out/test_model_cuda-main.log")"
+        grep FAIL "$out/test_model_cuda-main.log" | head -5
+        timeout 300 "$B/main/test_cuda_ops" >"$out/test_cuda_ops-main.log" 2>&1
+        echo "test_cuda_ops (main): exit $?; $(tail -1 "$out/test_cuda_ops-main.log")"
+        grep -E "FAIL|DIFFER" "$out/test_cuda_ops-main.log" | head -5
+        f220 main main
+        timeout 60 "$B/main/gdn-train" configs/fla-220m.ini --set train.device=cuda --set train.steps=25 \
+            --set train.out_dir=/dev/shm/f220p --profile 20 >"$out/profile-main.log" 2>&1
+        echo "profile (main): exit $?"; sed -n '/^op /,$p' "$out/profile-main.log" | head -45 ;;
+    residual)
+        synth
+        seeds main main
+        seeds residual residual
+        f220 residual residual
+        timeout 300 "$B/residual/test_cuda_ops" >"$out/test_cuda_ops-residual.log" 2>&1
+        echo "test_cuda_ops (residual, with the linear tests): exit $?; $(tail -1 "$out/test_cuda_ops-residual.log")"
+        grep -E "FAIL|DIFFER" "$out/test_cuda_ops-residual.log" | head -5
+        grep -E "^linear" "$out/test_cuda_ops-residual.log" | awk '{print $NF}' | sort | uniq -c ;;
+    gdnfinal)
+        GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
+        echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
+        GDN_TEST_HASH=1 timeout 240 "$B/gdnfinal/test_gdn_bwd" >"$out/gdn-new.log" 2>&1
+        echo "test_gdn_bwd (gdnfinal): exit $?; $(tail -1 "$out/gdn-new.log")"
+        if diff <(grep '^hash' "$out/gdn-base.log") <(grep '^hash' "$out/gdn-new.log") >"$out/gdn-hashdiff.txt"; then
+            echo "hashes: IDENTICAL ($(grep -c '^hash' "$out/gdn-new.log") cases)"
+        else
+            echo "hashes: DIFFER in $(grep -c '^>' "$out/gdn-hashdiff.txt") cases"; head -4 "$out/gdn-hashdiff.txt"
+        fi
+        for r in 1 2; do
+            for v in main gdnfinal; do
+                timeout 120 "$B/$v/gdn_bwd_bench" >"$out/gdn_bwd_bench-$v-$r.log" 2>&1
+                grep '^RESULT' "$out/gdn_bwd_bench-$v-$r.log" | cut -c1-150 | sed "s/^/$v round $r: /"
+            done
+        done ;;
+    attention)
+        for v in main attention; do
+            mkdir -p "$out/attn-$v"
+            timeout 240 "$B/$v/test_attention" >"$out/attn-$v/test_attention.log" 2>&1
+            echo "test_attention ($v): exit $?; $(tail -1 "$out/attn-$v/test_attention.log")"
+            grep -E "FAIL|DIFFER" "$out/attn-$v/test_attention.log" | head -5
+            timeout 90 "$B/$v/attention_bench" >"$out/attn-$v/attention_bench.log" 2>&1
+            grep '^RESULT' "$out/attn-$v/attention_bench.log" | sed "s/^/$v: /"
+        done
+        # the patched bench prints a mode column: the patch's own parser (copied by build_pending.sh)
+        PYTHONUNBUFFERED=1 timeout 200 python3 "$B/attention/attention_torch.py" "$out/attn-attention/attention_bench.log" \
+            >"$out/attn-attention/attention_torch.log" 2>&1
+        echo "PyTorch: exit $?"; tail -12 "$out/attn-attention/attention_torch.log" ;;
+    *) echo "run_pending: unknown section '$sec' (main residual gdnfinal attention)"; exit 2 ;;
+    esac
+done
+(cd "$out" && tar czf "$out/pending-logs.tar.gz" --exclude=pending-logs.tar.gz . 2>/dev/null)
