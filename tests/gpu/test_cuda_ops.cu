@@ -1,5 +1,6 @@
-// test_cuda_ops.cu — every launcher of src/model/cuda_ops.h against its float64 CPU twin
-// (src/fwd/*.c, src/bwd/*.c, backend_cpu's AdamW), in fp32 and bf16.
+// test_cuda_ops.cu — every launcher of src/model/cuda_ops.h, and the cuBLASLt linear layer of
+// src/model/linear_cuda.h, against its float64 CPU twin (src/fwd/*.c, src/bwd/*.c,
+// backend_cpu's AdamW), in fp32 and bf16.
 // Inputs are random (normal, never 0) and rounded once to the storage type, so the oracle and
 // the GPU see the same values; saved statistics fed to a backward (rstd, rnorm) are the
 // oracle's, rounded to fp32, on both sides. Every output is NaN-filled before each run.
@@ -27,6 +28,7 @@ extern "C" {
 #include "../../src/model/backend.h"
 }
 #include "../../src/model/cuda_ops.h"
+#include "../../src/model/linear_cuda.h"
 
 typedef std::vector<double> vec;
 
@@ -716,14 +718,54 @@ static void test_sumsq(rng_t *r) {
     row_bool("sumsq_f32 n300001", "fp32", "two runs", memcmp(&got[0], &got[1], sizeof(double)) == 0);
 }
 
+// Linear layers through cuBLASLt (linear_cuda.h) against the CPU twins: y = x W^T, dx = dy W
+// (=, and += onto a prefill), dW += dy^T x. Shapes: N 1 / 2 / 33 / 63 / 65 / 300; in and out off
+// the 16-byte pack (72, 40, 520) and narrow outputs (out 4 / 8: the model's a/b gate projections
+// are out 4).
+static void test_linear(cuda_dtype dt, rng_t *r) {
+    const int shapes[][3] = {{1, 64, 128}, {2, 40, 8},    {63, 72, 40},    {65, 128, 4},
+                             {33, 1024, 4}, {300, 1024, 8}, {300, 256, 520}};
+    for (const auto &sh : shapes) {
+        const int N = sh[0], in = sh[1], out = sh[2];
+        const size_t nx = (size_t)N * in, ny = (size_t)N * out, nw = (size_t)out * in;
+        char op[80];
+        vec x = randn(r, nx, 1.0, dt), W = randn(r, nw, 0.1, dt), y(ny);
+        linear_fwd_cpu(y.data(), x.data(), W.data(), NULL, N, in, out);
+        dten dx_ = dput(x, dt), dW_ = dput(W, dt), dy_ = dempty(ny, dt);
+        snprintf(op, sizeof op, "linear_fwd N%d in%d out%d", N, in, out);
+        run_checks(op, dt, [&]() { cuda_linear_fwd(dt, dy_.d, dx_.d, dW_.d, N, in, out, 0); },
+                   {{"y", dy_, y, {}, {}}}, true);
+        vec g = randn(r, ny, 1.0, dt), dxw(nx), initw = randn(r, nw, 0.1, CUDA_F32), wantw2;
+        vec dW = plus_twice(initw, [&](double *acc) {
+            linear_bwd_cpu(dxw.data(), acc, NULL, g.data(), x.data(), W.data(), N, in, out);
+        }, &wantw2);
+        dten dg = dput(g, dt), ddx = dempty(nx, dt), ddW = dempty(nw, CUDA_F32);
+        snprintf(op, sizeof op, "linear_bwd N%d in%d out%d", N, in, out);
+        run_checks(op, dt,
+                   [&]() { cuda_linear_bwd(dt, ddx.d, (float *)ddW.d, dg.d, dx_.d, dW_.d, N, in, out, false, 0); },
+                   {{"dx", ddx, dxw, {}, {}}, {"dW", ddW, dW, initw, wantw2}}, true);
+        // dx += dy W: the prefill is an activation (dt), the sum rounded once per call
+        vec initx = randn(r, nx, 1.0, dt), wantx2, dWs(nw);  // dWs: the CPU twin always adds dW
+        vec dxa = plus_twice(initx, [&](double *acc) {
+            linear_bwd_acc_cpu(acc, dWs.data(), NULL, g.data(), x.data(), W.data(), N, in, out);
+        }, &wantx2);
+        snprintf(op, sizeof op, "linear_bwd acc N%d in%d out%d", N, in, out);
+        run_checks(op, dt,
+                   [&]() { cuda_linear_bwd(dt, ddx.d, NULL, dg.d, dx_.d, dW_.d, N, in, out, true, 0); },
+                   {{"dx (+=)", ddx, dxa, initx, wantx2}}, true);
+    }
+}
+
 int main() {
     gpu_require("test_cuda_ops");
+    cuda_linear_init();
     rng_t r;
     rng_init(&r, 20240601, 0);
     const double t0 = gdn_now();
     printf("\n%-38s %-5s %-26s %11s %9s  %s\n", "op", "dtype", "output", "rel_err", "tol", "result");
     for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) {
         test_embedding(dt, &r);
+        test_linear(dt, &r);
         test_rmsnorm(dt, &r);
         test_conv1d(dt, &r);
         test_conv_silu(dt, &r);
