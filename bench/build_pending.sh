@@ -56,6 +56,7 @@ variant() {
 
 variant main - gdn-train test_cuda_ops test_model_cuda test_gdn_bwd gdn_bwd_bench attention_bench
 variant residual docs/pending/residual_epilogue.patch gdn-train test_cuda_ops test_model_cuda
+variant narrow docs/pending/linear_narrow.patch gdn-train test_cuda_ops
 variant gdnfinal docs/pending/gdn_bwd_final_latency.patch test_gdn_bwd gdn_bwd_bench
 variant attention docs/pending/attention_nondet_dq.patch attention_bench
 du -sh "$out"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: main residual gdnfinal attention (default: all)
+#   bench/run_pending.sh [SECTION...]      sections: main residual narrow gdnfinal attention (default: all)
 # Logs go to $OUT (or /tmp/pending); a summary of each section is printed. Estimated times on
-# one H200: main ~3.5 min, residual ~2.5 min, gdnfinal ~5 min, attention ~3 min (with PyTorch);
+# one H200: main ~3.5 min, residual ~2.5 min, narrow ~2.5 min, gdnfinal ~5 min, attention ~3 min;
 # a call is at most 10 min, so run two sections per call.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +30,7 @@ seeds() {
     done
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(main residual gdnfinal attention)
+[ ${#sections[@]} -eq 0 ] && sections=(main residual narrow gdnfinal attention)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -55,6 +55,16 @@ for sec in "${sections[@]}"; do
         echo "test_cuda_ops (residual, with the linear tests): exit $?; $(tail -1 "$out/test_cuda_ops-residual.log")"
         grep -E "FAIL|DIFFER" "$out/test_cuda_ops-residual.log" | head -5
         grep -E "^linear" "$out/test_cuda_ops-residual.log" | awk '{print $NF}' | sort | uniq -c ;;
+    narrow)
+        synth
+        timeout 300 "$B/narrow/test_cuda_ops" >"$out/test_cuda_ops-narrow.log" 2>&1
+        echo "test_cuda_ops (narrow): exit $?; $(tail -1 "$out/test_cuda_ops-narrow.log")"
+        grep -E "FAIL|DIFFER" "$out/test_cuda_ops-narrow.log" | head -5
+        grep -E "^linear" "$out/test_cuda_ops-narrow.log" | awk '{print $NF}' | sort | uniq -c
+        f220 narrow narrow
+        timeout 60 "$B/narrow/gdn-train" configs/fla-220m.ini --set train.device=cuda --set train.steps=25 \
+            --set train.out_dir=/dev/shm/f220pn --profile 20 >"$out/profile-narrow.log" 2>&1
+        echo "profile (narrow): exit $?"; sed -n '/^matmuls by shape/,$p' "$out/profile-narrow.log" | head -16 ;;
     gdnfinal)
         GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
         echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
@@ -84,7 +94,7 @@ for sec in "${sections[@]}"; do
         PYTHONUNBUFFERED=1 timeout 200 python3 "$B/attention/attention_torch.py" "$out/attn-attention/attention_bench.log" \
             >"$out/attn-attention/attention_torch.log" 2>&1
         echo "PyTorch: exit $?"; tail -12 "$out/attn-attention/attention_torch.log" ;;
-    *) echo "run_pending: unknown section '$sec' (main residual gdnfinal attention)"; exit 2 ;;
+    *) echo "run_pending: unknown section '$sec' (main residual narrow gdnfinal attention)"; exit 2 ;;
     esac
 done
 (cd "$out" && tar czf "$out/pending-logs.tar.gz" --exclude=pending-logs.tar.gz . 2>/dev/null)
