@@ -719,12 +719,12 @@ static void test_sumsq(rng_t *r) {
 }
 
 // Linear layers through cuBLASLt (linear_cuda.h) against the CPU twins: y = x W^T, dx = dy W
-// (=, and += onto a prefill), dW += dy^T x. Shapes: N 1 / 2 / 33 / 63 / 65 / 300; in and out off
-// the 16-byte pack (72, 40, 520) and narrow outputs (out 4 / 8: the model's a/b gate projections
-// are out 4).
+// (=, and += onto a prefill), dW += dy^T x (also alone, dx NULL). Shapes: N 1 / 2 / 33 / 63 / 65 /
+// 300; in and out off the 16-byte pack (72, 40, 36, 520) and narrow outputs (out 4 / 8: the
+// model's a/b gate projections are out 4).
 static void test_linear(cuda_dtype dt, rng_t *r) {
-    const int shapes[][3] = {{1, 64, 128}, {2, 40, 8},    {63, 72, 40},    {65, 128, 4},
-                             {33, 1024, 4}, {300, 1024, 8}, {300, 256, 520}};
+    const int shapes[][3] = {{1, 64, 128},  {2, 40, 8},     {63, 72, 40},    {65, 128, 4},
+                             {33, 1024, 4}, {300, 1024, 8}, {300, 256, 520}, {2, 36, 8}};
     for (const auto &sh : shapes) {
         const int N = sh[0], in = sh[1], out = sh[2];
         const size_t nx = (size_t)N * in, ny = (size_t)N * out, nw = (size_t)out * in;
@@ -753,6 +753,11 @@ static void test_linear(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt,
                    [&]() { cuda_linear_bwd(dt, ddx.d, NULL, dg.d, dx_.d, dW_.d, N, in, out, true, 0); },
                    {{"dx (+=)", ddx, dxa, initx, wantx2}}, true);
+        // dW alone (dx NULL)
+        snprintf(op, sizeof op, "linear_bwd dW only N%d in%d out%d", N, in, out);
+        run_checks(op, dt,
+                   [&]() { cuda_linear_bwd(dt, NULL, (float *)ddW.d, dg.d, dx_.d, dW_.d, N, in, out, false, 0); },
+                   {{"dW", ddW, dW, initw, wantw2}}, true);
     }
 }
 
