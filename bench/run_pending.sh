@@ -12,6 +12,8 @@ B=${BIN:-$root/.gpubin-pending}
 out=${OUT:-/tmp/pending}
 mkdir -p "$out" data
 [ -f .devdeps/env.sh ] && . .devdeps/env.sh
+# (gunzip -k: the binaries land next to their .gz; on this machine only: delete them before
+# carrying the folder again, or the carry exceeds its 64 MiB)
 for z in "$B"/*/*.gz; do [ -e "$z" ] && gunzip -kf "$z"; done
 chmod +x "$B"/*/* 2>/dev/null
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
@@ -70,7 +72,9 @@ for sec in "${sections[@]}"; do
         echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
         GDN_TEST_HASH=1 timeout 240 "$B/gdnfinal/test_gdn_bwd" >"$out/gdn-new.log" 2>&1
         echo "test_gdn_bwd (gdnfinal): exit $?; $(tail -1 "$out/gdn-new.log")"
-        if diff <(grep '^hash' "$out/gdn-base.log") <(grep '^hash' "$out/gdn-new.log") >"$out/gdn-hashdiff.txt"; then
+        if [ "$(grep -c '^hash' "$out/gdn-new.log")" -eq 0 ]; then
+            echo "hashes: NONE (the tests did not run)"
+        elif diff <(grep '^hash' "$out/gdn-base.log") <(grep '^hash' "$out/gdn-new.log") >"$out/gdn-hashdiff.txt"; then
             echo "hashes: IDENTICAL ($(grep -c '^hash' "$out/gdn-new.log") cases)"
         else
             echo "hashes: DIFFER in $(grep -c '^>' "$out/gdn-hashdiff.txt") cases"; head -4 "$out/gdn-hashdiff.txt"
