@@ -6,9 +6,10 @@
 // (+=), activation gradients are overwritten (=), as on the CPU (src/bwd/bwd_cpu.h). Every
 // reduction is deterministic (fixed order, no float atomics). Kernels live in src/fwd/*.cu and
 // src/bwd/*.cu next to their CPU twins; each launcher checks its launch (CUDA_CHECK_LAUNCH).
-// The parameter-gradient reductions (rmsnorm, gated norm, conv1d, gates backward) and
-// cuda_sumsq_f32 share one scratch per device, allocated on first use: call them in stream
-// order on one stream, and once before any CUDA-graph capture.
+// The parameter-gradient reductions (rmsnorm, gated norm, conv1d, conv_silu, gates backward)
+// share one scratch per device (colsum_scratch), cuda_sumsq_f32 keeps its own; both are
+// allocated on first use: call them in stream order on one stream, and once before any
+// CUDA-graph capture.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -47,8 +48,7 @@ void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B
 void cuda_conv1d_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
                      const void *w, int B, int T, int C, int K, cudaStream_t s);
 // y = silu(conv1d(x, w)), pre-activation kept in fp32 registers only; the backward recomputes it
-// (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu; its dw partials have a per-device scratch of
-// their own, same rules as the shared one above).
+// (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu).
 void cuda_conv_silu_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T,
                         int C, int K, cudaStream_t s);
 void cuda_conv_silu_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
