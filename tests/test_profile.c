@@ -2,7 +2,8 @@
 // models: (a) it changes nothing: losses, gradients and the AdamW update are bitwise those of
 // plain backend_cpu; (b) its table lists each op with the call count the model structure
 // implies, and the matmul GFLOP per step 2*N*sum(in*out) (forward) and twice that (backward);
-// (c) profile_reset zeroes every counter.
+// (c) profile_reset zeroes every counter; and the matmul-by-shape table splits exactly the
+// op table's linear calls over the model's shapes.
 #include "testutil.h"
 #include "tiny_model.h"
 #include "../src/model/model.h"
@@ -59,6 +60,36 @@ static const row *find(const row *rows, int n, const char *op) {
     for (int i = 0; i < n; i++)
         if (!strcmp(rows[i].op, op)) return &rows[i];
     return NULL;
+}
+
+// The matmul-by-shape table after the op table: calls of op summed over its shapes, and the
+// number of its rows whose N is not the model's token count (there should be none).
+static void shape_table(const char *op, int N, long *calls, int *bad_n, int *n_rows) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK_PTR(f);
+    profile_print(f, 0, 1);
+    if (fclose(f) != 0) gdn_die("open_memstream: %s", strerror(errno));
+    *calls = 0;
+    *bad_n = *n_rows = 0;
+    bool in_rows = false;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strncmp(line, "matmul ", 7)) { in_rows = true; continue; }
+        if (!in_rows) continue;
+        char name[32];
+        int n, in, out;
+        long c;
+        if (sscanf(line, "%31s %d %d %d %ld", name, &n, &in, &out, &c) != 5) {
+            EXPECT(false, "unparsable shape row '%s'", line);
+            continue;
+        }
+        if (strcmp(name, op)) continue;
+        *calls += c;
+        *bad_n += n != N;
+        (*n_rows)++;
+    }
+    free(buf);
 }
 
 static gdn_config tiny(const char *pattern, int layers) { return tiny_config(pattern, layers); }
@@ -150,6 +181,18 @@ static void check_case(const char *title, const gdn_config *c, uint64_t seed) {
     for (int i = 1; i < n; i++)
         EXPECT(rows[i].total_ms <= rows[i - 1].total_ms, "table not sorted by time at %s",
                rows[i].op);
+    // the matmul table splits the same calls by shape: as many distinct (in, out) as the model
+    // has linear shapes (at least 2), every row at the model's N
+    for (int k = 0; k < 2; k++) {
+        const char *op = k ? "linear_bwd" : "linear_fwd";
+        const row *rw = find(rows, n, op);
+        long sc;
+        int bad_n, nr;
+        shape_table(op, N, &sc, &bad_n, &nr);
+        printf("matmul table: %s %ld calls over %d shapes (op table: %ld), %d rows with N != %d\n", op,
+               sc, nr, rw ? rw->calls : -1, bad_n, N);
+        EXPECT(rw && sc == rw->calls && nr >= 2 && bad_n == 0, "%s: matmul table disagrees", op);
+    }
     EXPECT(find(rows, n, "gdn_fwd") || nG == 0, "gdn_fwd missing");
     EXPECT(nS > 0 || !find(rows, n, "attention_fwd"), "attention_fwd listed without S layers");
 
