@@ -52,11 +52,7 @@ template <typename T> struct conv_silu_bwd_params {
     int T_, C, K, tiles, rows;
 };
 
-// sigmoid without a branch, by the fast intrinsics: 1 / (1 + e^-x) with MUFU ex2 and rcp
-// (limits exact: e^-x = inf -> 0, e^-x = 0 -> 1). sigmoid_f's sign branch and IEEE division
-// made these kernels compute-bound (~2x slower at the model's shapes); __expf and __fdividef
-// cost ~2 ulp + 1e-7 |x| relative, far below the fp32 and bf16 tolerances.
-__device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+// sigmoid_fast (cuda_ops_device.cuh): the fast intrinsics, no branch.
 __device__ __forceinline__ float dsilu_f(float g, float pre) {  // g silu'(pre)
     const float s = sigmoid_fast(pre);
     return g * s * (1.f + pre * (1.f - s));

@@ -89,6 +89,12 @@ template <class F> void colsum_launch(const F &f, size_t rows, int cols, cudaStr
     CUDA_CHECK_LAUNCH();
 }
 
+// colsum_final_kernel's destination when the partials are laid out as dw itself: dw[c]
+struct dw_dst {
+    float *dw;
+    __device__ __forceinline__ float *dst(int c) const { return dw + c; }
+};
+
 // dw[i] += sum_n dy[n,i] x[n,i] rstd[n]
 template <typename T> struct rmsnorm_dw_term {
     const T *dy, *x;
@@ -334,15 +340,6 @@ __device__ __forceinline__ void norm_block_sum(const float *acc, float *part_row
         *reinterpret_cast<float4 *>(part_row + c) = s;
     }
 }
-// sigmoid_f bit for bit, with one expf, one division and no branch: both of its branches take
-// e = expf(-|x|) (x >= 0: expf(-x), x < 0: expf(x)) and divide by 1 + e (1 / (1 + e) or
-// e / (1 + e), each correctly rounded), so choosing the numerator gives the same value. (The
-// branches of sigmoid_f diverge within a warp on random z: this one costs a quarter.)
-__device__ __forceinline__ float sigmoid_nb(float x) {
-    const float e = expf(-fabsf(x));
-    return (x >= 0.f ? 1.f : e) / (1.f + e);
-}
-
 template <typename T, int W, int NP>
 __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_fused_kernel(const norm_bwd_params<T> p) {
     extern __shared__ float4 norm_smem[];  // acc: (ROW_WARPS, d)
@@ -419,7 +416,7 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
                     load_pack<T, W>(z + e, zv);
 #pragma unroll
                     for (int j = 0; j < W; j++) {
-                        sg[i][j] = sigmoid_nb(zv[j]);
+                        sg[i][j] = sigmoid_f(zv[j]);
                         ux += g[j] * wv[j] * (zv[j] * sg[i][j]) * a[j];
                     }
                 } else {
@@ -557,10 +554,6 @@ inline int norm_packs_per_lane(int nk, int npmax) {
         if (32 * np >= nk) return np;
     return 0;
 }
-struct dw_dst {
-    float *dw;
-    __device__ __forceinline__ float *dst(int c) const { return dw + c; }
-};
 template <typename T>
 void norm_bwd_fused_launch(void (*kernel)(norm_bwd_params<T>), norm_bwd_params<T> p, float *dw, cudaStream_t s) {
     p.rpw = norm_rows_per_warp(p.rows, p.d);
@@ -630,10 +623,6 @@ template <typename T> void gated_rmsnorm_bwd_launch(const norm_bwd_params<T> &p,
 // each dw element in a fixed order (no atomics: bitwise the same run after run).
 constexpr int CONV_BWD_TT = 64, CONV_BWD_THREADS = 128;
 constexpr size_t CONV_BWD_SCRATCH = (size_t)1 << 21;  // floats of partials before tiles grow
-struct conv_dw_dst {
-    float *dw;
-    __device__ __forceinline__ float *dst(int col) const { return dw + col; }
-};
 template <typename T, int W, int KM>
 __global__ void __launch_bounds__(CONV_BWD_THREADS)
     conv1d_bwd_tiled_kernel(T *dx, float *part, const T *dy, const T *x, const T *w, int T_, int C, int K, int tt,
@@ -704,8 +693,8 @@ void conv1d_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w, in
             conv1d_bwd_tiled_kernel<T, W, CONV_KMAX>
                 <<<grid, CONV_BWD_THREADS, 0, s>>>(dx, part, dy, x, w, T_, C, K, tt, tiles);
         CUDA_CHECK_LAUNCH();
-        colsum_final_kernel<conv_dw_dst><<<(unsigned)GDN_CDIV((size_t)C * K * 32, (size_t)256), 256, 0, s>>>(
-            conv_dw_dst{dw}, part, C * K, (int)S);
+        colsum_final_kernel<dw_dst><<<(unsigned)GDN_CDIV((size_t)C * K * 32, (size_t)256), 256, 0, s>>>(
+            dw_dst{dw}, part, C * K, (int)S);
         CUDA_CHECK_LAUNCH();
         return;
     }
