@@ -556,7 +556,10 @@ int main(int argc, char **argv) {
     // backend: auto picks the GPU when this build has CUDA and a device is there
     const backend *be = &backend_cpu;
 #if GDN_HAVE_CUDA
-    if (want_gpu) be = backend_cuda_get(!strcmp(cfg.precision, "bf16"));  // on dist_init's device
+    if (want_gpu) {
+        be = backend_cuda_get(!strcmp(cfg.precision, "bf16"));  // on dist_init's device
+        backend_cuda_set_attention_deterministic(cfg.swa_deterministic);
+    }
 #endif
     bool on_gpu = be != &backend_cpu;
     if (profile_steps > 0) be = backend_profiled(be);  // a decorator: same name, same sizes

@@ -5,9 +5,11 @@
 //   window: B 2, T 16384, H 16, D 128, window 2048 (same token count)
 // CUDA events around each call after 3 warm-ups, median (and min, max) of 25, two input sets
 // alternated (each set is several times the 60 MB L2). FLOPs by the flash-attention convention:
-// fwd = 4 D B H * (visible pairs), bwd = 2.5 x fwd (our backward does 3.5 x: it recomputes S
-// and dP in the dq pass to stay deterministic).
-// Prints one "RESULT name fwd_ms fwdbwd_ms fwd_tflops fwdbwd_tflops" line per case.
+// fwd = 4 D B H * (visible pairs), bwd = 2.5 x fwd (our deterministic backward does 3.5 x: it
+// recomputes S and dP in the dq pass; the nondeterministic one, dq by atomics, does 2.5 x).
+// fwd+bwd is timed in both backward modes (attn_params.nondeterministic = 0 "det", 1 "nondet").
+// Prints one "RESULT name mode ... fwd_ms fwdbwd_ms fwd_tflops fwdbwd_tflops" line per case and
+// mode (fwd_ms is the same forward in both lines).
 #include "../src/core/cuda_check.h"
 #include "../src/fwd/attention_cuda.h"
 #include <algorithm>
@@ -37,6 +39,7 @@ static void run_case(const char *name, int B, int T, int H, int D, int W) {
     p.B = B; p.T = T; p.H = H; p.D = D; p.window = W;
     p.scale = 1.f / sqrtf((float)D);
     p.dtype = ATTN_DTYPE_BF16;
+    p.nondeterministic = 1;  // the larger workspace, used by both modes
     const size_t wsb = attention_workspace_bytes(&p);
     set s[2];
     for (int i = 0; i < 2; i++) {
@@ -62,15 +65,17 @@ static void run_case(const char *name, int B, int T, int H, int D, int W) {
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
     const int warm = 3, reps = 25;
-    float res[2][2];  // [fwd, fwd+bwd][first, second timing]
-    for (int mode = 0; mode < 2; mode++)
+    const char *mode_name[3] = {"fwd", "fwd+bwd", "fwd+bwd"}, *bwd_name[3] = {"", "det", "nondet"};
+    float res[3][2];  // [fwd, fwd+bwd det, fwd+bwd nondet][first, second timing]
+    for (int mode = 0; mode < 3; mode++)
         for (int twice = 0; twice < 2; twice++) {
             std::vector<float> ts;
+            p.nondeterministic = mode == 2;
             for (int r = 0; r < warm + reps; r++) {
                 bind(r & 1);
                 CUDA_CHECK(cudaEventRecord(e0, 0));
                 attention_fwd(&p);
-                if (mode == 1) attention_bwd(&p);
+                if (mode >= 1) attention_bwd(&p);
                 CUDA_CHECK(cudaEventRecord(e1, 0));
                 CUDA_CHECK(cudaEventSynchronize(e1));
                 float ms;
@@ -78,13 +83,16 @@ static void run_case(const char *name, int B, int T, int H, int D, int W) {
                 if (r >= warm) ts.push_back(ms);
             }
             res[mode][twice] = median(ts);
-            printf("  %-7s %-8s run %d: median %.3f ms  (min %.3f, max %.3f)\n", name,
-                   mode ? "fwd+bwd" : "fwd", twice, res[mode][twice], *std::min_element(ts.begin(), ts.end()),
+            printf("  %-7s %-8s %-6s run %d: median %.3f ms  (min %.3f, max %.3f)\n", name, mode_name[mode],
+                   bwd_name[mode], twice, res[mode][twice], *std::min_element(ts.begin(), ts.end()),
                    *std::max_element(ts.begin(), ts.end()));
         }
-    const float f = std::min(res[0][0], res[0][1]), fb = std::min(res[1][0], res[1][1]);
-    printf("RESULT %s B%d T%d H%d D%d W%d fwd_ms %.3f fwdbwd_ms %.3f fwd_tflops %.1f fwdbwd_tflops %.1f\n", name, B, T,
-           H, D, W, f, fb, fwd_flop / f * 1e-9, 3.5 * fwd_flop / fb * 1e-9);
+    const float f = std::min(res[0][0], res[0][1]);
+    for (int mode = 1; mode < 3; mode++) {
+        const float fb = std::min(res[mode][0], res[mode][1]);
+        printf("RESULT %s %s B%d T%d H%d D%d W%d fwd_ms %.3f fwdbwd_ms %.3f fwd_tflops %.1f fwdbwd_tflops %.1f\n", name,
+               bwd_name[mode], B, T, H, D, W, f, fb, fwd_flop / f * 1e-9, 3.5 * fwd_flop / fb * 1e-9);
+    }
     for (int i = 0; i < 2; i++) {
         for (void *x : {s[i].q, s[i].k, s[i].v, s[i].o, s[i].dO, s[i].dq, s[i].dk, s[i].dv, s[i].ws})
             CUDA_CHECK(cudaFree(x));

@@ -5,7 +5,8 @@
 #   window: window 2048 at T 16384 through (a) SDPA with an explicit boolean window mask
 #           (PyTorch picks the backend; flash takes no mask) and (b) flex_attention with a
 #           sliding-window block mask under torch.compile (compile time printed, not timed).
-# With the output of attention_bench (argument 1) it prints the comparison table.
+# With the output of attention_bench (argument 1) it prints the comparison table, one row per
+# case, PyTorch path and our backward mode (det: deterministic two passes; nondet: dq by atomics).
 import os
 import re
 import sys
@@ -108,22 +109,24 @@ def main():
         except Exception as e:  # report and go on: the other numbers stand
             print(f"  flex_attention failed: {type(e).__name__}: {e}", flush=True)
 
-    ours = {}
+    ours = {}  # (case, mode) -> (fwd ms, fwd+bwd ms)
     if len(sys.argv) > 1 and os.path.exists(sys.argv[1]):
         for line in open(sys.argv[1]):
-            m = re.match(r"RESULT (\S+) .* fwd_ms (\S+) fwdbwd_ms (\S+)", line)
+            m = re.match(r"RESULT (\S+) (det|nondet) .* fwd_ms (\S+) fwdbwd_ms (\S+)", line)
             if m:
-                ours[m.group(1)] = (float(m.group(2)), float(m.group(3)))
-    print("\n| case | PyTorch path | ours fwd ms | torch fwd ms | ratio | ours fwd+bwd ms | torch fwd+bwd ms | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+                ours[(m.group(1), m.group(2))] = (float(m.group(3)), float(m.group(4)))
+    print("\n| case | PyTorch path | our bwd mode | ours fwd ms | torch fwd ms | ratio | ours fwd+bwd ms | "
+          "torch fwd+bwd ms | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for key, (path, t) in res.items():
         case = key.split("-")[0]
-        if case in ours:
-            of, ob = ours[case]
-            print(f"| {case} | {path} | {of:.3f} | {t['fwd']:.3f} | {of / t['fwd']:.2f} | {ob:.3f} | "
-                  f"{t['fwd+bwd']:.3f} | {ob / t['fwd+bwd']:.2f} |")
-        else:
-            print(f"| {case} | {path} | - | {t['fwd']:.3f} | - | - | {t['fwd+bwd']:.3f} | - |")
+        for mode in ("det", "nondet"):
+            if (case, mode) in ours:
+                of, ob = ours[(case, mode)]
+                print(f"| {case} | {path} | {mode} | {of:.3f} | {t['fwd']:.3f} | {of / t['fwd']:.2f} | {ob:.3f} | "
+                      f"{t['fwd+bwd']:.3f} | {ob / t['fwd+bwd']:.2f} |")
+            else:
+                print(f"| {case} | {path} | {mode} | - | {t['fwd']:.3f} | - | - | {t['fwd+bwd']:.3f} | - |")
 
 
 if __name__ == "__main__":

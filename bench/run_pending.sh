@@ -2,14 +2,14 @@
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
 #   bench/run_pending.sh [SECTION...]      sections: main residual narrow gdnfinal attention (default: all)
-# Logs go to $OUT (or /tmp/pending); a summary of each section is printed. Estimated times on
+# Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
 # one H200: main ~3.5 min, residual ~2.5 min, narrow ~2.5 min, gdnfinal ~5 min, attention ~3 min;
 # a call is at most 10 min, so run two sections per call.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 B=${BIN:-$root/.gpubin-pending}
-out=${OUT:-/tmp/pending}
+out=/tmp/pending   # logs here; only their tarball goes to $OUT (the device tool returns <= 8 files)
 mkdir -p "$out" data
 [ -f .devdeps/env.sh ] && . .devdeps/env.sh
 # (gunzip -k: the binaries land next to their .gz; on this machine only: delete them before
@@ -101,4 +101,4 @@ for sec in "${sections[@]}"; do
     *) echo "run_pending: unknown section '$sec' (main residual narrow gdnfinal attention)"; exit 2 ;;
     esac
 done
-(cd "$out" && tar czf "$out/pending-logs.tar.gz" --exclude=pending-logs.tar.gz . 2>/dev/null)
+(cd "$out" && tar czf "${OUT:-$out}/pending-logs.tar.gz" --exclude=pending-logs.tar.gz . 2>/dev/null)

@@ -126,7 +126,7 @@ static void test_defaults(void) {
           c.gdn_conv_size == 4 && c.gdn_short_conv && c.gdn_output_gate && c.gdn_gate &&
           c.gdn_delta && !c.gdn_allow_neg_eigval && c.gdn_chunk_size == 64 && !c.gdn_save_states);
     check("[swa]", c.swa_n_heads == 2 && c.swa_head_dim == 32 && c.swa_window == 64 &&
-          c.swa_rope_base == 10000);
+          c.swa_rope_base == 10000 && c.swa_deterministic);
     check("[data]", strcmp(c.data_path, "data/tinyshakespeare.h5") == 0 && c.seq_len == 128);
     check("[train]", strcmp(c.device, "auto") == 0 && strcmp(c.precision, "bf16") == 0 &&
           c.batch_size == 8 && c.grad_accum == 1 && c.steps == 1000 && c.seed == 1337 &&
@@ -348,6 +348,7 @@ static void test_roundtrip(const gdn_config *valid) {
     a.swa_rope_base = 123456789.125;
     a.min_lr = 5e-324;             // the smallest denormal
     a.weight_decay = -0.0;         // written "-0", read back with its sign
+    a.swa_deterministic = false;   // a boolean off its default
     char set[300];  // "data.path=" + a path of 190, then 191 characters
     strcpy(set, "data.path=/");
     memset(set + 11, 'x', 189);
@@ -379,7 +380,7 @@ static void test_roundtrip(const gdn_config *valid) {
     check("and writes the same text again", strcmp(text, text2) == 0);
     int nkeys = 0;  // lines that are not blank, a [section] or a comment
     for (const char *q = text; *q; q = strchr(q, '\n') + 1) nkeys += *q != '\n' && *q != '[' && *q != ';';
-    check("every key written (59 key lines)", nkeys == 59);
+    check("every key written (60 key lines)", nkeys == 60);
 
     char *p = tpath("written.ini");
     remember(p);

@@ -1,5 +1,6 @@
 // attention.cu — backward of causal sliding-window softmax attention (see
-// src/fwd/attention_cuda.h; the CPU twin is attention_bwd_cpu). Deterministic: no atomics.
+// src/fwd/attention_cuda.h; the CPU twin is attention_bwd_cpu). Deterministic by default (no
+// atomics); opt-in (attn_params.nondeterministic, bf16) dq by fp32 atomics in one pass.
 //   p_ij  = exp(scale q_i.k_j - lse_i)      recomputed from the forward's lse
 //   D_i   = dO_i . o_i                      (pass 0, fp32, into the workspace)
 //   ds_ij = p_ij (dO_i.v_j - D_i)
@@ -16,6 +17,15 @@
 // accumulation (semaphore per query block, key blocks in a fixed order) was correct and
 // deterministic but slower (10.5 vs 7.5 ms at B8 T4096 H16 D128): with one CTA per SM the
 // read-modify-write, fence and semaphore latency of every tile stall all warps.
+// Non-deterministic mode (nondeterministic = 1, bf16; flash-attention 2's scheme): pass 1 is
+// instantiated with DQA = true. Each warp also stores its dS^T (16 keys x BQ, bf16, the A
+// fragments of dK += dS^T Q) into a shared tile dSs [key][query]; after a barrier the 8 warps
+// compute dQ_tile = dS K (BQ x D: warp w owns query rows (w%4)*16.., columns (w/4)*D/2..,
+// A = dS read by transposed ldmatrix from dSs, B = K by transposed ldmatrix from Ks) and add it
+// to an fp32 (B,T,H,D) accumulator in the workspace with red.global.add (rows < T only); the
+// order of the additions across CTAs varies, so dq is not bitwise reproducible (dk, dv are).
+// A last small kernel writes dq = bf16(scale * acc). 5 matrix products per tile instead of 7,
+// no pass 2. The accumulator is zeroed by cudaMemsetAsync first.
 // fp32: the same passes with one warp per row and plain fp32 FMA (slower; for checks).
 #include "../core/cuda_check.h"
 #define ATTN_DEVICE_HELPERS
@@ -33,11 +43,13 @@ struct bwd_kparams {
     const __nv_bfloat16 *q, *k, *v, *dO;
     const float *lse, *Dd;  // (B,H,T): forward lse (natural log), D_i = dO_i . o_i
     __nv_bfloat16 *dq, *dk, *dv;
+    float *dqacc;  // (B,T,H,D) fp32, zeroed; nondeterministic mode only (pass 1 with DQA)
 };
 
-template <int D>
+// K, V, 2x(Q, dO), 2x(lse, D); with DQA also dS^T (BKV, BQ) bf16
+template <int D, bool DQA>
 constexpr int kv_smem_bytes() {
-    return (2 * KV_BK * D + 4 * KV_BQ * D) * 2 + 4 * KV_BQ * 4;  // K, V, 2x(Q, dO), 2x(lse, D)
+    return (2 * KV_BK * D + 4 * KV_BQ * D) * 2 + 4 * KV_BQ * 4 + (DQA ? KV_BK * KV_BQ * 2 : 0);
 }
 template <int D>
 constexpr int dq_smem_bytes() {
@@ -77,8 +89,20 @@ __device__ __forceinline__ void attn_load_rowstats(float *lse2s, float *Ds, cons
     }
 }
 
-// ---- pass 1 (bf16): dK, dV of one key block; grid (ceil(T/BKV), H, B), heaviest (first) first
-template <int D>
+// a[0] += x0, a[1] += x1 in global memory, no return value (RED); a 8-byte aligned.
+// sm_90: one vector reduction for the pair.
+__device__ __forceinline__ void attn_red_add2(float *a, float x0, float x1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(a), "f"(x0), "f"(x1) : "memory");
+#else
+    atomicAdd(a, x0);
+    atomicAdd(a + 1, x1);
+#endif
+}
+
+// ---- pass 1 (bf16): dK, dV of one key block; grid (ceil(T/BKV), H, B), heaviest (first) first.
+// DQA (nondeterministic mode): also dq += scale dS K into p.dqacc by atomics (see the top).
+template <int D, bool DQA>
 __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const __grid_constant__ bwd_kparams p) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(smem_raw);  // (BKV, D)
@@ -87,6 +111,8 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
     __nv_bfloat16 *dOs = Qs + 2 * KV_BQ * D;                           // 2 x (BQ, D)
     float *lse2s = reinterpret_cast<float *>(dOs + 2 * KV_BQ * D);     // 2 x BQ (log2 domain)
     float *Dss = lse2s + 2 * KV_BQ;                                    // 2 x BQ
+    // DQA only: dS^T (BKV keys, BQ queries), rows swizzled as attn_swz<BQ>
+    __nv_bfloat16 *dSs = reinterpret_cast<__nv_bfloat16 *>(Dss + 2 * KV_BQ);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
@@ -112,7 +138,7 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
         for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.f;
 
     const int wrow0 = warp * 16;
-    const uint32_t ks_base = gdnk::smem_u32(Ks), vs_base = gdnk::smem_u32(Vs);
+    const uint32_t ks_base = gdnk::smem_u32(Ks), vs_base = gdnk::smem_u32(Vs), ds_base = gdnk::smem_u32(dSs);
 
     for (int m = m_lo, it = 0; m <= m_hi; m++, it++) {
         attn_cp_async_wait_all();
@@ -182,6 +208,15 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
             as[1] = gdnk::pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
             as[2] = gdnk::pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
             as[3] = gdnk::pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+            if constexpr (DQA) {
+                // as[] = dS^T (key wrow0 + g (+8), query kk*16 + 2t (+8) .. +1): store as-is.
+                // Previous readers of dSs passed this iteration's top barrier.
+                const int kr = wrow0 + g, qc = kk * 16 + 2 * t4;
+                *reinterpret_cast<uint32_t *>(dSs + attn_swz<KV_BQ>(kr, qc)) = as[0];
+                *reinterpret_cast<uint32_t *>(dSs + attn_swz<KV_BQ>(kr + 8, qc)) = as[1];
+                *reinterpret_cast<uint32_t *>(dSs + attn_swz<KV_BQ>(kr, qc + 8)) = as[2];
+                *reinterpret_cast<uint32_t *>(dSs + attn_swz<KV_BQ>(kr + 8, qc + 8)) = as[3];
+            }
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 const int br = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, bc = dp * 16 + (lane >> 4) * 8;
@@ -194,9 +229,48 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
                 attn_mma(dk[2 * dp + 1], as, bq[2], bq[3]);
             }
         }
+
+        if constexpr (DQA) {
+            // dQ_tile (BQ x D) = dS (BQ x BKV) K (BKV x D); warp: rows mr0.., columns nc0..+D/2
+            __syncthreads();  // every warp's dS^T in dSs
+            const int mr0 = (warp & 3) * 16, nc0 = (warp >> 2) * (D / 2);
+            float acc[D / 16][4];
+#pragma unroll
+            for (int nt = 0; nt < D / 16; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[nt][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KV_BK / 16; kk++) {
+                // A (queries mr0..+15, keys kk*16..+15) from [key][query] storage: matrices
+                // (q 0-7, k 0-7), (q 8-15, k 0-7), (q 0-7, k 8-15), (q 8-15, k 8-15)
+                uint32_t a[4];
+                gdnk::ldsm4t(a, ds_base + 2 * attn_swz<KV_BQ>(kk * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                                mr0 + ((lane >> 3) & 1) * 8));
+#pragma unroll
+                for (int dp = 0; dp < D / 32; dp++) {
+                    uint32_t bk[4];
+                    gdnk::ldsm4t(bk, ks_base + 2 * attn_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                                nc0 + dp * 16 + (lane >> 4) * 8));
+                    attn_mma(acc[2 * dp], a, bk[0], bk[1]);
+                    attn_mma(acc[2 * dp + 1], a, bk[2], bk[3]);
+                }
+            }
+            // acc[nt]: rows mr0 + g (+8), columns nc0 + nt*8 + 2t, +1; rows >= T skipped (their
+            // dS is 0, and the accumulator has only T rows per batch)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int i = q0 + mr0 + g + 8 * r;
+                if (i < T) {
+                    float *dst = p.dqacc + (((size_t)b * T + i) * H + h) * D + nc0 + 2 * t4;
+#pragma unroll
+                    for (int nt = 0; nt < D / 16; nt++) attn_red_add2(dst + nt * 8, acc[nt][2 * r], acc[nt][2 * r + 1]);
+                }
+            }
+        }
     }
 
     // epilogue: stage dK (x scale) in this warp's K rows, dV in its V rows, 16-byte stores
+    if constexpr (DQA) __syncthreads();  // the dQ product of the last tile read every warp's K rows
     __syncwarp();
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -352,6 +426,15 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
     }
 }
 
+// ---- nondeterministic mode: dq = bf16(scale * acc), 4 elements per thread -----------------------
+__global__ void __launch_bounds__(256) attention_bwd_dq_convert_kernel(const float4 *__restrict__ acc,
+                                                                       uint2 *__restrict__ dq, size_t n4, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 a = acc[i];
+        dq[i] = make_uint2(gdnk::pack_bf16(a.x * scale, a.y * scale), gdnk::pack_bf16(a.z * scale, a.w * scale));
+    }
+}
+
 // ---- fp32 passes: one warp per row, 4 warps per block ----------------------------------------
 struct bwd_f32_params {
     int B, T, H, window;
@@ -465,8 +548,9 @@ void attention_bwd_dot_launch(const attn_params *p, float *Dd) {
     CUDA_CHECK_LAUNCH();
 }
 
+// dqacc: NULL = deterministic two passes; else the zeroed fp32 accumulator (nondeterministic)
 template <int D>
-void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd) {
+void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, float *dqacc) {
     bwd_kparams kp;
     kp.B = p->B; kp.T = p->T; kp.H = p->H; kp.window = W;
     kp.scale = p->scale;
@@ -480,10 +564,24 @@ void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd) {
     kp.dq = static_cast<__nv_bfloat16 *>(p->dq);
     kp.dk = static_cast<__nv_bfloat16 *>(p->dk);
     kp.dv = static_cast<__nv_bfloat16 *>(p->dv);
-    constexpr int kv_smem = kv_smem_bytes<D>(), dq_smem = dq_smem_bytes<D>();
-    CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_smem));
+    kp.dqacc = dqacc;
+    const dim3 kv_grid(GDN_CDIV(p->T, KV_BK), p->H, p->B);
+    if (dqacc) {
+        constexpr int kv_smem = kv_smem_bytes<D, true>();
+        CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_smem));
+        attention_bwd_dkdv_kernel<D, true><<<kv_grid, KV_THREADS, kv_smem, p->stream>>>(kp);
+        CUDA_CHECK_LAUNCH();
+        const size_t n4 = (size_t)p->B * p->T * p->H * D / 4;
+        const unsigned blocks = (unsigned)(GDN_CDIV(n4, (size_t)256) < 4096 ? GDN_CDIV(n4, (size_t)256) : 4096);
+        attention_bwd_dq_convert_kernel<<<blocks, 256, 0, p->stream>>>(reinterpret_cast<const float4 *>(dqacc),
+                                                                       static_cast<uint2 *>(p->dq), n4, p->scale);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    constexpr int kv_smem = kv_smem_bytes<D, false>(), dq_smem = dq_smem_bytes<D>();
+    CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dkdv_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_smem));
     CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_smem));
-    attention_bwd_dkdv_kernel<D><<<dim3(GDN_CDIV(p->T, KV_BK), p->H, p->B), KV_THREADS, kv_smem, p->stream>>>(kp);
+    attention_bwd_dkdv_kernel<D, false><<<kv_grid, KV_THREADS, kv_smem, p->stream>>>(kp);
     CUDA_CHECK_LAUNCH();
     attention_bwd_dq_kernel<D><<<dim3(GDN_CDIV(p->T, DQ_BQ), p->H, p->B), DQ_THREADS, dq_smem, p->stream>>>(kp);
     CUDA_CHECK_LAUNCH();
@@ -512,8 +610,18 @@ void attention_bwd_launch_f32(const attn_params *p, int W, const float *Dd) {
 
 }  // namespace
 
+// Workspace: D (B,H,T) fp32 at offset 0, padded to 256 bytes; nondeterministic bf16 also the dq
+// accumulator (B,T,H,D) fp32 after it.
+static bool attn_bwd_uses_dqacc(const attn_params *p) {
+    return p->nondeterministic && p->dtype == ATTN_DTYPE_BF16;
+}
+static size_t attn_ws_dd_bytes(const attn_params *p) {
+    return (((size_t)p->B * p->H * p->T * sizeof(float)) + 255) & ~(size_t)255;
+}
 extern "C" size_t attention_workspace_bytes(const attn_params *p) {
-    return (((size_t)p->B * p->H * p->T * sizeof(float)) + 255) & ~(size_t)255;  // D (B,H,T)
+    size_t bytes = attn_ws_dd_bytes(p);
+    if (attn_bwd_uses_dqacc(p)) bytes += (size_t)p->B * p->T * p->H * p->D * sizeof(float);
+    return bytes;
 }
 
 extern "C" void attention_bwd(const attn_params *p) {
@@ -531,13 +639,21 @@ extern "C" void attention_bwd(const attn_params *p) {
     attn_check_ptr(p->workspace, "workspace", who);
     if (p->H > 65535 || p->B > 65535) gdn_die("%s: B %d / H %d exceed the grid", who, p->B, p->H);
     const int W = p->window < p->T ? p->window : p->T;
+    if (p->nondeterministic != 0 && p->nondeterministic != 1)
+        gdn_die("%s: nondeterministic = %d (must be 0 or 1)\nHINT: zero-initialise attn_params", who,
+                p->nondeterministic);
     float *Dd = static_cast<float *>(p->workspace);  // (B,H,T)
+    float *dqacc = NULL;                             // (B,T,H,D) fp32, nondeterministic bf16 only
+    if (attn_bwd_uses_dqacc(p)) {
+        dqacc = reinterpret_cast<float *>(static_cast<unsigned char *>(p->workspace) + attn_ws_dd_bytes(p));
+        CUDA_CHECK(cudaMemsetAsync(dqacc, 0, (size_t)p->B * p->T * p->H * p->D * sizeof(float), p->stream));
+    }
     const bool bf16 = p->dtype == ATTN_DTYPE_BF16;
     if (bf16) attention_bwd_dot_launch<__nv_bfloat16>(p, Dd);
     else attention_bwd_dot_launch<float>(p, Dd);
     switch (p->D) {
-    case 64: bf16 ? attention_bwd_launch_bf16<64>(p, W, Dd) : attention_bwd_launch_f32<64>(p, W, Dd); break;
-    case 128: bf16 ? attention_bwd_launch_bf16<128>(p, W, Dd) : attention_bwd_launch_f32<128>(p, W, Dd); break;
+    case 64: bf16 ? attention_bwd_launch_bf16<64>(p, W, Dd, dqacc) : attention_bwd_launch_f32<64>(p, W, Dd); break;
+    case 128: bf16 ? attention_bwd_launch_bf16<128>(p, W, Dd, dqacc) : attention_bwd_launch_f32<128>(p, W, Dd); break;
     default: gdn_die("%s: head dim %d not supported", who, p->D);
     }
 }

@@ -125,6 +125,88 @@ __device__ __forceinline__ float quad_sum(float x) {  // sum over the 4 lanes of
     x += __shfl_xor_sync(0xffffffffu, x, 2);
     return x;
 }
+// wait until at most N of this thread's cp.async groups are still in flight
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// KHg pair from its hi + lo bf16 pairs (as kp_pair<2>, split into load and sum)
+__device__ __forceinline__ float2 kp_sum2(uint32_t hi, uint32_t lo) {
+    const __nv_bfloat162 h = *(const __nv_bfloat162 *)&hi, l = *(const __nv_bfloat162 *)&lo;
+    float2 x = make_float2(__low2float(h), __high2float(h));
+    x.x += __low2float(l);
+    x.y += __high2float(l);
+    return x;
+}
+// N 32-bit words from global memory, 16 bytes at a time when N % 4 == 0, else 8 (src aligned so)
+template <int N>
+__device__ __forceinline__ void ld_words(uint32_t (&d)[N], const void *src) {
+    static_assert(N % 2 == 0, "ld_words: whole 8-byte pieces");
+#pragma unroll
+    for (int k = 0; k < N; k += N % 4 == 0 ? 4 : 2) {
+        if constexpr (N % 4 == 0) {
+            const uint4 v = *((const uint4 *)src + k / 4);
+            d[k] = v.x;
+            d[k + 1] = v.y;
+            d[k + 2] = v.z;
+            d[k + 3] = v.w;
+        } else {
+            const uint2 v = *((const uint2 *)src + k / 2);
+            d[k] = v.x;
+            d[k + 1] = v.y;
+        }
+    }
+}
+// EPT/2 fp32 pairs (x0, x1 from x[2k], x[2k + 1]) -> NP bf16 planes at sm + off (plane
+// distance pl), the arithmetic of st_pair<NP>, stored 8 or 16 bytes at a time (off aligned so)
+template <int NP, int EPT>
+__device__ __forceinline__ void st_run(unsigned char *sm, int off, int pl, const float (&x)[EPT]) {
+    static_assert(EPT % 4 == 0, "st_run: whole 8-byte pieces");
+    uint32_t hi[EPT / 2], lo[EPT / 2];
+#pragma unroll
+    for (int k = 0; k < EPT / 2; ++k) {
+        if constexpr (NP == 2) split2(x[2 * k], x[2 * k + 1], hi[k], lo[k]);
+        else hi[k] = pack_bf16(x[2 * k], x[2 * k + 1]);
+    }
+#pragma unroll
+    for (int k = 0; k < EPT / 2; k += EPT % 8 == 0 ? 4 : 2) {
+        if constexpr (EPT % 8 == 0) {
+            *(uint4 *)(sm + off + k * 4) = make_uint4(hi[k], hi[k + 1], hi[k + 2], hi[k + 3]);
+            if constexpr (NP == 2)
+                *(uint4 *)(sm + off + pl + k * 4) =
+                    make_uint4(lo[k], lo[k + 1], lo[k + 2], lo[k + 3]);
+        } else {
+            *(uint2 *)(sm + off + k * 4) = make_uint2(hi[k], hi[k + 1]);
+            if constexpr (NP == 2) *(uint2 *)(sm + off + pl + k * 4) = make_uint2(lo[k], lo[k + 1]);
+        }
+    }
+}
+// ROWS x COLS fp32 block -> NP bf16 planes, the arithmetic of cvt_rows_f32<NP> with all of the
+// thread's loads issued (load) before the first conversion (store): one round trip. Each thread
+// takes EPT consecutive elements of one row (row, col0). Rows >= nvalid are zero.
+template <int ROWS, int COLS, int NTHR>
+struct f32_rows {
+    static constexpr int EPT = ROWS * COLS / NTHR, TPR = COLS / EPT;  // threads per row
+    static_assert(EPT % 4 == 0 && COLS % EPT == 0 && EPT * NTHR == ROWS * COLS, "f32_rows");
+    float x[EPT];
+    __device__ __forceinline__ void load(const float *src, size_t rs, int nvalid, int tid) {
+        const int r = tid / TPR, c = (tid % TPR) * EPT;
+#pragma unroll
+        for (int k = 0; k < EPT; k += 4) {
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r < nvalid) v = *(const float4 *)(src + r * rs + c + k);
+            x[k] = v.x;
+            x[k + 1] = v.y;
+            x[k + 2] = v.z;
+            x[k + 3] = v.w;
+        }
+    }
+    template <int NP>
+    __device__ __forceinline__ void store(unsigned char *sm, int dst, int pb, int pl, int tid) {
+        const int r = tid / TPR, c = (tid % TPR) * EPT;
+        st_run<NP, EPT>(sm, dst + r * pb + c * 2, pl, x);
+    }
+};
 
 // =============================================================================================
 // prep: per chunk, 4 warps; warp w owns rows [16w, 16w + 16) of every C-row result.
@@ -529,6 +611,9 @@ struct final_layout {
     static constexpr int END2 = ZB + 2 * CC_PL;
     static constexpr int BYTES = cmax(END1, END2);
     static_assert(BYTES <= SMEM_MAX, "final shared memory");
+    // the raw fp32 H, dH' blocks (cp.async) land in their own planes' space before conversion
+    static_assert(DKH * VB * 4 <= 2 * HB_PL && HB % 16 == 0 && DHB % 16 == 0,
+                  "final: raw H, dH' blocks");
 };
 
 template <int DK, int NP>
@@ -536,6 +621,8 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     using L = final_layout<DK, NP>;
     constexpr int VB = L::VB, DKH = L::DKH, NKH = DK / DKH;
     constexpr int VSPLIT = VB >= 32 ? 2 : 1, NTV = VB / 8 / VSPLIT, NQ = DKH / 16;
+    constexpr int NHR = DKH * VB / 4 / 256;  // float4s of a thread in an H block
+    static_assert(NHR * 4 * 256 == DKH * VB && C * VB % (4 * 256) == 0, "final: block split");
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_bwd_params &p = a.p;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -605,39 +692,86 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
 
         for (int v0 = 0; v0 < DV; v0 += VB) {
             __syncthreads();  // the previous block's buffers are free
-            if (delta) {  // Y = V - KHg in fp32, kept as hi + lo planes (for Δ = T Y and dT)
+            // Loads first, in flight together: the epilogue's KHg (registers), dO and with delta
+            // off V (cp.async when bf16, group 1), the raw fp32 H and dH' blocks (cp.async into
+            // their plane buffers, group 2, converted in place before the H products), then Y's
+            // V and KHg and dΔ (and fp32 dO, V) into registers before any conversion.
+            const bool kepi = delta && kh == 0 && ch < VSPLIT;  // this warp runs the dV epilogue
+            uint32_t kq[NTV][2][2];  // KHg hi, lo pairs at the dV fragment of this thread
+            if (kepi) {
                 const bf16 *Kg = a.Kp + cix * 2 * C * DV + v0;
-                for (int e = tid; e < C * VB / 2; e += 256) {
-                    const int i = e / (VB / 2), j = (e % (VB / 2)) * 2;
-                    const float2 kh = kp_pair<2>(Kg, (size_t)C * DV, (size_t)i * DV + j);
-                    float2 vv = make_float2(0.f, 0.f);
-                    if (i < nvalid) vv = ld_in2<NP>(vg, (size_t)i * rsv + v0 + j);
-                    st_pair<2>(sm, L::Y + i * L::PBV + j * 2, L::V_PL, vv.x - kh.x, vv.y - kh.y);
-                }
-            } else {
-                load_in_rows<NP>(sm, L::DL, L::PBV, L::V_PL, vg + v0 * esz, rsv, C, VB, nvalid,
-                                 tid, 256);  // Δ = V
+#pragma unroll
+                for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+                    for (int hr = 0; hr < 2; ++hr) {
+                        const int i = m0 + g4 + hr * 8, j = ch * (VB / VSPLIT) + nt * 8 + 2 * t4;
+                        kq[nt][hr][0] = *(const uint32_t *)(Kg + (size_t)i * DV + j);
+                        kq[nt][hr][1] =
+                            *(const uint32_t *)(Kg + (size_t)C * DV + (size_t)i * DV + j);
+                    }
             }
-            load_in_rows<NP>(sm, L::DO, L::PBV, L::V_PL, dog + v0 * esz, rsv, C, VB, nvalid, tid,
+            if constexpr (NP == 1) {
+                if (!delta)
+                    cp_rows_bf16(sb + L::DL, L::PBV, (const bf16 *)vg + v0, rsv, C, VB, nvalid, tid,
+                                 256);  // Δ = V
+                cp_rows_bf16(sb + L::DO, L::PBV, (const bf16 *)dog + v0, rsv, C, VB, nvalid, tid,
                              256);
-            cvt_rows_f32<2>(sm, L::DD, L::PBV, L::V_PL, dDg + v0, DV, C, VB, C, tid, 256);
-            {  // H and dH' rows [c0, c0 + DKH), cols [v0, v0 + VB); <H, dH'>
-                const float *Hg = a.Hs + cix * DK * DV + (size_t)c0 * DV + v0;
-                const float *dHg = a.dHs + cix * DK * DV + (size_t)c0 * DV + v0;
-                for (int i = tid; i < DKH * (VB / 4); i += 256) {
-                    const int r = i / (VB / 4), c = (i % (VB / 4)) * 4;
-                    const float4 hv = *(const float4 *)(Hg + (size_t)r * DV + c);
-                    const float4 dv = *(const float4 *)(dHg + (size_t)r * DV + c);
-                    hdh += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
-                    const int off = r * L::PBV + c * 2;
-                    st_pair<2>(sm, L::HB + off, L::HB_PL, hv.x, hv.y);
-                    st_pair<2>(sm, L::HB + off + 4, L::HB_PL, hv.z, hv.w);
-                    st_pair<2>(sm, L::DHB + off, L::HB_PL, dv.x, dv.y);
-                    st_pair<2>(sm, L::DHB + off + 4, L::HB_PL, dv.z, dv.w);
-                }
             }
-            cp_async_commit();
-            cp_async_wait_all();
+            cp_async_commit();  // group 1: dO (and V)
+            const float *Hg = a.Hs + cix * DK * DV + (size_t)c0 * DV + v0;
+            const float *dHg = a.dHs + cix * DK * DV + (size_t)c0 * DV + v0;
+#pragma unroll 1
+            for (int it = 0; it < NHR; ++it) {  // raw rows of VB floats; read back by this thread
+                const int i = tid + it * 256, r = i / (VB / 4), c = (i % (VB / 4)) * 4;
+                cp_async16(sb + L::HB + i * 16, Hg + (size_t)r * DV + c, 16);
+                cp_async16(sb + L::DHB + i * 16, dHg + (size_t)r * DV + c, 16);
+            }
+            cp_async_commit();  // group 2: raw H, dH'
+            {
+                f32_rows<C, VB, 256> dd, vo, vd;  // dΔ; fp32 dO and V (delta off)
+                // Y: this thread's EPT consecutive elements of row yi from col yc: KHg hi, lo
+                // and V words (bf16 pairs when NP == 1, fp32 when NP == 2)
+                constexpr int EPT = C * VB / 256;
+                const int yi = tid / (VB / EPT), yc = (tid % (VB / EPT)) * EPT;
+                uint32_t yh[EPT / 2], yl[EPT / 2], yv[EPT * NP / 2];
+                if (delta) {  // Y = V - KHg in fp32, kept as hi + lo planes (for Δ = T Y and dT)
+                    const bf16 *Kg = a.Kp + cix * 2 * C * DV + (size_t)yi * DV + v0 + yc;
+                    ld_words(yh, Kg);
+                    ld_words(yl, Kg + (size_t)C * DV);
+#pragma unroll
+                    for (int k = 0; k < EPT * NP / 2; ++k) yv[k] = 0u;
+                    if (yi < nvalid) ld_words(yv, vg + ((size_t)yi * rsv + v0 + yc) * esz);
+                }
+                if constexpr (NP == 2) {
+                    if (!delta) vd.load((const float *)vg + v0, rsv, nvalid, tid);
+                    vo.load((const float *)dog + v0, rsv, nvalid, tid);
+                }
+                dd.load(dDg + v0, DV, C, tid);
+                if (delta) {
+                    float y[EPT];
+#pragma unroll
+                    for (int k = 0; k < EPT / 2; ++k) {
+                        const float2 kh = kp_sum2(yh[k], yl[k]);
+                        float2 vv;
+                        if constexpr (NP == 1) {
+                            const __nv_bfloat162 v2 = *(const __nv_bfloat162 *)&yv[k];
+                            vv = make_float2(__low2float(v2), __high2float(v2));
+                        } else {
+                            vv = make_float2(__uint_as_float(yv[2 * k]),
+                                             __uint_as_float(yv[2 * k + 1]));
+                        }
+                        y[2 * k] = vv.x - kh.x;
+                        y[2 * k + 1] = vv.y - kh.y;
+                    }
+                    st_run<2, EPT>(sm, L::Y + yi * L::PBV + yc * 2, L::V_PL, y);
+                }
+                if constexpr (NP == 2) {
+                    if (!delta) vd.template store<2>(sm, L::DL, L::PBV, L::V_PL, tid);
+                    vo.template store<2>(sm, L::DO, L::PBV, L::V_PL, tid);
+                }
+                dd.template store<2>(sm, L::DD, L::PBV, L::V_PL, tid);
+            }
+            cp_async_wait_group<1>();  // dO (and V); H, dH' may still be in flight
             __syncthreads();
 
             if (delta) {
@@ -664,9 +798,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                             st_pair<NP>(sm, L::DVG + i * L::PBV + j * 2, L::V_PL, -gam[i] * x0,
                                         -gam[i] * x1);
                             if (kh == 0) {
-                                const float2 khg =
-                                    kp_pair<2>(a.Kp + cix * 2 * C * DV, (size_t)C * DV,
-                                               (size_t)i * DV + v0 + j);
+                                const float2 khg = kp_sum2(kq[nt][hr][0], kq[nt][hr][1]);
                                 if (i < nvalid) st_out2<NP>(dvg, (size_t)i * rsv + v0 + j, x0, x1);
                                 ps[hr] -= khg.x * x0 + khg.y * x1;
                             }
@@ -692,7 +824,29 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     }
                 }
             }
-            __syncthreads();
+            // H and dH' rows [c0, c0 + DKH), cols [v0, v0 + VB): the raw fp32 this thread copied
+            // (so its own wait suffices), then, once every thread has read its part, hi + lo
+            // planes over the same bytes; <H, dH'>
+            cp_async_wait_group<0>();
+            float4 hv[NHR], dv[NHR];
+#pragma unroll
+            for (int it = 0; it < NHR; ++it) {
+                const int i = tid + it * 256;  // raw offset 16 i = (r VB + c) 4
+                hv[it] = *(const float4 *)(sm + L::HB + i * 16);
+                dv[it] = *(const float4 *)(sm + L::DHB + i * 16);
+            }
+            __syncthreads();  // Δ, Δh, -γdV complete; the raw H, dH' blocks read
+#pragma unroll
+            for (int it = 0; it < NHR; ++it) {
+                const int i = tid + it * 256, r = i / (VB / 4), c = (i % (VB / 4)) * 4;
+                hdh += hv[it].x * dv[it].x + hv[it].y * dv[it].y + hv[it].z * dv[it].z +
+                       hv[it].w * dv[it].w;
+                const int off = r * L::PBV + c * 2;
+                st_pair<2>(sm, L::HB + off, L::HB_PL, hv[it].x, hv[it].y);
+                st_pair<2>(sm, L::HB + off + 4, L::HB_PL, hv[it].z, hv[it].w);
+                st_pair<2>(sm, L::DHB + off, L::HB_PL, dv[it].x, dv[it].y);
+                st_pair<2>(sm, L::DHB + off + 4, L::HB_PL, dv[it].z, dv[it].w);
+            }
 
             if (kh == 0) {
                 if (delta) {
@@ -702,6 +856,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     wmm<NP, false, false, 4>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);    // dO V^T
                 }
             }
+            __syncthreads();  // the H, dH' planes complete
             wmm<NP, false, false, NQ, 2>(aQ, sDO, sHB, m0, q0, 0, VB, lane);    // dO H^T
             wmm<2, false, false, NQ>(aK, sDH, sDHB, m0, q0, 0, VB, lane);        // Δh dH'^T
             if (delta)
@@ -722,13 +877,21 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     st_pair<2>(sm, L::DT + i * L::PBC + j * 2, L::CC_PL, j <= i ? x0 : 0.f,
                                j + 1 <= i ? x1 : 0.f);
                 });
+            // PA (Gam ⊙ QK^T) for dP ⊙ QK ⊙ Gam just below, all issued before the first use
+            float pa1[C * C / 256];
+#pragma unroll
+            for (int it = 0; it < C * C / 256; ++it) {
+                const int e = tid + it * 256, i = e / C, j = e % C;
+                pa1[it] = j < i ? PAg[i * C + j] : 0.f;
+            }
             __syncthreads();
-            for (int e = tid; e < C * C; e += 256) {
-                const int i = e / C, j = e % C;
+#pragma unroll
+            for (int it = 0; it < C * C / 256; ++it) {
+                const int e = tid + it * 256, i = e / C, j = e % C;
                 const float d = F1[i * L::PF + j];
                 st_one<NP>(sm, L::DQK + i * L::PBC + j * 2, L::CC_PL,
                            j <= i ? d * gam_ij(Gh, Gl, i, j) : 0.f);
-                F1[i * L::PF + j] = j < i ? d * PAg[i * C + j] : 0.f;  // dP ⊙ QK ⊙ Gam
+                F1[i * L::PF + j] = j < i ? d * pa1[it] : 0.f;  // dP ⊙ QK ⊙ Gam
             }
             if (delta && tid < C) {  // (Linv^T dT)_ii
                 float s = 0.f;
@@ -749,6 +912,16 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 }
                 __syncthreads();  // Z complete
                 {
+                    float pa2[4][2][2];  // (Gam ⊙ KK^T)_ji at this fragment, 0 unless jj < i
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                        for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int i = m0 + g4 + hr * 8, jj = ch * 32 + nt * 8 + 2 * t4 + e;
+                                pa2[nt][hr][e] = jj < i ? PAg[jj * C + i] : 0.f;
+                            }
                     float acc[4][4] = {};
                     wmm<2, true, true, 4>(acc, sLv, sZ, m0, ch * 32, m0, C, lane);  // Linv^T Z
                     float pb[2] = {0.f, 0.f};
@@ -762,7 +935,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                             for (int e = 0; e < 2; ++e) {
                                 const int jj = j + e;
                                 const float dA = jj < i ? -acc[nt][2 * hr + e] : 0.f;
-                                const float ak = jj < i ? PAg[jj * C + i] : 0.f;
+                                const float ak = pa2[nt][hr][e];  // 0 unless jj < i
                                 F1[i * L::PF + jj] += bsm[i] * dA * ak;
                                 pb[hr] += dA * ak;
                                 xv[e] = jj < i ? bsm[i] * dA * gam_ij(Gh, Gl, i, jj) : 0.f;

@@ -79,6 +79,8 @@ static const cfg_key cfg_keys[] = {
     {"swa", "head_dim", CFG_INT, F(swa_head_dim), 2, INF, CFG_EVEN, "32", NULL, "even (RoPE pairs)"},
     {"swa", "window", CFG_INT, F(swa_window), 1, INF, 0, "64", NULL, ">= seq_len: full attention"},
     {"swa", "rope_base", CFG_DOUBLE, F(swa_rope_base), 0, INF, CFG_MIN_OPEN, "10000", NULL, "RoPE base"},
+    {"swa", "deterministic", CFG_BOOL, F(swa_deterministic), 0, 0, 0, "true", NULL,
+     "false: GPU bf16 attention backward in one pass, dq summed by atomics (faster; runs not bitwise repeatable)"},
     {"data", "path", CFG_STRING, F(data_path), 0, 0, 0, "data/tinyshakespeare.h5", NULL, "HDF5 token file"},
     {"data", "seq_len", CFG_INT, F(seq_len), 1, INF, 0, "128", NULL, "tokens per sequence"},
     {"train", "device", CFG_ENUM, F(device), 0, 0, 0, "auto", "auto|cpu|cuda", "where to run"},

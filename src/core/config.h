@@ -43,6 +43,7 @@ typedef struct {
     int swa_head_dim;        // >= 2, even                                     default 32
     int swa_window;          // >= 1 (>= seq_len: full attention)              default 64
     double swa_rope_base;    // > 0                                            default 10000
+    bool swa_deterministic;  // false: GPU bf16 backward sums dq by atomics     default true
     // [data]
     char data_path[CFG_STR]; // HDF5 token file (DESIGN 5)                     default "data/tinyshakespeare.h5"
     int seq_len;             // >= 1                                           default 128

@@ -11,8 +11,10 @@
 // q, k, v, o, dO, dq, dk, dv are (B,T,H,D) token-major, element (b,t,h,e) at
 // ((b*T + t)*H + h)*D + e; lse is (B,H,T) fp32. RoPE is applied to q and k before the call.
 // dtype: bf16 (tensor cores) or fp32 (plain fp32 FMA path, slower, for checks and fp32 runs).
-// The backward is deterministic (no atomics): dk/dv by one CTA per key block looping over the
-// query blocks that see it, dq by a second pass over key blocks. All gradients are "=".
+// The backward is deterministic by default (no atomics): dk/dv by one CTA per key block looping
+// over the query blocks that see it, dq by a second pass over key blocks. Opt-in
+// (nondeterministic = 1, bf16 only): one pass, dq accumulated with fp32 atomics (fewer matrix
+// products, dq not bitwise reproducible). All gradients are "=".
 #pragma once
 #include <stddef.h>
 #include <cuda_runtime.h>
@@ -34,11 +36,20 @@ typedef struct {
                              // backward to recompute p = exp(s - lse) without a max/sum pass
     const void *dO;          // (B,T,H,D)  backward only
     void *dq, *dk, *dv;      // (B,T,H,D)  backward only, overwritten (=)
+    int nondeterministic;    // backward only. 0 (default; zero-initialised params get it): two
+                             // passes, dq, dk, dv bitwise reproducible run to run. 1, bf16: one
+                             // pass, the dK/dV pass also adds dS K into an fp32 dq accumulator
+                             // in the workspace with atomics (flash-attention 2: 5 matrix products
+                             // per tile instead of 7); the order of the additions varies, so dq
+                             // is not bitwise reproducible (dk, dv still are). 1, fp32: ignored
+                             // (the fp32 path has only the deterministic passes).
     void *workspace;         // attention_workspace_bytes(p) bytes, backward only
     cudaStream_t stream;
 } attn_params;
 
-// Bytes of device workspace the backward needs: D_i = dO_i . o_i, fp32 (B,H,T).
+// Bytes of device workspace the backward needs: D_i = dO_i . o_i, fp32 (B,H,T); with
+// nondeterministic = 1 and bf16 also the dq accumulator, fp32 (B,T,H,D). Reads B, T, H, D,
+// dtype, nondeterministic.
 size_t attention_workspace_bytes(const attn_params *p);
 // Public entries: check shapes, dtype, pointers and alignment (16 bytes), then launch.
 void attention_fwd(const attn_params *p);  // reads q, k, v; writes o, lse
@@ -87,6 +98,9 @@ __device__ __forceinline__ int attn_swz(int row, int col) {
 
 __device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void attn_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// wait until at most N of this thread's committed cp.async groups (the newest) are pending
+template <int N>
+__device__ __forceinline__ void attn_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col).
 // Fragments (g = lane/4, t = lane%4): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..),

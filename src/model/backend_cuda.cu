@@ -58,6 +58,7 @@ struct cuda_be_state {
     std::vector<int32_t> h_order, h_starts, h_ids;
     std::vector<float> h_losses;
     std::vector<unsigned char> staging;                       // download / upload conversion
+    bool attn_deterministic = true;                           // swa.deterministic
 };
 cuda_be_state ST;
 
@@ -372,6 +373,7 @@ struct ops {
         p.dq = dq;
         p.dk = dk;
         p.dv = dv;
+        p.nondeterministic = ST.attn_deterministic ? 0 : 1;  // before sizing the workspace
         p.workspace = workspace(attention_workspace_bytes(&p));
         ::attention_bwd(&p);
     }
@@ -510,6 +512,8 @@ extern "C" double backend_cuda_peak_flops(bool bf16, char *name, size_t namelen)
     if (strstr(p.name, "A100")) return bf16 ? 312e12 : 19.5e12;
     return 0;
 }
+
+extern "C" void backend_cuda_set_attention_deterministic(bool on) { ST.attn_deterministic = on; }
 
 extern "C" const backend *backend_cuda_get(bool bf16) {
     static backend modes[2];
