@@ -402,7 +402,7 @@ typedef struct { double *g, *beta, *a, *b, *A_log, *dt_bias, *Rg, *Rb; int N, H;
 static double gate_loss(void *p) {
     gate_ctx *c = p;
     size_t n = (size_t)c->N * c->H;
-    gdn_gates_fwd_cpu(c->g, c->beta, c->a, c->b, c->A_log, c->dt_bias, c->N, c->H, c->m);
+    gdn_gates_fwd_cpu(c->g, c->beta, c->a, c->b, c->A_log, c->dt_bias, c->N, c->H, c->H, c->m);
     return dot(c->g, c->Rg, n) + (c->m.delta ? dot(c->beta, c->Rb, n) : 0.0);
 }
 static void test_gdn_gates(void) {
@@ -424,8 +424,8 @@ static void test_gdn_gates(void) {
         fill_const(dA, H, m.gate ? 0.0 : SENTINEL);
         fill_const(ddt, H, m.gate ? 0.0 : SENTINEL);
         // beta, dbeta and db are real buffers even with delta off: "not written" is tested
-        gdn_gates_fwd_cpu(c.g, c.beta, c.a, c.b, c.A_log, c.dt_bias, N, H, m);
-        gdn_gates_bwd_cpu(da, db, dA, ddt, c.Rg, c.Rb, c.a, c.b, c.A_log, c.dt_bias, N, H, m);
+        gdn_gates_fwd_cpu(c.g, c.beta, c.a, c.b, c.A_log, c.dt_bias, N, H, H, m);
+        gdn_gates_bwd_cpu(da, db, dA, ddt, c.Rg, c.Rb, c.a, c.b, c.A_log, c.dt_bias, N, H, H, m);
         char op[64];
         snprintf(op, sizeof op, "gdn_gates gate%d delta%d neg%d", m.gate, m.delta, m.neg_eigval);
         // with the gate off (delta off) the loss does not depend on a, A_log, dt_bias (b):
@@ -436,7 +436,7 @@ static void test_gdn_gates(void) {
         gc_check(op, "b", c.b, NH, m.delta ? db : zero, gate_loss, &c, 0, TOL, &R_);
         if (m.gate) {
             double *dA1 = copy_of(dA, H), *ddt1 = copy_of(ddt, H);
-            gdn_gates_bwd_cpu(da, db, dA, ddt, c.Rg, c.Rb, c.a, c.b, c.A_log, c.dt_bias, N, H, m);
+            gdn_gates_bwd_cpu(da, db, dA, ddt, c.Rg, c.Rb, c.a, c.b, c.A_log, c.dt_bias, N, H, H, m);
             check_doubled(op, "A_log", dA, dA1, H);
             check_doubled(op, "dt_bias", ddt, ddt1, H);
             free(dA1); free(ddt1);
@@ -458,12 +458,51 @@ static void test_gdn_gates(void) {
             const double bb[2] = {0.0, 1.0};
             double beta2[2], g2[2];
             const double aa[2] = {0, 0}, Al[2] = {0, 0}, dtb[2] = {0, 0};
-            gdn_gates_fwd_cpu(g2, beta2, aa, bb, Al, dtb, 1, 2, m);
+            gdn_gates_fwd_cpu(g2, beta2, aa, bb, Al, dtb, 1, 2, 2, m);
             double c2 = m.neg_eigval ? 2.0 : 1.0;
             const double want[2] = {c2 * 0.5, c2 * 0.7310585786300049};
             check_close(m.neg_eigval ? "beta(b = 0, 1) = 2 sigmoid = (1, 1.46212)"
                                      : "beta(b = 0, 1) = sigmoid = (0.5, 0.73106)",
                         beta2, want, 2, 1e-15);
+        }
+        {
+            // a, b (and da, db) as columns of a wider row (ld = 2H + 5, the model's fused
+            // projection): the same numbers as packed, the other columns untouched
+            const int ld = 2 * H + 5;
+            double *wide = dalloc((size_t)N * ld), *dwide = dalloc((size_t)N * ld);
+            double *g2 = dalloc(NH), *beta2 = dalloc(NH), *dA2 = zeros(H), *ddt2 = zeros(H);
+            double *dA0 = zeros(H), *ddt0 = zeros(H);
+            fill_const(wide, (size_t)N * ld, SENTINEL);
+            fill_const(dwide, (size_t)N * ld, SENTINEL);
+            for (int n = 0; n < N; n++)
+                for (int h = 0; h < H; h++) {
+                    wide[n * ld + 1 + h] = c.a[n * H + h];
+                    wide[n * ld + 1 + H + h] = c.b[n * H + h];
+                }
+            gdn_gates_fwd_cpu(g2, beta2, wide + 1, wide + 1 + H, c.A_log, c.dt_bias, N, H, ld, m);
+            gdn_gates_fwd_cpu(c.g, c.beta, c.a, c.b, c.A_log, c.dt_bias, N, H, H, m);
+            gdn_gates_bwd_cpu(m.gate ? dwide + 1 : NULL, m.delta ? dwide + 1 + H : NULL, dA2, ddt2,
+                              c.Rg, c.Rb, wide + 1, wide + 1 + H, c.A_log, c.dt_bias, N, H, ld, m);
+            gdn_gates_bwd_cpu(da, db, dA0, ddt0, c.Rg, c.Rb, c.a, c.b, c.A_log, c.dt_bias, N, H, H, m);
+            bool same = all_equal(g2, NH, 0.0) == all_equal(c.g, NH, 0.0), untouched = true;
+            for (int i = 0; i < NH; i++) {
+                same &= g2[i] == c.g[i] && (!m.delta || beta2[i] == c.beta[i]);
+                int n = i / H, h = i % H;
+                same &= !m.gate || dwide[n * ld + 1 + h] == da[i];
+                same &= !m.delta || dwide[n * ld + 1 + H + h] == db[i];
+            }
+            for (int h = 0; h < H; h++) same &= dA2[h] == dA0[h] && ddt2[h] == ddt0[h];
+            for (int n = 0; n < N; n++)
+                for (int j = 0; j < ld; j++) {
+                    bool mine = (m.gate && j >= 1 && j < 1 + H) || (m.delta && j >= 1 + H && j < 1 + 2 * H);
+                    if (!mine) untouched &= dwide[n * ld + j] == SENTINEL;
+                }
+            char what[160];
+            snprintf(what, sizeof what, "%s: strided a, b, da, db (ld %d) = packed, bitwise", op, ld);
+            check_true(what, same);
+            snprintf(what, sizeof what, "%s: strided da, db write only their columns", op);
+            check_true(what, untouched);
+            free(wide); free(dwide); free(g2); free(beta2); free(dA2); free(ddt2); free(dA0); free(ddt0);
         }
         free(c.g); free(c.beta); free(c.a); free(c.b); free(c.A_log); free(c.dt_bias);
         free(c.Rg); free(c.Rb); free(da); free(db); free(dA); free(ddt);
@@ -475,7 +514,7 @@ static void test_gdn_gates(void) {
 typedef struct { double *y, *rstd, *x, *z, *w, *R; size_t rows; int D; } grms_ctx;
 static double grms_loss(void *p) {
     grms_ctx *c = p;
-    gated_rmsnorm_fwd_cpu(c->y, c->rstd, c->x, c->z, c->w, c->rows, c->D, 1e-6);
+    gated_rmsnorm_fwd_cpu(c->y, c->rstd, c->x, c->z, c->w, c->rows, c->D, 1, c->D, 1e-6);
     return dot(c->y, c->R, c->rows * c->D);
 }
 static void test_gated_rmsnorm(void) {
@@ -486,20 +525,20 @@ static void test_gated_rmsnorm(void) {
                       rnd(D, 0.5), rnd(rows * D, 1), rows, D};
         for (int i = 0; i < D; i++) c.w[i] += 1.0;
         double *rstd = dalloc(rows), *dx = dalloc(rows * D), *dz = dalloc(rows * D), *dw = zeros(D);
-        gated_rmsnorm_fwd_cpu(c.y, rstd, c.x, c.z, c.w, rows, D, 1e-6);
-        gated_rmsnorm_bwd_cpu(dx, gated ? dz : NULL, dw, c.R, c.x, c.z, c.w, rstd, rows, D);
+        gated_rmsnorm_fwd_cpu(c.y, rstd, c.x, c.z, c.w, rows, D, 1, D, 1e-6);
+        gated_rmsnorm_bwd_cpu(dx, gated ? dz : NULL, dw, c.R, c.x, c.z, c.w, rstd, rows, D, 1, D);
         const char *op = gated ? "gated_rmsnorm z" : "gated_rmsnorm z=NULL";
         gc_check(op, "x", c.x, rows * D, dx, grms_loss, &c, 0, TOL, &R_);
         if (gated) gc_check(op, "z", c.z, rows * D, dz, grms_loss, &c, 0, TOL, &R_);
         gc_check(op, "w", c.w, D, dw, grms_loss, &c, 0, TOL, &R_);
         double *once = copy_of(dw, D);
-        gated_rmsnorm_bwd_cpu(dx, gated ? dz : NULL, dw, c.R, c.x, c.z, c.w, rstd, rows, D);
+        gated_rmsnorm_bwd_cpu(dx, gated ? dz : NULL, dw, c.R, c.x, c.z, c.w, rstd, rows, D, 1, D);
         check_doubled(op, "w", dw, once, D);
         free(once);
         if (!gated) {
             // z = NULL is exactly rmsnorm
             double *y2 = dalloc(rows * D), *r2 = dalloc(rows);
-            gated_rmsnorm_fwd_cpu(c.y, rstd, c.x, NULL, c.w, rows, D, 1e-6);
+            gated_rmsnorm_fwd_cpu(c.y, rstd, c.x, NULL, c.w, rows, D, 1, D, 1e-6);
             rmsnorm_fwd_cpu(y2, r2, c.x, c.w, rows, D, 1e-6);
             check_close("gated_rmsnorm z=NULL equals rmsnorm", c.y, y2, rows * D, 0);
             free(y2); free(r2);
@@ -509,8 +548,38 @@ static void test_gated_rmsnorm(void) {
             for (int i = 0; i < D; i++) {
                 xc[i] = 2.0; zc[i] = 1.0; want[i] = c.w[i] * 0.7310585786300049;
             }
-            gated_rmsnorm_fwd_cpu(y, &rs, xc, zc, c.w, 1, D, 0.0);
+            gated_rmsnorm_fwd_cpu(y, &rs, xc, zc, c.w, 1, D, 1, D, 0.0);
             check_close("gated_rmsnorm constant row, z = 1, eps 0 = w silu(1)", y, want, D, 1e-15);
+        }
+        if (gated) {
+            // z (and dz) as zh = 2 heads of a token inside a wider row (zld = 2D + 3): the same
+            // numbers as packed, the other columns untouched
+            const int zh = 2, zld = 2 * D + 3, ntok = rows / zh;
+            double *zw = dalloc((size_t)ntok * zld), *dzw = dalloc((size_t)ntok * zld);
+            double *y2 = dalloc(rows * D), *r2 = dalloc(rows), *dx2 = dalloc(rows * D);
+            double *dw2 = zeros(D), *dw1 = zeros(D);
+            fill_const(zw, (size_t)ntok * zld, SENTINEL);
+            fill_const(dzw, (size_t)ntok * zld, SENTINEL);
+            for (int r = 0; r < rows; r++)
+                for (int i = 0; i < D; i++) zw[(r / zh) * zld + 3 + (r % zh) * D + i] = c.z[r * D + i];
+            gated_rmsnorm_fwd_cpu(y2, r2, c.x, zw + 3, c.w, rows, D, zh, zld, 1e-6);
+            gated_rmsnorm_fwd_cpu(c.y, rstd, c.x, c.z, c.w, rows, D, 1, D, 1e-6);
+            gated_rmsnorm_bwd_cpu(dx2, dzw + 3, dw2, c.R, c.x, zw + 3, c.w, rstd, rows, D, zh, zld);
+            gated_rmsnorm_bwd_cpu(dx, dz, dw1, c.R, c.x, c.z, c.w, rstd, rows, D, 1, D);
+            bool same = true, untouched = true;
+            for (int i = 0; i < rows * D; i++) {
+                int r = i / D, j = i % D;
+                same &= y2[i] == c.y[i] && dx2[i] == dx[i] &&
+                        dzw[(r / zh) * zld + 3 + (r % zh) * D + j] == dz[i];
+            }
+            for (int r = 0; r < rows; r++) same &= r2[r] == rstd[r];
+            for (int i = 0; i < D; i++) same &= dw2[i] == dw1[i];
+            for (int t = 0; t < ntok; t++)
+                for (int j = 0; j < zld; j++)
+                    if (j < 3 || j >= 3 + zh * D) untouched &= dzw[t * zld + j] == SENTINEL;
+            check_true("gated_rmsnorm strided z, dz (2 heads, zld 2D + 3) = packed, bitwise", same);
+            check_true("gated_rmsnorm strided dz writes only its columns", untouched);
+            free(zw); free(dzw); free(y2); free(r2); free(dx2); free(dw2); free(dw1);
         }
         free(c.y); free(c.rstd); free(c.x); free(c.z); free(c.w); free(c.R);
         free(rstd); free(dx); free(dz); free(dw);

@@ -43,11 +43,13 @@ void gdn_gates_bwd_cpu(double *da /*(N,H) = or NULL when gate off*/, double *db 
                        double *dA_log /*(H) +=*/, double *ddt_bias /*(H) +=*/,
                        const double *dg /*or NULL*/, const double *dbeta /*or NULL*/,
                        const double *a, const double *b, const double *A_log,
-                       const double *dt_bias, int N, int H, gdn_mode mode);
+                       const double *dt_bias, int N, int H, size_t ld /*of a, b, da, db*/,
+                       gdn_mode mode);
 
 void gated_rmsnorm_bwd_cpu(double *dx /*=*/, double *dz /*= or NULL*/, double *dw /*(D) +=*/,
                            const double *dy, const double *x, const double *z, const double *w,
-                           const double *rstd, size_t rows, int D);
+                           const double *rstd, size_t rows, int D, int zh,
+                           size_t zld /*z and dz rows as gated_rmsnorm_fwd_cpu*/);
 
 void swiglu_bwd_cpu(double *dgate /*=*/, double *dup /*=*/, const double *dh, const double *gate,
                     const double *up, size_t n);

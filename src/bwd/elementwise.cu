@@ -107,17 +107,18 @@ template <typename T> struct rmsnorm_dw_term {
     }
     __device__ __forceinline__ float *dst(int c) const { return dw + c; }
 };
-// dw[i] += sum_rows dy x rstd silu(z)   (z NULL: silu(z) := 1)
+// dw[i] += sum_rows dy x rstd silu(z)   (z NULL: silu(z) := 1; z's row r at (r / zh) zld + (r % zh) D)
 template <typename T> struct gated_dw_term {
     const T *dy, *x, *z;
     const float *rstd;
     float *dw;
-    int D;
+    int D, zh;
+    size_t zld;
     __device__ __forceinline__ float term(size_t r, int c) const {
         const size_t i = r * D + c;
         const float v = to_f(dy[i]) * to_f(x[i]) * rstd[r];
         if (!z) return v;
-        const float zi = to_f(z[i]);
+        const float zi = to_f(z[(r / zh) * zld + (r % zh) * D + c]);
         return v * (zi * sigmoid_f(zi));
     }
     __device__ __forceinline__ float *dst(int c) const { return dw + c; }
@@ -135,17 +136,19 @@ template <typename T> struct conv_dw_term {
     __device__ __forceinline__ float *dst(int col) const { return dw + (size_t)(col % C) * K + col / C; }
 };
 // columns h < H: dA_log[h] += sum_n dg g;  columns H + h: ddt_bias[h] += sum_n da, with
-// g = -exp(A_log) softplus(u), da = -exp(A_log) softplus'(u) dg, u = a + dt_bias (as the forward)
+// g = -exp(A_log) softplus(u), da = -exp(A_log) softplus'(u) dg, u = a + dt_bias (as the forward);
+// a's row n at n ld, dg packed (N,H)
 template <typename T> struct gates_dparam_term {
     const T *a, *A_log, *dt_bias;
     const float *dg;
     float *dA_log, *ddt_bias;
     int H;
+    size_t ld;
     __device__ __forceinline__ float term(size_t r, int col) const {
         const int h = col % H;
         const size_t i = r * H + h;
         if (!dg) return 0.f;
-        const float u = to_f(a[i]) + to_f(dt_bias[h]), up = dg[i], e = expf(to_f(A_log[h]));
+        const float u = to_f(a[r * ld + h]) + to_f(dt_bias[h]), up = dg[i], e = expf(to_f(A_log[h]));
         if (col < H) return up * (-e * (u > 20.f ? u : log1pf(expf(u))));
         return -e * (u > 20.f ? 1.f : sigmoid_f(u)) * up;
     }
@@ -207,6 +210,9 @@ template <typename T> struct norm_bwd_params {
     size_t rows;
     int d, rpw;               // rpw: rows per warp of the fused kernels (norm_rows_per_warp)
     bool acc;                 // rmsnorm only
+    int zh;                   // gated: z's and dz's row r at (r / zh) zld + (r % zh) d
+    size_t zld;               //        (zh = 1, zld = d: packed)
+    __device__ __forceinline__ size_t zrow(size_t r) const { return (r / zh) * zld + (r % zh) * d; }
 };
 
 // One warp per row: the unaligned and too-wide cases, dw by colsum_launch afterwards.
@@ -248,7 +254,7 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const no
     const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
     const int lane = threadIdx.x & 31, D = p.d;
     if (row >= p.rows) return;
-    const size_t o = row * D;
+    const size_t o = row * D, oz = p.z ? p.zrow(row) : 0;
     const T *x = p.x, *dy = p.dy, *z = p.z, *w = p.w;
     float ux = 0.f;
     for (int k = lane; k < D / W; k += 32) {
@@ -257,7 +263,7 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const no
         load_pack<T, W>(dy + o + k * W, g);
         load_pack<T, W>(w + k * W, wv);
         if (z) {
-            load_pack<T, W>(z + o + k * W, zv);
+            load_pack<T, W>(z + oz + k * W, zv);
 #pragma unroll
             for (int j = 0; j < W; j++) ux += g[j] * wv[j] * (zv[j] * sigmoid_f(zv[j])) * a[j];
         } else {
@@ -273,7 +279,7 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const no
         load_pack<T, W>(dy + o + k * W, g);
         load_pack<T, W>(w + k * W, wv);
         if (z) {
-            load_pack<T, W>(z + o + k * W, zv);
+            load_pack<T, W>(z + oz + k * W, zv);
             float dzv[W];
 #pragma unroll
             for (int j = 0; j < W; j++) {
@@ -281,7 +287,7 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const no
                 q[j] = zv[j] * s;
                 dzv[j] = g[j] * a[j] * rs * wv[j] * s * (1.f + zv[j] * (1.f - s));
             }
-            if (p.dz) store_pack<T, W>(p.dz + o + k * W, dzv);
+            if (p.dz) store_pack<T, W>(p.dz + oz + k * W, dzv);
         } else {
 #pragma unroll
             for (int j = 0; j < W; j++) q[j] = 1.f;
@@ -401,7 +407,7 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
     const T *z = p.z;
     norm_acc_zero<W, NP>(acc, lane, nk);
     for (size_t row = r0; row < r1; row++) {
-        const size_t o = row * D;
+        const size_t o = row * D, oz = z ? p.zrow(row) : 0;
         const float rs = p.rstd[row];
         float ux = 0.f, sg[NP][W];  // sg: sigmoid(z) of the lane's columns, for the second loop
 #pragma unroll
@@ -413,7 +419,7 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
                 load_pack<T, W>(p.dy + e, g);
                 load_pack<T, W>(p.w + (lane + 32 * i) * W, wv);
                 if (z) {
-                    load_pack<T, W>(z + e, zv);
+                    load_pack<T, W>(z + oz + (size_t)(lane + 32 * i) * W, zv);
 #pragma unroll
                     for (int j = 0; j < W; j++) {
                         sg[i][j] = sigmoid_f(zv[j]);
@@ -435,7 +441,8 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
                 load_pack<T, W>(p.dy + e, g);
                 load_pack<T, W>(p.w + (lane + 32 * i) * W, wv);
                 if (z) {
-                    load_pack<T, W>(z + e, zv);
+                    const size_t ez = oz + (size_t)(lane + 32 * i) * W;
+                    load_pack<T, W>(z + ez, zv);
                     float dzv[W];
 #pragma unroll
                     for (int j = 0; j < W; j++) {
@@ -443,7 +450,7 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
                         q[j] = zv[j] * s;
                         dzv[j] = g[j] * a[j] * rs * wv[j] * s * (1.f + zv[j] * (1.f - s));
                     }
-                    if (p.dz) store_pack<T, W>(p.dz + e, dzv);
+                    if (p.dz) store_pack<T, W>(p.dz + ez, dzv);
                 } else {
 #pragma unroll
                     for (int j = 0; j < W; j++) q[j] = 1.f;
@@ -477,22 +484,24 @@ __global__ void __launch_bounds__(EW_THREADS)
 }
 
 // ---- GDN gates, elementwise part: da = -exp(A_log) softplus'(u) dg, db = dbeta c s (1 - s) -------
+// a, b, da, db: token n's row at n ld; dg, dbeta packed (N,H)
 template <typename T>
 __global__ void __launch_bounds__(EW_THREADS)
     gdn_gates_bwd_kernel(T *da, T *db, const float *dg, const float *dbeta, const T *a, const T *b, const T *A_log,
-                         const T *dt_bias, size_t total, int H, gdn_mode mode) {
+                         const T *dt_bias, size_t total, int H, size_t ld, gdn_mode mode) {
     const float cc = mode.neg_eigval ? 2.f : 1.f;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const int h = (int)(i % H);
+        const size_t j = (i / H) * ld + h;
         if (mode.gate && da) {
-            const float u = to_f(a[i]) + to_f(dt_bias[h]), up = dg ? dg[i] : 0.f;
+            const float u = to_f(a[j]) + to_f(dt_bias[h]), up = dg ? dg[i] : 0.f;
             const float e = expf(to_f(A_log[h]));
-            da[i] = from_f<T>(-e * (u > 20.f ? 1.f : sigmoid_f(u)) * up);
+            da[j] = from_f<T>(-e * (u > 20.f ? 1.f : sigmoid_f(u)) * up);
         }
         if (mode.delta && db) {
-            const float s = sigmoid_f(to_f(b[i]));
-            db[i] = from_f<T>((dbeta ? dbeta[i] : 0.f) * cc * s * (1.f - s));
+            const float s = sigmoid_f(to_f(b[j]));
+            db[j] = from_f<T>((dbeta ? dbeta[i] : 0.f) * cc * s * (1.f - s));
         }
     }
 }
@@ -600,8 +609,8 @@ void l2norm_bwd_launch(T *dx, const T *dy, const T *x, const float *rnorm, size_
 
 template <typename T> void gated_rmsnorm_bwd_launch(const norm_bwd_params<T> &p, float *dw, cudaStream_t s) {
     constexpr int W = vec_width<T>();
-    const bool vec = p.d % W == 0 && aligned16(p.dx) && aligned16(p.dz) && aligned16(p.dy) && aligned16(p.x) &&
-                     aligned16(p.z) && aligned16(p.w);
+    const bool vec = p.d % W == 0 && (!p.z || p.zld % W == 0) && aligned16(p.dx) && aligned16(p.dz) && aligned16(p.dy) &&
+                     aligned16(p.x) && aligned16(p.z) && aligned16(p.w);
     switch (vec ? norm_packs_per_lane(p.d / W, NORM_NP_GATED) : 0) {
     case 1: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 1>, p, dw, s); return;
     case 2: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 2>, p, dw, s); return;
@@ -613,7 +622,7 @@ template <typename T> void gated_rmsnorm_bwd_launch(const norm_bwd_params<T> &p,
     else
         gated_rmsnorm_bwd_kernel<T, 1><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
     CUDA_CHECK_LAUNCH();
-    colsum_launch(gated_dw_term<T>{p.dy, p.x, p.z, p.rstd, dw, p.d}, p.rows, p.d, s);
+    colsum_launch(gated_dw_term<T>{p.dy, p.x, p.z, p.rstd, dw, p.d, p.zh, p.zld}, p.rows, p.d, s);
 }
 
 // ---- conv1d backward, tiled (the model's path; conditions as the forward's tiled kernel) --------
@@ -706,15 +715,16 @@ void conv1d_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w, in
 
 template <typename T>
 void gdn_gates_bwd_launch(T *da, T *db, float *dA_log, float *ddt_bias, const float *dg, const float *dbeta,
-                          const T *a, const T *b, const T *A_log, const T *dt_bias, int N, int H, gdn_mode mode,
-                          cudaStream_t s) {
+                          const T *a, const T *b, const T *A_log, const T *dt_bias, int N, int H, size_t ld,
+                          gdn_mode mode, cudaStream_t s) {
     const size_t total = (size_t)N * H;
     if ((mode.gate && da) || (mode.delta && db)) {
         gdn_gates_bwd_kernel<T><<<grid_for(total), EW_THREADS, 0, s>>>(da, db, dg, dbeta, a, b, A_log, dt_bias, total,
-                                                                       H, mode);
+                                                                       H, ld, mode);
         CUDA_CHECK_LAUNCH();
     }
-    if (mode.gate) colsum_launch(gates_dparam_term<T>{a, A_log, dt_bias, dg, dA_log, ddt_bias, H}, (size_t)N, 2 * H, s);
+    if (mode.gate)
+        colsum_launch(gates_dparam_term<T>{a, A_log, dt_bias, dg, dA_log, ddt_bias, H, ld}, (size_t)N, 2 * H, s);
 }
 
 template <typename T>
@@ -763,18 +773,20 @@ void cuda_l2norm_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, con
 
 void cuda_gdn_gates_bwd(cuda_dtype dt, void *da, void *db, float *dA_log, float *ddt_bias, const float *dg,
                         const float *dbeta, const void *a, const void *b, const void *A_log, const void *dt_bias,
-                        int N, int H, gdn_mode mode, cudaStream_t s) {
+                        int N, int H, size_t ld, gdn_mode mode, cudaStream_t s) {
     if (N <= 0 || H <= 0) return;
     CUDA_DT_SWITCH(dt, T, gdn_gates_bwd_launch<T>((T *)da, (T *)db, dA_log, ddt_bias, dg, dbeta, (const T *)a,
-                                                  (const T *)b, (const T *)A_log, (const T *)dt_bias, N, H, mode, s));
+                                                  (const T *)b, (const T *)A_log, (const T *)dt_bias, N, H, ld, mode,
+                                                  s));
 }
 
 void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, const void *dy, const void *x,
-                            const void *z, const void *w, const float *rstd, size_t rows, int D, cudaStream_t s) {
+                            const void *z, const void *w, const float *rstd, size_t rows, int D, int zh,
+                            size_t zld, cudaStream_t s) {
     if (rows == 0 || D <= 0) return;
     CUDA_DT_SWITCH(dt, T,
                    gated_rmsnorm_bwd_launch<T>({(T *)dx, (T *)dz, (const T *)dy, (const T *)x, (const T *)z,
-                                                (const T *)w, rstd, nullptr, rows, D, 0, false},
+                                                (const T *)w, rstd, nullptr, rows, D, 0, false, zh, zld},
                                                dw, s));
 }
 

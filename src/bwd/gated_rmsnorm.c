@@ -18,7 +18,7 @@ static inline double sigmoid(double x) {
 
 void gated_rmsnorm_bwd_cpu(double *dx, double *dz, double *dw, const double *dy, const double *x,
                            const double *z, const double *w, const double *rstd, size_t rows,
-                           int D) {
+                           int D, int zh, size_t zld) {
     const bool par = rows * D >= (z ? cpu_min_work_exp : cpu_min_work_flat);  // silu(z): an exp
     (void)par;  // read by the pragma only (none without OpenMP)
     GDN_OMP(parallel if (par))
@@ -26,7 +26,8 @@ void gated_rmsnorm_bwd_cpu(double *dx, double *dz, double *dw, const double *dy,
         double *sg = gdn_malloc((size_t)D * sizeof(double));  // this thread's sigmoid(z) of a row
         GDN_OMP(for schedule(static))
         for (size_t r = 0; r < rows; r++) {
-            const double *xr = x + r * D, *gr = dy + r * D, *zr = z ? z + r * D : NULL;
+            const size_t zo = (r / zh) * zld + (r % zh) * D;
+            const double *xr = x + r * D, *gr = dy + r * D, *zr = z ? z + zo : NULL;
             double *dxr = dx + r * D;
             double rs = rstd[r], ux = 0;
             for (int i = 0; i < D; i++) {
@@ -44,7 +45,7 @@ void gated_rmsnorm_bwd_cpu(double *dx, double *dz, double *dw, const double *dy,
                     double s = sg[i];
                     q = zr[i] * s;
                     if (dz)
-                        dz[r * D + i] = gr[i] * xr[i] * rs * w[i] * s * (1.0 + zr[i] * (1.0 - s));
+                        dz[zo + i] = gr[i] * xr[i] * rs * w[i] * s * (1.0 + zr[i] * (1.0 - s));
                 }
                 dxr[i] = rs * gr[i] * w[i] * q - c * xr[i];
             }
@@ -55,7 +56,8 @@ void gated_rmsnorm_bwd_cpu(double *dx, double *dz, double *dw, const double *dy,
         for (int i0 = 0; i0 < D; i0 += 8) {
             const int i1 = GDN_MIN(i0 + 8, D);
             for (size_t r = 0; r < rows; r++) {
-                const double *xr = x + r * D, *gr = dy + r * D, *zr = z ? z + r * D : NULL;
+                const double *xr = x + r * D, *gr = dy + r * D;
+                const double *zr = z ? z + (r / zh) * zld + (r % zh) * D : NULL;
                 const double rs = rstd[r];
                 for (int i = i0; i < i1; i++) {
                     const double q = zr ? zr[i] * sigmoid(zr[i]) : 1.0;

@@ -83,9 +83,12 @@ __global__ void __launch_bounds__(ROW_THREADS)
 }
 
 // ---- gated RMSNorm per head row: y = x rstd w silu(z) (z NULL: no gate) ------------------------
+// z's row r at (r / zh) zld + (r % zh) D (zh = 1, zld = D: packed; else zh heads of a token in a
+// wider projection output of row stride zld)
 template <typename T, int W>
 __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_fwd_kernel(T *y, float *rstd, const T *x, const T *z,
-                                                                       const T *w, size_t rows, int D, float eps) {
+                                                                       const T *w, size_t rows, int D, int zh,
+                                                                       size_t zld, float eps) {
     const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;
@@ -98,7 +101,7 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_fwd_kernel(T *y, fl
         load_pack<T, W>(xr + k * W, a);
         load_pack<T, W>(w + k * W, wv);
         if (z) {
-            load_pack<T, W>(z + row * D + k * W, zv);
+            load_pack<T, W>(z + (row / zh) * zld + (row % zh) * D + k * W, zv);
 #pragma unroll
             for (int j = 0; j < W; j++) a[j] = a[j] * rs * wv[j] * (zv[j] * sigmoid_f(zv[j]));
         } else {
@@ -166,23 +169,25 @@ __global__ void __launch_bounds__(CONV_THREADS)
 }
 
 // ---- GDN gates: g = -exp(A_log) softplus(a + dt_bias) (0 with the gate off), beta = c sigmoid(b)
-// softplus(u) = u for u > 20 (the CPU's threshold), log1p(exp(u)) otherwise.
+// softplus(u) = u for u > 20 (the CPU's threshold), log1p(exp(u)) otherwise. a, b: token n's row
+// at n ld; g, beta packed (N,H).
 template <typename T>
 __global__ void __launch_bounds__(EW_THREADS) gdn_gates_fwd_kernel(float *g, float *beta, const T *a, const T *b,
                                                                    const T *A_log, const T *dt_bias, size_t total,
-                                                                   int H, gdn_mode mode) {
+                                                                   int H, size_t ld, gdn_mode mode) {
     const float c = mode.neg_eigval ? 2.f : 1.f;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const int h = (int)(i % H);
+        const size_t j = (i / H) * ld + h;
         if (mode.gate) {
-            const float u = to_f(a[i]) + to_f(dt_bias[h]);
+            const float u = to_f(a[j]) + to_f(dt_bias[h]);
             const float sp = u > 20.f ? u : log1pf(expf(u));
             g[i] = -expf(to_f(A_log[h])) * sp;
         } else {
             g[i] = 0.f;
         }
-        if (mode.delta) beta[i] = c * sigmoid_f(to_f(b[i]));
+        if (mode.delta) beta[i] = c * sigmoid_f(to_f(b[j]));
     }
 }
 
@@ -263,13 +268,15 @@ void l2norm_fwd_launch(T *y, float *rnorm, const T *x, size_t rows, int D, float
 }
 
 template <typename T>
-void gated_rmsnorm_fwd_launch(T *y, float *rstd, const T *x, const T *z, const T *w, size_t rows, int D, float eps,
-                              cudaStream_t s) {
+void gated_rmsnorm_fwd_launch(T *y, float *rstd, const T *x, const T *z, const T *w, size_t rows, int D, int zh,
+                              size_t zld, float eps, cudaStream_t s) {
     constexpr int W = vec_width<T>();
-    if (D % W == 0 && aligned16(y) && aligned16(x) && aligned16(z) && aligned16(w))
-        gated_rmsnorm_fwd_kernel<T, W><<<row_blocks(rows), ROW_THREADS, 0, s>>>(y, rstd, x, z, w, rows, D, eps);
+    if (D % W == 0 && (!z || zld % W == 0) && aligned16(y) && aligned16(x) && aligned16(z) && aligned16(w))
+        gated_rmsnorm_fwd_kernel<T, W>
+            <<<row_blocks(rows), ROW_THREADS, 0, s>>>(y, rstd, x, z, w, rows, D, zh, zld, eps);
     else
-        gated_rmsnorm_fwd_kernel<T, 1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(y, rstd, x, z, w, rows, D, eps);
+        gated_rmsnorm_fwd_kernel<T, 1>
+            <<<row_blocks(rows), ROW_THREADS, 0, s>>>(y, rstd, x, z, w, rows, D, zh, zld, eps);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -345,20 +352,20 @@ void cuda_l2norm_fwd(cuda_dtype dt, void *y, float *rnorm, const void *x, size_t
 }
 
 void cuda_gdn_gates_fwd(cuda_dtype dt, float *g, float *beta, const void *a, const void *b, const void *A_log,
-                        const void *dt_bias, int N, int H, gdn_mode mode, cudaStream_t s) {
+                        const void *dt_bias, int N, int H, size_t ld, gdn_mode mode, cudaStream_t s) {
     const size_t total = (size_t)N * H;
     if (total == 0) return;
     CUDA_DT_SWITCH(dt, T, gdn_gates_fwd_kernel<T><<<grid_for(total), EW_THREADS, 0, s>>>(
                               g, beta, (const T *)a, (const T *)b, (const T *)A_log, (const T *)dt_bias, total, H,
-                              mode);
+                              ld, mode);
                    CUDA_CHECK_LAUNCH());
 }
 
 void cuda_gated_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const void *z, const void *w,
-                            size_t rows, int D, double eps, cudaStream_t s) {
+                            size_t rows, int D, int zh, size_t zld, double eps, cudaStream_t s) {
     if (rows == 0 || D <= 0) return;
     CUDA_DT_SWITCH(dt, T, gated_rmsnorm_fwd_launch<T>((T *)y, rstd, (const T *)x, (const T *)z, (const T *)w, rows,
-                                                      D, (float)eps, s));
+                                                      D, zh, zld, (float)eps, s));
 }
 
 void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t n, cudaStream_t s) {

@@ -48,14 +48,17 @@ typedef struct {
     bool delta;     // false: S_t = alpha S_{t-1} + v k^T (no beta)
     bool neg_eigval;// beta in (0, 2)
 } gdn_mode;
-void gdn_gates_fwd_cpu(double *g /*(N,H)*/, double *beta /*(N,H) or NULL*/, const double *a,
-                       const double *b, const double *A_log, const double *dt_bias, int N, int H,
+void gdn_gates_fwd_cpu(double *g /*(N,H)*/, double *beta /*(N,H) or NULL*/,
+                       const double *a /*row n at n ld*/, const double *b /*row n at n ld*/,
+                       const double *A_log, const double *dt_bias, int N, int H, size_t ld,
                        gdn_mode mode);
 
 // ---- per-head output norm with SiLU gate: y = x * rstd * w * silu(z) (z NULL: no gate) --------
+// z: row r at (r / zh) zld + (r % zh) D (zh = 1, zld = D: packed (rows,D); zh heads of a token
+// inside a wider projection output of row stride zld).
 void gated_rmsnorm_fwd_cpu(double *y /*(rows,D)*/, double *rstd /*(rows)*/, const double *x,
-                           const double *z /*(rows,D) or NULL*/, const double *w /*(D)*/,
-                           size_t rows, int D, double eps);
+                           const double *z /*or NULL*/, const double *w /*(D)*/, size_t rows,
+                           int D, int zh, size_t zld, double eps);
 
 // ---- SwiGLU: h = silu(gate) * up ----------------------------------------------------------------
 void swiglu_fwd_cpu(double *h, const double *gate, const double *up, size_t n);

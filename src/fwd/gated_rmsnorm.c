@@ -12,7 +12,7 @@ static inline double silu(double x) {
 }
 
 void gated_rmsnorm_fwd_cpu(double *y, double *rstd, const double *x, const double *z,
-                           const double *w, size_t rows, int D, double eps) {
+                           const double *w, size_t rows, int D, int zh, size_t zld, double eps) {
     const size_t min_work = z ? cpu_min_work_exp : cpu_min_work_flat;  // silu(z) has an exp
     (void)min_work;  // read by the pragma only (none without OpenMP)
     GDN_OMP(parallel for schedule(static) if (rows * D >= min_work))  // rows
@@ -24,7 +24,7 @@ void gated_rmsnorm_fwd_cpu(double *y, double *rstd, const double *x, const doubl
         double rs = 1.0 / sqrt(ss / D + eps);
         for (int i = 0; i < D; i++) {
             double v = xr[i] * rs * w[i];
-            yr[i] = z ? v * silu(z[r * D + i]) : v;
+            yr[i] = z ? v * silu(z[(r / zh) * zld + (r % zh) * D + i]) : v;
         }
         rstd[r] = rs;
     }

@@ -37,6 +37,8 @@ typedef struct backend {
     const char *name;
     size_t elem[BE_NCLASS];                            // bytes of one element of each class
     bool master;                                       // keeps master weights apart (BE_OPT type)
+    bool fuse_projections;                             // GDN's a, b, z projections as one GEMM
+                                                       // where their weights allow (model.c)
     void *(*alloc)(size_t bytes);                      // zero-filled
     void (*release)(void *p);
     void (*download)(double *dst, const void *src, size_t n, be_class c);  // to host float64
@@ -70,15 +72,19 @@ typedef struct backend {
                        double scale);
     void (*l2norm_bwd)(void *dx, const void *dy, const void *x, const void *rnorm, size_t rows,
                        int D, double scale);
+    // a, b, da, db: token n's row at n * ld (ld = H packed; wider: columns of a fused
+    // projection's output); g, beta, dg, dbeta packed (N,H)
     void (*gdn_gates_fwd)(void *g, void *beta, const void *a, const void *b, const void *A_log,
-                          const void *dt_bias, int N, int H, gdn_mode mode);
+                          const void *dt_bias, int N, int H, size_t ld, gdn_mode mode);
     void (*gdn_gates_bwd)(void *da, void *db, void *dA_log, void *ddt_bias, const void *dg,
                           const void *dbeta, const void *a, const void *b, const void *A_log,
-                          const void *dt_bias, int N, int H, gdn_mode mode);
+                          const void *dt_bias, int N, int H, size_t ld, gdn_mode mode);
+    // z, dz: row r at (r / zh) zld + (r % zh) D (zh = 1, zld = D: packed); x, y, dx, dy packed
     void (*gated_rmsnorm_fwd)(void *y, void *rstd, const void *x, const void *z, const void *w,
-                              size_t rows, int D, double eps);
+                              size_t rows, int D, int zh, size_t zld, double eps);
     void (*gated_rmsnorm_bwd)(void *dx, void *dz, void *dw, const void *dy, const void *x,
-                              const void *z, const void *w, const void *rstd, size_t rows, int D);
+                              const void *z, const void *w, const void *rstd, size_t rows, int D,
+                              int zh, size_t zld);
     void (*swiglu_fwd)(void *h, const void *gate, const void *up, size_t n);
     void (*swiglu_bwd)(void *dgate, void *dup, const void *dh, const void *gate, const void *up,
                        size_t n);

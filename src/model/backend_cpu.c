@@ -88,6 +88,7 @@ const backend backend_cpu = {
     .name = "cpu",
     .elem = {8, 8, 8, 8, 8},
     .master = false,
+    .fuse_projections = false,  // the reference keeps one GEMM per weight (tests can set it)
     .alloc = cpu_alloc,
     .release = cpu_release,
     .download = cpu_download,

@@ -285,27 +285,28 @@ struct ops {
         cuda_l2norm_bwd(DT, dx, dy, x, (const float *)rnorm, rows, D, scale, STREAM);
     }
     static void gdn_gates_fwd(void *g, void *beta, const void *a, const void *b,
-                              const void *A_log, const void *dt_bias, int N, int H,
+                              const void *A_log, const void *dt_bias, int N, int H, size_t ld,
                               gdn_mode mode) {
-        cuda_gdn_gates_fwd(DT, (float *)g, (float *)beta, a, b, A_log, dt_bias, N, H, mode,
+        cuda_gdn_gates_fwd(DT, (float *)g, (float *)beta, a, b, A_log, dt_bias, N, H, ld, mode,
                            STREAM);
     }
     static void gdn_gates_bwd(void *da, void *db, void *dA_log, void *ddt_bias, const void *dg,
                               const void *dbeta, const void *a, const void *b,
-                              const void *A_log, const void *dt_bias, int N, int H,
+                              const void *A_log, const void *dt_bias, int N, int H, size_t ld,
                               gdn_mode mode) {
         cuda_gdn_gates_bwd(DT, da, db, (float *)dA_log, (float *)ddt_bias, (const float *)dg,
-                           (const float *)dbeta, a, b, A_log, dt_bias, N, H, mode, STREAM);
+                           (const float *)dbeta, a, b, A_log, dt_bias, N, H, ld, mode, STREAM);
     }
     static void gated_rmsnorm_fwd(void *y, void *rstd, const void *x, const void *z,
-                                  const void *w, size_t rows, int D, double eps) {
-        cuda_gated_rmsnorm_fwd(DT, y, (float *)rstd, x, z, w, rows, D, eps, STREAM);
+                                  const void *w, size_t rows, int D, int zh, size_t zld,
+                                  double eps) {
+        cuda_gated_rmsnorm_fwd(DT, y, (float *)rstd, x, z, w, rows, D, zh, zld, eps, STREAM);
     }
     static void gated_rmsnorm_bwd(void *dx, void *dz, void *dw, const void *dy, const void *x,
                                   const void *z, const void *w, const void *rstd, size_t rows,
-                                  int D) {
+                                  int D, int zh, size_t zld) {
         cuda_gated_rmsnorm_bwd(DT, dx, dz, (float *)dw, dy, x, z, w, (const float *)rstd, rows, D,
-                               STREAM);
+                               zh, zld, STREAM);
     }
     static void swiglu_fwd(void *h, const void *gate, const void *up, size_t n) {
         cuda_swiglu_fwd(DT, h, gate, up, n, STREAM);
@@ -447,6 +448,7 @@ struct ops {
         b.name = BF ? "cuda-bf16" : "cuda-fp32";
         for (int c = 0; c < BE_NCLASS; c++) b.elem[c] = elem((be_class)c);
         b.master = BF;
+        b.fuse_projections = true;
         b.alloc = be_alloc;
         b.release = be_release;
         b.download = download;

@@ -24,8 +24,9 @@ static struct {
 } cmp;
 static void cmp_gates_bwd(void *da, void *db, void *dA_log, void *ddt_bias, const void *dg,
                           const void *dbeta, const void *a, const void *b, const void *A_log,
-                          const void *dt_bias, int N, int H, gdn_mode mode) {
-    backend_cpu.gdn_gates_bwd(da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias, N, H, mode);
+                          const void *dt_bias, int N, int H, size_t ld, gdn_mode mode) {
+    backend_cpu.gdn_gates_bwd(da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias, N, H, ld,
+                              mode);
     if (!mode.gate || !dg) return;
     size_t n = (size_t)N * H;
     double *adg = gdn_malloc(n * sizeof(double));
@@ -33,7 +34,7 @@ static void cmp_gates_bwd(void *da, void *db, void *dA_log, void *ddt_bias, cons
     gdn_mode gate_only = {true, false, false};
     gdn_gates_bwd_cpu(NULL, NULL, cmp.scale + ((const double *)dA_log - cmp.grad_base),
                       cmp.scale + ((const double *)ddt_bias - cmp.grad_base), adg, NULL, a, b,
-                      A_log, dt_bias, N, H, gate_only);
+                      A_log, dt_bias, N, H, ld, gate_only);
     free(adg);
 }
 

@@ -60,19 +60,22 @@ void cuda_l2norm_fwd(cuda_dtype dt, void *y, float *rnorm, const void *x, size_t
                      double eps, double scale, cudaStream_t s);
 void cuda_l2norm_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, const float *rnorm,
                      size_t rows, int D, double scale, cudaStream_t s);
-// a, b: activations (dt); A_log, dt_bias: parameters (dt); g, beta: fp32.
+// a, b: activations (dt), token n's row at n ld (ld = H: packed); A_log, dt_bias: parameters
+// (dt); g, beta: fp32 (N,H).
 void cuda_gdn_gates_fwd(cuda_dtype dt, float *g, float *beta, const void *a, const void *b,
-                        const void *A_log, const void *dt_bias, int N, int H, gdn_mode mode,
-                        cudaStream_t s);
+                        const void *A_log, const void *dt_bias, int N, int H, size_t ld,
+                        gdn_mode mode, cudaStream_t s);
 void cuda_gdn_gates_bwd(cuda_dtype dt, void *da, void *db, float *dA_log, float *ddt_bias,
                         const float *dg, const float *dbeta, const void *a, const void *b,
-                        const void *A_log, const void *dt_bias, int N, int H, gdn_mode mode,
-                        cudaStream_t s);
+                        const void *A_log, const void *dt_bias, int N, int H, size_t ld,
+                        gdn_mode mode, cudaStream_t s);
+// z, dz: row r at (r / zh) zld + (r % zh) D (zh = 1, zld = D: packed)
 void cuda_gated_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const void *z,
-                            const void *w, size_t rows, int D, double eps, cudaStream_t s);
+                            const void *w, size_t rows, int D, int zh, size_t zld, double eps,
+                            cudaStream_t s);
 void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, const void *dy,
                             const void *x, const void *z, const void *w, const float *rstd,
-                            size_t rows, int D, cudaStream_t s);
+                            size_t rows, int D, int zh, size_t zld, cudaStream_t s);
 void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t n,
                      cudaStream_t s);
 void cuda_swiglu_bwd(cuda_dtype dt, void *dgate, void *dup, const void *dh, const void *gate,

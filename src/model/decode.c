@@ -183,7 +183,7 @@ static void gdn_step(decoder *d, int l) {
     if (c->gdn_delta) linear_fwd_cpu(d->b, d->xn, W(d, lp->wb), NULL, 1, dm, H);
     gdn_gates_fwd_cpu(d->g, c->gdn_delta ? d->beta : NULL, c->gdn_gate ? d->a : NULL,
                       c->gdn_delta ? d->b : NULL, c->gdn_gate ? W(d, lp->A_log) : NULL,
-                      c->gdn_gate ? W(d, lp->dt_bias) : NULL, 1, H, mode);
+                      c->gdn_gate ? W(d, lp->dt_bias) : NULL, 1, H, H, mode);
     for (int h = 0; h < H; h++) {
         double *Hs = s->S + (size_t)h * dk * dv, *w = d->wv;
         const double *q = d->qn + (size_t)h * dk, *k = d->kn + (size_t)h * dk;
@@ -210,7 +210,7 @@ static void gdn_step(decoder *d, int l) {
     }
     if (c->gdn_output_gate) linear_fwd_cpu(d->z, d->xn, W(d, lp->wz), NULL, 1, dm, hv);
     gated_rmsnorm_fwd_cpu(d->on, d->rstd_o, d->o, c->gdn_output_gate ? d->z : NULL,
-                          W(d, lp->onorm), (size_t)H, dv, c->norm_eps);
+                          W(d, lp->onorm), (size_t)H, dv, 1, dv, c->norm_eps);
     linear_fwd_cpu(d->branch, d->on, W(d, lp->wo), NULL, 1, hv, dm);
 }
 

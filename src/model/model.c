@@ -111,6 +111,48 @@ static void carve_opt(model *m, size_t lo, size_t hi) {
     m->opt_n = hi - lo;
 }
 
+// GDN's a, b and z projections (those present, in build_table's order) all read xn1. When the
+// backend asks for it (fuse_projections: CUDA) and their weights are contiguous rows of the
+// arenas (no alignment padding between them: always when H d is a multiple of 32) they run as
+// one GEMM into one (N, w) buffer whose columns are a, b, z, and one GEMM backward. The CPU
+// reference keeps a GEMM per weight: OpenBLAS's bits for a (N, 2H + H dv) output can depend on
+// its thread count, and the reference's may not. cuBLASLt runs an out = H projection at ~1% of its peak (4-5 TFLOP/s
+// at fla-220m, bench/model_gpu.md); folded into z's GEMM it costs ~1% of that one.
+typedef struct {
+    bool fused;
+    int first, w;        // fused: the first weight (the block's base) and the rows of all
+    size_t ca, cb, cz;   // fused: the columns of a, b, z
+    size_t ld_ab, zld;   // row strides of a, b (gates ops) and z (gated norm): w, or packed
+    int zh;              // heads per z row (gated norm: H fused, 1 packed)
+} abz_layout;
+static abz_layout gdn_abz(const model *m, int l) {
+    const layer_params *lp = &m->lp[l];
+    const int ids[3] = {lp->wa, lp->wb, lp->wz};
+    size_t *col_of[3];
+    abz_layout o = {.fused = true, .first = -1};
+    col_of[0] = &o.ca;
+    col_of[1] = &o.cb;
+    col_of[2] = &o.cz;
+    size_t col = 0, next = 0;
+    for (int i = 0; i < 3; i++) {
+        if (ids[i] < 0) continue;
+        const param_info *p = &m->params[ids[i]];
+        if (o.first < 0)
+            o.first = ids[i];
+        else if (p->offset != next)
+            o.fused = false;
+        next = p->offset + p->numel;
+        *col_of[i] = col;
+        col += (size_t)p->rows;
+    }
+    o.w = (int)col;
+    o.fused &= o.first >= 0 && m->be->fuse_projections;
+    o.ld_ab = o.fused ? col : (size_t)m->H;
+    o.zh = o.fused ? m->H : 1;
+    o.zld = o.fused ? col : (size_t)m->dv;
+    return o;
+}
+
 // Carve every activation and scratch tensor; run twice (plan, then real) by model_create.
 static void carve(model *m) {
     arena_t *A = &m->a_acts, *S = &m->a_scratch;
@@ -156,13 +198,20 @@ static void carve(model *m) {
             a->kn = KEEP(kn, N * hk);
             a->rq = STAT(N * m->H);
             a->rk = STAT(N * m->H);
-            if (m->cfg.gdn_gate) a->a = ACT(N * m->H);
-            if (m->cfg.gdn_delta) {
-                a->b = ACT(N * m->H);
-                a->beta = STAT(N * m->H);
+            abz_layout L = gdn_abz(m, l);
+            if (L.fused) {
+                a->abz = ACT(N * L.w);
+                char *base = a->abz;
+                if (m->cfg.gdn_gate) a->a = base ? base + L.ca * e : NULL;
+                if (m->cfg.gdn_delta) a->b = base ? base + L.cb * e : NULL;
+                if (m->cfg.gdn_output_gate) a->z = base ? base + L.cz * e : NULL;
+            } else {
+                if (m->cfg.gdn_gate) a->a = ACT(N * m->H);
+                if (m->cfg.gdn_delta) a->b = ACT(N * m->H);
+                if (m->cfg.gdn_output_gate) a->z = ACT(N * hv);
             }
+            if (m->cfg.gdn_delta) a->beta = STAT(N * m->H);
             a->g = STAT(N * m->H);
-            if (m->cfg.gdn_output_gate) a->z = ACT(N * hv);
             a->o = ACT(N * hv);
             a->rstd_o = STAT(N * m->H);
             a->on = KEEP(on, N * hv);
@@ -187,7 +236,7 @@ static void carve(model *m) {
     m->logits = ACT(N * m->V);
 #undef ACT
 #undef STAT
-    size_t wide = GDN_MAX(GDN_MAX(hk, hv), GDN_MAX((size_t)m->F, ha));
+    size_t wide = GDN_MAX(GDN_MAX(hk, hv + 2 * (size_t)m->H), GDN_MAX((size_t)m->F, ha));
     m->dx = arena_alloc(S, N * d * e);
     m->dbranch = arena_alloc(S, N * d * e);
     m->dxn = arena_alloc(S, N * d * e);
@@ -432,17 +481,22 @@ static void gdn_mixer_fwd(model *m, int l, bool train) {
     be->linear_fwd(a->k_lin, a->xn1, P(lp->wk), N, d, hk);
     be->linear_fwd(a->v_lin, a->xn1, P(lp->wv), N, d, hv);
     gdn_qkv_fwd(m, l);  // conv, SiLU, L2 norm
-    if (c->gdn_gate) be->linear_fwd(a->a, a->xn1, P(lp->wa), N, d, H);
-    if (c->gdn_delta) be->linear_fwd(a->b, a->xn1, P(lp->wb), N, d, H);
+    const abz_layout L = gdn_abz(m, l);
+    if (L.fused) {
+        be->linear_fwd(a->abz, a->xn1, P(L.first), N, d, L.w);  // a, b, z at once
+    } else {
+        if (c->gdn_gate) be->linear_fwd(a->a, a->xn1, P(lp->wa), N, d, H);
+        if (c->gdn_delta) be->linear_fwd(a->b, a->xn1, P(lp->wb), N, d, H);
+        if (c->gdn_output_gate) be->linear_fwd(a->z, a->xn1, P(lp->wz), N, d, hv);
+    }
     be->gdn_gates_fwd(a->g, a->beta, a->a, a->b, c->gdn_gate ? P(lp->A_log) : NULL,
-                      c->gdn_gate ? P(lp->dt_bias) : NULL, N, H, mode);
+                      c->gdn_gate ? P(lp->dt_bias) : NULL, N, H, L.ld_ab, mode);
     gdn_op op = {.B = m->B, .T = m->T, .H = H, .Dk = m->dk, .Dv = m->dv, .chunk = c->gdn_chunk_size,
                  .mode = mode, .q = a->qn, .k = a->kn, .v = a->v_act, .g = a->g, .beta = a->beta,
                  .o = a->o};
     be->gdn_fwd(&op);
-    if (c->gdn_output_gate) be->linear_fwd(a->z, a->xn1, P(lp->wz), N, d, hv);
-    be->gated_rmsnorm_fwd(a->on, a->rstd_o, a->o, a->z, P(lp->onorm), (size_t)N * H, m->dv,
-                          c->norm_eps);
+    be->gated_rmsnorm_fwd(a->on, a->rstd_o, a->o, a->z, P(lp->onorm), (size_t)N * H, m->dv, L.zh,
+                          L.zld, c->norm_eps);
     be->linear_fwd(m->dmix, mixer_drop(m, l, a->on, m->dbig[0], (size_t)N * hv, train), P(lp->wo), N, hv, d);
 }
 
@@ -530,11 +584,18 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     be->linear_bwd(D[0], G(lp->wo), dbr, mixer_drop(m, l, a->on, D[1], (size_t)N * hv, train),
                    P(lp->wo), N, hv, d, false);                                      // d on
     drop_bwd(m, D[0], D[0], (size_t)N * hv, c->mixer_dropout, place_mixer(m, l), train);
-    be->gated_rmsnorm_bwd(D[1], c->gdn_output_gate ? D[2] : NULL, G(lp->onorm), D[0], a->o,
-                          a->z, P(lp->onorm), a->rstd_o, (size_t)N * H, m->dv);  // d o, d z
+    // fused a, b, z (gdn_abz): their gradients are the columns of one (N, w) matrix in D[2],
+    // kept until its one GEMM backward below; else da, db in dsmall, dz in D[2]
+    const abz_layout L = gdn_abz(m, l);
+    char *dabz = D[2];
+    void *da = L.fused ? dabz + L.ca * ELEM(m, BE_ACT) : m->dsmall[2];
+    void *db = L.fused ? dabz + L.cb * ELEM(m, BE_ACT) : m->dsmall[3];
+    void *dz = L.fused ? dabz + L.cz * ELEM(m, BE_ACT) : D[2];
+    be->gated_rmsnorm_bwd(D[1], c->gdn_output_gate ? dz : NULL, G(lp->onorm), D[0], a->o, a->z,
+                          P(lp->onorm), a->rstd_o, (size_t)N * H, m->dv, L.zh, L.zld);  // d o, d z
     bool first = true;
-    if (c->gdn_output_gate) {
-        linear_bwd_acc(m, m->dxn, true, lp->wz, D[2], a->xn1, d, hv);
+    if (!L.fused && c->gdn_output_gate) {
+        linear_bwd_acc(m, m->dxn, true, lp->wz, dz, a->xn1, d, hv);
         first = false;
     }
     gdn_op op = {.B = m->B, .T = m->T, .H = H, .Dk = m->dk, .Dv = m->dv, .chunk = c->gdn_chunk_size,
@@ -543,17 +604,22 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
                  .dg = c->gdn_gate ? m->dsmall[0] : NULL, .dbeta = c->gdn_delta ? m->dsmall[1] : NULL};
     be->gdn_bwd(&op);
     if (c->gdn_gate || c->gdn_delta)
-        be->gdn_gates_bwd(c->gdn_gate ? m->dsmall[2] : NULL, c->gdn_delta ? m->dsmall[3] : NULL,
+        be->gdn_gates_bwd(c->gdn_gate ? da : NULL, c->gdn_delta ? db : NULL,
                           c->gdn_gate ? G(lp->A_log) : NULL, c->gdn_gate ? G(lp->dt_bias) : NULL,
                           op.dg, op.dbeta, a->a, a->b, c->gdn_gate ? P(lp->A_log) : NULL,
-                          c->gdn_gate ? P(lp->dt_bias) : NULL, N, H, mode);
-    if (c->gdn_gate) {
-        linear_bwd_acc(m, m->dxn, first, lp->wa, m->dsmall[2], a->xn1, d, H);
+                          c->gdn_gate ? P(lp->dt_bias) : NULL, N, H, L.ld_ab, mode);
+    if (L.fused) {
+        linear_bwd_acc(m, m->dxn, first, L.first, dabz, a->xn1, d, L.w);  // a, b, z at once
         first = false;
-    }
-    if (c->gdn_delta) {
-        linear_bwd_acc(m, m->dxn, first, lp->wb, m->dsmall[3], a->xn1, d, H);
-        first = false;
+    } else {
+        if (c->gdn_gate) {
+            linear_bwd_acc(m, m->dxn, first, lp->wa, da, a->xn1, d, H);
+            first = false;
+        }
+        if (c->gdn_delta) {
+            linear_bwd_acc(m, m->dxn, first, lp->wb, db, a->xn1, d, H);
+            first = false;
+        }
     }
     // q, k, v paths: (l2norm) <- silu(conv) fused, or silu alone <- linear
     struct { void *dgrad; int w, conv, width; void *lin, *act, *rn; double scale; } path[3] = {
@@ -612,8 +678,9 @@ static void recompute_layer(model *m, int l) {
     be->rmsnorm_fwd(a->xn1, a->rstd1, a->x_in, P(lp->norm1), N, d, c->norm_eps);
     if (lp->kind == 'G') {
         gdn_qkv_fwd(m, l);
+        const abz_layout L = gdn_abz(m, l);
         be->gated_rmsnorm_fwd(a->on, a->rstd_o, a->o, a->z, P(lp->onorm), (size_t)N * H, m->dv,
-                              c->norm_eps);
+                              L.zh, L.zld, c->norm_eps);
     }
     be->rmsnorm_fwd(a->xn2, a->rstd2, a->x_mid, P(lp->norm2), N, d, c->norm_eps);
     be->swiglu_fwd(a->m_h, a->m_gate, a->m_up, (size_t)N * m->F);

@@ -138,22 +138,23 @@ static void p_l2norm_bwd(void *dx, const void *dy, const void *x, const void *rn
     TIMED(l2norm_bwd, 0, dx, dy, x, rnorm, rows, D, scale);
 }
 static void p_gdn_gates_fwd(void *g, void *beta, const void *a, const void *b, const void *A_log,
-                            const void *dt_bias, int N, int H, gdn_mode mode) {
-    TIMED(gdn_gates_fwd, 0, g, beta, a, b, A_log, dt_bias, N, H, mode);
+                            const void *dt_bias, int N, int H, size_t ld, gdn_mode mode) {
+    TIMED(gdn_gates_fwd, 0, g, beta, a, b, A_log, dt_bias, N, H, ld, mode);
 }
 static void p_gdn_gates_bwd(void *da, void *db, void *dA_log, void *ddt_bias, const void *dg,
                             const void *dbeta, const void *a, const void *b, const void *A_log,
-                            const void *dt_bias, int N, int H, gdn_mode mode) {
-    TIMED(gdn_gates_bwd, 0, da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias, N, H, mode);
+                            const void *dt_bias, int N, int H, size_t ld, gdn_mode mode) {
+    TIMED(gdn_gates_bwd, 0, da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias, N, H, ld,
+          mode);
 }
 static void p_gated_rmsnorm_fwd(void *y, void *rstd, const void *x, const void *z, const void *w,
-                                size_t rows, int D, double eps) {
-    TIMED(gated_rmsnorm_fwd, 0, y, rstd, x, z, w, rows, D, eps);
+                                size_t rows, int D, int zh, size_t zld, double eps) {
+    TIMED(gated_rmsnorm_fwd, 0, y, rstd, x, z, w, rows, D, zh, zld, eps);
 }
 static void p_gated_rmsnorm_bwd(void *dx, void *dz, void *dw, const void *dy, const void *x,
                                 const void *z, const void *w, const void *rstd, size_t rows,
-                                int D) {
-    TIMED(gated_rmsnorm_bwd, 0, dx, dz, dw, dy, x, z, w, rstd, rows, D);
+                                int D, int zh, size_t zld) {
+    TIMED(gated_rmsnorm_bwd, 0, dx, dz, dw, dy, x, z, w, rstd, rows, D, zh, zld);
 }
 static void p_swiglu_fwd(void *h, const void *gate, const void *up, size_t n) {
     TIMED(swiglu_fwd, 0, h, gate, up, n);

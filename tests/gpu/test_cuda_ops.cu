@@ -451,7 +451,8 @@ static void test_gates(cuda_dtype dt, rng_t *r) {
         for (auto &e : Al) e = round_to(log(1.0 + 15.0 * rng_uniform(r)), dt);
         for (auto &e : Al) e = e != 0.0 ? e : round_to(0.5, dt);
         vec g(n), beta(n);
-        gdn_gates_fwd_cpu(g.data(), m.delta ? beta.data() : NULL, a.data(), b.data(), Al.data(), dtb.data(), N, H, m);
+        gdn_gates_fwd_cpu(g.data(), m.delta ? beta.data() : NULL, a.data(), b.data(), Al.data(), dtb.data(), N, H, H,
+                          m);
         dten da_ = dput(a, dt), db_ = dput(b, dt), dAl = dput(Al, dt), ddtb = dput(dtb, dt);
         dten dgg = dempty(n, CUDA_F32), dbeta = dempty(n, CUDA_F32);
         std::vector<out_check> outs = {{"g", dgg, g, {}, {}}};
@@ -460,7 +461,7 @@ static void test_gates(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt,
                    [&]() {
                        cuda_gdn_gates_fwd(dt, (float *)dgg.d, m.delta ? (float *)dbeta.d : NULL, da_.d, db_.d, dAl.d,
-                                          ddtb.d, N, H, m, 0);
+                                          ddtb.d, N, H, H, m, 0);
                    },
                    outs, false);
 
@@ -469,7 +470,7 @@ static void test_gates(cuda_dtype dt, rng_t *r) {
         vec wA = iA, wdt = idt;
         for (int k = 0; k < 2; k++) {
             gdn_gates_bwd_cpu(m.gate ? da.data() : NULL, m.delta ? dbw.data() : NULL, wA.data(), wdt.data(), dg.data(),
-                              dbt.data(), a.data(), b.data(), Al.data(), dtb.data(), N, H, m);
+                              dbt.data(), a.data(), b.data(), Al.data(), dtb.data(), N, H, H, m);
             if (k == 0) {
                 wA2 = wA;
                 wdt2 = wdt;
@@ -487,9 +488,45 @@ static void test_gates(cuda_dtype dt, rng_t *r) {
                    [&]() {
                        cuda_gdn_gates_bwd(dt, m.gate ? dda.d : NULL, m.delta ? ddb.d : NULL, (float *)ddA.d,
                                           (float *)dddt.d, (const float *)ddg.d, (const float *)ddbt.d, da_.d, db_.d,
-                                          dAl.d, ddtb.d, N, H, m, 0);
+                                          dAl.d, ddtb.d, N, H, H, m, 0);
                    },
                    bo, true);
+
+        // strided (the model's fused a, b, z projection): a, b and da, db are columns [0, H) and
+        // [H, 2H) of rows of ld = 2H + 24; the other columns hold random values that must stay
+        const size_t ld = 2 * H + 24, nw = (size_t)N * ld;
+        vec aw = randn(r, nw, 1.0, dt), dw_init = randn(r, nw, 1.0, dt);
+        for (int t = 0; t < N; t++)
+            for (int h = 0; h < H; h++) {
+                aw[t * ld + h] = a[(size_t)t * H + h];
+                aw[t * ld + H + h] = b[(size_t)t * H + h];
+            }
+        vec dw_want = dw_init;
+        for (int t = 0; t < N; t++)
+            for (int h = 0; h < H; h++) {
+                if (m.gate) dw_want[t * ld + h] = da[(size_t)t * H + h];
+                if (m.delta) dw_want[t * ld + H + h] = dbw[(size_t)t * H + h];
+            }
+        dten daw = dput(aw, dt), ddw = dempty(nw, dt);
+        const size_t es = esz(dt);
+        const void *aw_a = daw.d, *aw_b = (const char *)daw.d + H * es;
+        snprintf(op, sizeof op, "gdn_gates_fwd gate%d delta%d neg%d ld%zu", m.gate, m.delta, m.neg_eigval, ld);
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_gdn_gates_fwd(dt, (float *)dgg.d, m.delta ? (float *)dbeta.d : NULL, aw_a, aw_b, dAl.d,
+                                          ddtb.d, N, H, ld, m, 0);
+                   },
+                   outs, false);
+        std::vector<out_check> bw = {{"dA_log", ddA, wA, iA, wA2}, {"ddt_bias", dddt, wdt, idt, wdt2},
+                                     {"da|db|rest", ddw, dw_want, dw_init, dw_want}};
+        snprintf(op, sizeof op, "gdn_gates_bwd gate%d delta%d neg%d ld%zu", m.gate, m.delta, m.neg_eigval, ld);
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_gdn_gates_bwd(dt, m.gate ? ddw.d : NULL, m.delta ? (char *)ddw.d + H * es : NULL,
+                                          (float *)ddA.d, (float *)dddt.d, (const float *)ddg.d, (const float *)ddbt.d,
+                                          aw_a, aw_b, dAl.d, ddtb.d, N, H, ld, m, 0);
+                   },
+                   bw, true);
     }
 }
 
@@ -502,13 +539,13 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
         const bool hz = sh[2];
         const size_t n = rows * D;
         vec x = randn(r, n, 1.0, dt), z = randn(r, n, 2.0, dt), w = randn(r, D, 0.1, dt, 1.0), y(n), rstd(rows);
-        gated_rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), hz ? z.data() : NULL, w.data(), rows, D, eps);
+        gated_rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), hz ? z.data() : NULL, w.data(), rows, D, 1, D, eps);
         dten dx_ = dput(x, dt), dz_ = dput(z, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt), drs = dempty(rows, CUDA_F32);
         const void *zp = hz ? dz_.d : NULL;
         char op[80];
         snprintf(op, sizeof op, "gated_rmsnorm_fwd rows%zu D%d z%d", rows, D, (int)hz);
         run_checks(op, dt,
-                   [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, eps, 0); },
+                   [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0); },
                    {{"y", dy_, y, {}, {}}, {"rstd", drs, rstd, {}, {}}}, true);
     }
     // backward on the shapes of norm_bwd_shapes (above), with and without the gate z
@@ -517,11 +554,12 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
             const size_t rows = sh.rows, n = rows * sh.d, off = sh.off;
             const int D = sh.d;
             vec x = randn(r, n, 1.0, dt), z = randn(r, n, 2.0, dt), w = randn(r, D, 0.1, dt, 1.0), y(n), rstd(rows);
-            gated_rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), hz ? z.data() : NULL, w.data(), rows, D, eps);
+            gated_rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), hz ? z.data() : NULL, w.data(), rows, D, 1, D,
+                                  eps);
             vec g = randn(r, n, 1.0, dt), rsf = to_f32(rstd), dx(n), dz(n), init = randn(r, D, 0.1, CUDA_F32), want2;
             vec dw = plus_twice(init, [&](double *acc) {
                 gated_rmsnorm_bwd_cpu(dx.data(), hz ? dz.data() : NULL, acc, g.data(), x.data(), hz ? z.data() : NULL,
-                                      w.data(), rsf.data(), rows, D);
+                                      w.data(), rsf.data(), rows, D, 1, D);
             }, &want2);
             dten dx_ = dput(x, dt, off), dz_ = dput(z, dt, off), dw_ = dput(w, dt), dg = dput(g, dt, off);
             dten drsf = dput(rsf, CUDA_F32), ddx = dempty(n, dt, off), ddz = dempty(n, dt, off);
@@ -534,10 +572,49 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
             run_checks(op, dt,
                        [&]() {
                            cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d, dg.d, dx_.d, zp, dw_.d,
-                                                  (const float *)drsf.d, rows, D, 0);
+                                                  (const float *)drsf.d, rows, D, 1, D, 0);
                        },
                        bo, true);
         }
+    // strided z, dz (the model's fused a, b, z projection): zh heads of a token at column zoff of
+    // rows of zld; dz's other columns hold random values that must stay. Shapes: the model's
+    // (fused kernel), an unaligned one (one-element path), a wide one (two passes, 16-byte packs).
+    struct { size_t ntok; int zh, D; size_t zld, zoff; } zs[3] = {
+        {250, 4, 256, 1032, 8}, {33, 3, 100, 305, 5}, {20, 2, 1280, 2568, 8}};
+    for (auto &sh : zs) {
+        const size_t rows = sh.ntok * sh.zh, n = rows * sh.D, nw = sh.ntok * sh.zld;
+        const int D = sh.D;
+        vec x = randn(r, n, 1.0, dt), zw = randn(r, nw, 2.0, dt), w = randn(r, D, 0.1, dt, 1.0), y(n), rstd(rows);
+        gated_rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), zw.data() + sh.zoff, w.data(), rows, D, sh.zh, sh.zld,
+                              eps);
+        dten dx_ = dput(x, dt), dzw = dput(zw, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt), drs = dempty(rows, CUDA_F32);
+        const void *zp = (const char *)dzw.d + sh.zoff * esz(dt);
+        char op[96];
+        snprintf(op, sizeof op, "gated_rmsnorm_fwd rows%zu D%d zh%d zld%zu", rows, D, sh.zh, sh.zld);
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, sh.zh, sh.zld, eps,
+                                              0);
+                   },
+                   {{"y", dy_, y, {}, {}}, {"rstd", drs, rstd, {}, {}}}, true);
+        vec g = randn(r, n, 1.0, dt), rsf = to_f32(rstd), dx(n), dz_init = randn(r, nw, 1.0, dt);
+        vec dzw_want = dz_init, init = randn(r, D, 0.1, CUDA_F32), want2;
+        vec dwv = plus_twice(init, [&](double *acc) {
+            gated_rmsnorm_bwd_cpu(dx.data(), dzw_want.data() + sh.zoff, acc, g.data(), x.data(), zw.data() + sh.zoff,
+                                  w.data(), rsf.data(), rows, D, sh.zh, sh.zld);
+        }, &want2);
+        dten dg = dput(g, dt), drsf = dput(rsf, CUDA_F32), ddx = dempty(n, dt), ddzw = dempty(nw, dt);
+        dten ddw = dempty(D, CUDA_F32);
+        snprintf(op, sizeof op, "gated_rmsnorm_bwd rows%zu D%d zh%d zld%zu", rows, D, sh.zh, sh.zld);
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_gated_rmsnorm_bwd(dt, ddx.d, (char *)ddzw.d + sh.zoff * esz(dt), (float *)ddw.d, dg.d,
+                                              dx_.d, zp, dw_.d, (const float *)drsf.d, rows, D, sh.zh, sh.zld, 0);
+                   },
+                   {{"dx", ddx, dx, {}, {}}, {"dw", ddw, dwv, init, want2},
+                    {"dz|rest", ddzw, dzw_want, dz_init, dzw_want}},
+                   true);
+    }
 }
 
 static void test_crossentropy(cuda_dtype dt, rng_t *r) {
