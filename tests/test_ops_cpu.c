@@ -1,13 +1,18 @@
 // test_ops_cpu.c — the float64 CPU ops other than attention and the gated delta rule:
-// embedding, rmsnorm, linear (OpenBLAS path and loop path), conv1d, conv_silu (fused; also
-// bitwise the unfused pair), silu, swiglu, l2norm, gdn_gates, gated_rmsnorm, crossentropy,
-// dropout, rope.
+// embedding, rmsnorm (and backend_cpu's residual add + rmsnorm: bitwise the separate ops),
+// linear (OpenBLAS path and loop path), conv1d, conv_silu (fused; also bitwise the unfused
+// pair), silu, swiglu, l2norm, gdn_gates, gated_rmsnorm, crossentropy, dropout, rope.
+// For every op and variant: a central finite-difference check of every input and parameter
+// gradient (loss L = sum(out * R), R random; tol 1e-6 norm-wise and per element), then
+// forward values against hand-computed numbers, the += rule for parameter gradients, the
+// in-place forms (crossentropy backward, rope), and the "untouched" contracts of gdn_gates.
 // For every op and variant: a central finite-difference check of every input and parameter
 // gradient (loss L = sum(out * R), R random; tol 1e-6 norm-wise and per element), then
 // forward values against hand-computed numbers, the += rule for parameter gradients, the
 // in-place forms (crossentropy backward, rope), and the "untouched" contracts of gdn_gates.
 #include "testutil.h"
 #include "../src/bwd/bwd_cpu.h"
+#include "../src/model/backend.h"
 
 // ---- the loop path of linear, compiled here a second time with GDN_HAVE_CBLAS off and the
 // public names renamed, so both paths are checked whatever the library was built with. -------
@@ -151,6 +156,45 @@ static void test_rmsnorm(void) {
     double rs_want[2] = {2.0, 1.0 / 3.0};
     check_close("rmsnorm rstd of those rows = 2, 1/3", rs, rs_want, 2, 1e-15);
     free(c.y); free(c.rstd); free(c.x); free(c.w); free(c.R); free(rstd); free(dx); free(dw);
+}
+
+// ============================ add + rmsnorm (backend_cpu) =====================================
+// x_out = x_in + branch, then y, rstd = rmsnorm(x_out): bitwise the sum x_in[i] + branch[i]
+// (what copy then add stored) and rmsnorm_fwd_cpu of it, out of place (x_in untouched) and in
+// place (x_out == x_in). The model's CPU checkpoints depend on it.
+static void check_add_rmsnorm(int N, int d) {
+    const size_t n = (size_t)N * d;
+    double *x = rnd(n, 1), *br = rnd(n, 1), *w = rnd(d, 1);
+    for (int i = 0; i < d; i++) w[i] += 1.0;
+    double *sum = dalloc(n), *y = dalloc(n), *rstd = dalloc(N);
+    for (size_t i = 0; i < n; i++) sum[i] = x[i] + br[i];
+    rmsnorm_fwd_cpu(y, rstd, sum, w, N, d, 1e-6);
+    double *x0 = copy_of(x, n), *xo = dalloc(n), *y2 = dalloc(n), *r2 = dalloc(N);
+    fill_const(xo, n, SENTINEL);
+    fill_const(y2, n, SENTINEL);
+    fill_const(r2, N, SENTINEL);
+    backend_cpu.add_rmsnorm_fwd(xo, y2, r2, x, br, w, N, d, 1e-6);
+    char what[96];
+    snprintf(what, sizeof what, "add_rmsnorm N%d d%d = add, then rmsnorm (bitwise)", N, d);
+    check_true(what, memcmp(xo, sum, n * sizeof(double)) == 0 &&
+                         memcmp(y2, y, n * sizeof(double)) == 0 &&
+                         memcmp(r2, rstd, N * sizeof(double)) == 0 &&
+                         memcmp(x, x0, n * sizeof(double)) == 0);
+    fill_const(y2, n, SENTINEL);
+    fill_const(r2, N, SENTINEL);
+    backend_cpu.add_rmsnorm_fwd(x, y2, r2, x, br, w, N, d, 1e-6);  // in place
+    snprintf(what, sizeof what, "add_rmsnorm N%d d%d in place (x_out == x_in), bitwise", N, d);
+    check_true(what, memcmp(x, sum, n * sizeof(double)) == 0 &&
+                         memcmp(y2, y, n * sizeof(double)) == 0 &&
+                         memcmp(r2, rstd, N * sizeof(double)) == 0);
+    free(x); free(br); free(w); free(sum); free(y); free(rstd);
+    free(x0); free(xo); free(y2); free(r2);
+}
+
+static void test_add_rmsnorm(void) {
+    gc_header("add + rmsnorm (backend_cpu)");
+    check_add_rmsnorm(5, 7);
+    check_add_rmsnorm(600, 1000);  // N d >= cpu_min_work_flat: the threaded add
 }
 
 // ================================= linear ====================================================
@@ -735,6 +779,7 @@ int main(void) {
     double t0 = gdn_now();
     test_embedding();
     test_rmsnorm();
+    test_add_rmsnorm();
     test_linear();
     test_conv1d();
     test_conv_silu();

@@ -158,7 +158,9 @@ static void check_case(const char *title, const gdn_config *c, uint64_t seed) {
         {"crossentropy", RUNS, -1},
         {"embedding_fwd", RUNS, -1},
         {"embedding_bwd", RUNS, -1},
-        {"rmsnorm_fwd", (long)RUNS * (2 * ref->L + 1), -1},
+        // layer 0's norm1 alone; the other 2L norms come fused with the residual add before them
+        {"rmsnorm_fwd", RUNS, -1},
+        {"add_rmsnorm_fwd", (long)RUNS * 2 * ref->L, -1},
         {"rmsnorm_bwd", (long)RUNS * (2 * ref->L + 1), -1},
         {"sumsq", 1, -1},  // one pass over the gradient arena (optim_grad_norm)
         {"adamw", runs, -1},
@@ -194,6 +196,8 @@ static void check_case(const char *title, const gdn_config *c, uint64_t seed) {
         EXPECT(rw && sc == rw->calls && nr >= 2 && bad_n == 0, "%s: matmul table disagrees", op);
     }
     EXPECT(find(rows, n, "gdn_fwd") || nG == 0, "gdn_fwd missing");
+    // the residual adds are all inside add_rmsnorm_fwd: no separate add or copy
+    EXPECT(!find(rows, n, "add") && !find(rows, n, "copy"), "add or copy called by the model");
     EXPECT(nS > 0 || !find(rows, n, "attention_fwd"), "attention_fwd listed without S layers");
 
     // (c) reset: no rows; then one pass counts exactly one pass

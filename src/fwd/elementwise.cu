@@ -1,7 +1,8 @@
 // elementwise.cu — CUDA forwards of the small ops of cuda_ops.h (twins of src/fwd/*.c): embedding,
-// RMSNorm, causal depthwise conv1d, SiLU, per-row L2 norm, GDN gates, gated (per-head) RMSNorm,
-// SwiGLU, RoPE, dropout, and the memory helpers add and convert. Activations in T = float or
-// bf16, statistics (rstd, rnorm, g, beta) fp32, every sum in fp32.
+// RMSNorm (alone, and fused with the residual add before it), causal depthwise conv1d, SiLU,
+// per-row L2 norm, GDN gates, gated (per-head) RMSNorm, SwiGLU, RoPE, dropout, and the memory
+// helpers add and convert. Activations in T = float or bf16, statistics (rstd, rnorm, g, beta)
+// fp32, every sum in fp32.
 // Row ops (RMSNorm, L2 norm, gated norm): one warp per row, 8 rows per 256-thread block; lane l
 // sums elements (or 16-byte packs) l, l + 32, ... in order, then a xor butterfly: the order is
 // fixed by (D, alignment), so results are bitwise reproducible. Elementwise ops go through
@@ -25,6 +26,12 @@ __global__ void __launch_bounds__(128) embedding_fwd_kernel(T *out, const int32_
         *reinterpret_cast<pack_t<T, W> *>(dst + k * W) = *reinterpret_cast<const pack_t<T, W> *>(src + k * W);
 }
 
+// ss += the squares of one pack, in element order (row_sumsq's and add_rmsnorm's accumulation).
+template <int W> __device__ __forceinline__ void sumsq_acc(float &ss, const float (&a)[W]) {
+#pragma unroll
+    for (int j = 0; j < W; j++) ss += a[j] * a[j];
+}
+
 // Sum of squares of one row of n values (n a multiple of W), by one warp: lane k takes packs
 // k, k + 32, ...; the warp's sum on every lane.
 template <typename T, int W>
@@ -33,23 +40,17 @@ __device__ __forceinline__ float row_sumsq(const T *xr, int n, int lane) {
     for (int k = lane; k < n / W; k += 32) {
         float a[W];
         load_pack<T, W>(xr + k * W, a);
-#pragma unroll
-        for (int j = 0; j < W; j++) ss += a[j] * a[j];
+        sumsq_acc<W>(ss, a);
     }
     return warp_sum(ss);
 }
 
 // ---- RMSNorm: y = x rstd w, rstd = 1/sqrt(mean x^2 + eps) (saved for the backward) -------------
+__device__ __forceinline__ float rms_rstd(float ss, int d, float eps) { return 1.f / sqrtf(ss / (float)d + eps); }
+
+// The second pass of one row: y = x r w, lane k on packs k, k + 32, ...
 template <typename T, int W>
-__global__ void __launch_bounds__(ROW_THREADS)
-    rmsnorm_fwd_kernel(T *y, float *rstd, const T *x, const T *w, size_t N, int d, float eps) {
-    const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const T *xr = x + row * d;
-    T *yr = y + row * d;
-    const float ss = row_sumsq<T, W>(xr, d, lane);
-    const float r = 1.f / sqrtf(ss / (float)d + eps);
+__device__ __forceinline__ void rmsnorm_row_scale(T *yr, const T *xr, const T *w, int d, float r, int lane) {
     for (int k = lane; k < d / W; k += 32) {
         float a[W], wv[W];
         load_pack<T, W>(xr + k * W, a);
@@ -58,6 +59,56 @@ __global__ void __launch_bounds__(ROW_THREADS)
         for (int j = 0; j < W; j++) a[j] = a[j] * r * wv[j];
         store_pack<T, W>(yr + k * W, a);
     }
+}
+
+template <typename T, int W>
+__global__ void __launch_bounds__(ROW_THREADS)
+    rmsnorm_fwd_kernel(T *y, float *rstd, const T *x, const T *w, size_t N, int d, float eps) {
+    const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *xr = x + row * d;
+    const float r = rms_rstd(row_sumsq<T, W>(xr, d, lane), d, eps);
+    rmsnorm_row_scale<T, W>(y + row * d, xr, w, d, r, lane);
+    if (lane == 0) rstd[row] = r;
+}
+
+// ---- residual add + RMSNorm: x_out = x_in + branch, then RMSNorm of x_out ---------------------
+// Bitwise cuda_add followed by rmsnorm_fwd_kernel<T, W> on x_out: each x_out element is the T
+// rounding of float(x_in) + float(branch), as add_op stores it; the squares are summed from
+// those rounded values in row_sumsq's order; the second pass re-reads x_out, each pack by the
+// lane that stored it (its own store, so no other lane's write is awaited). W is what
+// rmsnorm_fwd_launch picks for (y, x_out, w); vec_in: x_in and branch are 16-byte aligned as
+// well, else their W elements load one by one (same values, same order). x_out == x_in allowed.
+template <typename T, int W>
+__global__ void __launch_bounds__(ROW_THREADS)
+    add_rmsnorm_fwd_kernel(T *x_out, T *y, float *rstd, const T *x_in, const T *branch, const T *w, size_t N,
+                           int d, float eps, bool vec_in) {
+    const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *xr = x_in + row * d, *br = branch + row * d;
+    T *outr = x_out + row * d;
+    float ss = 0.f;
+    for (int k = lane; k < d / W; k += 32) {
+        float a[W], b[W];
+        if (vec_in) {
+            load_pack<T, W>(xr + k * W, a);
+            load_pack<T, W>(br + k * W, b);
+        } else {
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                a[j] = to_f(xr[k * W + j]);
+                b[j] = to_f(br[k * W + j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < W; j++) a[j] = to_f(from_f<T>(a[j] + b[j]));  // the value stored
+        store_pack<T, W>(outr + k * W, a);
+        sumsq_acc<W>(ss, a);
+    }
+    const float r = rms_rstd(warp_sum(ss), d, eps);
+    rmsnorm_row_scale<T, W>(y + row * d, outr, w, d, r, lane);
     if (lane == 0) rstd[row] = r;
 }
 
@@ -258,6 +309,19 @@ void rmsnorm_fwd_launch(T *y, float *rstd, const T *x, const T *w, int N, int d,
 }
 
 template <typename T>
+void add_rmsnorm_fwd_launch(T *x_out, T *y, float *rstd, const T *x_in, const T *branch, const T *w, int N, int d,
+                            float eps, cudaStream_t s) {
+    constexpr int W = vec_width<T>();
+    if (d % W == 0 && aligned16(y) && aligned16(x_out) && aligned16(w))  // rmsnorm_fwd_launch's test
+        add_rmsnorm_fwd_kernel<T, W><<<row_blocks(N), ROW_THREADS, 0, s>>>(x_out, y, rstd, x_in, branch, w, N, d, eps,
+                                                                          aligned16(x_in) && aligned16(branch));
+    else
+        add_rmsnorm_fwd_kernel<T, 1><<<row_blocks(N), ROW_THREADS, 0, s>>>(x_out, y, rstd, x_in, branch, w, N, d, eps,
+                                                                          true);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
 void l2norm_fwd_launch(T *y, float *rnorm, const T *x, size_t rows, int D, float eps, float scale, cudaStream_t s) {
     constexpr int W = vec_width<T>();
     if (D % W == 0 && aligned16(y) && aligned16(x))
@@ -333,6 +397,13 @@ void cuda_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const 
                       cudaStream_t s) {
     if (N <= 0 || d <= 0) return;
     CUDA_DT_SWITCH(dt, T, rmsnorm_fwd_launch<T>((T *)y, rstd, (const T *)x, (const T *)w, N, d, (float)eps, s));
+}
+
+void cuda_add_rmsnorm_fwd(cuda_dtype dt, void *x_out, void *y, float *rstd, const void *x_in, const void *branch,
+                          const void *w, int N, int d, double eps, cudaStream_t s) {
+    if (N <= 0 || d <= 0) return;
+    CUDA_DT_SWITCH(dt, T, add_rmsnorm_fwd_launch<T>((T *)x_out, (T *)y, rstd, (const T *)x_in, (const T *)branch,
+                                                    (const T *)w, N, d, (float)eps, s));
 }
 
 void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C, int K,

@@ -52,6 +52,11 @@ typedef struct backend {
     void (*embedding_fwd)(void *out, const int32_t *tok, const void *wte, int N, int d);
     void (*embedding_bwd)(void *dwte, const void *dout, const int32_t *tok, int N, int d);
     void (*rmsnorm_fwd)(void *y, void *rstd, const void *x, const void *w, int N, int d, double eps);
+    // The residual add and the next RMSNorm fused: x_out = x_in + branch (x_out == x_in allowed),
+    // then y, rstd = rmsnorm_fwd of the stored x_out, bit for bit (recompute_layer redoes y, rstd
+    // with rmsnorm_fwd from x_out and must find the forward's values).
+    void (*add_rmsnorm_fwd)(void *x_out, void *y, void *rstd, const void *x_in, const void *branch,
+                            const void *w, int N, int d, double eps);
     // dx = the gradient (acc: dx += it, the residual stream's sum in place), dw += ...
     void (*rmsnorm_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w,
                         const void *rstd, int N, int d, bool acc);

@@ -33,6 +33,14 @@ static double cpu_sumsq(const void *x, size_t n) {
     for (size_t i = 0; i < n; i++) s += a[i] * a[i];
     return s;
 }
+// The unfused copy, add and rmsnorm_fwd_cpu in sequence: the bits of the separate ops.
+static void cpu_add_rmsnorm_fwd(void *x_out, void *y, void *rstd, const void *x_in,
+                                const void *branch, const void *w, int N, int d, double eps) {
+    size_t n = (size_t)N * d;
+    if (x_out != x_in) cpu_copy(x_out, x_in, n);
+    cpu_add(x_out, branch, n);
+    rmsnorm_fwd_cpu(y, rstd, x_out, w, N, d, eps);
+}
 static void cpu_sync(void) {}  // every CPU op has finished when it returns
 static void cpu_linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
     linear_fwd_cpu(y, x, W, NULL, N, in, out);
@@ -101,6 +109,7 @@ const backend backend_cpu = {
     .embedding_fwd = F(embedding_fwd_cpu),
     .embedding_bwd = F(embedding_bwd_cpu),
     .rmsnorm_fwd = F(rmsnorm_fwd_cpu),
+    .add_rmsnorm_fwd = cpu_add_rmsnorm_fwd,
     .rmsnorm_bwd = F(rmsnorm_bwd_cpu),
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,

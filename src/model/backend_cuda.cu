@@ -247,6 +247,10 @@ struct ops {
                             double eps) {
         cuda_rmsnorm_fwd(DT, y, (float *)rstd, x, w, N, d, eps, STREAM);
     }
+    static void add_rmsnorm_fwd(void *x_out, void *y, void *rstd, const void *x_in,
+                                const void *branch, const void *w, int N, int d, double eps) {
+        cuda_add_rmsnorm_fwd(DT, x_out, y, (float *)rstd, x_in, branch, w, N, d, eps, STREAM);
+    }
     static void rmsnorm_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
                             const void *rstd, int N, int d, bool acc) {
         cuda_rmsnorm_bwd(DT, dx, (float *)dw, dy, x, w, (const float *)rstd, N, d, acc, STREAM);
@@ -461,6 +465,7 @@ struct ops {
         b.embedding_fwd = embedding_fwd;
         b.embedding_bwd = embedding_bwd;
         b.rmsnorm_fwd = rmsnorm_fwd;
+        b.add_rmsnorm_fwd = add_rmsnorm_fwd;
         b.rmsnorm_bwd = rmsnorm_bwd;
         b.linear_fwd = linear_fwd;
         b.linear_bwd = linear_bwd;

@@ -40,6 +40,11 @@ void cuda_embedding_bwd(cuda_dtype dt, float *dwte, const void *dout, const int3
                         cudaStream_t s);
 void cuda_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const void *w, int N,
                       int d, double eps, cudaStream_t s);
+// x_out = x_in + branch (x_out == x_in allowed), then y, rstd = RMSNorm of x_out: in one kernel,
+// bitwise a copy and cuda_add, then cuda_rmsnorm_fwd on x_out.
+void cuda_add_rmsnorm_fwd(cuda_dtype dt, void *x_out, void *y, float *rstd, const void *x_in,
+                          const void *branch, const void *w, int N, int d, double eps,
+                          cudaStream_t s);
 // acc: dx += the gradient (added in fp32, rounded once), else dx = it; dw += (fp32)
 void cuda_rmsnorm_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
                       const void *w, const float *rstd, int N, int d, bool acc, cudaStream_t s);

@@ -438,14 +438,13 @@ static const void *mixer_drop(model *m, int l, const void *h, void *tmp, size_t 
     return drop_fwd(m, tmp, h, n, m->cfg.mixer_dropout, place_mixer(m, l), train) ? tmp : h;
 }
 
-// x_out = x_in + drop(branch)
-static void residual_fwd(model *m, void *x_out, const void *x_in, void *branch, int l, int br,
-                         bool train) {
-    const backend *be = m->be;
+// x_out = x_in + drop(branch) (branch dropped in place), then the RMSNorm that reads it:
+// xn, rstd = rmsnorm(x_out, w), one fused op (bitwise the add, then rmsnorm_fwd).
+static void residual_norm_fwd(model *m, void *x_out, void *xn, void *rstd, const void *x_in,
+                              void *branch, const void *w, int l, int br, bool train) {
     size_t n = (size_t)m->N * m->d;
     drop_fwd(m, branch, branch, n, m->cfg.dropout, place_branch(l, br), train);
-    if (x_out != x_in) be->copy(x_out, x_in, n);
-    be->add(x_out, branch, n);
+    m->be->add_rmsnorm_fwd(x_out, xn, rstd, x_in, branch, w, m->N, m->d, m->cfg.norm_eps);
 }
 
 #define P(i) model_param(m, i)
@@ -524,24 +523,31 @@ static void forward(model *m, const int32_t *x, bool train) {
     memcpy(m->tok, x, (size_t)N * sizeof(int32_t));
     be->embedding_fwd(m->acts[0].x_in, m->tok, P(m->wte), N, d);
     drop_fwd(m, m->acts[0].x_in, m->acts[0].x_in, (size_t)N * d, m->cfg.embed_dropout, PLACE_EMBED, train);
+    // layer 0's norm1; every later norm comes fused with the residual add before it
+    be->rmsnorm_fwd(m->acts[0].xn1, m->acts[0].rstd1, m->acts[0].x_in, P(m->lp[0].norm1), N, d, eps);
     for (int l = 0; l < m->L; l++) {
         const layer_params *lp = &m->lp[l];
         layer_acts *a = &m->acts[l];
-        be->rmsnorm_fwd(a->xn1, a->rstd1, a->x_in, P(lp->norm1), N, d, eps);
         if (lp->kind == 'G')
             gdn_mixer_fwd(m, l, train);
         else
             attn_mixer_fwd(m, l, train);
-        residual_fwd(m, a->x_mid, a->x_in, m->dmix, l, 0, train);
-        be->rmsnorm_fwd(a->xn2, a->rstd2, a->x_mid, P(lp->norm2), N, d, eps);
+        residual_norm_fwd(m, a->x_mid, a->xn2, a->rstd2, a->x_in, m->dmix, P(lp->norm2), l, 0, train);
         be->linear_fwd(a->m_gate, a->xn2, P(lp->wgate), N, d, F);
         be->linear_fwd(a->m_up, a->xn2, P(lp->wup), N, d, F);
         be->swiglu_fwd(a->m_h, a->m_gate, a->m_up, (size_t)N * F);
         be->linear_fwd(m->dmix, a->m_h, P(lp->wdown), N, F, d);
-        void *x_out = l + 1 < m->L ? m->acts[l + 1].x_in : m->x_final;
-        residual_fwd(m, x_out, a->x_mid, m->dmix, l, 1, train);
+        // into the next layer's input and norm1 (train.recompute: its xn1 is the shared buffer,
+        // which layer l no longer reads), after the last layer into x_final and norm_f
+        if (l + 1 < m->L) {
+            layer_acts *b = &m->acts[l + 1];
+            residual_norm_fwd(m, b->x_in, b->xn1, b->rstd1, a->x_mid, m->dmix, P(m->lp[l + 1].norm1),
+                              l, 1, train);
+        } else {
+            residual_norm_fwd(m, m->x_final, m->xf, m->rstd_f, a->x_mid, m->dmix, P(m->norm_f), l, 1,
+                              train);
+        }
     }
-    be->rmsnorm_fwd(m->xf, m->rstd_f, m->x_final, P(m->norm_f), N, d, eps);
     be->linear_fwd(m->logits, m->xf, P(m->lm_head), N, d, m->V);
 }
 
@@ -668,7 +674,8 @@ static void attn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
 }
 
 // train.recompute: redo layer l's cheap forward ops into the shared buffers (carve) before its
-// backward reads them, with the calls and arguments of forward() and gdn_mixer_fwd.
+// backward reads them, with the calls and arguments of forward() and gdn_mixer_fwd (the norms
+// forward() fused with the residual add: rmsnorm_fwd of the stored sum, bitwise the same).
 static void recompute_layer(model *m, int l) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];

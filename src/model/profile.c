@@ -6,13 +6,14 @@
 #include "../core/common.h"
 
 // X-macro: every timed op of backend.h, in struct order.
-#define PROFILE_OPS(X)                                                                          \
-    X(zero) X(add) X(copy) X(sumsq) X(embedding_fwd) X(embedding_bwd) X(rmsnorm_fwd)             \
-    X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(conv1d_fwd) X(conv1d_bwd)                   \
-    X(silu_fwd) X(silu_bwd) X(conv_silu_fwd) X(conv_silu_bwd) X(l2norm_fwd) X(l2norm_bwd)       \
-    X(gdn_gates_fwd) X(gdn_gates_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) X(swiglu_fwd)   \
-    X(swiglu_bwd) X(crossentropy) X(dropout_fwd) X(dropout_bwd) X(rope_fwd) X(rope_bwd)         \
-    X(attention_fwd) X(attention_bwd) X(gdn_fwd) X(gdn_bwd) X(adamw)
+#define PROFILE_OPS(X)                                                                     \
+    X(zero) X(add) X(copy) X(sumsq) X(embedding_fwd) X(embedding_bwd) X(rmsnorm_fwd)       \
+    X(add_rmsnorm_fwd) X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(conv1d_fwd)            \
+    X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(conv_silu_fwd) X(conv_silu_bwd) X(l2norm_fwd)  \
+    X(l2norm_bwd) X(gdn_gates_fwd) X(gdn_gates_bwd) X(gated_rmsnorm_fwd)                   \
+    X(gated_rmsnorm_bwd) X(swiglu_fwd) X(swiglu_bwd) X(crossentropy) X(dropout_fwd)        \
+    X(dropout_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(gdn_fwd)    \
+    X(gdn_bwd) X(adamw)
 
 #define SLOT_ENUM(n) SLOT_##n,
 #define SLOT_NAME(n) #n,
@@ -90,6 +91,10 @@ static void p_embedding_bwd(void *dwte, const void *dout, const int32_t *tok, in
 static void p_rmsnorm_fwd(void *y, void *rstd, const void *x, const void *w, int N, int d,
                           double eps) {
     TIMED(rmsnorm_fwd, 0, y, rstd, x, w, N, d, eps);
+}
+static void p_add_rmsnorm_fwd(void *x_out, void *y, void *rstd, const void *x_in,
+                              const void *branch, const void *w, int N, int d, double eps) {
+    TIMED(add_rmsnorm_fwd, 0, x_out, y, rstd, x_in, branch, w, N, d, eps);
 }
 static void p_rmsnorm_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
                           const void *rstd, int N, int d, bool acc) {

@@ -13,10 +13,11 @@
 //     leaves a factor ~4 over one rounding and fails any extra error of that size;
 //   * cuda_sumsq_f32 (fp64 accumulation of exact squares) <= 1e-10 (n 2^-53 for n = 3e5).
 // Also checked: parameter gradients accumulate (two calls give init + 2 G), dropout masks
-// equal the CPU's element for element, cross-entropy at V = 50304 (16-byte path) and 50257
-// (scalar path) with ignored rows, embedding backward with repeated tokens, unaligned
-// pointers (scalar paths), RoPE at t up to 4095 and in place, AdamW in fp32 and master-weight
-// modes, and every reduction-bearing op run twice gives bitwise equal outputs.
+// equal the CPU's element for element, the fused residual add + RMSNorm is bitwise the unfused
+// add and RMSNorm kernels, cross-entropy at V = 50304 (16-byte path) and 50257 (scalar path)
+// with ignored rows, embedding backward with repeated tokens, unaligned pointers (scalar
+// paths), RoPE at t up to 4095 and in place, AdamW in fp32 and master-weight modes, and every
+// reduction-bearing op run twice gives bitwise equal outputs.
 // Exit 77 (skipped) without a GPU.
 #include "gputest.h"
 #include <cmath>
@@ -220,6 +221,52 @@ static void test_embedding(cuda_dtype dt, rng_t *r) {
     run_checks("embedding_bwd N500 V37 d130", dt,
                [&]() { cuda_embedding_bwd(dt, (float *)ddw.d, ddout.d, dorder, dstarts, dids, n_unique, d, 0); },
                {{"dwte", ddw, want, init, want2}}, true);
+}
+
+// Residual add + RMSNorm against the CPU: x_out = the dt rounding of x_in + branch (what cuda_add
+// stores), y, rstd = rmsnorm_fwd_cpu of it; then bitwise against the unfused kernels on the same
+// inputs (a copy, cuda_add, cuda_rmsnorm_fwd), which the model relies on (recompute_layer redoes
+// y, rstd with cuda_rmsnorm_fwd). Shapes: d 1024 at N 777 (the last block part full), also in
+// place (x_out == x_in), with every activation pointer one element off 16 bytes (W = 1), and
+// with only branch off (packs for x_out, y, w; x_in and branch loaded element by element); odd d
+// 100 (bf16 off the pack, fp32 25 packs) and d 77 at N 1, unaligned and in place.
+struct add_norm_shape {
+    int N, d, off, off_branch;
+    bool in_place;
+};
+static void test_add_rmsnorm(cuda_dtype dt, rng_t *r) {
+    const add_norm_shape shapes[] = {{777, 1024, 0, 0, false}, {777, 1024, 0, 0, true}, {777, 1024, 1, 1, false},
+                                     {777, 1024, 0, 1, false}, {50, 100, 0, 0, false},  {1, 77, 1, 1, true}};
+    for (const add_norm_shape &sh : shapes) {
+        const int N = sh.N, d = sh.d;
+        const size_t n = (size_t)N * d;
+        vec x = randn(r, n, 1.0, dt), b = randn(r, n, 1.0, dt), w = randn(r, d, 0.1, dt, 1.0);
+        vec sum(n), y(n), rstd(N);
+        for (size_t i = 0; i < n; i++) sum[i] = round_to(x[i] + b[i], dt);  // exact in double, rounded once
+        rmsnorm_fwd_cpu(y.data(), rstd.data(), sum.data(), w.data(), N, d, 1e-6);
+        dten dxi = dput(x, dt, sh.off), db = dput(b, dt, sh.off_branch), dw_ = dput(w, dt);
+        dten dxo = sh.in_place ? dxi : dempty(n, dt, sh.off), dy_ = dempty(n, dt, sh.off);
+        dten drs = dempty(N, CUDA_F32);
+        auto fused = [&]() {
+            if (sh.in_place) upload(dxi, x);  // x_out is x_in: restore it after the poison
+            cuda_add_rmsnorm_fwd(dt, dxo.d, dy_.d, (float *)drs.d, dxi.d, db.d, dw_.d, N, d, 1e-6, 0);
+        };
+        char op[64];
+        snprintf(op, sizeof op, "add_rmsnorm_fwd N%d d%d%s%s", N, d,
+                 sh.off ? " unal" : sh.off_branch ? " unal-branch" : "", sh.in_place ? " in-place" : "");
+        run_checks(op, dt, fused, {{"x_out", dxo, sum, {}, {}}, {"y", dy_, y, {}, {}}, {"rstd", drs, rstd, {}, {}}},
+                   true);
+        row_bool(op, dtn(dt), "x_out = round(x_in + br)", download(dxo) == sum);
+        // the unfused kernels: x_out = copy of x_in, += branch, then the RMSNorm of it
+        dten uxo = dempty(n, dt, sh.off), uy = dempty(n, dt, sh.off), urs = dempty(N, CUDA_F32);
+        upload(uxo, x);
+        cuda_add(dt, uxo.d, db.d, n, 0);
+        cuda_rmsnorm_fwd(dt, uy.d, (float *)urs.d, uxo.d, dw_.d, N, d, 1e-6, 0);
+        fused();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        row_bool(op, dtn(dt), "= add, rmsnorm_fwd",
+                 raw(dxo) == raw(uxo) && raw(dy_) == raw(uy) && raw(drs) == raw(urs));
+    }
 }
 
 // Backward shapes of both RMSNorms, around the fused kernels' blocking (8 warps per block, 4+
@@ -848,6 +895,7 @@ int main() {
     for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) {
         test_embedding(dt, &r);
         test_rmsnorm(dt, &r);
+        test_add_rmsnorm(dt, &r);
         test_conv1d(dt, &r);
         test_conv_silu(dt, &r);
         test_pointwise(dt, &r);
