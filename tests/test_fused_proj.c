@@ -1,14 +1,14 @@
-// test_fused_proj.c — GDN's a, b, z projections as one GEMM (model.c, gdn_abz; the CUDA backend's
-// fuse_projections). On the float64 CPU backend with fuse_projections switched on, against the
+// test_fused_proj.c — GDN's input projections as one GEMM (model.c, gdn_inproj; the CUDA
+// backend's fuse_projections): q, k, v, a, b, z with the short conv, a, b, z without. On the float64 CPU backend with fuse_projections switched on, against the
 // same model without it (the reference's one GEMM per weight), over two micro-batches with
 // gradient accumulation and all dropouts:
-//   - the fused layout was taken (acts.abz set) where the weights are contiguous;
+//   - the fused layout was taken (acts.inproj set) where the weights are contiguous;
 //   - the training loss, every gradient tensor and the evaluation loss agree to float64
-//     rounding (relative 1e-12 per tensor: the fused GEMM sums dx over all of a, b, z at once,
-//     the reference adds three GEMMs, so the last bits may differ);
+//     rounding (relative 1e-12 per tensor: the fused GEMM sums dx over the whole group at once,
+//     the reference adds a GEMM per weight, so the last bits may differ);
 // for every subset of (gate, delta, output gate), with and without the short conv, with
 // train.recompute (recompute_layer's gated norm reads the strided z), and for pattern GS.
-// A wrong column offset or stride for a, b, z or their gradients moves a gradient at O(1).
+// A wrong column offset or stride for any member or its gradient moves a gradient at O(1).
 #include <math.h>
 #include "../src/core/config.h"
 #include "../src/model/model.h"
@@ -53,9 +53,9 @@ static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bo
     model_init_params(m1, 33);
     printf("\n== pattern %s, gate %d delta %d output gate %d conv %d recompute %d\n", pattern, gate,
            delta, ogate, conv, rc);
-    bool any = gate || delta || ogate;
-    check(!any || (m1->acts[0].abz != NULL && m0->acts[0].abz == NULL),
-          "fused layout taken (and only with fuse_projections)", any ? "layer 0" : "no a, b, z");
+    bool any = gate || delta || ogate || conv;
+    check(!any || (m1->acts[0].inproj != NULL && m0->acts[0].inproj == NULL),
+          "fused layout taken (and only with fuse_projections)", any ? (conv ? "q..z" : "a, b, z") : "none");
 
     rng_t r;
     rng_init(&r, 5, 0);

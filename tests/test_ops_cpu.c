@@ -6,10 +6,6 @@
 // gradient (loss L = sum(out * R), R random; tol 1e-6 norm-wise and per element), then
 // forward values against hand-computed numbers, the += rule for parameter gradients, the
 // in-place forms (crossentropy backward, rope), and the "untouched" contracts of gdn_gates.
-// For every op and variant: a central finite-difference check of every input and parameter
-// gradient (loss L = sum(out * R), R random; tol 1e-6 norm-wise and per element), then
-// forward values against hand-computed numbers, the += rule for parameter gradients, the
-// in-place forms (crossentropy backward, rope), and the "untouched" contracts of gdn_gates.
 #include "testutil.h"
 #include "../src/bwd/bwd_cpu.h"
 #include "../src/model/backend.h"
@@ -331,7 +327,7 @@ static void test_conv1d(void) {
 // ================================= conv_silu (conv1d then SiLU, fused) =======================
 static double conv_silu_loss(void *p) {
     conv_ctx *c = p;
-    conv_silu_fwd_cpu(c->y, c->x, c->w, c->B, c->T, c->C, c->K);
+    conv_silu_fwd_cpu(c->y, c->x, c->w, c->B, c->T, c->C, c->K, c->C);
     return dot(c->y, c->R, (size_t)c->B * c->T * c->C);
 }
 static void test_conv_silu(void) {
@@ -351,26 +347,54 @@ static void test_conv_silu(void) {
         silu_fwd_cpu(y_ref, pre, n);
         silu_bwd_cpu(dpre, c.R, pre, n);
         conv1d_bwd_cpu(dx_ref, dw_ref, dpre, c.x, c.w, B, T, C, K);
-        conv_silu_fwd_cpu(c.y, c.x, c.w, B, T, C, K);
-        conv_silu_bwd_cpu(dx, dw, c.R, c.x, c.w, B, T, C, K);
+        conv_silu_fwd_cpu(c.y, c.x, c.w, B, T, C, K, C);
+        conv_silu_bwd_cpu(dx, dw, c.R, c.x, c.w, B, T, C, K, C);
         snprintf(what, sizeof what, "%s: y, dx, dw (+=) bitwise the unfused ops", op);
         check_true(what, memcmp(c.y, y_ref, n * sizeof(double)) == 0 &&
                              memcmp(dx, dx_ref, n * sizeof(double)) == 0 &&
                              memcmp(dw, dw_ref, nw * sizeof(double)) == 0);
         memset(dw, 0, nw * sizeof(double));
-        conv_silu_bwd_cpu(dx, dw, c.R, c.x, c.w, B, T, C, K);
+        conv_silu_bwd_cpu(dx, dw, c.R, c.x, c.w, B, T, C, K, C);
         gc_check(op, "x", c.x, n, dx, conv_silu_loss, &c, 0, TOL, &R_);
         gc_check(op, "w", c.w, nw, dw, conv_silu_loss, &c, 0, TOL, &R_);
         if (s == 0) {
             double *once = copy_of(dw, nw), *dx_once = copy_of(dx, n), *io = copy_of(c.R, n);
-            conv_silu_bwd_cpu(dx, dw, c.R, c.x, c.w, B, T, C, K);
+            conv_silu_bwd_cpu(dx, dw, c.R, c.x, c.w, B, T, C, K, C);
             check_doubled(op, "w", dw, once, nw);
             check_close("conv_silu: backward twice -> dx unchanged (=)", dx, dx_once, n, 0);
             memset(dw, 0, nw * sizeof(double));
-            conv_silu_bwd_cpu(io, dw, io, c.x, c.w, B, T, C, K);  // dx over dy
+            conv_silu_bwd_cpu(io, dw, io, c.x, c.w, B, T, C, K, C);  // dx over dy
             check_true("conv_silu: backward with dx == dy gives the same dx",
                        memcmp(io, dx_once, n * sizeof(double)) == 0);
             free(once); free(dx_once); free(io);
+        }
+        {
+            // x, dx as columns [2, 2 + C) of rows of ld = C + 5 (the model's fused input
+            // projection): y, dx, dw bitwise the packed ones, dx's other columns untouched
+            const size_t ld = (size_t)C + 5, rows = (size_t)B * T;
+            double *xw = dalloc(rows * ld), *dxw = dalloc(rows * ld), *y2 = dalloc(n), *dw2 = zeros(nw);
+            double *dw1 = zeros(nw);
+            fill_const(xw, rows * ld, SENTINEL);
+            fill_const(dxw, rows * ld, SENTINEL);
+            for (size_t r = 0; r < rows; r++)
+                memcpy(xw + r * ld + 2, c.x + r * C, (size_t)C * sizeof(double));
+            conv_silu_fwd_cpu(y2, xw + 2, c.w, B, T, C, K, ld);
+            conv_silu_bwd_cpu(dxw + 2, dw2, c.R, xw + 2, c.w, B, T, C, K, ld);
+            conv_silu_bwd_cpu(dx, dw1, c.R, c.x, c.w, B, T, C, K, C);
+            bool same = memcmp(y2, y_ref, n * sizeof(double)) == 0 && memcmp(dw2, dw1, nw * sizeof(double)) == 0;
+            bool untouched = true;
+            for (size_t r = 0; r < rows; r++)
+                for (size_t j = 0; j < ld; j++) {
+                    if (j >= 2 && j < 2 + (size_t)C)
+                        same &= dxw[r * ld + j] == dx[r * C + j - 2];
+                    else
+                        untouched &= dxw[r * ld + j] == SENTINEL;
+                }
+            snprintf(what, sizeof what, "%s: strided x, dx (ld C+5) = packed, bitwise", op);
+            check_true(what, same);
+            snprintf(what, sizeof what, "%s: strided dx writes only its columns", op);
+            check_true(what, untouched);
+            free(xw); free(dxw); free(y2); free(dw2); free(dw1);
         }
         free(c.y); free(c.x); free(c.w); free(c.R); free(pre); free(y_ref); free(dpre);
         free(dx_ref); free(dw_ref); free(dw); free(dx);

@@ -31,8 +31,10 @@ void conv1d_bwd_cpu(double *dx /*=*/, double *dw /*(C,K) +=*/, const double *dy,
 // y = silu(conv1d(x, w)): pre = conv1d(x, w) recomputed, d_pre = dy silu'(pre), then
 // conv1d_bwd_cpu of d_pre (bitwise silu_bwd_cpu then conv1d_bwd_cpu). Allocates one (B,T,C)
 // scratch per call. dx may alias dy, not x.
+// x and dx rows of stride ld >= C (conv_silu_fwd_cpu); dy packed (B,T,C); only dx's C columns
+// of each row are written
 void conv_silu_bwd_cpu(double *dx /*=*/, double *dw /*(C,K) +=*/, const double *dy,
-                       const double *x, const double *w, int B, int T, int C, int K);
+                       const double *x, const double *w, int B, int T, int C, int K, size_t ld);
 
 void silu_bwd_cpu(double *dx /*=*/, const double *dy, const double *x, size_t n);
 

@@ -6,6 +6,7 @@
 // thread (so dw is the same for any thread count).
 // conv_silu_bwd_cpu: the backward of silu(conv1d(x, w)) through the same two ops.
 #include <stdlib.h>
+#include <string.h>
 #include "bwd_cpu.h"
 #include "../core/common.h"
 #include "../fwd/cpu_threads.h"
@@ -44,12 +45,23 @@ void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, c
 // d_pre = dy silu'(pre) with pre = conv1d(x, w) recomputed into a scratch (silu_bwd_cpu reads
 // pre[i] before it writes d_pre[i]: in place is safe), then conv1d_bwd_cpu(d_pre): the same
 // calls on the same values as the unfused silu_bwd + conv1d_bwd, so the same bits.
+// Strided x, dx (ld > C): x packed into a scratch, dx formed packed and copied to its rows.
 void conv_silu_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, const double *w,
-                       int B, int T, int C, int K) {
-    const size_t n = (size_t)B * T * C;
+                       int B, int T, int C, int K, size_t ld) {
+    const size_t rows = (size_t)B * T, n = rows * C;
+    const bool strided = ld != (size_t)C;
     double *dpre = gdn_malloc(GDN_MAX(n, (size_t)1) * sizeof(double));
-    conv1d_fwd_cpu(dpre, x, w, B, T, C, K);
+    double *xp = strided ? gdn_malloc(GDN_MAX(n, (size_t)1) * sizeof(double)) : NULL;
+    double *dxp = strided ? gdn_malloc(GDN_MAX(n, (size_t)1) * sizeof(double)) : NULL;
+    if (strided)
+        for (size_t r = 0; r < rows; r++) memcpy(xp + r * C, x + r * ld, (size_t)C * sizeof(double));
+    const double *xs = strided ? xp : x;
+    conv1d_fwd_cpu(dpre, xs, w, B, T, C, K);
     silu_bwd_cpu(dpre, dy, dpre, n);
-    conv1d_bwd_cpu(dx, dw, dpre, x, w, B, T, C, K);
+    conv1d_bwd_cpu(strided ? dxp : dx, dw, dpre, xs, w, B, T, C, K);
+    if (strided)
+        for (size_t r = 0; r < rows; r++) memcpy(dx + r * ld, dxp + r * C, (size_t)C * sizeof(double));
     free(dpre);
+    free(xp);
+    free(dxp);
 }

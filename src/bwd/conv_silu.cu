@@ -45,11 +45,14 @@ constexpr int CONV_SILU_FALLBACK_ROWS = 64;                  // fallback: rows p
 // Shapes and pointers of one call. part: (slices, C*K) dw partials; column col = e * P + cp
 // with e = j * W + i, P = C / W (tiled: pack cp, channel c = cp W + i, tap j; W = 1, P = C in
 // the fallback, so col = j C + c).
+// x and dx rows have stride ld >= C (ld = C: packed; larger: columns of the fused input
+// projection, model.c); dy is packed (B,T,C).
 template <typename T> struct conv_silu_bwd_params {
     T *dx;
     float *part;
     const T *dy, *x, *w;
     int T_, C, K, tiles, rows;
+    size_t ld;
 };
 
 // sigmoid_fast (cuda_ops_device.cuh): the fast intrinsics, no branch.
@@ -75,24 +78,24 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_bwd_tiled_kernel(
     if (live)
         for (int row = blockIdx.y * CONV_SILU_ROWS + warp; row < p.rows; row += gridDim.y * CONV_SILU_ROWS) {
             const int b = row / p.tiles, t0 = (row - b * p.tiles) * TT, t1 = min(t0 + TT, p.T_);
-            const size_t off = (size_t)b * p.T_ * C + c0;
-            const T *xb = p.x + off, *dyb = p.dy + off;
-            T *dxb = p.dx + off;
+            const size_t ld = p.ld, boff = (size_t)b * p.T_;
+            const T *xb = p.x + boff * ld + c0, *dyb = p.dy + boff * C + c0;
+            T *dxb = p.dx + boff * ld + c0;
             // before step t: xw[m] = x[t-(K-1)+m], dpw[m] = d_pre[t-(K-1)+m] for m < K-1;
             // d_pre before t0 is never read (dx[s], s >= t0, reads d_pre[s .. s+K-1])
             float xw[K][W], dpw[K][W];
             pack_t<T, W> xh[K > 1 ? K - 1 : 1];
 #pragma unroll
-            for (int m = 0; m < K - 1; m++) xh[m] = ld_pack<T, W>(xb + (size_t)max(t0 - (K - 1) + m, 0) * C);
+            for (int m = 0; m < K - 1; m++) xh[m] = ld_pack<T, W>(xb + (size_t)max(t0 - (K - 1) + m, 0) * ld);
 #pragma unroll
             for (int u0 = 0; u0 < NS; u0 += U) {  // chunks of U steps: U loads of x and dy in flight
                 pack_t<T, W> xr[U], gr[U];
 #pragma unroll
                 for (int v = 0; v < U; v++)
                     if (u0 + v < NS) {
-                        const size_t o = (size_t)min(t0 + u0 + v, p.T_ - 1) * C;
-                        xr[v] = ld_pack<T, W>(xb + o);
-                        gr[v] = ld_pack<T, W>(dyb + o);
+                        const size_t o = (size_t)min(t0 + u0 + v, p.T_ - 1);
+                        xr[v] = ld_pack<T, W>(xb + o * ld);
+                        gr[v] = ld_pack<T, W>(dyb + o * C);
                     }
                 if (u0 == 0)
 #pragma unroll
@@ -131,7 +134,7 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_bwd_tiled_kernel(
 #pragma unroll
                             for (int j = 0; j < K; j++) acc[i] += wr[j][i] * dpw[K - 1 - j][i];
                         }
-                        if (t - (K - 1) < t1) store_pack<T, W>(dxb + (size_t)(t - (K - 1)) * C, acc);
+                        if (t - (K - 1) < t1) store_pack<T, W>(dxb + (size_t)(t - (K - 1)) * ld, acc);
                     }
 #pragma unroll
                     for (int m = 0; m < K - 1; m++)
@@ -186,7 +189,7 @@ __global__ void __launch_bounds__(CONV_SILU_FINAL_WARPS * 32)
 template <typename T> __device__ __forceinline__ float dpre_at(const conv_silu_bwd_params<T> &p, size_t r, int t, int c) {
     float pre = 0.f;
     for (int j = 0; j < p.K; j++)
-        if (t - (p.K - 1) + j >= 0) pre += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.C + c]);
+        if (t - (p.K - 1) + j >= 0) pre += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
     return dsilu_f(to_f(p.dy[r * p.C + c]), pre);
 }
 
@@ -202,7 +205,7 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_bwd_dx_kernel(const conv
             const int t = s + p.K - 1 - j;
             if (t < p.T_) acc += to_f(p.w[(size_t)c * p.K + j]) * dpre_at(p, r + p.K - 1 - j, t, c);
         }
-        p.dx[idx] = from_f<T>(acc);
+        p.dx[r * p.ld + c] = from_f<T>(acc);
     }
 }
 
@@ -217,7 +220,7 @@ __global__ void __launch_bounds__(EW_THREADS)
     float acc = 0.f;
     for (size_t r = r0; r < r1; r++) {
         const int t = (int)(r % p.T_);
-        if (t >= p.K - 1 - j) acc += dpre_at(p, r, t, c) * to_f(p.x[(r - (p.K - 1) + j) * p.C + c]);
+        if (t >= p.K - 1 - j) acc += dpre_at(p, r, t, c) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
     }
     p.part[(size_t)blockIdx.y * cols + col] = acc;
 }
@@ -240,12 +243,13 @@ void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, cud
 
 template <typename T>
 void conv_silu_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w, int B, int T_, int C, int K,
-                          cudaStream_t s) {
+                          size_t ld, cudaStream_t s) {
     constexpr int W = CONV_SILU_W;
     if ((size_t)B * T_ > (size_t)INT32_MAX) gdn_die("cuda conv_silu_bwd: B %d x T %d tokens is too many", B, T_);
-    conv_silu_bwd_params<T> p = {dx, NULL, dy, x, w, T_, C, K, 0, 0};
+    conv_silu_bwd_params<T> p = {dx, NULL, dy, x, w, T_, C, K, 0, 0, ld};
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
-    if (C % W == 0 && K <= CONV_SILU_KMAX && (((uintptr_t)dx | (uintptr_t)dy | (uintptr_t)x) & pack) == 0) {
+    if (C % W == 0 && ld % W == 0 && K <= CONV_SILU_KMAX &&
+        (((uintptr_t)dx | (uintptr_t)dy | (uintptr_t)x) & pack) == 0) {
         switch (K) {  // the one place that picks a tap count
         case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, s); break;
         case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, s); break;
@@ -276,10 +280,12 @@ void conv_silu_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w,
 
 // ---- public entry point (cuda_ops.h) --------------------------------------------------------
 extern "C" void cuda_conv_silu_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x, const void *w,
-                                   int B, int T, int C, int K, cudaStream_t s) {
-    if (B < 0 || T < 0 || C < 0 || K < 1) gdn_die("cuda_conv_silu_bwd: bad shape B %d T %d C %d K %d", B, T, C, K);
+                                   int B, int T, int C, int K, size_t ld, cudaStream_t s) {
+    if (B < 0 || T < 0 || C < 0 || K < 1 || ld < (size_t)C)
+        gdn_die("cuda_conv_silu_bwd: bad shape B %d T %d C %d K %d ld %zu", B, T, C, K, ld);
     if ((size_t)B * T * C == 0) return;
     if ((size_t)C * K > (size_t)INT32_MAX) gdn_die("cuda_conv_silu_bwd: C %d x K %d is too large", C, K);
     CUDA_DT_SWITCH(dt, E,
-                   conv_silu_bwd_launch<E>((E *)dx, dw, (const E *)dy, (const E *)x, (const E *)w, B, T, C, K, s));
+                   conv_silu_bwd_launch<E>((E *)dx, dw, (const E *)dy, (const E *)x, (const E *)w, B, T, C, K, ld,
+                                           s));
 }

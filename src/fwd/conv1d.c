@@ -4,6 +4,8 @@
 // Output rows (b, t) are split over the threads. conv_silu_fwd_cpu: the conv then SiLU in place.
 #include "fwd_cpu.h"
 #include "cpu_threads.h"
+#include <string.h>
+#include "../core/common.h"
 
 void conv1d_fwd_cpu(double *y, const double *x, const double *w, int B, int T, int C, int K) {
     GDN_OMP(parallel for schedule(static) if ((size_t)B * T * C * K >= cpu_min_work_flat))
@@ -22,8 +24,17 @@ void conv1d_fwd_cpu(double *y, const double *x, const double *w, int B, int T, i
 }
 
 // y = silu(conv1d(x, w)), by the two ops in turn (silu_fwd_cpu reads each element before it
-// writes it, so in place is safe): the same bits as the unfused pair.
-void conv_silu_fwd_cpu(double *y, const double *x, const double *w, int B, int T, int C, int K) {
-    conv1d_fwd_cpu(y, x, w, B, T, C, K);
-    silu_fwd_cpu(y, y, (size_t)B * T * C);
+// writes it, so in place is safe): the same bits as the unfused pair. Strided x (ld > C) is
+// packed into a scratch first: the same values, so the same bits.
+void conv_silu_fwd_cpu(double *y, const double *x, const double *w, int B, int T, int C, int K,
+                       size_t ld) {
+    const size_t rows = (size_t)B * T;
+    double *xp = NULL;
+    if (ld != (size_t)C) {
+        xp = gdn_malloc(GDN_MAX(rows * C, (size_t)1) * sizeof(double));
+        for (size_t r = 0; r < rows; r++) memcpy(xp + r * C, x + r * ld, (size_t)C * sizeof(double));
+    }
+    conv1d_fwd_cpu(y, xp ? xp : x, w, B, T, C, K);
+    silu_fwd_cpu(y, y, rows * C);
+    free(xp);
 }

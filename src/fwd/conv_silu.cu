@@ -16,6 +16,8 @@
 // 23.7 us, C 1024 42 us, against 75.6 / 123 us for conv1d_fwd + silu_fwd and 18.6 / 34.8 us
 // for a device copy of x. W 8 needs ~130 registers (2 blocks per SM) and was 15-20% slower.
 // Other shapes: one thread per output element.
+// x's rows have stride ld >= C (ld = C: packed; larger: q, k or v as columns of the fused input
+// projection's output, model.c); y is packed (B,T,C).
 #include "cuda_ops_device.cuh"
 
 namespace {
@@ -31,6 +33,7 @@ template <typename T> struct conv_silu_fwd_params {
     T *y;
     const T *x, *w;
     int T_, C, K, tiles, rows;
+    size_t ld;  // x's row stride
 };
 
 // sigmoid_fast (cuda_ops_device.cuh): the fast intrinsics, no branch.
@@ -50,19 +53,19 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(
     for (int row = blockIdx.y * CONV_SILU_ROWS + threadIdx.x / CONV_SILU_LANES; row < p.rows;
          row += gridDim.y * CONV_SILU_ROWS) {
         const int b = row / p.tiles, t0 = (row - b * p.tiles) * TT;
-        const size_t off = (size_t)b * p.T_ * C + c0;
-        const T *xb = p.x + off;
-        T *yb = p.y + off;
+        const size_t ld = p.ld;
+        const T *xb = p.x + (size_t)b * p.T_ * ld + c0;
+        T *yb = p.y + (size_t)b * p.T_ * C + c0;
         float xw[K][W];  // before token t: xw[m] = x[t - (K-1) + m], m < K-1; xw[K-1] = x[t]
         pack_t<T, W> xh[K > 1 ? K - 1 : 1];
 #pragma unroll
-        for (int m = 0; m < K - 1; m++) xh[m] = ld_pack<T, W>(xb + (size_t)max(t0 - (K - 1) + m, 0) * C);
+        for (int m = 0; m < K - 1; m++) xh[m] = ld_pack<T, W>(xb + (size_t)max(t0 - (K - 1) + m, 0) * ld);
 #pragma unroll
         for (int u0 = 0; u0 < TT; u0 += U) {
             pack_t<T, W> xr[U];
 #pragma unroll
             for (int v = 0; v < U; v++)
-                if (u0 + v < TT) xr[v] = ld_pack<T, W>(xb + (size_t)min(t0 + u0 + v, p.T_ - 1) * C);
+                if (u0 + v < TT) xr[v] = ld_pack<T, W>(xb + (size_t)min(t0 + u0 + v, p.T_ - 1) * ld);
             if (u0 == 0)
 #pragma unroll
                 for (int m = 0; m < K - 1; m++) {
@@ -103,7 +106,7 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_si
         const int t = (int)(r % p.T_);
         float s = 0.f;
         for (int j = 0; j < p.K; j++)
-            if (t - (p.K - 1) + j >= 0) s += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.C + c]);
+            if (t - (p.K - 1) + j >= 0) s += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
         p.y[idx] = from_f<T>(silu_f(s));
     }
 }
@@ -117,12 +120,14 @@ void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s
     conv_silu_fwd_tiled_kernel<T, W, K, TT, U><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
 }
 
-template <typename T> void conv_silu_fwd_launch(T *y, const T *x, const T *w, int B, int T_, int C, int K, cudaStream_t s) {
+template <typename T>
+void conv_silu_fwd_launch(T *y, const T *x, const T *w, int B, int T_, int C, int K, size_t ld, cudaStream_t s) {
     constexpr int W = CONV_SILU_W;
     if ((size_t)B * T_ > (size_t)INT32_MAX) gdn_die("cuda conv_silu_fwd: B %d x T %d tokens is too many", B, T_);
-    const conv_silu_fwd_params<T> p = {y, x, w, T_, C, K, 0, 0};
+    const conv_silu_fwd_params<T> p = {y, x, w, T_, C, K, 0, 0, ld};
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
-    if (C % W == 0 && K <= CONV_SILU_KMAX && ((uintptr_t)y & pack) == 0 && ((uintptr_t)x & pack) == 0) {
+    if (C % W == 0 && ld % W == 0 && K <= CONV_SILU_KMAX && ((uintptr_t)y & pack) == 0 &&
+        ((uintptr_t)x & pack) == 0) {
         switch (K) {  // the one place that picks a tap count
         case 1: conv_silu_fwd_tiled_launch<T, W, 1>(p, B, s); break;
         case 2: conv_silu_fwd_tiled_launch<T, W, 2>(p, B, s); break;
@@ -142,8 +147,9 @@ template <typename T> void conv_silu_fwd_launch(T *y, const T *x, const T *w, in
 
 // ---- public entry point (cuda_ops.h) --------------------------------------------------------
 extern "C" void cuda_conv_silu_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C, int K,
-                                   cudaStream_t s) {
-    if (B < 0 || T < 0 || C < 0 || K < 1) gdn_die("cuda_conv_silu_fwd: bad shape B %d T %d C %d K %d", B, T, C, K);
+                                   size_t ld, cudaStream_t s) {
+    if (B < 0 || T < 0 || C < 0 || K < 1 || ld < (size_t)C)
+        gdn_die("cuda_conv_silu_fwd: bad shape B %d T %d C %d K %d ld %zu", B, T, C, K, ld);
     if ((size_t)B * T * C == 0) return;
-    CUDA_DT_SWITCH(dt, E, conv_silu_fwd_launch<E>((E *)y, (const E *)x, (const E *)w, B, T, C, K, s));
+    CUDA_DT_SWITCH(dt, E, conv_silu_fwd_launch<E>((E *)y, (const E *)x, (const E *)w, B, T, C, K, ld, s));
 }

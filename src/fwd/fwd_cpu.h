@@ -30,8 +30,9 @@ void conv1d_fwd_cpu(double *y /*(B,T,C)*/, const double *x /*(B,T,C)*/, const do
                     int B, int T, int C, int K);
 // The same followed by SiLU (GDN's q, k, v path): y = silu(conv1d(x, w)); nothing else is
 // kept (the backward recomputes the conv). Bitwise conv1d_fwd_cpu then silu_fwd_cpu. y != x.
-void conv_silu_fwd_cpu(double *y /*(B,T,C)*/, const double *x /*(B,T,C)*/,
-                       const double *w /*(C,K)*/, int B, int T, int C, int K);
+// x's rows have stride ld >= C (ld = C: packed; larger: columns of a wider projection output)
+void conv_silu_fwd_cpu(double *y /*(B,T,C)*/, const double *x /*(B,T,ld)*/,
+                       const double *w /*(C,K)*/, int B, int T, int C, int K, size_t ld);
 
 // ---- SiLU: y = x * sigmoid(x) ------------------------------------------------------------------
 void silu_fwd_cpu(double *y, const double *x, size_t n);

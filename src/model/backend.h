@@ -69,10 +69,12 @@ typedef struct backend {
                        int T, int C, int K);
     void (*silu_fwd)(void *y, const void *x, size_t n);
     void (*silu_bwd)(void *dx, const void *dy, const void *x, size_t n);
-    // y = silu(conv1d(x, w)) fused; backward recomputes the conv: dx =, dw += (C,K)
-    void (*conv_silu_fwd)(void *y, const void *x, const void *w, int B, int T, int C, int K);
+    // y = silu(conv1d(x, w)) fused; backward recomputes the conv: dx =, dw += (C,K). x and dx
+    // rows of stride ld (C: packed; wider: columns of the fused input projection), y, dy packed
+    void (*conv_silu_fwd)(void *y, const void *x, const void *w, int B, int T, int C, int K,
+                          size_t ld);
     void (*conv_silu_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                          int B, int T, int C, int K);
+                          int B, int T, int C, int K, size_t ld);
     void (*l2norm_fwd)(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                        double scale);
     void (*l2norm_bwd)(void *dx, const void *dy, const void *x, const void *rnorm, size_t rows,

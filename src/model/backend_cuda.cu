@@ -273,12 +273,13 @@ struct ops {
     static void silu_bwd(void *dx, const void *dy, const void *x, size_t n) {
         cuda_silu_bwd(DT, dx, dy, x, n, STREAM);
     }
-    static void conv_silu_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
-        cuda_conv_silu_fwd(DT, y, x, w, B, T, C, K, STREAM);
+    static void conv_silu_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K,
+                              size_t ld) {
+        cuda_conv_silu_fwd(DT, y, x, w, B, T, C, K, ld, STREAM);
     }
     static void conv_silu_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                              int B, int T, int C, int K) {
-        cuda_conv_silu_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, STREAM);
+                              int B, int T, int C, int K, size_t ld) {
+        cuda_conv_silu_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, ld, STREAM);
     }
     static void l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                            double scale) {

@@ -53,11 +53,12 @@ void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B
 void cuda_conv1d_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
                      const void *w, int B, int T, int C, int K, cudaStream_t s);
 // y = silu(conv1d(x, w)), pre-activation kept in fp32 registers only; the backward recomputes it
-// (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu).
+// (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu). x and dx rows of stride ld >= C (ld = C:
+// packed); y and dy packed (B,T,C).
 void cuda_conv_silu_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T,
-                        int C, int K, cudaStream_t s);
+                        int C, int K, size_t ld, cudaStream_t s);
 void cuda_conv_silu_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
-                        const void *w, int B, int T, int C, int K, cudaStream_t s);
+                        const void *w, int B, int T, int C, int K, size_t ld, cudaStream_t s);
 void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);
 void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_t n,
                    cudaStream_t s);

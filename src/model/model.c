@@ -111,45 +111,63 @@ static void carve_opt(model *m, size_t lo, size_t hi) {
     m->opt_n = hi - lo;
 }
 
-// GDN's a, b and z projections (those present, in build_table's order) all read xn1. When the
-// backend asks for it (fuse_projections: CUDA) and their weights are contiguous rows of the
-// arenas (no alignment padding between them: always when H d is a multiple of 32) they run as
-// one GEMM into one (N, w) buffer whose columns are a, b, z, and one GEMM backward. The CPU
-// reference keeps a GEMM per weight: OpenBLAS's bits for a (N, 2H + H dv) output can depend on
-// its thread count, and the reference's may not. cuBLASLt runs an out = H projection at ~1% of its peak (4-5 TFLOP/s
-// at fla-220m, bench/model_gpu.md); folded into z's GEMM it costs ~1% of that one.
+// GDN's input projections q, k, v, a, b, z (those present, in build_table's order) all read
+// xn1. When the backend asks for it (fuse_projections: CUDA) and their weights are contiguous
+// rows of the arenas (no alignment padding between them: always when H d is a multiple of 32),
+// they run as one GEMM into one (N, w) buffer whose columns they are, and one GEMM backward:
+// all six when q, k, v pass the short conv (conv_silu reads and writes strided rows), else a, b
+// and z (SiLU alone has no strided form). cuBLASLt ran the out = H projections a, b at 4-5
+// TFLOP/s and q, k (out 512) at ~500, the wide GEMM runs at ~700 (bench/model_gpu.md). The CPU
+// reference keeps a GEMM per weight: OpenBLAS's bits for an odd-width output can depend on its
+// thread count, and the reference's may not.
 typedef struct {
-    bool fused;
-    int first, w;        // fused: the first weight (the block's base) and the rows of all
-    size_t ca, cb, cz;   // fused: the columns of a, b, z
+    bool fused, qkv;     // a GEMM for the group; q, k, v in it (else a, b, z only)
+    int first, w;        // fused: the group's first weight (its base) and its rows
+    size_t cq, ck, cv, ca, cb, cz;  // fused: the columns of each in the (N, w) output
+    size_t ld_q, ld_v;   // row strides of q_lin, k_lin (ld_q) and v_lin: w, or packed
     size_t ld_ab, zld;   // row strides of a, b (gates ops) and z (gated norm): w, or packed
     int zh;              // heads per z row (gated norm: H fused, 1 packed)
-} abz_layout;
-static abz_layout gdn_abz(const model *m, int l) {
-    const layer_params *lp = &m->lp[l];
-    const int ids[3] = {lp->wa, lp->wb, lp->wz};
-    size_t *col_of[3];
-    abz_layout o = {.fused = true, .first = -1};
-    col_of[0] = &o.ca;
-    col_of[1] = &o.cb;
-    col_of[2] = &o.cz;
-    size_t col = 0, next = 0;
-    for (int i = 0; i < 3; i++) {
+} inproj_layout;
+// The group of the weights ids[0..n) (absent ones -1): *fused when the backend fuses and they
+// are contiguous and not all absent; col[i] the column of member i; returns the rows (w).
+static int inproj_group(const model *m, const int *ids, int n, bool *fused, int *first, size_t *col) {
+    size_t w = 0, next = 0;
+    *fused = m->be->fuse_projections;
+    *first = -1;
+    for (int i = 0; i < n; i++) {
+        col[i] = 0;
         if (ids[i] < 0) continue;
         const param_info *p = &m->params[ids[i]];
-        if (o.first < 0)
-            o.first = ids[i];
+        if (*first < 0)
+            *first = ids[i];
         else if (p->offset != next)
-            o.fused = false;
+            *fused = false;
         next = p->offset + p->numel;
-        *col_of[i] = col;
-        col += (size_t)p->rows;
+        col[i] = w;
+        w += (size_t)p->rows;
     }
-    o.w = (int)col;
-    o.fused &= o.first >= 0 && m->be->fuse_projections;
-    o.ld_ab = o.fused ? col : (size_t)m->H;
+    *fused &= *first >= 0;
+    return (int)w;
+}
+static inproj_layout gdn_inproj(const model *m, int l) {
+    const layer_params *lp = &m->lp[l];
+    const int all[6] = {lp->wq, lp->wk, lp->wv, lp->wa, lp->wb, lp->wz};
+    inproj_layout o = {0};
+    size_t col[6];
+    o.w = inproj_group(m, all, 6, &o.fused, &o.first, col);
+    o.qkv = o.fused && m->cfg.gdn_short_conv;
+    if (o.qkv) {
+        o.cq = col[0], o.ck = col[1], o.cv = col[2], o.ca = col[3], o.cb = col[4], o.cz = col[5];
+    } else {
+        o.w = inproj_group(m, all + 3, 3, &o.fused, &o.first, col);
+        o.ca = col[0], o.cb = col[1], o.cz = col[2];
+    }
+    const size_t hk = (size_t)m->H * m->dk, hv = (size_t)m->H * m->dv;
+    o.ld_q = o.qkv ? (size_t)o.w : hk;
+    o.ld_v = o.qkv ? (size_t)o.w : hv;
+    o.ld_ab = o.fused ? (size_t)o.w : (size_t)m->H;
     o.zh = o.fused ? m->H : 1;
-    o.zld = o.fused ? col : (size_t)m->dv;
+    o.zld = o.fused ? (size_t)o.w : (size_t)m->dv;
     return o;
 }
 
@@ -188,9 +206,18 @@ static void carve(model *m) {
         a->xn1 = KEEP(xn1, N * d);
         a->rstd1 = STAT(N);
         if (m->lp[l].kind == 'G') {
-            a->q_lin = ACT(N * hk);
-            a->k_lin = ACT(N * hk);
-            a->v_lin = ACT(N * hv);
+            const inproj_layout L = gdn_inproj(m, l);
+            char *base = L.fused ? ACT(N * L.w) : NULL;
+            a->inproj = base;
+            if (L.qkv) {
+                a->q_lin = base ? base + L.cq * e : NULL;
+                a->k_lin = base ? base + L.ck * e : NULL;
+                a->v_lin = base ? base + L.cv * e : NULL;
+            } else {
+                a->q_lin = ACT(N * hk);
+                a->k_lin = ACT(N * hk);
+                a->v_lin = ACT(N * hv);
+            }
             a->q_act = KEEP(q_act, N * hk);
             a->k_act = KEEP(k_act, N * hk);
             a->v_act = KEEP(v_act, N * hv);
@@ -198,10 +225,7 @@ static void carve(model *m) {
             a->kn = KEEP(kn, N * hk);
             a->rq = STAT(N * m->H);
             a->rk = STAT(N * m->H);
-            abz_layout L = gdn_abz(m, l);
             if (L.fused) {
-                a->abz = ACT(N * L.w);
-                char *base = a->abz;
                 if (m->cfg.gdn_gate) a->a = base ? base + L.ca * e : NULL;
                 if (m->cfg.gdn_delta) a->b = base ? base + L.cb * e : NULL;
                 if (m->cfg.gdn_output_gate) a->z = base ? base + L.cz * e : NULL;
@@ -236,7 +260,9 @@ static void carve(model *m) {
     m->logits = ACT(N * m->V);
 #undef ACT
 #undef STAT
-    size_t wide = GDN_MAX(GDN_MAX(hk, hv + 2 * (size_t)m->H), GDN_MAX((size_t)m->F, ha));
+    size_t wide = GDN_MAX(GDN_MAX(hk, hv), GDN_MAX((size_t)m->F, ha));
+    for (int l = 0; l < m->L; l++)  // D[2] holds the fused input projection's gradient
+        if (m->lp[l].kind == 'G') wide = GDN_MAX(wide, (size_t)gdn_inproj(m, l).w);
     m->dx = arena_alloc(S, N * d * e);
     m->dbranch = arena_alloc(S, N * d * e);
     m->dxn = arena_alloc(S, N * d * e);
@@ -457,9 +483,10 @@ static void gdn_qkv_fwd(model *m, int l) {
     layer_acts *a = &m->acts[l];
     int N = m->N, H = m->H, hk = H * m->dk, hv = H * m->dv, K = m->cfg.gdn_conv_size;
     if (m->cfg.gdn_short_conv) {
-        be->conv_silu_fwd(a->q_act, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K);
-        be->conv_silu_fwd(a->k_act, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K);
-        be->conv_silu_fwd(a->v_act, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K);
+        const inproj_layout L = gdn_inproj(m, l);
+        be->conv_silu_fwd(a->q_act, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K, L.ld_q);
+        be->conv_silu_fwd(a->k_act, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K, L.ld_q);
+        be->conv_silu_fwd(a->v_act, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K, L.ld_v);
     } else {
         be->silu_fwd(a->q_act, a->q_lin, (size_t)N * hk);
         be->silu_fwd(a->k_act, a->k_lin, (size_t)N * hk);
@@ -476,14 +503,15 @@ static void gdn_mixer_fwd(model *m, int l, bool train) {
     const gdn_config *c = &m->cfg;
     int N = m->N, d = m->d, H = m->H, hk = H * m->dk, hv = H * m->dv;
     gdn_mode mode = {c->gdn_gate, c->gdn_delta, c->gdn_allow_neg_eigval};
-    be->linear_fwd(a->q_lin, a->xn1, P(lp->wq), N, d, hk);
-    be->linear_fwd(a->k_lin, a->xn1, P(lp->wk), N, d, hk);
-    be->linear_fwd(a->v_lin, a->xn1, P(lp->wv), N, d, hv);
+    const inproj_layout L = gdn_inproj(m, l);
+    if (L.fused) be->linear_fwd(a->inproj, a->xn1, P(L.first), N, d, L.w);  // the group at once
+    if (!L.qkv) {
+        be->linear_fwd(a->q_lin, a->xn1, P(lp->wq), N, d, hk);
+        be->linear_fwd(a->k_lin, a->xn1, P(lp->wk), N, d, hk);
+        be->linear_fwd(a->v_lin, a->xn1, P(lp->wv), N, d, hv);
+    }
     gdn_qkv_fwd(m, l);  // conv, SiLU, L2 norm
-    const abz_layout L = gdn_abz(m, l);
-    if (L.fused) {
-        be->linear_fwd(a->abz, a->xn1, P(L.first), N, d, L.w);  // a, b, z at once
-    } else {
+    if (!L.fused) {
         if (c->gdn_gate) be->linear_fwd(a->a, a->xn1, P(lp->wa), N, d, H);
         if (c->gdn_delta) be->linear_fwd(a->b, a->xn1, P(lp->wb), N, d, H);
         if (c->gdn_output_gate) be->linear_fwd(a->z, a->xn1, P(lp->wz), N, d, hv);
@@ -590,13 +618,14 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     be->linear_bwd(D[0], G(lp->wo), dbr, mixer_drop(m, l, a->on, D[1], (size_t)N * hv, train),
                    P(lp->wo), N, hv, d, false);                                      // d on
     drop_bwd(m, D[0], D[0], (size_t)N * hv, c->mixer_dropout, place_mixer(m, l), train);
-    // fused a, b, z (gdn_abz): their gradients are the columns of one (N, w) matrix in D[2],
-    // kept until its one GEMM backward below; else da, db in dsmall, dz in D[2]
-    const abz_layout L = gdn_abz(m, l);
-    char *dabz = D[2];
-    void *da = L.fused ? dabz + L.ca * ELEM(m, BE_ACT) : m->dsmall[2];
-    void *db = L.fused ? dabz + L.cb * ELEM(m, BE_ACT) : m->dsmall[3];
-    void *dz = L.fused ? dabz + L.cz * ELEM(m, BE_ACT) : D[2];
+    // fused input projection (gdn_inproj): the group's gradients are the columns of one (N, w)
+    // matrix in D[2], kept until its one GEMM backward below; else da, db in dsmall, dz in D[2]
+    const inproj_layout L = gdn_inproj(m, l);
+    const size_t e = ELEM(m, BE_ACT);
+    char *dgrp = D[2];
+    void *da = L.fused ? dgrp + L.ca * e : m->dsmall[2];
+    void *db = L.fused ? dgrp + L.cb * e : m->dsmall[3];
+    void *dz = L.fused ? dgrp + L.cz * e : D[2];
     be->gated_rmsnorm_bwd(D[1], c->gdn_output_gate ? dz : NULL, G(lp->onorm), D[0], a->o, a->z,
                           P(lp->onorm), a->rstd_o, (size_t)N * H, m->dv, L.zh, L.zld);  // d o, d z
     bool first = true;
@@ -614,10 +643,10 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
                           c->gdn_gate ? G(lp->A_log) : NULL, c->gdn_gate ? G(lp->dt_bias) : NULL,
                           op.dg, op.dbeta, a->a, a->b, c->gdn_gate ? P(lp->A_log) : NULL,
                           c->gdn_gate ? P(lp->dt_bias) : NULL, N, H, L.ld_ab, mode);
-    if (L.fused) {
-        linear_bwd_acc(m, m->dxn, first, L.first, dabz, a->xn1, d, L.w);  // a, b, z at once
+    if (L.fused && !L.qkv) {
+        linear_bwd_acc(m, m->dxn, first, L.first, dgrp, a->xn1, d, L.w);  // a, b, z at once
         first = false;
-    } else {
+    } else if (!L.fused) {
         if (c->gdn_gate) {
             linear_bwd_acc(m, m->dxn, first, lp->wa, da, a->xn1, d, H);
             first = false;
@@ -627,11 +656,12 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
             first = false;
         }
     }
-    // q, k, v paths: (l2norm) <- silu(conv) fused, or silu alone <- linear
-    struct { void *dgrad; int w, conv, width; void *lin, *act, *rn; double scale; } path[3] = {
-        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->q_act, a->rq, 1.0 / sqrt(m->dk)},
-        {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->k_act, a->rk, 1.0},
-        {D[5], lp->wv, lp->conv_v, hv, a->v_lin, a->v_act, NULL, 1.0},
+    // q, k, v paths: (l2norm) <- silu(conv) fused, or silu alone <- linear (with L.qkv: conv's
+    // dx into the group's columns, one GEMM backward for all after the loop)
+    struct { void *dgrad; int w, conv, width; void *lin, *act, *rn; double scale; size_t col, ld; } path[3] = {
+        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->q_act, a->rq, 1.0 / sqrt(m->dk), L.cq, L.ld_q},
+        {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->k_act, a->rk, 1.0, L.ck, L.ld_q},
+        {D[5], lp->wv, lp->conv_v, hv, a->v_lin, a->v_act, NULL, 1.0, L.cv, L.ld_v},
     };
     for (int i = 0; i < 3; i++) {
         size_t n = (size_t)N * path[i].width;
@@ -643,15 +673,18 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
         }
         void *dlin = D[1];
         if (c->gdn_short_conv) {
-            be->conv_silu_bwd(D[2], G(path[i].conv), dact, path[i].lin, P(path[i].conv), m->B,
-                              m->T, path[i].width, K);
-            dlin = D[2];
+            dlin = L.qkv ? dgrp + path[i].col * e : D[2];
+            be->conv_silu_bwd(dlin, G(path[i].conv), dact, path[i].lin, P(path[i].conv), m->B,
+                              m->T, path[i].width, K, path[i].ld);
         } else {
             be->silu_bwd(D[1], dact, path[i].lin, n);
         }
-        linear_bwd_acc(m, m->dxn, first, path[i].w, dlin, a->xn1, d, path[i].width);
-        first = false;
+        if (!L.qkv) {
+            linear_bwd_acc(m, m->dxn, first, path[i].w, dlin, a->xn1, d, path[i].width);
+            first = false;
+        }
     }
+    if (L.qkv) linear_bwd_acc(m, m->dxn, first, L.first, dgrp, a->xn1, d, L.w);  // all six at once
 }
 
 static void attn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
@@ -685,7 +718,7 @@ static void recompute_layer(model *m, int l) {
     be->rmsnorm_fwd(a->xn1, a->rstd1, a->x_in, P(lp->norm1), N, d, c->norm_eps);
     if (lp->kind == 'G') {
         gdn_qkv_fwd(m, l);
-        const abz_layout L = gdn_abz(m, l);
+        const inproj_layout L = gdn_inproj(m, l);
         be->gated_rmsnorm_fwd(a->on, a->rstd_o, a->o, a->z, P(lp->onorm), (size_t)N * H, m->dv,
                               L.zh, L.zld, c->norm_eps);
     }

@@ -53,8 +53,9 @@ typedef struct {
     void *qn, *kn, *rq, *rk;                     // per-head L2-normed q (x 1/sqrt dk), k; (N*H)
     void *a, *b, *g, *beta;                      // gate projections (N,H) and gates (N,H)
     void *z, *o, *rstd_o, *on;                   // output gate (N,H*dv), rule output, norm
-    void *abz;                                   // a, b, z as columns of one (N, w) buffer when
-                                                 // fused (model.c, gdn_abz); else NULL
+    void *inproj;                                // the fused input projection's (N, w) output
+                                                 // (model.c, gdn_inproj): q_lin .. z are its
+                                                 // columns; NULL when not fused
     void *aq, *ak, *av, *ao, *lse;               // attention: roped q,k, v, output, (B,H,T)
     void *mix_out;                               // (N,d) mixer output before dropout
     void *x_mid, *xn2, *rstd2;                   // after the mixer residual; MLP input normed

@@ -127,12 +127,13 @@ static void p_silu_fwd(void *y, const void *x, size_t n) { TIMED(silu_fwd, 0, y,
 static void p_silu_bwd(void *dx, const void *dy, const void *x, size_t n) {
     TIMED(silu_bwd, 0, dx, dy, x, n);
 }
-static void p_conv_silu_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
-    TIMED(conv_silu_fwd, 0, y, x, w, B, T, C, K);
+static void p_conv_silu_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K,
+                            size_t ld) {
+    TIMED(conv_silu_fwd, 0, y, x, w, B, T, C, K, ld);
 }
 static void p_conv_silu_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                            int B, int T, int C, int K) {
-    TIMED(conv_silu_bwd, 0, dx, dw, dy, x, w, B, T, C, K);
+                            int B, int T, int C, int K, size_t ld) {
+    TIMED(conv_silu_bwd, 0, dx, dw, dy, x, w, B, T, C, K, ld);
 }
 static void p_l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                          double scale) {

@@ -381,20 +381,50 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         const size_t n = (size_t)B * T * C, off = sh[4];
         char op[64];
         vec x = randn(r, n, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt), y(n);
-        conv_silu_fwd_cpu(y.data(), x.data(), w.data(), B, T, C, K);
+        conv_silu_fwd_cpu(y.data(), x.data(), w.data(), B, T, C, K, C);
         dten dx_ = dput(x, dt, off), dw_ = dput(w, dt), dy_ = dempty(n, dt, off);
         snprintf(op, sizeof op, "conv_silu_fwd B%d T%d C%d K%d%s", B, T, C, K, off ? " unal" : "");
-        run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, 0); },
+        run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
                    {{"y", dy_, y, {}, {}}}, false);
         vec g = randn(r, n, 1.0, dt), dxw(n), init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
         vec dw = plus_twice(init, [&](double *acc) {
-            conv_silu_bwd_cpu(dxw.data(), acc, g.data(), x.data(), w.data(), B, T, C, K);
+            conv_silu_bwd_cpu(dxw.data(), acc, g.data(), x.data(), w.data(), B, T, C, K, C);
         }, &want2);
         dten dg = dput(g, dt, off), ddx = dempty(n, dt, off), ddw = dempty((size_t)C * K, CUDA_F32);
         snprintf(op, sizeof op, "conv_silu_bwd B%d T%d C%d K%d%s", B, T, C, K, off ? " unal" : "");
         run_checks(op, dt,
-                   [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, 0); },
+                   [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
                    {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
+    }
+    // strided x and dx (the model's fused input projection): columns [col, col + C) of rows of
+    // ld; dx's other columns hold random values that must stay. fla-220m's q (ld 3080, col 0)
+    // and v (C 1024, col 1024) on the tiled path, and an ld off the pack (fallback path).
+    const int strided[][7] = {  // B, T, C, K, ld, col
+        {2, 300, 512, 4, 3080, 0, 0}, {1, 65, 1024, 4, 3080, 1024, 0}, {2, 63, 24, 3, 37, 5, 0}};
+    for (const auto &sh : strided) {
+        const int B = sh[0], T = sh[1], C = sh[2], K = sh[3];
+        const size_t ld = sh[4], col = sh[5], rows = (size_t)B * T, n = rows * C, nw = rows * ld;
+        char op[96];
+        vec xw = randn(r, nw, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt), y(n);
+        conv_silu_fwd_cpu(y.data(), xw.data() + col, w.data(), B, T, C, K, ld);
+        dten dxw_ = dput(xw, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt);
+        const void *xp = (const char *)dxw_.d + col * esz(dt);
+        snprintf(op, sizeof op, "conv_silu_fwd B%d T%d C%d K%d ld%zu", B, T, C, K, ld);
+        run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
+                   {{"y", dy_, y, {}, {}}}, false);
+        vec g = randn(r, n, 1.0, dt), dx_init = randn(r, nw, 1.0, dt), dx_want = dx_init;
+        vec init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
+        vec dw = plus_twice(init, [&](double *acc) {
+            conv_silu_bwd_cpu(dx_want.data() + col, acc, g.data(), xw.data() + col, w.data(), B, T, C, K, ld);
+        }, &want2);
+        dten dg = dput(g, dt), ddxw = dempty(nw, dt), ddw = dempty((size_t)C * K, CUDA_F32);
+        snprintf(op, sizeof op, "conv_silu_bwd B%d T%d C%d K%d ld%zu", B, T, C, K, ld);
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_conv_silu_bwd(dt, (char *)ddxw.d + col * esz(dt), (float *)ddw.d, dg.d, xp, dw_.d, B, T,
+                                          C, K, ld, 0);
+                   },
+                   {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
     }
 }
 
