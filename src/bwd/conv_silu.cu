@@ -46,13 +46,26 @@ constexpr int CONV_SILU_FALLBACK_ROWS = 64;                  // fallback: rows p
 // with e = j * W + i, P = C / W (tiled: pack cp, channel c = cp W + i, tap j; W = 1, P = C in
 // the fallback, so col = j C + c).
 // x and dx rows have stride ld >= C (ld = C: packed; larger: columns of the fused input
-// projection, model.c); dy is packed (B,T,C).
+// projection, model.c); dy is packed (B,T,C), or in segments (cuda_conv_silu3_bwd: channels
+// [cs[s], cs[s+1]) from dys[s], packed (B,T,cs[s+1]-cs[s]); the forward's q, k, v in one call).
 template <typename T> struct conv_silu_bwd_params {
     T *dx;
     float *part;
-    const T *dy, *x, *w;
+    const T *dys[3], *x, *w;
     int T_, C, K, tiles, rows;
     size_t ld;
+    int cs[4];
+    // dy's element (token row r, channel c) and the row stride of c's segment; selects, not an
+    // indexed array (that would put the parameters on the stack)
+    __device__ __forceinline__ const T *dyrow(size_t r, int c) const {
+        const bool s1 = c >= cs[1], s2 = c >= cs[2];
+        const int lo = s2 ? cs[2] : s1 ? cs[1] : 0;
+        return (s2 ? dys[2] : s1 ? dys[1] : dys[0]) + r * width(c) + (c - lo);
+    }
+    __device__ __forceinline__ int width(int c) const {
+        const bool s1 = c >= cs[1], s2 = c >= cs[2];
+        return s2 ? cs[3] - cs[2] : s1 ? cs[2] - cs[1] : cs[1];
+    }
 };
 
 // sigmoid_fast (cuda_ops_device.cuh): the fast intrinsics, no branch.
@@ -79,7 +92,8 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_bwd_tiled_kernel(
         for (int row = blockIdx.y * CONV_SILU_ROWS + warp; row < p.rows; row += gridDim.y * CONV_SILU_ROWS) {
             const int b = row / p.tiles, t0 = (row - b * p.tiles) * TT, t1 = min(t0 + TT, p.T_);
             const size_t ld = p.ld, boff = (size_t)b * p.T_;
-            const T *xb = p.x + boff * ld + c0, *dyb = p.dy + boff * C + c0;
+            const T *xb = p.x + boff * ld + c0, *dyb = p.dyrow(boff, c0);
+            const int cw = p.width(c0);  // dy's row stride (its segment's width)
             T *dxb = p.dx + boff * ld + c0;
             // before step t: xw[m] = x[t-(K-1)+m], dpw[m] = d_pre[t-(K-1)+m] for m < K-1;
             // d_pre before t0 is never read (dx[s], s >= t0, reads d_pre[s .. s+K-1])
@@ -95,7 +109,7 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_bwd_tiled_kernel(
                     if (u0 + v < NS) {
                         const size_t o = (size_t)min(t0 + u0 + v, p.T_ - 1);
                         xr[v] = ld_pack<T, W>(xb + o * ld);
-                        gr[v] = ld_pack<T, W>(dyb + o * C);
+                        gr[v] = ld_pack<T, W>(dyb + o * cw);
                     }
                 if (u0 == 0)
 #pragma unroll
@@ -190,7 +204,7 @@ template <typename T> __device__ __forceinline__ float dpre_at(const conv_silu_b
     float pre = 0.f;
     for (int j = 0; j < p.K; j++)
         if (t - (p.K - 1) + j >= 0) pre += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
-    return dsilu_f(to_f(p.dy[r * p.C + c]), pre);
+    return dsilu_f(to_f(*p.dyrow(r, c)), pre);
 }
 
 template <typename T>
@@ -242,14 +256,18 @@ void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, cud
 }
 
 template <typename T>
-void conv_silu_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w, int B, int T_, int C, int K,
-                          size_t ld, cudaStream_t s) {
+void conv_silu_bwd_launch(T *dx, float *dw, const T *const dys[3], const int cw[3], const T *x, const T *w, int B,
+                          int T_, int K, size_t ld, cudaStream_t s) {
     constexpr int W = CONV_SILU_W;
     if ((size_t)B * T_ > (size_t)INT32_MAX) gdn_die("cuda conv_silu_bwd: B %d x T %d tokens is too many", B, T_);
-    conv_silu_bwd_params<T> p = {dx, NULL, dy, x, w, T_, C, K, 0, 0, ld};
+    const int C = cw[0] + cw[1] + cw[2];
+    conv_silu_bwd_params<T> p = {dx,   NULL, {dys[0], dys[1], dys[2]}, x, w, T_, C, K, 0, 0, ld,
+                                 {0, cw[0], cw[0] + cw[1], C}};
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
-    if (C % W == 0 && ld % W == 0 && K <= CONV_SILU_KMAX &&
-        (((uintptr_t)dx | (uintptr_t)dy | (uintptr_t)x) & pack) == 0) {
+    bool packs = cw[0] % W == 0 && cw[1] % W == 0 && cw[2] % W == 0 && ld % W == 0 &&
+                 (((uintptr_t)dx | (uintptr_t)x) & pack) == 0;
+    for (int i = 0; i < 3; i++) packs = packs && (cw[i] == 0 || ((uintptr_t)dys[i] & pack) == 0);
+    if (packs && K <= CONV_SILU_KMAX) {
         switch (K) {  // the one place that picks a tap count
         case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, s); break;
         case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, s); break;
@@ -279,13 +297,22 @@ void conv_silu_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w,
 }  // namespace
 
 // ---- public entry point (cuda_ops.h) --------------------------------------------------------
-extern "C" void cuda_conv_silu_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x, const void *w,
-                                   int B, int T, int C, int K, size_t ld, cudaStream_t s) {
-    if (B < 0 || T < 0 || C < 0 || K < 1 || ld < (size_t)C)
-        gdn_die("cuda_conv_silu_bwd: bad shape B %d T %d C %d K %d ld %zu", B, T, C, K, ld);
+extern "C" void cuda_conv_silu3_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy0, const void *dy1,
+                                    const void *dy2, const void *x, const void *w, int B, int T, int C0, int C1,
+                                    int C2, int K, size_t ld, cudaStream_t s) {
+    const int C = C0 + C1 + C2;
+    if (B < 0 || T < 0 || C0 < 0 || C1 < 0 || C2 < 0 || K < 1 || ld < (size_t)C)
+        gdn_die("cuda_conv_silu_bwd: bad shape B %d T %d C %d+%d+%d K %d ld %zu", B, T, C0, C1, C2, K, ld);
     if ((size_t)B * T * C == 0) return;
     if ((size_t)C * K > (size_t)INT32_MAX) gdn_die("cuda_conv_silu_bwd: C %d x K %d is too large", C, K);
-    CUDA_DT_SWITCH(dt, E,
-                   conv_silu_bwd_launch<E>((E *)dx, dw, (const E *)dy, (const E *)x, (const E *)w, B, T, C, K, ld,
-                                           s));
+    const int cw[3] = {C0, C1, C2};
+    CUDA_DT_SWITCH(dt, E, {
+        const E *const dys[3] = {(const E *)dy0, (const E *)dy1, (const E *)dy2};
+        conv_silu_bwd_launch<E>((E *)dx, dw, dys, cw, (const E *)x, (const E *)w, B, T, K, ld, s);
+    });
+}
+
+extern "C" void cuda_conv_silu_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x, const void *w,
+                                   int B, int T, int C, int K, size_t ld, cudaStream_t s) {
+    cuda_conv_silu3_bwd(dt, dx, dw, dy, NULL, NULL, x, w, B, T, C, 0, 0, K, ld, s);
 }

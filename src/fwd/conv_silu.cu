@@ -17,7 +17,10 @@
 // for a device copy of x. W 8 needs ~130 registers (2 blocks per SM) and was 15-20% slower.
 // Other shapes: one thread per output element.
 // x's rows have stride ld >= C (ld = C: packed; larger: q, k or v as columns of the fused input
-// projection's output, model.c); y is packed (B,T,C).
+// projection's output, model.c); y is packed (B,T,C). Segments (cuda_conv_silu3_fwd): the C
+// channels split at cs[1], cs[2] into up to three outputs ys[s], each packed (B,T,cs[s+1]-cs[s])
+// (GDN's q, k, v in one call: each row of the fused projection read once, one launch); the
+// tiled path needs every segment width a multiple of W, so a pack never straddles two.
 #include "cuda_ops_device.cuh"
 
 namespace {
@@ -30,10 +33,22 @@ constexpr int CONV_SILU_LANES = 32, CONV_SILU_ROWS = 8, CONV_SILU_THREADS = CONV
 
 // Shapes and pointers of one call (T_: tokens per sequence; rows = B * tiles).
 template <typename T> struct conv_silu_fwd_params {
-    T *y;
+    T *ys[3];   // the segments' outputs
     const T *x, *w;
     int T_, C, K, tiles, rows;
     size_t ld;  // x's row stride
+    int cs[4];  // segment s: channels [cs[s], cs[s+1]); cs[3] = C
+    // channel c's element of token row r (b T + t) in its segment's output; selects, not an
+    // indexed array (that would put the parameters on the stack)
+    __device__ __forceinline__ T *yrow(size_t r, int c) const {
+        const bool s1 = c >= cs[1], s2 = c >= cs[2];
+        const int lo = s2 ? cs[2] : s1 ? cs[1] : 0;
+        return (s2 ? ys[2] : s1 ? ys[1] : ys[0]) + r * width(c) + (c - lo);
+    }
+    __device__ __forceinline__ int width(int c) const {
+        const bool s1 = c >= cs[1], s2 = c >= cs[2];
+        return s2 ? cs[3] - cs[2] : s1 ? cs[2] - cs[1] : cs[1];
+    }
 };
 
 // sigmoid_fast (cuda_ops_device.cuh): the fast intrinsics, no branch.
@@ -55,7 +70,8 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(
         const int b = row / p.tiles, t0 = (row - b * p.tiles) * TT;
         const size_t ld = p.ld;
         const T *xb = p.x + (size_t)b * p.T_ * ld + c0;
-        T *yb = p.y + (size_t)b * p.T_ * C + c0;
+        T *yb = p.yrow((size_t)b * p.T_, c0);
+        const int cw = p.width(c0);  // its segment's width: y's row stride
         float xw[K][W];  // before token t: xw[m] = x[t - (K-1) + m], m < K-1; xw[K-1] = x[t]
         pack_t<T, W> xh[K > 1 ? K - 1 : 1];
 #pragma unroll
@@ -86,7 +102,7 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(
                     for (int j = 0; j < K; j++) s += wr[j][i] * xw[j][i];
                     o[i] = silu_f(s);
                 }
-                if (t < p.T_) store_pack<T, W>(yb + (size_t)t * C, o);
+                if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o);
 #pragma unroll
                 for (int m = 0; m < K - 1; m++)
 #pragma unroll
@@ -107,7 +123,7 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_si
         float s = 0.f;
         for (int j = 0; j < p.K; j++)
             if (t - (p.K - 1) + j >= 0) s += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
-        p.y[idx] = from_f<T>(silu_f(s));
+        *p.yrow(r, c) = from_f<T>(silu_f(s));
     }
 }
 
@@ -121,13 +137,17 @@ void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s
 }
 
 template <typename T>
-void conv_silu_fwd_launch(T *y, const T *x, const T *w, int B, int T_, int C, int K, size_t ld, cudaStream_t s) {
+void conv_silu_fwd_launch(T *const ys[3], const int cw[3], const T *x, const T *w, int B, int T_, int K, size_t ld,
+                          cudaStream_t s) {
     constexpr int W = CONV_SILU_W;
     if ((size_t)B * T_ > (size_t)INT32_MAX) gdn_die("cuda conv_silu_fwd: B %d x T %d tokens is too many", B, T_);
-    const conv_silu_fwd_params<T> p = {y, x, w, T_, C, K, 0, 0, ld};
+    const int C = cw[0] + cw[1] + cw[2];
+    const conv_silu_fwd_params<T> p = {
+        {ys[0], ys[1], ys[2]}, x, w, T_, C, K, 0, 0, ld, {0, cw[0], cw[0] + cw[1], C}};
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
-    if (C % W == 0 && ld % W == 0 && K <= CONV_SILU_KMAX && ((uintptr_t)y & pack) == 0 &&
-        ((uintptr_t)x & pack) == 0) {
+    bool packs = cw[0] % W == 0 && cw[1] % W == 0 && cw[2] % W == 0 && ld % W == 0 && ((uintptr_t)x & pack) == 0;
+    for (int i = 0; i < 3; i++) packs = packs && (cw[i] == 0 || ((uintptr_t)ys[i] & pack) == 0);
+    if (packs && K <= CONV_SILU_KMAX) {
         switch (K) {  // the one place that picks a tap count
         case 1: conv_silu_fwd_tiled_launch<T, W, 1>(p, B, s); break;
         case 2: conv_silu_fwd_tiled_launch<T, W, 2>(p, B, s); break;
@@ -146,10 +166,20 @@ void conv_silu_fwd_launch(T *y, const T *x, const T *w, int B, int T_, int C, in
 }  // namespace
 
 // ---- public entry point (cuda_ops.h) --------------------------------------------------------
+extern "C" void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void *x, const void *w, int B,
+                                    int T, int C0, int C1, int C2, int K, size_t ld, cudaStream_t s) {
+    const int C = C0 + C1 + C2;
+    if (B < 0 || T < 0 || C0 < 0 || C1 < 0 || C2 < 0 || K < 1 || ld < (size_t)C)
+        gdn_die("cuda_conv_silu_fwd: bad shape B %d T %d C %d+%d+%d K %d ld %zu", B, T, C0, C1, C2, K, ld);
+    if ((size_t)B * T * C == 0) return;
+    const int cw[3] = {C0, C1, C2};
+    CUDA_DT_SWITCH(dt, E, {
+        E *const ys[3] = {(E *)y0, (E *)y1, (E *)y2};
+        conv_silu_fwd_launch<E>(ys, cw, (const E *)x, (const E *)w, B, T, K, ld, s);
+    });
+}
+
 extern "C" void cuda_conv_silu_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C, int K,
                                    size_t ld, cudaStream_t s) {
-    if (B < 0 || T < 0 || C < 0 || K < 1 || ld < (size_t)C)
-        gdn_die("cuda_conv_silu_fwd: bad shape B %d T %d C %d K %d ld %zu", B, T, C, K, ld);
-    if ((size_t)B * T * C == 0) return;
-    CUDA_DT_SWITCH(dt, E, conv_silu_fwd_launch<E>((E *)y, (const E *)x, (const E *)w, B, T, C, K, ld, s));
+    cuda_conv_silu3_fwd(dt, y, NULL, NULL, x, w, B, T, C, 0, 0, K, ld, s);
 }

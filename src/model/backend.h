@@ -75,6 +75,14 @@ typedef struct backend {
                           size_t ld);
     void (*conv_silu_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w,
                           int B, int T, int C, int K, size_t ld);
+    // conv_silu over C0 + C1 + C2 channels of x at once (GDN's q, k, v from the fused
+    // projection), outputs / output gradients in three packed buffers; w, dw (C0+C1+C2, K).
+    // The same values as three conv_silu calls on the channel ranges.
+    void (*conv_silu3_fwd)(void *y0, void *y1, void *y2, const void *x, const void *w, int B,
+                           int T, int C0, int C1, int C2, int K, size_t ld);
+    void (*conv_silu3_bwd)(void *dx, void *dw, const void *dy0, const void *dy1, const void *dy2,
+                           const void *x, const void *w, int B, int T, int C0, int C1, int C2,
+                           int K, size_t ld);
     void (*l2norm_fwd)(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                        double scale);
     void (*l2norm_bwd)(void *dx, const void *dy, const void *x, const void *rnorm, size_t rows,

@@ -41,6 +41,25 @@ static void cpu_add_rmsnorm_fwd(void *x_out, void *y, void *rstd, const void *x_
     cpu_add(x_out, branch, n);
     rmsnorm_fwd_cpu(y, rstd, x_out, w, N, d, eps);
 }
+// conv_silu3: the three channel ranges by three conv_silu calls (the CUDA kernel's values)
+static void cpu_conv_silu3_fwd(void *y0, void *y1, void *y2, const void *x, const void *w, int B,
+                               int T, int C0, int C1, int C2, int K, size_t ld) {
+    const double *xd = x, *wd = w;
+    conv_silu_fwd_cpu(y0, xd, wd, B, T, C0, K, ld);
+    conv_silu_fwd_cpu(y1, xd + C0, wd + (size_t)C0 * K, B, T, C1, K, ld);
+    conv_silu_fwd_cpu(y2, xd + C0 + C1, wd + (size_t)(C0 + C1) * K, B, T, C2, K, ld);
+}
+static void cpu_conv_silu3_bwd(void *dx, void *dw, const void *dy0, const void *dy1,
+                               const void *dy2, const void *x, const void *w, int B, int T, int C0,
+                               int C1, int C2, int K, size_t ld) {
+    double *dxd = dx, *dwd = dw;
+    const double *xd = x, *wd = w;
+    conv_silu_bwd_cpu(dxd, dwd, dy0, xd, wd, B, T, C0, K, ld);
+    conv_silu_bwd_cpu(dxd + C0, dwd + (size_t)C0 * K, dy1, xd + C0, wd + (size_t)C0 * K, B, T, C1,
+                      K, ld);
+    conv_silu_bwd_cpu(dxd + C0 + C1, dwd + (size_t)(C0 + C1) * K, dy2, xd + C0 + C1,
+                      wd + (size_t)(C0 + C1) * K, B, T, C2, K, ld);
+}
 static void cpu_sync(void) {}  // every CPU op has finished when it returns
 static void cpu_linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
     linear_fwd_cpu(y, x, W, NULL, N, in, out);
@@ -119,6 +138,8 @@ const backend backend_cpu = {
     .silu_bwd = F(silu_bwd_cpu),
     .conv_silu_fwd = F(conv_silu_fwd_cpu),
     .conv_silu_bwd = F(conv_silu_bwd_cpu),
+    .conv_silu3_fwd = cpu_conv_silu3_fwd,
+    .conv_silu3_bwd = cpu_conv_silu3_bwd,
     .l2norm_fwd = F(l2norm_fwd_cpu),
     .l2norm_bwd = F(l2norm_bwd_cpu),
     .gdn_gates_fwd = F(gdn_gates_fwd_cpu),

@@ -281,6 +281,16 @@ struct ops {
                               int B, int T, int C, int K, size_t ld) {
         cuda_conv_silu_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, ld, STREAM);
     }
+    static void conv_silu3_fwd(void *y0, void *y1, void *y2, const void *x, const void *w, int B,
+                               int T, int C0, int C1, int C2, int K, size_t ld) {
+        cuda_conv_silu3_fwd(DT, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, STREAM);
+    }
+    static void conv_silu3_bwd(void *dx, void *dw, const void *dy0, const void *dy1,
+                               const void *dy2, const void *x, const void *w, int B, int T, int C0,
+                               int C1, int C2, int K, size_t ld) {
+        cuda_conv_silu3_bwd(DT, dx, (float *)dw, dy0, dy1, dy2, x, w, B, T, C0, C1, C2, K, ld,
+                            STREAM);
+    }
     static void l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                            double scale) {
         cuda_l2norm_fwd(DT, y, (float *)rnorm, x, rows, D, eps, scale, STREAM);
@@ -476,6 +486,8 @@ struct ops {
         b.silu_bwd = silu_bwd;
         b.conv_silu_fwd = conv_silu_fwd;
         b.conv_silu_bwd = conv_silu_bwd;
+        b.conv_silu3_fwd = conv_silu3_fwd;
+        b.conv_silu3_bwd = conv_silu3_bwd;
         b.l2norm_fwd = l2norm_fwd;
         b.l2norm_bwd = l2norm_bwd;
         b.gdn_gates_fwd = gdn_gates_fwd;

@@ -59,6 +59,15 @@ void cuda_conv_silu_fwd(cuda_dtype dt, void *y, const void *x, const void *w, in
                         int C, int K, size_t ld, cudaStream_t s);
 void cuda_conv_silu_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
                         const void *w, int B, int T, int C, int K, size_t ld, cudaStream_t s);
+// The same over C0 + C1 + C2 channels of x (rows of stride ld) in one call, the outputs (the
+// backward's dy) in three packed buffers of C0, C1, C2 channels; w, dw (C0 + C1 + C2, K).
+// Per element the same sums as three calls, so the same bits.
+void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void *x,
+                         const void *w, int B, int T, int C0, int C1, int C2, int K, size_t ld,
+                         cudaStream_t s);
+void cuda_conv_silu3_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy0, const void *dy1,
+                         const void *dy2, const void *x, const void *w, int B, int T, int C0,
+                         int C1, int C2, int K, size_t ld, cudaStream_t s);
 void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);
 void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_t n,
                    cudaStream_t s);

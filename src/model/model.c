@@ -122,6 +122,7 @@ static void carve_opt(model *m, size_t lo, size_t hi) {
 // thread count, and the reference's may not.
 typedef struct {
     bool fused, qkv;     // a GEMM for the group; q, k, v in it (else a, b, z only)
+    bool conv3;          // qkv and the three conv weights contiguous: one conv_silu3 call
     int first, w;        // fused: the group's first weight (its base) and its rows
     size_t cq, ck, cv, ca, cb, cz;  // fused: the columns of each in the (N, w) output
     size_t ld_q, ld_v;   // row strides of q_lin, k_lin (ld_q) and v_lin: w, or packed
@@ -161,6 +162,11 @@ static inproj_layout gdn_inproj(const model *m, int l) {
     } else {
         o.w = inproj_group(m, all + 3, 3, &o.fused, &o.first, col);
         o.ca = col[0], o.cb = col[1], o.cz = col[2];
+    }
+    if (o.qkv) {
+        const param_info *cq = &m->params[lp->conv_q], *ck = &m->params[lp->conv_k];
+        o.conv3 = ck->offset == cq->offset + cq->numel &&
+                  m->params[lp->conv_v].offset == ck->offset + ck->numel;
     }
     const size_t hk = (size_t)m->H * m->dk, hv = (size_t)m->H * m->dv;
     o.ld_q = o.qkv ? (size_t)o.w : hk;
@@ -482,8 +488,11 @@ static void gdn_qkv_fwd(model *m, int l) {
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
     int N = m->N, H = m->H, hk = H * m->dk, hv = H * m->dv, K = m->cfg.gdn_conv_size;
-    if (m->cfg.gdn_short_conv) {
-        const inproj_layout L = gdn_inproj(m, l);
+    const inproj_layout L = gdn_inproj(m, l);
+    if (L.conv3) {  // q, k, v columns side by side in the fused projection: one call
+        be->conv_silu3_fwd(a->q_act, a->k_act, a->v_act, a->q_lin, P(lp->conv_q), m->B, m->T, hk,
+                           hk, hv, K, L.ld_q);
+    } else if (m->cfg.gdn_short_conv) {
         be->conv_silu_fwd(a->q_act, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K, L.ld_q);
         be->conv_silu_fwd(a->k_act, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K, L.ld_q);
         be->conv_silu_fwd(a->v_act, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K, L.ld_v);
@@ -663,7 +672,13 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
         {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->k_act, a->rk, 1.0, L.ck, L.ld_q},
         {D[5], lp->wv, lp->conv_v, hv, a->v_lin, a->v_act, NULL, 1.0, L.cv, L.ld_v},
     };
-    for (int i = 0; i < 3; i++) {
+    if (L.conv3) {  // dq_act, dk_act into D[0], D[1] (free after gdn_bwd), dv_act is D[5]
+        be->l2norm_bwd(D[0], D[3], a->q_act, a->rq, (size_t)N * H, m->dk, path[0].scale);
+        be->l2norm_bwd(D[1], D[4], a->k_act, a->rk, (size_t)N * H, m->dk, path[1].scale);
+        be->conv_silu3_bwd(dgrp + L.cq * e, G(lp->conv_q), D[0], D[1], D[5], a->q_lin,
+                           P(lp->conv_q), m->B, m->T, hk, hk, hv, K, L.ld_q);
+    }
+    for (int i = 0; i < 3 && !L.conv3; i++) {
         size_t n = (size_t)N * path[i].width;
         void *dact = path[i].dgrad;
         if (path[i].rn) {

@@ -426,6 +426,68 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
                    },
                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
     }
+    // conv_silu3: q, k, v (C0 + C1 + C2 channels of strided rows) in one call, outputs and output
+    // gradients in three packed buffers: against the CPU per range, and bitwise against three
+    // cuda_conv_silu calls. fla-220m's shape (tiled), a small tiled one, one off the pack.
+    const int three[][8] = {  // B, T, C0, C1, C2, K, ld, col
+        {2, 300, 512, 512, 1024, 4, 3080, 0}, {2, 63, 8, 8, 16, 4, 40, 4}, {2, 65, 12, 8, 20, 3, 45, 3}};
+    for (const auto &sh : three) {
+        const int B = sh[0], T = sh[1], K = sh[5], cw[3] = {sh[2], sh[3], sh[4]}, C = cw[0] + cw[1] + cw[2];
+        const size_t ld = sh[6], col = sh[7], rows = (size_t)B * T, nw = rows * ld, es = esz(dt);
+        const int c0[3] = {0, cw[0], cw[0] + cw[1]};
+        char op[96];
+        vec xw = randn(r, nw, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt);
+        std::vector<vec> y(3), g(3);
+        for (int i = 0; i < 3; i++) {
+            y[i].resize(rows * cw[i]);
+            conv_silu_fwd_cpu(y[i].data(), xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
+            g[i] = randn(r, rows * cw[i], 1.0, dt);
+        }
+        dten dxw_ = dput(xw, dt), dw_ = dput(w, dt);
+        dten dy0 = dempty(rows * cw[0], dt), dy1 = dempty(rows * cw[1], dt), dy2 = dempty(rows * cw[2], dt);
+        const char *xp = (const char *)dxw_.d + col * es;
+        snprintf(op, sizeof op, "conv_silu3_fwd B%d T%d C%d+%d+%d K%d ld%zu", B, T, cw[0], cw[1], cw[2], K, ld);
+        auto fwd3 = [&]() {
+            cuda_conv_silu3_fwd(dt, dy0.d, dy1.d, dy2.d, xp, dw_.d, B, T, cw[0], cw[1], cw[2], K, ld, 0);
+        };
+        run_checks(op, dt, fwd3, {{"y0", dy0, y[0], {}, {}}, {"y1", dy1, y[1], {}, {}}, {"y2", dy2, y[2], {}, {}}},
+                   false);
+        dten e0 = dempty(rows * cw[0], dt), e1 = dempty(rows * cw[1], dt), e2 = dempty(rows * cw[2], dt);
+        dten *es3[3] = {&e0, &e1, &e2}, *ds3[3] = {&dy0, &dy1, &dy2};
+        for (int i = 0; i < 3; i++)
+            cuda_conv_silu_fwd(dt, es3[i]->d, xp + c0[i] * es, (const char *)dw_.d + (size_t)c0[i] * K * es, B, T,
+                               cw[i], K, ld, 0);
+        fwd3();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        bool same = true;
+        for (int i = 0; i < 3; i++) same = same && raw(*es3[i]) == raw(*ds3[i]);
+        row_bool(op, dtn(dt), "y = three conv_silu calls", same);
+
+        vec dx_init = randn(r, nw, 1.0, dt), dx_want = dx_init, init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
+        vec dw = plus_twice(init, [&](double *acc) {
+            for (int i = 0; i < 3; i++)
+                conv_silu_bwd_cpu(dx_want.data() + col + c0[i], acc + (size_t)c0[i] * K, g[i].data(),
+                                  xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
+        }, &want2);
+        dten dg0 = dput(g[0], dt), dg1 = dput(g[1], dt), dg2 = dput(g[2], dt);
+        dten ddxw = dempty(nw, dt), ddw = dempty((size_t)C * K, CUDA_F32);
+        snprintf(op, sizeof op, "conv_silu3_bwd B%d T%d C%d+%d+%d K%d ld%zu", B, T, cw[0], cw[1], cw[2], K, ld);
+        auto bwd3 = [&](void *dx, float *dwp) {
+            cuda_conv_silu3_bwd(dt, (char *)dx + col * es, dwp, dg0.d, dg1.d, dg2.d, xp, dw_.d, B, T, cw[0], cw[1],
+                                cw[2], K, ld, 0);
+        };
+        run_checks(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
+                   {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
+        // bitwise against three calls, from the same starting dx and dw
+        dten ddxw2 = dput(dx_init, dt), ddw2 = dput(init, CUDA_F32), ddxw3 = dput(dx_init, dt), ddw3 = dput(init, CUDA_F32);
+        const void *dg3[3] = {dg0.d, dg1.d, dg2.d};
+        for (int i = 0; i < 3; i++)
+            cuda_conv_silu_bwd(dt, (char *)ddxw2.d + (col + c0[i]) * es, (float *)ddw2.d + (size_t)c0[i] * K, dg3[i],
+                               xp + c0[i] * es, (const char *)dw_.d + (size_t)c0[i] * K * es, B, T, cw[i], K, ld, 0);
+        bwd3(ddxw3.d, (float *)ddw3.d);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        row_bool(op, dtn(dt), "dx, dw = three conv_silu calls", raw(ddxw2) == raw(ddxw3) && raw(ddw2) == raw(ddw3));
+    }
 }
 
 // SiLU, SwiGLU and add, on 16-byte aligned pointers (pack path) and one element off (scalar path)
