@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# bench/ab_model.sh — on the GPU machine: tokens/s of two gdn-train binaries on the same config,
+# alternated in one call (between machine instances the same binary's GEMMs differed by 2-3% in
+# session 5, so an A/B across calls measures the machine as much as the change).
+#   bench/ab_model.sh OLD_BIN NEW_BIN [ROUNDS=3] [CONFIG=configs/fla-220m.ini] [STEPS=61]
+# Each run: STEPS steps; tokens/s is the mean over the step lines 11 .. STEPS-1 (cuBLASLt and the
+# allocator warm up in the first steps; the last step also evaluates). Prints every run, then per binary the
+# mean, min and max over runs and the ratio NEW / OLD of the means. Needs data/synth-32000.h5
+# (made by bench/make_tokens.py when absent) and .devdeps/env.sh (libinih) where it exists.
+set -uo pipefail
+old=${1:?usage: bench/ab_model.sh OLD_BIN NEW_BIN [ROUNDS] [CONFIG] [STEPS]}
+new=${2:?usage: bench/ab_model.sh OLD_BIN NEW_BIN [ROUNDS] [CONFIG] [STEPS]}
+rounds=${3:-3}
+config=${4:-configs/fla-220m.ini}
+steps=${5:-61}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 1
+[ -f .devdeps/env.sh ] && . .devdeps/env.sh
+mkdir -p data
+[ -f data/synth-32000.h5 ] || python3 bench/make_tokens.py data/synth-32000.h5 --vocab 32000 >/dev/null
+for b in "$old" "$new"; do [ -x "$b" ] || { echo "ab_model: $b is not an executable" >&2; exit 2; }; done
+tmp=$(mktemp -d)
+# run BIN TAG: mean tokens/s of the step lines after step 10, or "fail"
+run() {
+    local log="$tmp/$2.log"
+    timeout 300 "$1" "$config" --set train.device=cuda --set "train.steps=$steps" --set log.every=1 \
+        --set "train.out_dir=/dev/shm/ab-$2" >"$log" 2>&1
+    local rc=$?
+    rm -rf "/dev/shm/ab-$2"
+    if [ $rc -ne 0 ]; then echo fail; return; fi
+    awk -F'|' -v last="$steps" '/^step +[0-9]+\// { split($1, a, /[ \/]+/); s = a[2] + 0
+                if (s > 10 && s < last) { t = $5; gsub(/[^0-9.]/, "", t); sum += t; n++ } }
+               END { if (n) printf "%.0f\n", sum / n; else print "fail" }' "$log"
+}
+declare -a o n
+for r in $(seq 1 "$rounds"); do
+    o[r]=$(run "$old" "old$r")
+    n[r]=$(run "$new" "new$r")
+    echo "round $r: old ${o[r]} tok/s, new ${n[r]} tok/s"
+done
+python3 - "${o[@]}" -- "${n[@]}" <<'EOF'
+import sys
+a = sys.argv[1:]
+k = a.index('--')
+old = [float(x) for x in a[:k] if x != 'fail']
+new = [float(x) for x in a[k + 1:] if x != 'fail']
+def stat(v): return "mean %.0f min %.0f max %.0f (%d runs)" % (sum(v) / len(v), min(v), max(v), len(v)) if v else "no runs"
+print("old:", stat(old))
+print("new:", stat(new))
+if old and new: print("new / old: %.4f" % ((sum(new) / len(new)) / (sum(old) / len(old))))
+EOF
+rm -rf "$tmp"
