@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: main residual narrow gdnfinal attention (default: all)
+#   bench/run_pending.sh [SECTION...]      sections: main gdnfinal (default; residual, narrow, attention
+#   need the session-4 binaries of those patches, now in git history at db7007d)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
 # one H200: main ~3.5 min, residual ~2.5 min, narrow ~2.5 min, gdnfinal ~5 min, attention ~3 min;
 # a call is at most 10 min, so run two sections per call.
@@ -32,7 +33,7 @@ seeds() {
     done
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(main residual narrow gdnfinal attention)
+[ ${#sections[@]} -eq 0 ] && sections=(main gdnfinal)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -78,6 +79,12 @@ for sec in "${sections[@]}"; do
             echo "hashes: IDENTICAL ($(grep -c '^hash' "$out/gdn-new.log") cases)"
         else
             echo "hashes: DIFFER in $(grep -c '^>' "$out/gdn-hashdiff.txt") cases"; head -4 "$out/gdn-hashdiff.txt"
+        fi
+        # per gradient (ghash lines, when both tests print them): how many cases each one moved in
+        if grep -q '^ghash' "$out/gdn-base.log" && grep -q '^ghash' "$out/gdn-new.log"; then
+            paste -d' ' <(grep '^ghash' "$out/gdn-base.log") <(grep '^ghash' "$out/gdn-new.log") |
+                awk '{ for (i = 3; i <= 8; i++) { split($i, a, ":"); split($(i + 8), b, ":"); if (a[2] != b[2]) d[a[1]]++ } }
+                     END { printf "gradients that moved (cases):"; for (k in d) printf " %s %d", k, d[k]; print "" }'
         fi
         for r in 1 2; do
             for v in main gdnfinal; do
