@@ -47,12 +47,15 @@ typedef struct {
 // activation arena; element type is the backend's). N = B*T tokens.
 typedef struct {
     void *x_in, *xn1, *rstd1;                    // (N,d) block input, normed, (N) 1/rms
-    void *q_lin, *k_lin, *v_lin;                 // GDN: projections (N,H*dk|dv)
+    void *q_lin, *k_lin, *v_lin;                 // GDN: projections (N,H*dk|dv), or columns of
+                                                 // inproj (row stride: model.c gdn_inproj)
     void *q_act, *k_act, *v_act;                 // after SiLU (of the causal conv with short_conv;
                                                  // the conv output is not kept, see gdn_qkv_fwd)
     void *qn, *kn, *rq, *rk;                     // per-head L2-normed q (x 1/sqrt dk), k; (N*H)
-    void *a, *b, *g, *beta;                      // gate projections (N,H) and gates (N,H)
-    void *z, *o, *rstd_o, *on;                   // output gate (N,H*dv), rule output, norm
+    void *a, *b, *g, *beta;                      // gate projections (N,H) (or inproj columns)
+                                                 // and gates (N,H)
+    void *z, *o, *rstd_o, *on;                   // output gate (N,H*dv) (or inproj columns),
+                                                 // rule output, norm
     void *inproj;                                // the fused input projection's (N, w) output
                                                  // (model.c, gdn_inproj): q_lin .. z are its
                                                  // columns; NULL when not fused
