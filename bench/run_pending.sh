@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: main gdnfinal (default; residual, narrow, attention
+#   bench/run_pending.sh [SECTION...]      sections: main gdnfinal gdnscan (default; residual, narrow, attention
 #   need the session-4 binaries of those patches, now in git history at db7007d)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
 # one H200: main ~3.5 min, residual ~2.5 min, narrow ~2.5 min, gdnfinal ~5 min, attention ~3 min;
@@ -33,7 +33,7 @@ seeds() {
     done
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(main gdnfinal)
+[ ${#sections[@]} -eq 0 ] && sections=(main gdnfinal gdnscan)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -68,26 +68,26 @@ for sec in "${sections[@]}"; do
         timeout 60 "$B/narrow/gdn-train" configs/fla-220m.ini --set train.device=cuda --set train.steps=25 \
             --set train.out_dir=/dev/shm/f220pn --profile 20 >"$out/profile-narrow.log" 2>&1
         echo "profile (narrow): exit $?"; sed -n '/^matmuls by shape/,$p' "$out/profile-narrow.log" | head -16 ;;
-    gdnfinal)
+    gdnfinal | gdnscan)  # the GDN backward patch $sec against main (hashes, per-gradient ghash, bench)
         GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
         echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
-        GDN_TEST_HASH=1 timeout 240 "$B/gdnfinal/test_gdn_bwd" >"$out/gdn-new.log" 2>&1
-        echo "test_gdn_bwd (gdnfinal): exit $?; $(tail -1 "$out/gdn-new.log")"
-        if [ "$(grep -c '^hash' "$out/gdn-new.log")" -eq 0 ]; then
+        GDN_TEST_HASH=1 timeout 240 "$B/$sec/test_gdn_bwd" >"$out/gdn-$sec.log" 2>&1
+        echo "test_gdn_bwd ($sec): exit $?; $(tail -1 "$out/gdn-$sec.log")"
+        if [ "$(grep -c '^hash' "$out/gdn-$sec.log")" -eq 0 ]; then
             echo "hashes: NONE (the tests did not run)"
-        elif diff <(grep '^hash' "$out/gdn-base.log") <(grep '^hash' "$out/gdn-new.log") >"$out/gdn-hashdiff.txt"; then
-            echo "hashes: IDENTICAL ($(grep -c '^hash' "$out/gdn-new.log") cases)"
+        elif diff <(grep '^hash' "$out/gdn-base.log") <(grep '^hash' "$out/gdn-$sec.log") >"$out/gdn-hashdiff-$sec.txt"; then
+            echo "hashes: IDENTICAL ($(grep -c '^hash' "$out/gdn-$sec.log") cases)"
         else
-            echo "hashes: DIFFER in $(grep -c '^>' "$out/gdn-hashdiff.txt") cases"; head -4 "$out/gdn-hashdiff.txt"
+            echo "hashes: DIFFER in $(grep -c '^>' "$out/gdn-hashdiff-$sec.txt") cases"; head -4 "$out/gdn-hashdiff-$sec.txt"
         fi
         # per gradient (ghash lines, when both tests print them): how many cases each one moved in
-        if grep -q '^ghash' "$out/gdn-base.log" && grep -q '^ghash' "$out/gdn-new.log"; then
-            paste -d' ' <(grep '^ghash' "$out/gdn-base.log") <(grep '^ghash' "$out/gdn-new.log") |
+        if grep -q '^ghash' "$out/gdn-base.log" && grep -q '^ghash' "$out/gdn-$sec.log"; then
+            paste -d' ' <(grep '^ghash' "$out/gdn-base.log") <(grep '^ghash' "$out/gdn-$sec.log") |
                 awk '{ for (i = 3; i <= 8; i++) { split($i, a, ":"); split($(i + 8), b, ":"); if (a[2] != b[2]) d[a[1]]++ } }
                      END { printf "gradients that moved (cases):"; for (k in d) printf " %s %d", k, d[k]; print "" }'
         fi
         for r in 1 2; do
-            for v in main gdnfinal; do
+            for v in main $sec; do
                 timeout 120 "$B/$v/gdn_bwd_bench" >"$out/gdn_bwd_bench-$v-$r.log" 2>&1
                 grep '^RESULT' "$out/gdn_bwd_bench-$v-$r.log" | cut -c1-150 | sed "s/^/$v round $r: /"
             done
@@ -105,7 +105,7 @@ for sec in "${sections[@]}"; do
         PYTHONUNBUFFERED=1 timeout 200 python3 "$B/attention/attention_torch.py" "$out/attn-attention/attention_bench.log" \
             >"$out/attn-attention/attention_torch.log" 2>&1
         echo "PyTorch: exit $?"; tail -12 "$out/attn-attention/attention_torch.log" ;;
-    *) echo "run_pending: unknown section '$sec' (main residual narrow gdnfinal attention)"; exit 2 ;;
+    *) echo "run_pending: unknown section '$sec' (main gdnfinal gdnscan; residual narrow attention: session 4)"; exit 2 ;;
     esac
 done
 (cd "$out" && tar czf "${OUT:-$out}/pending-logs.tar.gz" --exclude=pending-logs.tar.gz . 2>/dev/null)
