@@ -18,22 +18,6 @@
 enum { B = 2, T = 12, V = 23 };  // V: tiny_config's vocabulary
 static const double TOL = 1e-12;
 
-static void check(bool ok, const char *what, const char *detail) {
-    gc_checks++;
-    if (!ok) gc_failures++;
-    printf("    %-52s %-30s %s\n", what, detail, ok ? "pass" : "FAIL");
-}
-
-static double run(model *m, const int32_t *x, const int32_t *y) {
-    model_zero_grads(m);
-    double loss = 0;
-    for (int mb = 0; mb < 2; mb++) {
-        m->dropout_key = 0xabc + (uint64_t)mb;
-        loss += model_forward_backward(m, x + mb * B * T, y + mb * B * T, 1.0 / (2.0 * B * T), true);
-    }
-    return loss;
-}
-
 static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bool conv, bool rc) {
     gdn_config c = tiny_config(pattern, 2);
     c.dropout = 0.1;
@@ -54,7 +38,7 @@ static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bo
     printf("\n== pattern %s, gate %d delta %d output gate %d conv %d recompute %d\n", pattern, gate,
            delta, ogate, conv, rc);
     bool any = gate || delta || ogate || conv;
-    check(!any || (m1->acts[0].inproj != NULL && m0->acts[0].inproj == NULL),
+    check_row(!any || (m1->acts[0].inproj != NULL && m0->acts[0].inproj == NULL),
           "fused layout taken (and only with fuse_projections)", any ? (conv ? "q..z" : "a, b, z") : "none");
 
     rng_t r;
@@ -63,10 +47,10 @@ static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bo
     for (int i = 0; i < 2 * B * T; i++) x[i] = (int32_t)rng_below(&r, V), y[i] = (int32_t)rng_below(&r, V);
     y[7] = -1;
 
-    double l0 = run(m0, x, y), l1 = run(m1, x, y);
+    double l0 = tiny_train2(m0, x, y, B, T), l1 = tiny_train2(m1, x, y, B, T);
     char det[96];
     snprintf(det, sizeof det, "%.3e", fabs(l1 - l0) / fabs(l0));
-    check(fabs(l1 - l0) <= TOL * fabs(l0), "training loss", det);
+    check_row(fabs(l1 - l0) <= TOL * fabs(l0), "training loss", det);
     double worst = 0;
     const char *worst_name = "-";
     for (int i = 0; i < m0->n_params; i++) {
@@ -80,10 +64,10 @@ static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bo
         if (rel > worst || (rel == worst && worst_name[0] == '-')) worst = rel, worst_name = m0->params[i].name;
     }
     snprintf(det, sizeof det, "%.3e (%s)", worst, worst_name);
-    check(worst <= TOL, "every gradient tensor (max |diff| / max |g|)", det);
+    check_row(worst <= TOL, "every gradient tensor (max |diff| / max |g|)", det);
     double e0 = model_eval_loss(m0, x, y), e1 = model_eval_loss(m1, x, y);
     snprintf(det, sizeof det, "%.3e", fabs(e1 - e0) / fabs(e0));
-    check(fabs(e1 - e0) <= TOL * fabs(e0), "evaluation loss", det);
+    check_row(fabs(e1 - e0) <= TOL * fabs(e0), "evaluation loss", det);
     model_free(m0);
     model_free(m1);
 }

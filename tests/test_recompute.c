@@ -16,22 +16,6 @@
 
 enum { B = 2, T = 12, V = 23 };  // V: tiny_config's vocabulary
 
-static void check(bool ok, const char *what, const char *detail) {
-    gc_checks++;
-    if (!ok) gc_failures++;
-    printf("    %-58s %-24s %s\n", what, detail, ok ? "pass" : "FAIL");
-}
-
-static double run(model *m, const int32_t *x, const int32_t *y) {
-    model_zero_grads(m);
-    double loss = 0;
-    for (int mb = 0; mb < 2; mb++) {
-        m->dropout_key = 0xabc + (uint64_t)mb;
-        loss += model_forward_backward(m, x + mb * B * T, y + mb * B * T, 1.0 / (2.0 * B * T), true);
-    }
-    return loss;
-}
-
 static void test_case(const char *name, const char *pattern, bool conv, bool ogate, bool tied) {
     gdn_config c = tiny_config(pattern, 3);  // window 4
     c.tie_embeddings = tied;
@@ -54,19 +38,19 @@ static void test_case(const char *name, const char *pattern, bool conv, bool oga
     for (int i = 0; i < 2 * B * T; i++) x[i] = (int32_t)rng_below(&r, V), y[i] = (int32_t)rng_below(&r, V);
     y[5] = -1;
 
-    double l0 = run(m0, x, y), l1 = run(m1, x, y);
+    double l0 = tiny_train2(m0, x, y, B, T), l1 = tiny_train2(m1, x, y, B, T);
     char det[64];
     snprintf(det, sizeof det, "%.17g", l0);
-    check(memcmp(&l0, &l1, sizeof l0) == 0, "training loss bitwise equal", det);
+    check_row(memcmp(&l0, &l1, sizeof l0) == 0, "training loss bitwise equal", det);
     size_t n = m0->n_elems, ndiff = 0;
     const double *g0 = m0->grad_mem, *g1 = m1->grad_mem;
     for (size_t i = 0; i < n; i++) ndiff += memcmp(&g0[i], &g1[i], sizeof(double)) != 0;
     snprintf(det, sizeof det, "%zu of %zu differ", ndiff, n);
-    check(ndiff == 0, "every gradient bitwise equal", det);
+    check_row(ndiff == 0, "every gradient bitwise equal", det);
     double e0 = model_eval_loss(m0, x, y), e1 = model_eval_loss(m1, x, y);
-    check(memcmp(&e0, &e1, sizeof e0) == 0, "evaluation loss bitwise equal", "");
+    check_row(memcmp(&e0, &e1, sizeof e0) == 0, "evaluation loss bitwise equal", "");
     snprintf(det, sizeof det, "%zu -> %zu bytes", m0->a_acts.size, m1->a_acts.size);
-    check(m1->a_acts.size < m0->a_acts.size, "activation arena smaller", det);
+    check_row(m1->a_acts.size < m0->a_acts.size, "activation arena smaller", det);
     model_free(m0);
     model_free(m1);
 }

@@ -90,6 +90,14 @@ static inline int check_close(const char *what, const double *got, const double 
     return ok;
 }
 
+// One pass / FAIL row of a named check with a short detail column, counted.
+static inline int check_row(int ok, const char *what, const char *detail) {
+    printf("    %-58s %-30s %s\n", what, detail, ok ? "pass" : "FAIL");
+    gc_checks++;
+    if (!ok) gc_failures++;
+    return ok;
+}
+
 static inline int gc_finish(const char *test) {
     printf("\n%s: %d checks, %d failed\n", test, gc_checks, gc_failures);
     return gc_failures ? 1 : 0;

@@ -54,18 +54,10 @@ template <typename T> struct conv_silu_bwd_params {
     const T *dys[3], *x, *w;
     int T_, C, K, tiles, rows;
     size_t ld;
-    int cs[4];
-    // dy's element (token row r, channel c) and the row stride of c's segment; selects, not an
-    // indexed array (that would put the parameters on the stack)
-    __device__ __forceinline__ const T *dyrow(size_t r, int c) const {
-        const bool s1 = c >= cs[1], s2 = c >= cs[2];
-        const int lo = s2 ? cs[2] : s1 ? cs[1] : 0;
-        return (s2 ? dys[2] : s1 ? dys[1] : dys[0]) + r * width(c) + (c - lo);
-    }
-    __device__ __forceinline__ int width(int c) const {
-        const bool s1 = c >= cs[1], s2 = c >= cs[2];
-        return s2 ? cs[3] - cs[2] : s1 ? cs[2] - cs[1] : cs[1];
-    }
+    conv_segs seg;  // which dy buffer each channel comes from (cuda_ops_device.cuh)
+    // dy's element (token row r, channel c) and the row stride of c's segment
+    __device__ __forceinline__ const T *dyrow(size_t r, int c) const { return seg.at(dys[0], dys[1], dys[2], r, c); }
+    __device__ __forceinline__ int width(int c) const { return seg.width(c); }
 };
 
 // sigmoid_fast (cuda_ops_device.cuh): the fast intrinsics, no branch.
@@ -260,14 +252,12 @@ void conv_silu_bwd_launch(T *dx, float *dw, const T *const dys[3], const int cw[
                           int T_, int K, size_t ld, cudaStream_t s) {
     constexpr int W = CONV_SILU_W;
     if ((size_t)B * T_ > (size_t)INT32_MAX) gdn_die("cuda conv_silu_bwd: B %d x T %d tokens is too many", B, T_);
-    const int C = cw[0] + cw[1] + cw[2];
-    conv_silu_bwd_params<T> p = {dx,   NULL, {dys[0], dys[1], dys[2]}, x, w, T_, C, K, 0, 0, ld,
-                                 {0, cw[0], cw[0] + cw[1], C}};
+    const conv_segs seg = conv_segs::of(cw);
+    const int C = seg.cs[3];
+    conv_silu_bwd_params<T> p = {dx, NULL, {dys[0], dys[1], dys[2]}, x, w, T_, C, K, 0, 0, ld, seg};
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
-    bool packs = cw[0] % W == 0 && cw[1] % W == 0 && cw[2] % W == 0 && ld % W == 0 &&
-                 (((uintptr_t)dx | (uintptr_t)x) & pack) == 0;
-    for (int i = 0; i < 3; i++) packs = packs && (cw[i] == 0 || ((uintptr_t)dys[i] & pack) == 0);
-    if (packs && K <= CONV_SILU_KMAX) {
+    if (seg.packed(dys, W, pack) && ld % W == 0 && (((uintptr_t)dx | (uintptr_t)x) & pack) == 0 &&
+        K <= CONV_SILU_KMAX) {
         switch (K) {  // the one place that picks a tap count
         case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, s); break;
         case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, s); break;

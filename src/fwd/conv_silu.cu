@@ -37,18 +37,10 @@ template <typename T> struct conv_silu_fwd_params {
     const T *x, *w;
     int T_, C, K, tiles, rows;
     size_t ld;  // x's row stride
-    int cs[4];  // segment s: channels [cs[s], cs[s+1]); cs[3] = C
-    // channel c's element of token row r (b T + t) in its segment's output; selects, not an
-    // indexed array (that would put the parameters on the stack)
-    __device__ __forceinline__ T *yrow(size_t r, int c) const {
-        const bool s1 = c >= cs[1], s2 = c >= cs[2];
-        const int lo = s2 ? cs[2] : s1 ? cs[1] : 0;
-        return (s2 ? ys[2] : s1 ? ys[1] : ys[0]) + r * width(c) + (c - lo);
-    }
-    __device__ __forceinline__ int width(int c) const {
-        const bool s1 = c >= cs[1], s2 = c >= cs[2];
-        return s2 ? cs[3] - cs[2] : s1 ? cs[2] - cs[1] : cs[1];
-    }
+    conv_segs seg;  // which output each channel goes to (cuda_ops_device.cuh)
+    // channel c's element of token row r (b T + t) in its segment's output
+    __device__ __forceinline__ T *yrow(size_t r, int c) const { return seg.at(ys[0], ys[1], ys[2], r, c); }
+    __device__ __forceinline__ int width(int c) const { return seg.width(c); }
 };
 
 // sigmoid_fast (cuda_ops_device.cuh): the fast intrinsics, no branch.
@@ -141,13 +133,11 @@ void conv_silu_fwd_launch(T *const ys[3], const int cw[3], const T *x, const T *
                           cudaStream_t s) {
     constexpr int W = CONV_SILU_W;
     if ((size_t)B * T_ > (size_t)INT32_MAX) gdn_die("cuda conv_silu_fwd: B %d x T %d tokens is too many", B, T_);
-    const int C = cw[0] + cw[1] + cw[2];
-    const conv_silu_fwd_params<T> p = {
-        {ys[0], ys[1], ys[2]}, x, w, T_, C, K, 0, 0, ld, {0, cw[0], cw[0] + cw[1], C}};
+    const conv_segs seg = conv_segs::of(cw);
+    const int C = seg.cs[3];
+    const conv_silu_fwd_params<T> p = {{ys[0], ys[1], ys[2]}, x, w, T_, C, K, 0, 0, ld, seg};
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
-    bool packs = cw[0] % W == 0 && cw[1] % W == 0 && cw[2] % W == 0 && ld % W == 0 && ((uintptr_t)x & pack) == 0;
-    for (int i = 0; i < 3; i++) packs = packs && (cw[i] == 0 || ((uintptr_t)ys[i] & pack) == 0);
-    if (packs && K <= CONV_SILU_KMAX) {
+    if (seg.packed(ys, W, pack) && ld % W == 0 && ((uintptr_t)x & pack) == 0 && K <= CONV_SILU_KMAX) {
         switch (K) {  // the one place that picks a tap count
         case 1: conv_silu_fwd_tiled_launch<T, W, 1>(p, B, s); break;
         case 2: conv_silu_fwd_tiled_launch<T, W, 2>(p, B, s); break;

@@ -208,6 +208,34 @@ void rope_launch(T *y, const T *x, int B, int T_, int H, int D, double base, flo
     CUDA_CHECK_LAUNCH();
 }
 
+// ---- channel segments of conv_silu3 (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu) -------------
+// Channels [cs[s], cs[s+1]) of one call belong to buffer s of three (GDN's q, k, v), each packed
+// with its own width as row stride. Selects, not an indexed array: indexing a parameter array by
+// a run-time segment puts the kernel's parameters on the stack.
+struct conv_segs {
+    int cs[4];  // 0, C0, C0 + C1, C
+    static conv_segs of(const int cw[3]) { return {{0, cw[0], cw[0] + cw[1], cw[0] + cw[1] + cw[2]}}; }
+    __device__ __forceinline__ int width(int c) const {
+        const bool s1 = c >= cs[1], s2 = c >= cs[2];
+        return s2 ? cs[3] - cs[2] : s1 ? cs[2] - cs[1] : cs[1];
+    }
+    // channel c's element of token row r in its segment's buffer (b0, b1, b2)
+    template <typename P> __device__ __forceinline__ P at(P b0, P b1, P b2, size_t r, int c) const {
+        const bool s1 = c >= cs[1], s2 = c >= cs[2];
+        const int lo = s2 ? cs[2] : s1 ? cs[1] : 0;
+        return (s2 ? b2 : s1 ? b1 : b0) + r * width(c) + (c - lo);
+    }
+    // every width a multiple of W and every non-empty buffer aligned to mask + 1 (the tiled path)
+    template <typename P> bool packed(const P *b /*[3]*/, int W, uintptr_t mask) const {
+        bool ok = true;
+        for (int i = 0; i < 3; i++) {
+            const int w = cs[i + 1] - cs[i];
+            ok = ok && w % W == 0 && (w == 0 || ((uintptr_t)b[i] & mask) == 0);
+        }
+        return ok;
+    }
+};
+
 }  // namespace
 
 // Not in the anonymous namespace (one definition, in src/bwd/elementwise.cu): at least nfloats
