@@ -61,6 +61,7 @@ using namespace gdnk;
 using bf16 = __nv_bfloat16;
 
 constexpr int SMEM_MAX = 232448;  // dynamic shared memory per block on sm_90 (227 KiB)
+constexpr int SMEM_SM = 233472;   // shared memory per SM on sm_90 (228 KiB; 1 KiB of it per CTA)
 constexpr int cmax(int a, int b) { return a > b ? a : b; }
 
 // Everything a kernel reads: the caller's params and the carved workspace.
@@ -155,6 +156,26 @@ __device__ __forceinline__ void ld_words(uint32_t (&d)[N], const void *src) {
             d[k] = v.x;
             d[k + 1] = v.y;
         }
+    }
+}
+// fp32 pair at p (8-byte aligned) as one 8-byte load: as a float2 the scan's shared-memory
+// read was split into two 4-byte loads (the alignment was lost in the address arithmetic)
+__device__ __forceinline__ float2 ld_f2_once(const unsigned char *p) {
+    const unsigned long long u = *(const unsigned long long *)p;
+    return make_float2(__uint_as_float((uint32_t)u), __uint_as_float((uint32_t)(u >> 32)));
+}
+// ROWS rows of RB bytes (global row stride rs bytes) -> shared memory at dst (pitch pb bytes),
+// 16 bytes per cp.async, NTHR threads; rows >= nvalid zero-filled. src, rs, dst, pb: 16-aligned.
+template <int ROWS, int RB, int NTHR>
+__device__ __forceinline__ void cp_rows16(uint32_t dst, int pb, const unsigned char *src, size_t rs,
+                                          int nvalid, int tid) {
+    constexpr int PR = RB / 16;  // pieces per row
+    static_assert(RB % 16 == 0 && ROWS * PR % NTHR == 0, "cp_rows16: whole pieces per thread");
+#pragma unroll 1  // unrolled, the per-piece addresses get hoisted out of the chunk loop: spills
+    for (int k = 0; k < ROWS * PR / NTHR; ++k) {
+        const int i = tid + k * NTHR, r = i / PR, c = (i % PR) * 16;
+        const bool ok = r < nvalid;
+        cp_async16(dst + r * pb + c, ok ? src + r * rs + c : src, ok ? 16 : 0);
     }
 }
 // EPT/2 fp32 pairs (x0, x1 from x[2k], x[2k + 1]) -> NP bf16 planes at sm + off (plane
@@ -400,18 +421,36 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
 // scan: per (b, h, block of DVB value columns), 4 warps, chunks in reverse order.
 // dH (Dk x DVB) lives in fp32 accumulators: warp w owns rows [w Dk/4, (w+1) Dk/4).
 // =============================================================================================
+// CTAs of one SM by shared memory, at most rcta (the registers' bound)
+constexpr int scan_ctas(int bytes, int rcta) {
+    return SMEM_SM / (bytes + 1024) < rcta ? SMEM_SM / (bytes + 1024) : rcta;
+}
 // SMAX: the most stages (chunk sets in flight) the launcher allows: 2 when the grid leaves SMs
 // idle (one CTA per SM, the next chunk's loads behind this one's work), 1 when the grid is
 // larger than the SMs (70 KB at Dk 128, DVB 64: two CTAs per SM hide each other's latency).
 template <int DK, int DVB, int NP, int SMAX>
 struct scan_layout {
     static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
-    static constexpr int SET = 3 * NP * QK_PL + C * 4;       // Q, K, W planes + g of one chunk
-    static constexpr int Q = 0, K = NP * QK_PL, W = 2 * NP * QK_PL, G = 3 * NP * QK_PL;
     static constexpr int PBV = (DVB + 8) * 2;
     static constexpr int RG_BYTES = NP * PBV * cmax(DK, 2 * C);
     static constexpr int WG = 4 * 4 * C * 4;                 // per warp: Gh, Gl, gam, hdec
-    static constexpr int S = SMAX >= 2 && 2 * SET + RG_BYTES + WG <= SMEM_MAX ? 2 : 1;  // stages
+    static constexpr int SET0 = 3 * NP * QK_PL + C * 4;      // Q, K, W planes + g of one chunk
+    static constexpr int S = SMAX >= 2 && 2 * SET0 + RG_BYTES + WG <= SMEM_MAX ? 2 : 1;  // stages
+    // PF: a chunk's dΔ_loc (fp32) and dO (input dtype) rows of the block come by cp.async into
+    // its set (raw, padded pitches PDD, PDO: conflict-free 8-byte reads) in the commit group of
+    // its Q, K, W. Only where that keeps the stage count and, with one stage (grid > SMs), the
+    // CTAs per SM the kernel had without it (RCTA: without PF the registers allowed 2 at DVB 64,
+    // 231-253 a thread; for the other DVBs the shared-memory count is compared). Two stages run
+    // at most one CTA per SM from the launcher, unless scan_stages = 2 is forced.
+    static constexpr int PDD = (DVB + 8) * 4, PDO = (DVB + 8) * 2 * NP;
+    static constexpr int XB = C * (PDD + PDO), RCTA = DVB == 64 ? 2 : 8;
+    static constexpr int BYTES0 = S * SET0 + RG_BYTES + WG;
+    static constexpr bool PF = S == 2 ? 2 * (SET0 + XB) + RG_BYTES + WG <= SMEM_MAX
+                                      : BYTES0 + XB <= SMEM_MAX &&
+                                            scan_ctas(BYTES0 + XB, RCTA) >= scan_ctas(BYTES0, RCTA);
+    static constexpr int SET = SET0 + (PF ? XB : 0);
+    static constexpr int Q = 0, K = NP * QK_PL, W = 2 * NP * QK_PL, G = SET - C * 4;
+    static constexpr int DDR = 3 * NP * QK_PL, DOR = DDR + C * PDD;  // (PF only)
     // region: dH' planes (Dk rows) while dΔ is formed; then gamma dO and -dΔ planes (C rows)
     static constexpr int RG = S * SET;
     static constexpr int DH = RG, DH_PL = DK * PBV;
@@ -420,6 +459,8 @@ struct scan_layout {
     static constexpr int WGO = RG + RG_BYTES;
     static constexpr int BYTES = WGO + WG;
     static_assert(BYTES <= SMEM_MAX, "scan shared memory");
+    static_assert(SET % 16 == 0 && PDD % 16 == 0 && PDO % 16 == 0 && DOR % 16 == 0,
+                  "scan: 16-byte cp.async destinations");
 };
 
 template <int DK, int DVB, int NP, int SMAX>
@@ -463,6 +504,18 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
                       ok ? 4 : 0);
         }
     };
+    // (PF) chunk n's dΔ_loc rows (all C, as the register loads read them) and dO rows (zero
+    // past the sequence end) of columns [v0, v0 + DVB), raw, into its set
+    auto load_dd_do = [&](int n) {
+        const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
+        const size_t row0 = ((size_t)b * T + t0) * H + h;
+        cp_rows16<C, DVB * 4, 128>(sb + st + L::DDR, L::PDD,
+                                   (const unsigned char *)(a.dD + (bh * NC + n) * C * DV + v0),
+                                   (size_t)DV * 4, C, tid);
+        cp_rows16<C, DVB * 2 * NP, 128>(sb + st + L::DOR, L::PDO,
+                                        (const unsigned char *)p.dO + (row0 * DV + v0) * esz,
+                                        rsv * esz, nv, tid);
+    };
 
     // dH (rows r = warp RW + mt 16 + g4 (+8), cols c = nt 8 + 2 t4 (+1)), from dht
     float acc[MT][NTV][4];
@@ -502,13 +555,17 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
     store_dh_planes();
     if (NC > 0) {
         load_chunk(NC - 1);
+        if constexpr (L::PF) load_dd_do(NC - 1);
         cp_async_commit();
     }
 
     for (int n = NC - 1; n >= 0; --n) {
         cp_async_wait_all();
-        __syncthreads();  // chunk n's Q, K, W, g are in; dH' planes are visible
-        if (L::S == 2 && n > 0) load_chunk(n - 1);
+        __syncthreads();  // chunk n's Q, K, W, g (and dΔ_loc, dO) are in; dH' planes are visible
+        if (L::S == 2 && n > 0) {
+            load_chunk(n - 1);
+            if constexpr (L::PF) load_dd_do(n - 1);
+        }
         cp_async_commit();
         const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
         const size_t row0 = ((size_t)b * T + t0) * H + h, cix = bh * NC + n;
@@ -520,16 +577,20 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
 
         // this thread's dΔ_loc and dO pairs (rows 16 warp + g4 (+8), cols nt 8 + 2 t4)
         float *dDg = a.dD + cix * C * DV + v0;
-        const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz + v0 * esz;
+        // (PF: from the chunk's set, after the barrier below; same values, zero rows included)
         float2 ddl[NTV][2], dov[NTV][2];
+        if constexpr (!L::PF) {
+            const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz + v0 * esz;
 #pragma unroll
-        for (int nt = 0; nt < NTV; ++nt)
+            for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                const int i = warp * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
-                ddl[nt][hr] = *(const float2 *)(dDg + (size_t)i * DV + c);
-                dov[nt][hr] = i < nv ? ld_in2<NP>(dog, (size_t)i * rsv + c) : make_float2(0.f, 0.f);
-            }
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int i = warp * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
+                    ddl[nt][hr] = *(const float2 *)(dDg + (size_t)i * DV + c);
+                    dov[nt][hr] =
+                        i < nv ? ld_in2<NP>(dog, (size_t)i * rsv + c) : make_float2(0.f, 0.f);
+                }
+        }
 
         // (1) dΔ = dΔ_loc + diag(hdec) K dH'
         float a1[NTV][4] = {};
@@ -540,6 +601,10 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
                 const int i = warp * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
+                if constexpr (L::PF) {
+                    ddl[nt][hr] = ld_f2_once(sm + st + L::DDR + i * L::PDD + c * 4);
+                    dov[nt][hr] = ld_in2<NP>(sm + st + L::DOR + i * L::PDO, c);
+                }
                 const float x0 = ddl[nt][hr].x + hdec[i] * a1[nt][2 * hr];
                 const float x1 = ddl[nt][hr].y + hdec[i] * a1[nt][2 * hr + 1];
                 *(float2 *)(dDg + (size_t)i * DV + c) = make_float2(x0, x1);
@@ -547,7 +612,8 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
                 st_pair<NP>(sm, L::DO + i * L::PBV + c * 2, L::DO_PL, gam[i] * dov[nt][hr].x,
                             gam[i] * dov[nt][hr].y);
             }
-        __syncthreads();
+        __syncthreads();  // (PF) this chunk's dΔ_loc and dO rows are no longer read
+        if (L::PF && L::S == 1 && n > 0) load_dd_do(n - 1);  // committed with load_chunk below
 
         // (2) dH = gamma_C dH' + Q^T (diag(gamma) dO) + W^T (-dΔ)
         const float gC = gam[C - 1];
@@ -591,6 +657,7 @@ struct final_layout {
     static constexpr int XB = DQK + NP * CC_PL;                   // X = diag(beta)(dA ⊙ Gam)
     static constexpr int SMALL = XB + NP * CC_PL;
     // fp32 [C]: g, beta, Gh, Gl, gam, hdec, pos1p[2], tkp[2], pos2p[2], dbp[2], dbd, cross; red[256]
+    // (red: the 8 warp sums of <H, dH'>; the rest is unused)
     static constexpr int R = SMALL + (18 * C + 256) * 4;
     // Region R, phase 1 (each value block of a pass):
     static constexpr int Y = R;                                   // Y = V - KHg (2 planes)
@@ -623,6 +690,10 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     constexpr int VSPLIT = VB >= 32 ? 2 : 1, NTV = VB / 8 / VSPLIT, NQ = DKH / 16;
     constexpr int NHR = DKH * VB / 4 / 256;  // float4s of a thread in an H block
     static_assert(NHR * 4 * 256 == DKH * VB && C * VB % (4 * 256) == 0, "final: block split");
+    // the C x C scalars: 4 threads per row or column (quad shuffles), C / 4 columns a thread in
+    // float4s; the dg sums: warp 0, two rows a lane
+    static_assert(4 * C == 256 && 2 * 32 == C && L::F1 % 16 == 0 && L::PF % 4 == 0,
+                  "final: scalar loops' thread mapping");
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_bwd_params &p = a.p;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -893,12 +964,20 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                            j <= i ? d * gam_ij(Gh, Gl, i, j) : 0.f);
                 F1[i * L::PF + j] = j < i ? d * pa1[it] : 0.f;  // dP ⊙ QK ⊙ Gam
             }
-            if (delta && tid < C) {  // (Linv^T dT)_ii
+            if (delta) {  // (Linv^T dT)_ii: 4 threads per column i, rows m = q mod 4, m >= i
+                const int i = tid >> 2, q = tid & 3;
                 float s = 0.f;
-                for (int m = tid; m < C; ++m)
-                    s += ld_one<2>(sm, L::LV + m * L::PBC + tid * 2, L::CC_PL) *
-                         ld_one<2>(sm, L::DT + m * L::PBC + tid * 2, L::CC_PL);
-                dbd[tid] = s;
+                // from the warp's first column 8 warp on (the rows above hold none of its terms);
+                // loads unconditional (in range), so they pipeline; the term only for m >= i
+#pragma unroll 4
+                for (int k = 2 * warp; k < C / 4; ++k) {
+                    const int m = 4 * k + q;
+                    const float t = fmaf(ld_one<2>(sm, L::LV + m * L::PBC + i * 2, L::CC_PL),
+                                         ld_one<2>(sm, L::DT + m * L::PBC + i * 2, L::CC_PL), s);
+                    s = m >= i ? t : s;
+                }
+                s = quad_sum(s);  // the same value in the 4 lanes
+                if (q == 0) dbd[i] = s;
             }
             __syncthreads();
             if (delta) {
@@ -954,19 +1033,57 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     p.dbeta[row0 + (size_t)tid * H] = dbd[tid] + dbp[tid] + dbp[C + tid];
             }
             if (gate) {
-                if (tid < C) {  // row prefix: F1[i][s] = sum_{j < s} M_ij
+                {  // row prefix: F1[i][s] = sum_{j < s} M_ij; 4 threads per row i, thread q
+                   // its C/4 columns: their sum, the earlier segments' sums (quad shuffles,
+                   // added in order), then the running sum from there
+                    const int i = tid >> 2, q = tid & 3;
+                    float4 *row = (float4 *)(F1 + i * L::PF + q * (C / 4));
+                    float4 mv[C / 16];
+#pragma unroll
+                    for (int k = 0; k < C / 16; ++k) mv[k] = row[k];
+                    float seg = 0.f;
+#pragma unroll
+                    for (int k = 0; k < C / 16; ++k) {
+                        seg += mv[k].x;
+                        seg += mv[k].y;
+                        seg += mv[k].z;
+                        seg += mv[k].w;
+                    }
+                    const int qb = lane & ~3;
+                    const float s0 = __shfl_sync(0xffffffffu, seg, qb);
+                    const float s1 = __shfl_sync(0xffffffffu, seg, qb + 1);
+                    const float s2 = __shfl_sync(0xffffffffu, seg, qb + 2);
                     float run = 0.f;
-                    for (int s = 0; s < C; ++s) {
-                        const float m = F1[tid * L::PF + s];
-                        F1[tid * L::PF + s] = run;
-                        run += m;
+                    if (q > 0) run = s0;
+                    if (q > 1) run += s1;
+                    if (q > 2) run += s2;
+#pragma unroll
+                    for (int k = 0; k < C / 16; ++k) {
+                        float4 o;
+                        o.x = run;
+                        run += mv[k].x;
+                        o.y = run;
+                        run += mv[k].y;
+                        o.z = run;
+                        run += mv[k].z;
+                        o.w = run;
+                        run += mv[k].w;
+                        row[k] = o;
                     }
                 }
                 __syncthreads();
-                if (tid < C) {  // cross_s = sum_{i >= s > j} M_ij
-                    float s = 0.f;
-                    for (int i = tid; i < C; ++i) s += F1[i * L::PF + tid];
-                    cross[tid] = s;
+                {  // cross_s = sum_{i >= s > j} M_ij: 4 threads per column s, rows i = q mod 4,
+                   // from the warp's first column 8 warp on (as dbd above)
+                    const int s = tid >> 2, q = tid & 3;
+                    float acc = 0.f;
+#pragma unroll 4
+                    for (int k = 2 * warp; k < C / 4; ++k) {
+                        const int i = 4 * k + q;
+                        const float f = F1[i * L::PF + s];
+                        acc = i >= s ? acc + f : acc;
+                    }
+                    acc = quad_sum(acc);
+                    if (q == 0) cross[s] = acc;
                 }
             }
             __syncthreads();
@@ -1024,16 +1141,51 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     }
 
     // ---- dg_s = sum_{r >= s} pos_r + sum_{r < s} t_r + cross_s --------------------------------
-    red[tid] = hdh;
+    // <H, dH'>: a butterfly in each warp (every lane ends with the same sum), then the 8 warp
+    // sums in order. The sums over r: warp 0, rows 2 lane and 2 lane + 1, as warp scans of the
+    // row-pair sums (fixed order: deterministic; no difference of prefix sums is formed)
+    {
+        float hs = hdh;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) hs += __shfl_xor_sync(0xffffffffu, hs, o);
+        if (lane == 0) red[warp] = hs;
+    }
     __syncthreads();
-    if (gate && tid < nvalid && p.dg) {
-        float hd = 0.f;
-        for (int i = 0; i < 256; ++i) hd += red[i];
-        const int s = tid;
-        float acc = cross[s] + gam[C - 1] * hd;
-        for (int r = s; r < C; ++r) acc += (pos1p[r] + pos1p[C + r]) + (pos2p[r] + pos2p[C + r]);
-        for (int r = 0; r < s; ++r) acc += (tkp[r] + tkp[C + r]) - (pos2p[r] + pos2p[C + r]);
-        p.dg[row0 + (size_t)s * H] = acc;
+    if (gate && p.dg && warp == 0) {
+        float hd = red[0];
+#pragma unroll
+        for (int w = 1; w < 8; ++w) hd += red[w];
+        const int r0 = 2 * lane;
+        float P[2], U[2];  // pos_r; t_r - gamma_r k_r.dKg_r
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int r = r0 + e;
+            P[e] = (pos1p[r] + pos1p[C + r]) + (pos2p[r] + pos2p[C + r]);
+            U[e] = (tkp[r] + tkp[C + r]) - (pos2p[r] + pos2p[C + r]);
+        }
+        float sp = P[0] + P[1], pu = U[0] + U[1];  // -> over lanes >= lane; lanes <= lane
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const float x = __shfl_down_sync(0xffffffffu, sp, d);
+            const float y = __shfl_up_sync(0xffffffffu, pu, d);
+            if (lane + d < 32) sp += x;
+            if (lane >= d) pu = y + pu;
+        }
+        const float spn = __shfl_down_sync(0xffffffffu, sp, 1);
+        const float pup = __shfl_up_sync(0xffffffffu, pu, 1);
+        float suf[2], pre[2];  // sum_{r >= r0 + e} pos_r; sum_{r < r0 + e} (t_r - ...)
+        suf[1] = lane < 31 ? P[1] + spn : P[1];
+        suf[0] = P[0] + suf[1];
+        pre[0] = lane > 0 ? pup : 0.f;
+        pre[1] = lane > 0 ? pup + U[0] : U[0];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int s = r0 + e;
+            float acc = fmaf(gam[C - 1], hd, cross[s]);
+            acc += suf[e];
+            if (s > 0) acc += pre[e];
+            if (s < nvalid) p.dg[row0 + (size_t)s * H] = acc;
+        }
     }
 }
 

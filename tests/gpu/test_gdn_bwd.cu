@@ -14,7 +14,9 @@
 // recomputing path. Sweeps T in {1, 63, 64, 65, 300, 4096}, Dk in {64, 128, 256}, Dv in
 // {Dk, 2Dk}, gate off, delta off, neg eigval, every scan value block. Exit 77 without a GPU.
 // GDN_TEST_HASH=1 adds per case a line "hash <case> <FNV-1a 64 of the first run's gradient bytes>"
-// (dq, dk, dv, dg, dbeta, dh0, those the case produces), for bitwise comparisons of two builds.
+// (dq, dk, dv, dg, dbeta, dh0, those the case produces), for bitwise comparisons of two builds,
+// and a line "ghash <case> dq:<h> dk:<h> dv:<h> dg:<h> db:<h> dh0:<h>" with each gradient's own
+// hash ("-" where the case has none): which gradients moved.
 #include <pthread.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -288,9 +290,15 @@ static void run_case(const tcase *c, uint64_t seed) {
         CUDA_CHECK(cudaFree(o_tmp));
     }
     uint64_t hash = 0xcbf29ce484222325ull;  // of the first run's gradients, in output order
+    char ghash[6][20];                       // each gradient's own hash
     for (int i = 0; i < 6; i++) {
         const bool used = (i != 3 || c->gate) && (i != 4 || c->delta);
-        if (used && hash_mode) hash = fnv1a64(hash, snap[i], obytes[i]);
+        snprintf(ghash[i], sizeof ghash[i], "-");
+        if (used && hash_mode) {
+            hash = fnv1a64(hash, snap[i], obytes[i]);
+            snprintf(ghash[i], sizeof ghash[i], "%016llx",
+                     (unsigned long long)fnv1a64(0xcbf29ce484222325ull, snap[i], obytes[i]));
+        }
         if (used) free(snap[i]);
     }
 
@@ -336,13 +344,17 @@ static void run_case(const tcase *c, uint64_t seed) {
            bad ? "  NONFINITE" : "", tails ? "" : "  OVERRUN", bitwise ? "" : "  NONDETERMINISTIC",
            states_bitwise ? "" : "  STATES-DIFFER", c->states ? "  (states: same bits)" : "",
            ok ? "pass" : "FAIL");
-    if (hash_mode)
-        printf("hash %03d:%s/B%d/T%d/H%d/dk%d/dv%d/dvb%d/%s%s%s%s%s/%s/%s %016llx\n", n_cases,
-               dt == GDN_DTYPE_BF16 ? "bf16" : "fp32", B, T, H, Dk, Dv, dvb,
-               c->gate ? "" : "nogate-", c->delta ? "" : "nodelta-", c->neg ? "neg-" : "",
-               c->bm == B_LOW ? "b0-" : c->bm == B_HIGH ? "b1-" : "",
-               c->gm == G_HEADS ? "mws" : "mixed", h0 ? "h0" : "-", dht ? "dht" : "-",
-               (unsigned long long)hash);
+    if (hash_mode) {
+        char label[192];
+        snprintf(label, sizeof label, "%03d:%s/B%d/T%d/H%d/dk%d/dv%d/dvb%d/%s%s%s%s%s/%s/%s",
+                 n_cases, dt == GDN_DTYPE_BF16 ? "bf16" : "fp32", B, T, H, Dk, Dv, dvb,
+                 c->gate ? "" : "nogate-", c->delta ? "" : "nodelta-", c->neg ? "neg-" : "",
+                 c->bm == B_LOW ? "b0-" : c->bm == B_HIGH ? "b1-" : "",
+                 c->gm == G_HEADS ? "mws" : "mixed", h0 ? "h0" : "-", dht ? "dht" : "-");
+        printf("hash %s %016llx\n", label, (unsigned long long)hash);
+        printf("ghash %s dq:%s dk:%s dv:%s dg:%s db:%s dh0:%s\n", label, ghash[0], ghash[1],
+               ghash[2], ghash[3], ghash[4], ghash[5]);
+    }
     fflush(stdout);
     n_cases++;
     n_fail += !ok;
