@@ -451,7 +451,7 @@ static void test_l2norm(void) {
         l2_ctx c = {dalloc(rows * D), dalloc(rows), rnd(rows * D, 1), rnd(rows * D, 1), rows, D, scales[s]};
         double *rn = dalloc(rows), *y = dalloc(rows * D), *dx = dalloc(rows * D);
         l2norm_fwd_cpu(y, rn, c.x, rows, D, 1e-6, c.scale);
-        l2norm_bwd_cpu(dx, c.R, c.x, rn, rows, D, c.scale);
+        l2norm_bwd_cpu(dx, c.R, y, rn, rows, D, c.scale);  // from the output y
         char op[64];
         snprintf(op, sizeof op, "l2norm scale %.4f", c.scale);
         gc_check(op, "x", c.x, rows * D, dx, l2_loss, &c, 0, TOL, &R_);

@@ -38,7 +38,8 @@ void conv_silu_bwd_cpu(double *dx /*=*/, double *dw /*(C,K) +=*/, const double *
 
 void silu_bwd_cpu(double *dx /*=*/, const double *dy, const double *x, size_t n);
 
-void l2norm_bwd_cpu(double *dx /*=*/, const double *dy, const double *x, const double *rnorm,
+// y, rnorm: the forward's output and saved 1/norm (l2norm_fwd_cpu); x is not needed
+void l2norm_bwd_cpu(double *dx /*=*/, const double *dy, const double *y, const double *rnorm,
                     size_t rows, int D, double scale);
 
 void gdn_gates_bwd_cpu(double *da /*(N,H) = or NULL when gate off*/, double *db /*= or NULL*/,

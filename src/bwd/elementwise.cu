@@ -168,30 +168,31 @@ __global__ void __launch_bounds__(256) embedding_bwd_kernel(float *dwte, const T
     }
 }
 
-// ---- L2 norm dx = scale (rn dy - rn^3 x sum(x dy)); one warp per row ---------------------------
+// ---- L2 norm from the output y = scale x rn: dx = rn (scale dy - y sum(y dy) / scale) -----------
+// (= scale (rn dy - rn^3 x sum(x dy)), src/bwd/l2norm.c); one warp per row
 template <typename T, int W>
 __global__ void __launch_bounds__(ROW_THREADS)
-    l2norm_bwd_kernel(T *dx, const T *dy, const T *x, const float *rnorm, size_t rows, int D, float scale) {
+    l2norm_bwd_kernel(T *dx, const T *dy, const T *y, const float *rnorm, size_t rows, int D, float scale) {
     const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;
-    const T *xr = x + row * D, *gr = dy + row * D;
-    float xg = 0.f;
+    const T *yr = y + row * D, *gr = dy + row * D;
+    float yg = 0.f;
     for (int k = lane; k < D / W; k += 32) {
         float a[W], g[W];
-        load_pack<T, W>(xr + k * W, a);
+        load_pack<T, W>(yr + k * W, a);
         load_pack<T, W>(gr + k * W, g);
 #pragma unroll
-        for (int j = 0; j < W; j++) xg += a[j] * g[j];
+        for (int j = 0; j < W; j++) yg += a[j] * g[j];
     }
-    xg = warp_sum(xg);
-    const float rn = rnorm[row], c = rn * rn * rn * xg;
+    yg = warp_sum(yg);
+    const float rn = rnorm[row], c = yg / scale;
     for (int k = lane; k < D / W; k += 32) {
         float a[W], g[W];
-        load_pack<T, W>(xr + k * W, a);
+        load_pack<T, W>(yr + k * W, a);
         load_pack<T, W>(gr + k * W, g);
 #pragma unroll
-        for (int j = 0; j < W; j++) a[j] = scale * (rn * g[j] - c * a[j]);
+        for (int j = 0; j < W; j++) a[j] = rn * (scale * g[j] - c * a[j]);
         store_pack<T, W>(dx + row * D + k * W, a);
     }
 }
@@ -597,13 +598,13 @@ template <typename T> void rmsnorm_bwd_launch(const norm_bwd_params<T> &p, float
 }
 
 template <typename T>
-void l2norm_bwd_launch(T *dx, const T *dy, const T *x, const float *rnorm, size_t rows, int D, float scale,
+void l2norm_bwd_launch(T *dx, const T *dy, const T *y, const float *rnorm, size_t rows, int D, float scale,
                        cudaStream_t s) {
     constexpr int W = vec_width<T>();
-    if (D % W == 0 && aligned16(dx) && aligned16(dy) && aligned16(x))
-        l2norm_bwd_kernel<T, W><<<row_blocks(rows), ROW_THREADS, 0, s>>>(dx, dy, x, rnorm, rows, D, scale);
+    if (D % W == 0 && aligned16(dx) && aligned16(dy) && aligned16(y))
+        l2norm_bwd_kernel<T, W><<<row_blocks(rows), ROW_THREADS, 0, s>>>(dx, dy, y, rnorm, rows, D, scale);
     else
-        l2norm_bwd_kernel<T, 1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(dx, dy, x, rnorm, rows, D, scale);
+        l2norm_bwd_kernel<T, 1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(dx, dy, y, rnorm, rows, D, scale);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -765,10 +766,10 @@ void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_
                                        aligned16(dx) && aligned16(dy) && aligned16(x), s));
 }
 
-void cuda_l2norm_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, const float *rnorm, size_t rows, int D,
+void cuda_l2norm_bwd(cuda_dtype dt, void *dx, const void *dy, const void *y, const float *rnorm, size_t rows, int D,
                      double scale, cudaStream_t s) {
     if (rows == 0 || D <= 0) return;
-    CUDA_DT_SWITCH(dt, T, l2norm_bwd_launch<T>((T *)dx, (const T *)dy, (const T *)x, rnorm, rows, D, (float)scale, s));
+    CUDA_DT_SWITCH(dt, T, l2norm_bwd_launch<T>((T *)dx, (const T *)dy, (const T *)y, rnorm, rows, D, (float)scale, s));
 }
 
 void cuda_gdn_gates_bwd(cuda_dtype dt, void *da, void *db, float *dA_log, float *ddt_bias, const float *dg,

@@ -21,6 +21,13 @@
 // channels split at cs[1], cs[2] into up to three outputs ys[s], each packed (B,T,cs[s+1]-cs[s])
 // (GDN's q, k, v in one call: each row of the fused projection read once, one launch); the
 // tiled path needs every segment width a multiple of W, so a pack never straddles two.
+// L2 norm (cuda_conv_silu3_l2_fwd): segments 0 and 1 (GDN's q, k) leave normalised per head of
+// nd channels, y = s silu(pre) rnorm, rnorm = 1/sqrt(sum silu(pre)^2 + eps) (rnorm saved, as
+// l2norm_fwd). In the tiled kernel a warp holds 32 W = 128 consecutive channels of one token, so
+// a head (nd | 128, heads starting at multiples of nd) is nd / W lanes: the sum of squares is a
+// butterfly over them, of the fp32 silu values (the unfused path squares their rounded copies),
+// and the unnormalised q, k are never stored. Other shapes: conv_silu3, then l2norm_fwd in
+// place.
 #include "cuda_ops_device.cuh"
 
 namespace {
@@ -38,6 +45,9 @@ template <typename T> struct conv_silu_fwd_params {
     int T_, C, K, tiles, rows;
     size_t ld;  // x's row stride
     conv_segs seg;  // which output each channel goes to (cuda_ops_device.cuh)
+    float *rn[2];   // L2 norm of segments 0, 1 (NORM kernels): 1/norm per (token, head)
+    int nd;         // channels per head
+    float eps, sc[2];
     // channel c's element of token row r (b T + t) in its segment's output
     __device__ __forceinline__ T *yrow(size_t r, int c) const { return seg.at(ys[0], ys[1], ys[2], r, c); }
     __device__ __forceinline__ int width(int c) const { return seg.width(c); }
@@ -47,11 +57,35 @@ template <typename T> struct conv_silu_fwd_params {
 __device__ __forceinline__ float silu_f(float p) { return p * sigmoid_fast(p); }
 
 // TT tokens per thread in chunks of U: the U loads of a chunk are in flight together.
-template <typename T, int W, int K, int TT, int U>
+// One token: o = silu(sum_j w[j] x[t-K+1+j]) (j ascending), then the window moves one token on.
+template <int W, int K>
+__device__ __forceinline__ void conv_silu_token(const float (&wr)[K][W], float (&xw)[K][W], float (&o)[W]) {
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        float a = 0.f;
+#pragma unroll
+        for (int j = 0; j < K; j++) a += wr[j][i] * xw[j][i];
+        o[i] = silu_f(a);
+    }
+#pragma unroll
+    for (int m = 0; m < K - 1; m++)
+#pragma unroll
+        for (int i = 0; i < W; i++) xw[m][i] = xw[m + 1][i];
+}
+
+// NORM: every lane live (C % (32 W) == 0; the launcher checks), so the warp's shuffles see all.
+template <typename T, int W, int K, int TT, int U, bool NORM>
 __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(const conv_silu_fwd_params<T> p) {
     const int cp = blockIdx.x * CONV_SILU_LANES + (threadIdx.x % CONV_SILU_LANES);
     if (cp * W >= p.C) return;  // no block-wide sync below
     const int c0 = cp * W, C = p.C;
+    // NORM: c0's segment s (< 2: normalised), whether it leads its head, the head's index
+    const int s = c0 >= p.seg.cs[2] ? 2 : c0 >= p.seg.cs[1] ? 1 : 0, cs0 = s == 2 ? p.seg.cs[2] : s ? p.seg.cs[1] : 0;
+    const bool lead = NORM && s < 2 && (c0 - cs0) % p.nd == 0;
+    const int heads = NORM && s < 2 ? (s ? p.seg.cs[2] - p.seg.cs[1] : p.seg.cs[1]) / p.nd : 0;
+    const int head = NORM ? (c0 - cs0) / p.nd : 0;
+    float *const rnp = s ? p.rn[1] : p.rn[0];  // selects, not indexing: p stays in constant space
+    const float sc = s ? p.sc[1] : p.sc[0];
     float wr[K][W];
 #pragma unroll
     for (int j = 0; j < K; j++)
@@ -81,24 +115,49 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(
 #pragma unroll
                     for (int i = 0; i < W; i++) xw[m][i] = t0 - (K - 1) + m >= 0 ? xw[m][i] : 0.f;
                 }
+            if constexpr (!NORM) {
 #pragma unroll
-            for (int v = 0; v < U; v++) {
-                if (u0 + v >= TT) break;
-                const int t = t0 + u0 + v;
-                unpack<T, W>(xr[v], xw[K - 1]);
-                float o[W];
-#pragma unroll
-                for (int i = 0; i < W; i++) {
-                    float s = 0.f;
-#pragma unroll
-                    for (int j = 0; j < K; j++) s += wr[j][i] * xw[j][i];
-                    o[i] = silu_f(s);
+                for (int v = 0; v < U; v++) {
+                    if (u0 + v >= TT) break;
+                    const int t = t0 + u0 + v;
+                    unpack<T, W>(xr[v], xw[K - 1]);
+                    float o[W];
+                    conv_silu_token<W, K>(wr, xw, o);
+                    if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o);
                 }
-                if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o);
+            } else {  // all lanes, uniformly (v's lanes sum among themselves, unused); the
+                      // chunk's U butterflies interleaved, so their shuffles overlap
+                float o[U][W];
 #pragma unroll
-                for (int m = 0; m < K - 1; m++)
+                for (int v = 0; v < U; v++) {
+                    if (u0 + v >= TT) break;
+                    unpack<T, W>(xr[v], xw[K - 1]);
+                    conv_silu_token<W, K>(wr, xw, o[v]);
+                }
+                float ss[U];
 #pragma unroll
-                    for (int i = 0; i < W; i++) xw[m][i] = xw[m + 1][i];
+                for (int v = 0; v < U; v++) {
+                    ss[v] = 0.f;
+#pragma unroll
+                    for (int i = 0; i < W; i++) ss[v] += o[v][i] * o[v][i];
+                }
+                for (int off = p.nd / (2 * W); off > 0; off >>= 1)
+#pragma unroll
+                    for (int v = 0; v < U; v++) ss[v] += __shfl_xor_sync(0xffffffffu, ss[v], off);
+#pragma unroll
+                for (int v = 0; v < U; v++) {
+                    const int t = t0 + u0 + v;
+                    if (s == 2 || u0 + v >= TT) continue;
+                    const float rn = 1.f / sqrtf(ss[v] + p.eps);
+#pragma unroll
+                    for (int i = 0; i < W; i++) o[v][i] = sc * o[v][i] * rn;
+                    if (lead && t < p.T_) rnp[((size_t)b * p.T_ + t) * heads + head] = rn;
+                }
+#pragma unroll
+                for (int v = 0; v < U; v++) {
+                    const int t = t0 + u0 + v;
+                    if (u0 + v < TT && t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o[v]);
+                }
             }
         }
     }
@@ -119,38 +178,73 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_si
     }
 }
 
-template <typename T, int W, int K, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
+template <typename T, int W, int K, bool NORM, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
 void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
     p.tiles = (int)GDN_CDIV(p.T_, TT);
     p.rows = B * p.tiles;
     const unsigned gx = (unsigned)GDN_CDIV(p.C / W, CONV_SILU_LANES);
     const unsigned gy = (unsigned)GDN_MIN(GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
-    conv_silu_fwd_tiled_kernel<T, W, K, TT, U><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
+    conv_silu_fwd_tiled_kernel<T, W, K, TT, U, NORM><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
 }
 
+// p.rn[0] set: normalise segments 0 and 1 in the kernel (the caller checked norm_fits).
+// Returns false where the tiled path does not apply and the per-element kernel ran instead.
 template <typename T>
-void conv_silu_fwd_launch(T *const ys[3], const int cw[3], const T *x, const T *w, int B, int T_, int K, size_t ld,
-                          cudaStream_t s) {
+bool conv_silu_fwd_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
     constexpr int W = CONV_SILU_W;
-    if ((size_t)B * T_ > (size_t)INT32_MAX) gdn_die("cuda conv_silu_fwd: B %d x T %d tokens is too many", B, T_);
-    const conv_segs seg = conv_segs::of(cw);
-    const int C = seg.cs[3];
-    const conv_silu_fwd_params<T> p = {{ys[0], ys[1], ys[2]}, x, w, T_, C, K, 0, 0, ld, seg};
+    if ((size_t)B * p.T_ > (size_t)INT32_MAX) gdn_die("cuda conv_silu_fwd: B %d x T %d tokens is too many", B, p.T_);
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
-    if (seg.packed(ys, W, pack) && ld % W == 0 && ((uintptr_t)x & pack) == 0 && K <= CONV_SILU_KMAX) {
-        switch (K) {  // the one place that picks a tap count
-        case 1: conv_silu_fwd_tiled_launch<T, W, 1>(p, B, s); break;
-        case 2: conv_silu_fwd_tiled_launch<T, W, 2>(p, B, s); break;
-        case 3: conv_silu_fwd_tiled_launch<T, W, 3>(p, B, s); break;
-        case 4: conv_silu_fwd_tiled_launch<T, W, 4>(p, B, s); break;
-        default: gdn_die("cuda conv_silu_fwd: K = %d > %d in the tiled path", K, CONV_SILU_KMAX);
+    const bool norm = p.rn[0] != nullptr;
+    bool tiled = p.seg.packed(p.ys, W, pack) && p.ld % W == 0 && ((uintptr_t)p.x & pack) == 0 && p.K <= CONV_SILU_KMAX;
+    if (tiled) {
+        switch (p.K * 2 + norm) {  // the one place that picks a tap count
+        case 2: conv_silu_fwd_tiled_launch<T, W, 1, false>(p, B, s); break;
+        case 3: conv_silu_fwd_tiled_launch<T, W, 1, true>(p, B, s); break;
+        case 4: conv_silu_fwd_tiled_launch<T, W, 2, false>(p, B, s); break;
+        case 5: conv_silu_fwd_tiled_launch<T, W, 2, true>(p, B, s); break;
+        case 6: conv_silu_fwd_tiled_launch<T, W, 3, false>(p, B, s); break;
+        case 7: conv_silu_fwd_tiled_launch<T, W, 3, true>(p, B, s); break;
+        case 8: conv_silu_fwd_tiled_launch<T, W, 4, false>(p, B, s); break;
+        case 9: conv_silu_fwd_tiled_launch<T, W, 4, true>(p, B, s); break;
+        default: gdn_die("cuda conv_silu_fwd: K = %d > %d in the tiled path", p.K, CONV_SILU_KMAX);
         }
-    } else {
-        const size_t total = (size_t)B * T_ * C;
+    } else if (!norm) {
+        const size_t total = (size_t)B * p.T_ * p.C;
         const unsigned blocks = (unsigned)GDN_MIN(GDN_CDIV(total, (size_t)EW_THREADS), (size_t)65536);
         conv_silu_fwd_kernel<T><<<blocks, EW_THREADS, 0, s>>>(p, total);
     }
-    CUDA_CHECK_LAUNCH();
+    if (tiled || !norm) CUDA_CHECK_LAUNCH();
+    return tiled || !norm;
+}
+
+template <typename T>
+conv_silu_fwd_params<T> fwd_params(void *const ys[3], const int cw[3], const void *x, const void *w, int T_, int K,
+                                   size_t ld) {
+    conv_silu_fwd_params<T> p;
+    memset(&p, 0, sizeof p);
+    for (int i = 0; i < 3; i++) p.ys[i] = (T *)ys[i];
+    p.x = (const T *)x;
+    p.w = (const T *)w;
+    p.T_ = T_;
+    p.K = K;
+    p.ld = ld;
+    p.seg = conv_segs::of(cw);
+    p.C = p.seg.cs[3];
+    return p;
+}
+
+// The in-kernel norm: heads of nd channels (nd / W lanes, a power of two <= 32) tile segments 0
+// and 1, and every lane of a warp is live.
+bool norm_fits(const int cw[3], int nd) {
+    constexpr int W = CONV_SILU_W;
+    const int lanes = nd / W;
+    return nd % W == 0 && lanes >= 1 && lanes <= CONV_SILU_LANES && (lanes & (lanes - 1)) == 0 && cw[0] % nd == 0 &&
+           cw[1] % nd == 0 && (cw[0] + cw[1] + cw[2]) % (CONV_SILU_LANES * W) == 0;
+}
+
+void check_shape(const char *who, int B, int T, const int cw[3], int K, size_t ld) {
+    if (B < 0 || T < 0 || cw[0] < 0 || cw[1] < 0 || cw[2] < 0 || K < 1 || ld < (size_t)(cw[0] + cw[1] + cw[2]))
+        gdn_die("%s: bad shape B %d T %d C %d+%d+%d K %d ld %zu", who, B, T, cw[0], cw[1], cw[2], K, ld);
 }
 
 }  // namespace
@@ -158,15 +252,38 @@ void conv_silu_fwd_launch(T *const ys[3], const int cw[3], const T *x, const T *
 // ---- public entry point (cuda_ops.h) --------------------------------------------------------
 extern "C" void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void *x, const void *w, int B,
                                     int T, int C0, int C1, int C2, int K, size_t ld, cudaStream_t s) {
-    const int C = C0 + C1 + C2;
-    if (B < 0 || T < 0 || C0 < 0 || C1 < 0 || C2 < 0 || K < 1 || ld < (size_t)C)
-        gdn_die("cuda_conv_silu_fwd: bad shape B %d T %d C %d+%d+%d K %d ld %zu", B, T, C0, C1, C2, K, ld);
-    if ((size_t)B * T * C == 0) return;
     const int cw[3] = {C0, C1, C2};
-    CUDA_DT_SWITCH(dt, E, {
-        E *const ys[3] = {(E *)y0, (E *)y1, (E *)y2};
-        conv_silu_fwd_launch<E>(ys, cw, (const E *)x, (const E *)w, B, T, K, ld, s);
-    });
+    check_shape("cuda_conv_silu_fwd", B, T, cw, K, ld);
+    if ((size_t)B * T * (C0 + C1 + C2) == 0) return;
+    void *const ys[3] = {y0, y1, y2};
+    CUDA_DT_SWITCH(dt, E, conv_silu_fwd_launch<E>(fwd_params<E>(ys, cw, x, w, T, K, ld), B, s));
+}
+
+extern "C" void cuda_conv_silu3_l2_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, float *rn0, float *rn1,
+                                       const void *x, const void *w, int B, int T, int C0, int C1, int C2, int K,
+                                       size_t ld, int nd, double eps, double s0, double s1, cudaStream_t s) {
+    const int cw[3] = {C0, C1, C2};
+    check_shape("cuda_conv_silu3_l2_fwd", B, T, cw, K, ld);
+    if (nd < 1 || C0 % nd || C1 % nd) gdn_die("cuda_conv_silu3_l2_fwd: heads of %d channels do not tile %d, %d", nd, C0, C1);
+    if ((size_t)B * T * (C0 + C1 + C2) == 0) return;
+    void *const ys[3] = {y0, y1, y2};
+    bool done = false;
+    if (norm_fits(cw, nd))
+        CUDA_DT_SWITCH(dt, E, {
+            conv_silu_fwd_params<E> p = fwd_params<E>(ys, cw, x, w, T, K, ld);
+            p.rn[0] = rn0;
+            p.rn[1] = rn1;
+            p.nd = nd;
+            p.eps = (float)eps;
+            p.sc[0] = (float)s0;
+            p.sc[1] = (float)s1;
+            done = conv_silu_fwd_launch<E>(p, B, s);
+        });
+    if (done) return;
+    cuda_conv_silu3_fwd(dt, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, s);  // then the norms in place
+    const size_t N = (size_t)B * T;
+    cuda_l2norm_fwd(dt, y0, rn0, y0, N * (C0 / nd), nd, eps, s0, s);
+    cuda_l2norm_fwd(dt, y1, rn1, y1, N * (C1 / nd), nd, eps, s1, s);
 }
 
 extern "C" void cuda_conv_silu_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C, int K,

@@ -83,9 +83,16 @@ typedef struct backend {
     void (*conv_silu3_bwd)(void *dx, void *dw, const void *dy0, const void *dy1, const void *dy2,
                            const void *x, const void *w, int B, int T, int C0, int C1, int C2,
                            int K, size_t ld);
+    // conv_silu3_fwd, then l2norm_fwd of outputs 0 and 1 per head of nd channels: y_s = s_s
+    // silu(conv) rnorm_s, rnorm_s (B T, C_s / nd) saved (GDN's q and k: the CUDA kernel
+    // normalises in registers, so unnormalised q and k are never stored); y2 as conv_silu3_fwd
+    void (*conv_silu3_l2_fwd)(void *y0, void *y1, void *y2, void *rn0, void *rn1, const void *x,
+                              const void *w, int B, int T, int C0, int C1, int C2, int K,
+                              size_t ld, int nd, double eps, double s0, double s1);
     void (*l2norm_fwd)(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                        double scale);
-    void (*l2norm_bwd)(void *dx, const void *dy, const void *x, const void *rnorm, size_t rows,
+    // y = scale x rnorm per row of D; the backward reads the output y and rnorm, not x
+    void (*l2norm_bwd)(void *dx, const void *dy, const void *y, const void *rnorm, size_t rows,
                        int D, double scale);
     // a, b, da, db: token n's row at n * ld (ld = H packed; wider: columns of a fused
     // projection's output); g, beta, dg, dbeta packed (N,H)

@@ -49,6 +49,18 @@ static void cpu_conv_silu3_fwd(void *y0, void *y1, void *y2, const void *x, cons
     conv_silu_fwd_cpu(y1, xd + C0, wd + (size_t)C0 * K, B, T, C1, K, ld);
     conv_silu_fwd_cpu(y2, xd + C0 + C1, wd + (size_t)(C0 + C1) * K, B, T, C2, K, ld);
 }
+// conv_silu3_l2: conv_silu3, then l2norm_fwd in place on outputs 0 and 1 (the values of
+// conv_silu3_fwd followed by l2norm_fwd into another buffer: the norm reads x[i] before it
+// writes y[i])
+static void cpu_conv_silu3_l2_fwd(void *y0, void *y1, void *y2, void *rn0, void *rn1,
+                                  const void *x, const void *w, int B, int T, int C0, int C1,
+                                  int C2, int K, size_t ld, int nd, double eps, double s0,
+                                  double s1) {
+    const size_t N = (size_t)B * T;
+    cpu_conv_silu3_fwd(y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld);
+    l2norm_fwd_cpu(y0, rn0, y0, N * (C0 / nd), nd, eps, s0);
+    l2norm_fwd_cpu(y1, rn1, y1, N * (C1 / nd), nd, eps, s1);
+}
 static void cpu_conv_silu3_bwd(void *dx, void *dw, const void *dy0, const void *dy1,
                                const void *dy2, const void *x, const void *w, int B, int T, int C0,
                                int C1, int C2, int K, size_t ld) {
@@ -140,6 +152,7 @@ const backend backend_cpu = {
     .conv_silu_bwd = F(conv_silu_bwd_cpu),
     .conv_silu3_fwd = cpu_conv_silu3_fwd,
     .conv_silu3_bwd = cpu_conv_silu3_bwd,
+    .conv_silu3_l2_fwd = cpu_conv_silu3_l2_fwd,
     .l2norm_fwd = F(l2norm_fwd_cpu),
     .l2norm_bwd = F(l2norm_bwd_cpu),
     .gdn_gates_fwd = F(gdn_gates_fwd_cpu),

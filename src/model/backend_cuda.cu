@@ -291,13 +291,20 @@ struct ops {
         cuda_conv_silu3_bwd(DT, dx, (float *)dw, dy0, dy1, dy2, x, w, B, T, C0, C1, C2, K, ld,
                             STREAM);
     }
+    static void conv_silu3_l2_fwd(void *y0, void *y1, void *y2, void *rn0, void *rn1,
+                                  const void *x, const void *w, int B, int T, int C0, int C1,
+                                  int C2, int K, size_t ld, int nd, double eps, double s0,
+                                  double s1) {
+        cuda_conv_silu3_l2_fwd(DT, y0, y1, y2, (float *)rn0, (float *)rn1, x, w, B, T, C0, C1, C2,
+                               K, ld, nd, eps, s0, s1, STREAM);
+    }
     static void l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                            double scale) {
         cuda_l2norm_fwd(DT, y, (float *)rnorm, x, rows, D, eps, scale, STREAM);
     }
-    static void l2norm_bwd(void *dx, const void *dy, const void *x, const void *rnorm,
+    static void l2norm_bwd(void *dx, const void *dy, const void *y, const void *rnorm,
                            size_t rows, int D, double scale) {
-        cuda_l2norm_bwd(DT, dx, dy, x, (const float *)rnorm, rows, D, scale, STREAM);
+        cuda_l2norm_bwd(DT, dx, dy, y, (const float *)rnorm, rows, D, scale, STREAM);
     }
     static void gdn_gates_fwd(void *g, void *beta, const void *a, const void *b,
                               const void *A_log, const void *dt_bias, int N, int H, size_t ld,
@@ -488,6 +495,7 @@ struct ops {
         b.conv_silu_bwd = conv_silu_bwd;
         b.conv_silu3_fwd = conv_silu3_fwd;
         b.conv_silu3_bwd = conv_silu3_bwd;
+        b.conv_silu3_l2_fwd = conv_silu3_l2_fwd;
         b.l2norm_fwd = l2norm_fwd;
         b.l2norm_bwd = l2norm_bwd;
         b.gdn_gates_fwd = gdn_gates_fwd;

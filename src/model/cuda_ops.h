@@ -68,12 +68,20 @@ void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void
 void cuda_conv_silu3_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy0, const void *dy1,
                          const void *dy2, const void *x, const void *w, int B, int T, int C0,
                          int C1, int C2, int K, size_t ld, cudaStream_t s);
+// cuda_conv_silu3_fwd with y0, y1 L2-normalised per head of nd channels (l2norm_fwd's values:
+// y = s silu(conv) rn, rn0 / rn1 (B T, C / nd) saved). In the tiled kernel the norm runs on the
+// fp32 values in registers (heads of nd | 128 channels; else the conv, then the norm in place).
+void cuda_conv_silu3_l2_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, float *rn0, float *rn1,
+                            const void *x, const void *w, int B, int T, int C0, int C1, int C2,
+                            int K, size_t ld, int nd, double eps, double s0, double s1,
+                            cudaStream_t s);
 void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);
 void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_t n,
                    cudaStream_t s);
 void cuda_l2norm_fwd(cuda_dtype dt, void *y, float *rnorm, const void *x, size_t rows, int D,
                      double eps, double scale, cudaStream_t s);
-void cuda_l2norm_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, const float *rnorm,
+// y = scale x rnorm (in place allowed: y == x); the backward reads the output y, not x
+void cuda_l2norm_bwd(cuda_dtype dt, void *dx, const void *dy, const void *y, const float *rnorm,
                      size_t rows, int D, double scale, cudaStream_t s);
 // a, b: activations (dt), token n's row at n ld (ld = H: packed); A_log, dt_bias: parameters
 // (dt); g, beta: fp32 (N,H).

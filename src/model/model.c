@@ -190,14 +190,22 @@ static void carve(model *m) {
     // projections, rule output). The same kernels on the same inputs: the same bits.
     layer_acts shared = {0};
     bool rc = m->cfg.recompute, any_gdn = false;
-    for (int l = 0; l < m->L; l++) any_gdn |= m->lp[l].kind == 'G';
+    // q, k before their L2 norm are a forward temporary (the backward reads qn, kn): one pair
+    // for all layers, none where every GDN layer normalises inside conv_silu3_l2_fwd
+    bool qk_tmp = false;
+    for (int l = 0; l < m->L; l++) {
+        any_gdn |= m->lp[l].kind == 'G';
+        qk_tmp |= m->lp[l].kind == 'G' && !gdn_inproj(m, l).conv3;
+    }
+    if (qk_tmp) {
+        shared.q_act = ACT(N * hk);
+        shared.k_act = ACT(N * hk);
+    }
     if (rc) {
         shared.xn1 = ACT(N * d);
         shared.xn2 = ACT(N * d);
         shared.m_h = ACT(N * m->F);
         if (any_gdn) {
-            shared.q_act = ACT(N * hk);
-            shared.k_act = ACT(N * hk);
             shared.v_act = ACT(N * hv);
             shared.qn = ACT(N * hk);
             shared.kn = ACT(N * hk);
@@ -224,8 +232,8 @@ static void carve(model *m) {
                 a->k_lin = ACT(N * hk);
                 a->v_lin = ACT(N * hv);
             }
-            a->q_act = KEEP(q_act, N * hk);
-            a->k_act = KEEP(k_act, N * hk);
+            a->q_act = shared.q_act;
+            a->k_act = shared.k_act;
             a->v_act = KEEP(v_act, N * hv);
             a->qn = KEEP(qn, N * hk);
             a->kn = KEEP(kn, N * hk);
@@ -482,17 +490,21 @@ static void residual_norm_fwd(model *m, void *x_out, void *xn, void *rstd, const
 #define P(i) model_param(m, i)
 // GDN's q, k, v from their projections: SiLU of the causal conv (short_conv; one fused op, the
 // conv output is not kept: the backward recomputes it) or of the projection, then per-head L2
-// norm of q (x 1/sqrt dk) and k. Also what train.recompute redoes (recompute_layer).
+// norm of q (x 1/sqrt dk) and k (inside the conv op when q, k, v are one fused projection; else
+// through the q_act / k_act temporary). Also what train.recompute redoes (recompute_layer).
 static void gdn_qkv_fwd(model *m, int l) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
     int N = m->N, H = m->H, hk = H * m->dk, hv = H * m->dv, K = m->cfg.gdn_conv_size;
     const inproj_layout L = gdn_inproj(m, l);
-    if (L.conv3) {  // q, k, v columns side by side in the fused projection: one call
-        be->conv_silu3_fwd(a->q_act, a->k_act, a->v_act, a->q_lin, P(lp->conv_q), m->B, m->T, hk,
-                           hk, hv, K, L.ld_q);
-    } else if (m->cfg.gdn_short_conv) {
+    const double eps = 1e-6, q_scale = 1.0 / sqrt(m->dk);
+    if (L.conv3) {  // q, k, v columns side by side in the fused projection: one call, q, k normed
+        be->conv_silu3_l2_fwd(a->qn, a->kn, a->v_act, a->rq, a->rk, a->q_lin, P(lp->conv_q), m->B,
+                              m->T, hk, hk, hv, K, L.ld_q, m->dk, eps, q_scale, 1.0);
+        return;
+    }
+    if (m->cfg.gdn_short_conv) {
         be->conv_silu_fwd(a->q_act, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K, L.ld_q);
         be->conv_silu_fwd(a->k_act, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K, L.ld_q);
         be->conv_silu_fwd(a->v_act, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K, L.ld_v);
@@ -501,8 +513,8 @@ static void gdn_qkv_fwd(model *m, int l) {
         be->silu_fwd(a->k_act, a->k_lin, (size_t)N * hk);
         be->silu_fwd(a->v_act, a->v_lin, (size_t)N * hv);
     }
-    be->l2norm_fwd(a->qn, a->rq, a->q_act, (size_t)N * H, m->dk, 1e-6, 1.0 / sqrt(m->dk));
-    be->l2norm_fwd(a->kn, a->rk, a->k_act, (size_t)N * H, m->dk, 1e-6, 1.0);
+    be->l2norm_fwd(a->qn, a->rq, a->q_act, (size_t)N * H, m->dk, eps, q_scale);
+    be->l2norm_fwd(a->kn, a->rk, a->k_act, (size_t)N * H, m->dk, eps, 1.0);
 }
 
 static void gdn_mixer_fwd(model *m, int l, bool train) {
@@ -667,14 +679,15 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     }
     // q, k, v paths: (l2norm) <- silu(conv) fused, or silu alone <- linear (with L.qkv: conv's
     // dx into the group's columns, one GEMM backward for all after the loop)
-    struct { void *dgrad; int w, conv, width; void *lin, *act, *rn; double scale; size_t col, ld; } path[3] = {
-        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->q_act, a->rq, 1.0 / sqrt(m->dk), L.cq, L.ld_q},
-        {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->k_act, a->rk, 1.0, L.ck, L.ld_q},
-        {D[5], lp->wv, lp->conv_v, hv, a->v_lin, a->v_act, NULL, 1.0, L.cv, L.ld_v},
+    // (the L2 norm backward reads its output qn / kn: y below)
+    struct { void *dgrad; int w, conv, width; void *lin, *y, *rn; double scale; size_t col, ld; } path[3] = {
+        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->qn, a->rq, 1.0 / sqrt(m->dk), L.cq, L.ld_q},
+        {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->kn, a->rk, 1.0, L.ck, L.ld_q},
+        {D[5], lp->wv, lp->conv_v, hv, a->v_lin, NULL, NULL, 1.0, L.cv, L.ld_v},
     };
     if (L.conv3) {  // dq_act, dk_act into D[0], D[1] (free after gdn_bwd), dv_act is D[5]
-        be->l2norm_bwd(D[0], D[3], a->q_act, a->rq, (size_t)N * H, m->dk, path[0].scale);
-        be->l2norm_bwd(D[1], D[4], a->k_act, a->rk, (size_t)N * H, m->dk, path[1].scale);
+        be->l2norm_bwd(D[0], D[3], a->qn, a->rq, (size_t)N * H, m->dk, path[0].scale);
+        be->l2norm_bwd(D[1], D[4], a->kn, a->rk, (size_t)N * H, m->dk, path[1].scale);
         be->conv_silu3_bwd(dgrp + L.cq * e, G(lp->conv_q), D[0], D[1], D[5], a->q_lin,
                            P(lp->conv_q), m->B, m->T, hk, hk, hv, K, L.ld_q);
     }
@@ -682,7 +695,7 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
         size_t n = (size_t)N * path[i].width;
         void *dact = path[i].dgrad;
         if (path[i].rn) {
-            be->l2norm_bwd(D[0], path[i].dgrad, path[i].act, path[i].rn, (size_t)N * H, m->dk,
+            be->l2norm_bwd(D[0], path[i].dgrad, path[i].y, path[i].rn, (size_t)N * H, m->dk,
                            path[i].scale);
             dact = D[0];
         }

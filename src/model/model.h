@@ -50,7 +50,9 @@ typedef struct {
     void *q_lin, *k_lin, *v_lin;                 // GDN: projections (N,H*dk|dv), or columns of
                                                  // inproj (row stride: model.c gdn_inproj)
     void *q_act, *k_act, *v_act;                 // after SiLU (of the causal conv with short_conv;
-                                                 // the conv output is not kept, see gdn_qkv_fwd)
+                                                 // the conv output is not kept, see gdn_qkv_fwd);
+                                                 // q_act, k_act: one forward temporary for all
+                                                 // layers, NULL with conv_silu3_l2_fwd
     void *qn, *kn, *rq, *rk;                     // per-head L2-normed q (x 1/sqrt dk), k; (N*H)
     void *a, *b, *g, *beta;                      // gate projections (N,H) (or inproj columns)
                                                  // and gates (N,H)

@@ -10,7 +10,8 @@
     X(zero) X(add) X(copy) X(sumsq) X(embedding_fwd) X(embedding_bwd) X(rmsnorm_fwd)       \
     X(add_rmsnorm_fwd) X(rmsnorm_bwd) X(linear_fwd) X(linear_bwd) X(conv1d_fwd)            \
     X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(conv_silu_fwd) X(conv_silu_bwd) X(conv_silu3_fwd) \
-    X(conv_silu3_bwd) X(l2norm_fwd) X(l2norm_bwd) X(gdn_gates_fwd) X(gdn_gates_bwd) X(gated_rmsnorm_fwd)                   \
+    X(conv_silu3_bwd) X(conv_silu3_l2_fwd) X(l2norm_fwd) X(l2norm_bwd) X(gdn_gates_fwd)        \
+    X(gdn_gates_bwd) X(gated_rmsnorm_fwd)                                                  \
     X(gated_rmsnorm_bwd) X(swiglu_fwd) X(swiglu_bwd) X(crossentropy) X(dropout_fwd)        \
     X(dropout_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(gdn_fwd)    \
     X(gdn_bwd) X(adamw)
@@ -143,6 +144,13 @@ static void p_conv_silu3_bwd(void *dx, void *dw, const void *dy0, const void *dy
                              const void *dy2, const void *x, const void *w, int B, int T, int C0,
                              int C1, int C2, int K, size_t ld) {
     TIMED(conv_silu3_bwd, 0, dx, dw, dy0, dy1, dy2, x, w, B, T, C0, C1, C2, K, ld);
+}
+static void p_conv_silu3_l2_fwd(void *y0, void *y1, void *y2, void *rn0, void *rn1,
+                                const void *x, const void *w, int B, int T, int C0, int C1,
+                                int C2, int K, size_t ld, int nd, double eps, double s0,
+                                double s1) {
+    TIMED(conv_silu3_l2_fwd, 0, y0, y1, y2, rn0, rn1, x, w, B, T, C0, C1, C2, K, ld, nd, eps, s0,
+          s1);
 }
 static void p_l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                          double scale) {

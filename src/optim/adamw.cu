@@ -13,22 +13,54 @@ struct adamw_params {
     float lr, b1, b2, eps, wd, bc1, bc2, gscale;
 };
 
-template <typename T>
+// V consecutive elements per thread and iteration (V = 4: 16-byte loads of g, m, v, master; the
+// launcher checks n % V and the alignment, else V = 1). The same expression per element for
+// every V, so the same bits.
+template <typename T, int V, bool MASTER>
 __global__ void __launch_bounds__(EW_THREADS)
     adamw_kernel(T *p, float *master, const float *g, float *m, float *v, size_t n, const adamw_params a) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float gi = g[i] * a.gscale;
-        const float mi = a.b1 * m[i] + (1.f - a.b1) * gi;
-        const float vi = a.b2 * v[i] + (1.f - a.b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        const float mh = mi / a.bc1, vh = vi / a.bc2;
-        float w = master ? master[i] : to_f(p[i]);
-        w -= a.lr * (mh / (sqrtf(vh) + a.eps) + a.wd * w);
-        if (master) master[i] = w;
-        p[i] = from_f<T>(w);
+    const size_t stride = (size_t)gridDim.x * blockDim.x * V;
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V; i < n; i += stride) {
+        float gi[V], mi[V], vi[V], w[V];
+        load_pack<float, V>(g + i, gi);
+        load_pack<float, V>(m + i, mi);
+        load_pack<float, V>(v + i, vi);
+        if (MASTER)
+            load_pack<float, V>(master + i, w);
+        else
+            load_pack<T, V>(p + i, w);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const float gj = gi[j] * a.gscale;
+            mi[j] = a.b1 * mi[j] + (1.f - a.b1) * gj;
+            vi[j] = a.b2 * vi[j] + (1.f - a.b2) * gj * gj;
+            const float mh = mi[j] / a.bc1, vh = vi[j] / a.bc2;
+            w[j] -= a.lr * (mh / (sqrtf(vh) + a.eps) + a.wd * w[j]);
+        }
+        store_pack<float, V>(m + i, mi);
+        store_pack<float, V>(v + i, vi);
+        if (MASTER) store_pack<float, V>(master + i, w);
+        store_pack<T, V>(p + i, w);
     }
+}
+
+template <typename T, int V, bool MASTER>
+void adamw_launch(T *p, float *master, const float *g, float *m, float *v, size_t n, const adamw_params &a,
+                  cudaStream_t s) {
+    const unsigned blocks = (unsigned)GDN_MIN(GDN_CDIV(n / V, (size_t)EW_THREADS), (size_t)65536);
+    adamw_kernel<T, V, MASTER><<<blocks, EW_THREADS, 0, s>>>(p, master, g, m, v, n, a);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void adamw_dispatch(T *p, float *master, const float *g, float *m, float *v, size_t n, const adamw_params &a,
+                    cudaStream_t s) {
+    const bool vec = n % 4 == 0 && aligned16(g) && aligned16(m) && aligned16(v) && (!master || aligned16(master)) &&
+                     ((uintptr_t)p & (sizeof(T) * 4 - 1)) == 0;
+    if (vec && master) adamw_launch<T, 4, true>(p, master, g, m, v, n, a, s);
+    else if (vec) adamw_launch<T, 4, false>(p, master, g, m, v, n, a, s);
+    else if (master) adamw_launch<T, 1, true>(p, master, g, m, v, n, a, s);
+    else adamw_launch<T, 1, false>(p, master, g, m, v, n, a, s);
 }
 
 constexpr int SUMSQ_THREADS = 256, SUMSQ_MAX_BLOCKS = 1024, SUMSQ_MAX_DEVICES = 64;
@@ -81,9 +113,7 @@ void cuda_adamw(cuda_dtype dt, void *p, float *master, const float *g, float *m,
                 float b1, float b2, float eps, float wd, float bc1, float bc2, float gscale, cudaStream_t s) {
     if (n == 0) return;
     const adamw_params a = {lr, b1, b2, eps, wd, bc1, bc2, gscale};
-    const unsigned blocks = (unsigned)GDN_MIN(GDN_CDIV(n, (size_t)EW_THREADS), (size_t)65536);
-    CUDA_DT_SWITCH(dt, T, adamw_kernel<T><<<blocks, EW_THREADS, 0, s>>>((T *)p, master, g, m, v, n, a);
-                   CUDA_CHECK_LAUNCH());
+    CUDA_DT_SWITCH(dt, T, adamw_dispatch<T>((T *)p, master, g, m, v, n, a, s));
 }
 
 void cuda_sumsq_f32(double *out_dev, const float *x, size_t n, cudaStream_t s) {

@@ -569,13 +569,74 @@ static void test_l2norm(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "l2norm_fwd rows%zu D%d", rows, D);
         run_checks(op, dt, [&]() { cuda_l2norm_fwd(dt, dy_.d, (float *)drn.d, dx_.d, rows, D, eps, scale, 0); },
                    {{"y", dy_, y, {}, {}}, {"rnorm", drn, rn, {}, {}}}, true);
-        vec g = randn(r, n, 1.0, dt), rnf = to_f32(rn), dx(n);
-        l2norm_bwd_cpu(dx.data(), g.data(), x.data(), rnf.data(), rows, D, scale);
-        dten dg = dput(g, dt), drnf = dput(rnf, CUDA_F32), ddx = dempty(n, dt);
+        // the backward reads the forward's output: y as stored (rounded to dt), rnorm as fp32
+        vec g = randn(r, n, 1.0, dt), rnf = to_f32(rn), yr(n), dx(n);
+        for (size_t i = 0; i < n; i++) yr[i] = round_to(y[i], dt);
+        l2norm_bwd_cpu(dx.data(), g.data(), yr.data(), rnf.data(), rows, D, scale);
+        dten dg = dput(g, dt), drnf = dput(rnf, CUDA_F32), dyr = dput(yr, dt), ddx = dempty(n, dt);
         snprintf(op, sizeof op, "l2norm_bwd rows%zu D%d", rows, D);
         run_checks(op, dt,
-                   [&]() { cuda_l2norm_bwd(dt, ddx.d, dg.d, dx_.d, (const float *)drnf.d, rows, D, scale, 0); },
+                   [&]() { cuda_l2norm_bwd(dt, ddx.d, dg.d, dyr.d, (const float *)drnf.d, rows, D, scale, 0); },
                    {{"dx", ddx, dx, {}, {}}}, true);
+    }
+}
+
+// conv_silu3_l2: conv_silu3 with q, k L2-normalised per head of nd channels, against the CPU's
+// conv_silu then l2norm_fwd. In-kernel norm (fused = 1; the norm of the unrounded fp32 conv
+// output): fla-220m's shape (heads of 128, T 300), heads of 64, K 3 at T 1 / 65, heads of 32
+// with q and k in one warp. Composed (fused = 0: conv_silu3 stores y rounded to its dtype, then
+// l2norm_fwd in place, so the reference rounds there too, and the result must be bitwise those
+// two calls): heads of 256 (more than a warp), an odd row stride (no tiled conv).
+static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
+    const int shapes[][9] = {  // B, T, C0 (= C1), C2, K, ld, col, nd, fused
+        {2, 300, 512, 1024, 4, 3080, 0, 128, 1}, {2, 63, 128, 256, 4, 520, 8, 64, 1},
+        {3, 1, 256, 256, 3, 768, 0, 128, 1},     {1, 65, 256, 512, 3, 1024, 0, 64, 1},
+        {2, 65, 96, 64, 4, 260, 4, 32, 1},       {2, 64, 256, 512, 4, 1030, 2, 256, 0},
+        {1, 63, 128, 128, 2, 387, 1, 128, 0}};
+    for (const auto &sh : shapes) {
+        const int B = sh[0], T = sh[1], C0 = sh[2], C2 = sh[3], K = sh[4], nd = sh[7], C = 2 * C0 + C2;
+        const bool fused = sh[8];
+        const size_t ld = sh[5], col = sh[6], rows = (size_t)B * T, nw = rows * ld, es = esz(dt), nh = rows * (C0 / nd);
+        const double eps = 1e-6, s0 = 1.0 / sqrt((double)nd);
+        vec xw = randn(r, nw, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt);
+        std::vector<vec> y(3);
+        vec rn[2] = {vec(nh), vec(nh)};
+        const int cw[3] = {C0, C0, C2}, c0[3] = {0, C0, 2 * C0};
+        for (int i = 0; i < 3; i++) {
+            y[i].resize(rows * cw[i]);
+            conv_silu_fwd_cpu(y[i].data(), xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
+            if (i == 2) continue;
+            if (!fused)
+                for (double &e : y[i]) e = round_to(e, dt);
+            l2norm_fwd_cpu(y[i].data(), rn[i].data(), y[i].data(), nh, nd, eps, i ? 1.0 : s0);
+        }
+        dten dxw_ = dput(xw, dt), dw_ = dput(w, dt);
+        dten dy0 = dempty(rows * C0, dt), dy1 = dempty(rows * C0, dt), dy2 = dempty(rows * C2, dt);
+        dten dr0 = dempty(nh, CUDA_F32), dr1 = dempty(nh, CUDA_F32);
+        char op[96];
+        snprintf(op, sizeof op, "conv_silu3_l2 B%d T%d C%d+%d+%d K%d ld%zu nd%d", B, T, C0, C0, C2, K, ld, nd);
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d,
+                                              (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, nd, eps,
+                                              s0, 1.0, 0);
+                   },
+                   {{"q = y0 normed", dy0, y[0], {}, {}},
+                    {"k = y1 normed", dy1, y[1], {}, {}},
+                    {"v = y2", dy2, y[2], {}, {}},
+                    {"rnorm q", dr0, rn[0], {}, {}},
+                    {"rnorm k", dr1, rn[1], {}, {}}},
+                   true);
+        if (fused) continue;
+        dten e0 = dempty(rows * C0, dt), e1 = dempty(rows * C0, dt), e2 = dempty(rows * C2, dt);
+        dten f0 = dempty(nh, CUDA_F32), f1 = dempty(nh, CUDA_F32);
+        cuda_conv_silu3_fwd(dt, e0.d, e1.d, e2.d, (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, 0);
+        cuda_l2norm_fwd(dt, e0.d, (float *)f0.d, e0.d, nh, nd, eps, s0, 0);
+        cuda_l2norm_fwd(dt, e1.d, (float *)f1.d, e1.d, nh, nd, eps, 1.0, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        row_bool(op, dtn(dt), "= conv_silu3 + l2norm_fwd", raw(e0) == raw(dy0) && raw(e1) == raw(dy1) &&
+                                                               raw(e2) == raw(dy2) && raw(f0) == raw(dr0) &&
+                                                               raw(f1) == raw(dr1));
     }
 }
 
@@ -861,17 +922,19 @@ static void test_rope(cuda_dtype dt, rng_t *r) {
 }
 
 // AdamW against backend_cpu.adamw (float64, its parameters are their own master weights):
-// two steps from the same fp32 state; p, m, v and the update p_new - p_old are compared.
+// two steps from the same fp32 state; p, m, v and the update p_new - p_old are compared. n 10007
+// runs the one-element kernel, n 10008 (aligned) the 4-wide one; then the 4-wide against the
+// one-element kernel on the same values, bitwise.
 static void test_adamw(rng_t *r) {
-    const size_t n = 10007;
     const float lr = 0.05f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gscale = 0.7f;
     struct mode {
         cuda_dtype dt;
         bool master;
     };
+    for (const size_t n : {(size_t)10007, (size_t)10008})
     for (const mode &md : {mode{CUDA_F32, false}, mode{CUDA_BF16, true}, mode{CUDA_F32, true}}) {
         char op[64];
-        snprintf(op, sizeof op, "adamw %s", md.master ? "master weights" : "in place (fp32)");
+        snprintf(op, sizeof op, "adamw n%zu %s", n, md.master ? "master weights" : "in place (fp32)");
         vec w = randn(r, n, 1.0, CUDA_F32), m = randn(r, n, 0.01, CUDA_F32), v(n);
         for (auto &e : v) e = (double)(float)(1e-6 + 1e-3 * rng_uniform(r));
         dten dp = dempty(n, md.dt), dmaster = dempty(n, CUDA_F32), dgr = dempty(n, CUDA_F32);
@@ -912,6 +975,37 @@ static void test_adamw(rng_t *r) {
                 row_bool(op, dtn(md.dt), what, gp == rp);
             }
         }
+    }
+    // 4-wide (n 10008 from an aligned start) against one-element (the same tensors from their
+    // second element: misaligned), on identical values: elements 1.. must match bit for bit
+    const size_t n = 10008;
+    for (const mode &md : {mode{CUDA_F32, false}, mode{CUDA_BF16, true}}) {
+        vec w = randn(r, n, 1.0, CUDA_F32), m = randn(r, n, 0.01, CUDA_F32), v(n), g = randn(r, n, 0.05, CUDA_F32);
+        for (auto &e : v) e = (double)(float)(1e-6 + 1e-3 * rng_uniform(r));
+        vec pin(n);
+        for (size_t i = 0; i < n; i++) pin[i] = round_to(w[i], md.dt);
+        dten s[2][5];  // [run][p, master, g, m, v]
+        for (auto &t : s) {
+            t[0] = dput(pin, md.dt);
+            t[1] = dput(w, CUDA_F32);
+            t[2] = dput(g, CUDA_F32);
+            t[3] = dput(m, CUDA_F32);
+            t[4] = dput(v, CUDA_F32);
+        }
+        for (int k = 0; k < 2; k++) {  // k = 1: one element in
+            const size_t o = (size_t)k;
+            cuda_adamw(md.dt, (char *)s[k][0].d + o * esz(md.dt), md.master ? (float *)s[k][1].d + o : NULL,
+                       (const float *)s[k][2].d + o, (float *)s[k][3].d + o, (float *)s[k][4].d + o, n - o, lr, b1, b2,
+                       eps, wd, 0.5f, 0.3f, gscale, 0);
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        bool same = true;
+        for (int j = 0; j < 5; j++) {
+            const vec a = download(s[0][j]), b = download(s[1][j]);
+            same = same && std::equal(a.begin() + 1, a.end(), b.begin() + 1);
+        }
+        row_bool(md.master ? "adamw 4-wide vs 1-wide master weights" : "adamw 4-wide vs 1-wide in place (fp32)",
+                 dtn(md.dt), "p, master, m, v", same);
     }
 }
 
@@ -992,6 +1086,7 @@ int main() {
         test_conv_silu(dt, &r);
         test_pointwise(dt, &r);
         test_l2norm(dt, &r);
+        test_conv_silu3_l2(dt, &r);
         test_gates(dt, &r);
         test_gated_rmsnorm(dt, &r);
         test_crossentropy(dt, &r);
