@@ -55,7 +55,6 @@ variant() {
 }
 
 # main with only the test's per-gradient hash lines (ghash) of the kernel patch: the base
-variant main docs/pending/gdn_bwd_test_ghash.patch gdn-train test_cuda_ops test_model_cuda test_gdn_bwd gdn_bwd_bench
-variant gdnfinal docs/pending/gdn_bwd_final_scalars.patch test_gdn_bwd gdn_bwd_bench
-variant gdnscan docs/pending/gdn_bwd_scan_prefetch.patch test_gdn_bwd gdn_bwd_bench
+variant main - test_gdn_bwd gdn_bwd_bench
+variant gdnprefetch docs/pending/gdn_bwd_final_prefetch.patch test_gdn_bwd gdn_bwd_bench
 du -sh "$out"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: main gdnfinal gdnscan (default; residual, narrow, attention
-#   need the session-4 binaries of those patches, now in git history at db7007d)
+#   bench/run_pending.sh [SECTION...]      sections: gdnprefetch (default), main; gdnfinal, gdnscan
+#   (session 5) and residual, narrow, attention (session 4) need those sessions' patches, in git history)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
 # one H200: main ~3.5 min, residual ~2.5 min, narrow ~2.5 min, gdnfinal ~5 min, attention ~3 min;
 # a call is at most 10 min, so run two sections per call.
@@ -33,7 +33,7 @@ seeds() {
     done
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(main gdnfinal gdnscan)
+[ ${#sections[@]} -eq 0 ] && sections=(gdnprefetch)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -68,7 +68,7 @@ for sec in "${sections[@]}"; do
         timeout 60 "$B/narrow/gdn-train" configs/fla-220m.ini --set train.device=cuda --set train.steps=25 \
             --set train.out_dir=/dev/shm/f220pn --profile 20 >"$out/profile-narrow.log" 2>&1
         echo "profile (narrow): exit $?"; sed -n '/^matmuls by shape/,$p' "$out/profile-narrow.log" | head -16 ;;
-    gdnfinal | gdnscan)  # the GDN backward patch $sec against main (hashes, per-gradient ghash, bench)
+    gdnfinal | gdnscan | gdnprefetch)  # the GDN backward patch $sec against main (hashes, per-gradient ghash, bench)
         GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
         echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
         GDN_TEST_HASH=1 timeout 240 "$B/$sec/test_gdn_bwd" >"$out/gdn-$sec.log" 2>&1
@@ -105,7 +105,7 @@ for sec in "${sections[@]}"; do
         PYTHONUNBUFFERED=1 timeout 200 python3 "$B/attention/attention_torch.py" "$out/attn-attention/attention_bench.log" \
             >"$out/attn-attention/attention_torch.log" 2>&1
         echo "PyTorch: exit $?"; tail -12 "$out/attn-attention/attention_torch.log" ;;
-    *) echo "run_pending: unknown section '$sec' (main gdnfinal gdnscan; residual narrow attention: session 4)"; exit 2 ;;
+    *) echo "run_pending: unknown section '$sec' (main gdnprefetch; gdnfinal gdnscan: session 5; residual narrow attention: session 4)"; exit 2 ;;
     esac
 done
 (cd "$out" && tar czf "${OUT:-$out}/pending-logs.tar.gz" --exclude=pending-logs.tar.gz . 2>/dev/null)
