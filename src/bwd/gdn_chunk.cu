@@ -29,11 +29,13 @@
 //   scan   (4 warps, one CTA per (b, h, block of DVB value columns), chunks in reverse):
 //                     dH' in fp32 accumulators (bf16 planes in smem as the mma operand);
 //                     writes dΔ over dΔ_loc and dH' of every chunk
-//   final  (8 warps)  per pass over DKH key columns, streams value blocks: Y = V - KHg, Δ = T Y,
-//                     dV = T^T dΔ, dP = dO Δ^T, dT = dΔ Y^T, dO H^T, Δh dH'^T, -γdV H^T on
-//                     tensor cores; then, in the same shared memory, the pass's Q, K columns
-//                     and (first pass) the C x C work (dQK, Z = dT T^T, dA, X, dbeta, the dg
-//                     cross sums); then dq, dk of the pass's columns.
+//   final  (8 warps)  per pass over DKH key columns, streams value sub-blocks (each one's V,
+//                     dO, KHg, dΔ, H, dH' staged by cp.async while the one before computes):
+//                     Y = V - KHg, Δ = T Y, dV = T^T dΔ, dP = dO Δ^T, dT = dΔ Y^T, dO H^T,
+//                     Δh dH'^T, -γdV H^T on tensor cores; then, in the same shared memory,
+//                     the pass's Q, K columns and (first pass) the C x C work (dQK,
+//                     Z = dT T^T, dA, X, dbeta, the dg cross sums); then dq, dk of the pass's
+//                     columns.
 // Tensor cores: mma.sync m16n8k16 bf16 -> fp32; fp32 inputs run the same kernels with operands
 // split into bf16 hi + lo planes (NP = 2). With bf16 inputs (NP = 1) the inputs Q, K, V, dO are
 // exact as one plane, and the intermediates that dg and dbeta rest on are hi + lo planes too
@@ -139,25 +141,6 @@ __device__ __forceinline__ float2 kp_sum2(uint32_t hi, uint32_t lo) {
     x.y += __high2float(l);
     return x;
 }
-// N 32-bit words from global memory, 16 bytes at a time when N % 4 == 0, else 8 (src aligned so)
-template <int N>
-__device__ __forceinline__ void ld_words(uint32_t (&d)[N], const void *src) {
-    static_assert(N % 2 == 0, "ld_words: whole 8-byte pieces");
-#pragma unroll
-    for (int k = 0; k < N; k += N % 4 == 0 ? 4 : 2) {
-        if constexpr (N % 4 == 0) {
-            const uint4 v = *((const uint4 *)src + k / 4);
-            d[k] = v.x;
-            d[k + 1] = v.y;
-            d[k + 2] = v.z;
-            d[k + 3] = v.w;
-        } else {
-            const uint2 v = *((const uint2 *)src + k / 2);
-            d[k] = v.x;
-            d[k + 1] = v.y;
-        }
-    }
-}
 // fp32 pair at p (8-byte aligned) as one 8-byte load: as a float2 the scan's shared-memory
 // read was split into two 4-byte loads (the alignment was lost in the address arithmetic)
 __device__ __forceinline__ float2 ld_f2_once(const unsigned char *p) {
@@ -202,32 +185,30 @@ __device__ __forceinline__ void st_run(unsigned char *sm, int off, int pl, const
         }
     }
 }
-// ROWS x COLS fp32 block -> NP bf16 planes, the arithmetic of cvt_rows_f32<NP> with all of the
-// thread's loads issued (load) before the first conversion (store): one round trip. Each thread
-// takes EPT consecutive elements of one row (row, col0). Rows >= nvalid are zero.
-template <int ROWS, int COLS, int NTHR>
-struct f32_rows {
-    static constexpr int EPT = ROWS * COLS / NTHR, TPR = COLS / EPT;  // threads per row
-    static_assert(EPT % 4 == 0 && COLS % EPT == 0 && EPT * NTHR == ROWS * COLS, "f32_rows");
-    float x[EPT];
-    __device__ __forceinline__ void load(const float *src, size_t rs, int nvalid, int tid) {
-        const int r = tid / TPR, c = (tid % TPR) * EPT;
-#pragma unroll
-        for (int k = 0; k < EPT; k += 4) {
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (r < nvalid) v = *(const float4 *)(src + r * rs + c + k);
-            x[k] = v.x;
-            x[k + 1] = v.y;
-            x[k + 2] = v.z;
-            x[k + 3] = v.w;
-        }
+// 4 consecutive inputs (bf16 when NP == 1, fp32 when NP == 2) from shared memory at p (8- or
+// 16-byte aligned)
+template <int NP>
+__device__ __forceinline__ float4 ld_in4(const unsigned char *p) {
+    if constexpr (NP == 1) {
+        const uint2 u = *(const uint2 *)p;
+        const __nv_bfloat162 lo = *(const __nv_bfloat162 *)&u.x, hi = *(const __nv_bfloat162 *)&u.y;
+        return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
+    } else {
+        return *(const float4 *)p;
     }
-    template <int NP>
-    __device__ __forceinline__ void store(unsigned char *sm, int dst, int pb, int pl, int tid) {
-        const int r = tid / TPR, c = (tid % TPR) * EPT;
-        st_run<NP, EPT>(sm, dst + r * pb + c * 2, pl, x);
+}
+// 4 raw inputs at sm + src -> NP bf16 planes at sm + dst: bf16 copied as they are, fp32 split
+// as st_pair<2> splits
+template <int NP>
+__device__ __forceinline__ void in4_planes(unsigned char *sm, int dst, int pl, int src) {
+    if constexpr (NP == 1) {
+        *(uint2 *)(sm + dst) = *(const uint2 *)(sm + src);
+    } else {
+        const float4 v = *(const float4 *)(sm + src);
+        const float x[4] = {v.x, v.y, v.z, v.w};
+        st_run<2, 4>(sm, dst, pl, x);
     }
-};
+}
 
 // =============================================================================================
 // prep: per chunk, 4 warps; warp w owns rows [16w, 16w + 16) of every C-row result.
@@ -639,11 +620,20 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
 
 // =============================================================================================
 // final: per chunk, 8 warps; warp w owns rows [16 (w%4), +16) and column half w/4 of every
-// C-row result (C x C, C x DKH), and of C x VB results when VB >= 32.
+// C-row result (C x C, C x DKH). In a value sub-block warps 0-3 form Δ, warps 4-7 dV (all VB
+// columns each).
 // =============================================================================================
 template <int DK, int NP>
 struct final_layout {
-    static constexpr int VB = NP == 1 ? 64 : 16;                 // value block
+    // Value columns stream in sub-blocks of VB, each staged raw (cp.async) while the one before
+    // computes, so only the first one's loads wait. PAIR sub-blocks form a group of VG columns:
+    // the fp32 sums that run over value columns outside one mma chain (<H, dH'>, the -KHg.dV row
+    // sums, and dK's two H-block products, Δh dH'^T then -γdV H^T) are grouped by VG columns,
+    // as in the 64-column blocks this kernel had when there was no smem for staging (the same
+    // bits as then). The staging and one more H block and -γdV (the VG group's first, kept for
+    // its -γdV H^T) need VB = 32 with bf16 inputs.
+    static constexpr int VB = NP == 1 ? 32 : 16, PAIR = NP == 1 ? 2 : 1, VG = PAIR * VB;
+    static constexpr int ESZ = NP == 1 ? 2 : 4;                   // input element bytes
     static constexpr int DKH = NP == 1 ? (DK < 128 ? DK : 128) : 64;  // key columns per pass
     static constexpr int PBH = (DKH + 8) * 2, QH_PL = C * PBH;
     static constexpr int PBC = (C + 8) * 2, CC_PL = C * PBC;
@@ -651,45 +641,59 @@ struct final_layout {
     static constexpr int PBV = (VB + 8) * 2, V_PL = C * PBV, HB_PL = DKH * PBV;
     // Whole kernel. Intermediates are hi + lo planes also for bf16 inputs (dg and dbeta rest on
     // them); only operands that are bf16 inputs (Q, K, dO) and dQK, X, -γdV have NP planes.
-    static constexpr int LV = 0;                                  // Linv (2 planes)
-    static constexpr int TT = LV + 2 * CC_PL;                     // T = Linv diag(beta) (2)
+    static constexpr int TT = 0;                                  // T = Linv diag(beta) (2)
     static constexpr int DQK = TT + 2 * CC_PL;                    // dQK = dP ⊙ Gam
     static constexpr int XB = DQK + NP * CC_PL;                   // X = diag(beta)(dA ⊙ Gam)
     static constexpr int SMALL = XB + NP * CC_PL;
     // fp32 [C]: g, beta, Gh, Gl, gam, hdec, pos1p[2], tkp[2], pos2p[2], dbp[2], dbd, cross; red[256]
     // (red: the 8 warp sums of <H, dH'>; the rest is unused)
     static constexpr int R = SMALL + (18 * C + 256) * 4;
-    // Region R, phase 1 (each value block of a pass):
+    // Region R, phase 1 (each value sub-block of a pass): planes converted from the staging
     static constexpr int Y = R;                                   // Y = V - KHg (2 planes)
     static constexpr int DO = Y + 2 * V_PL;
     static constexpr int DD = DO + NP * V_PL;                     // dΔ (2)
     static constexpr int DL = DD + 2 * V_PL;                      // Δ (2; NP planes of V when
                                                                   // delta is off)
     static constexpr int DH = DL + 2 * V_PL;                      // diag(hdec) Δ (2)
-    static constexpr int DVG = DH + 2 * V_PL;                     // -diag(gamma) dV
-    static constexpr int HB = DVG + NP * V_PL;                    // H block (DKH x VB) (2)
-    static constexpr int DHB = HB + 2 * HB_PL;                    // dH' block (2)
+    static constexpr int DVG = DH + 2 * V_PL;                     // -diag(gamma) dV, PAIR slots
+    static constexpr int HB = DVG + PAIR * NP * V_PL;             // H block (DKH x VB) (2), PAIR
+                                                                  // slots (slot = place in VG)
+    static constexpr int DHB = HB + PAIR * 2 * HB_PL;             // dH' block (2)
     static constexpr int END1 = DHB + 2 * HB_PL;
-    // phase 2 (after the value blocks of a pass): its Q, K columns and the C x C work
+    // phase 2 (after the value sub-blocks of a pass): its Q, K columns and the C x C work
     static constexpr int QH = R, KH = QH + NP * QH_PL;
     static constexpr int F1 = KH + NP * QH_PL;                    // fp32: dP, then M, prefixes
     static constexpr int DT = F1 + C * PF * 4;                    // dT (lower, 2 planes)
     static constexpr int ZB = DT + 2 * CC_PL;                     // Z = dT T^T (2)
-    static constexpr int END2 = ZB + 2 * CC_PL;
-    static constexpr int BYTES = cmax(END1, END2);
+    static constexpr int LV = ZB + 2 * CC_PL;                     // Linv (2): loaded for T in the
+                                                                  // setup, again for phase 2
+    static constexpr int END2 = LV + 2 * CC_PL;
+    // staging (raw, as in global memory), apart from both phases: the next sub-block's, or the
+    // next pass's first, travels during phase 2 too
+    static constexpr int SV = cmax(END1, END2);                   // V (C x VB inputs)
+    static constexpr int SDO = SV + C * VB * ESZ;                 // dO
+    static constexpr int SK = SDO + C * VB * ESZ;                 // KHg hi, lo: 2C rows, pitch
+                                                                  // PBV (the dV epilogue reads it
+                                                                  // by fragments)
+    static constexpr int SDD = SK + 2 * V_PL;                     // dΔ (fp32 C x VB)
+    static constexpr int SH = SDD + C * VB * 4;                   // H (fp32 DKH x VB)
+    static constexpr int SDH = SH + DKH * VB * 4;                 // dH'
+    static constexpr int BYTES = SDH + DKH * VB * 4;
     static_assert(BYTES <= SMEM_MAX, "final shared memory");
-    // the raw fp32 H, dH' blocks (cp.async) land in their own planes' space before conversion
-    static_assert(DKH * VB * 4 <= 2 * HB_PL && HB % 16 == 0 && DHB % 16 == 0,
-                  "final: raw H, dH' blocks");
+    static_assert(SV % 16 == 0 && PBV % 16 == 0, "final: cp.async staging alignment");
 };
 
 template <int DK, int NP>
 __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_constant__ bwd_args a) {
     using L = final_layout<DK, NP>;
-    constexpr int VB = L::VB, DKH = L::DKH, NKH = DK / DKH;
-    constexpr int VSPLIT = VB >= 32 ? 2 : 1, NTV = VB / 8 / VSPLIT, NQ = DKH / 16;
-    constexpr int NHR = DKH * VB / 4 / 256;  // float4s of a thread in an H block
-    static_assert(NHR * 4 * 256 == DKH * VB && C * VB % (4 * 256) == 0, "final: block split");
+    constexpr int VB = L::VB, PAIR = L::PAIR, VG = L::VG, ESZ = L::ESZ;
+    constexpr int DKH = L::DKH, NKH = DK / DKH, NTV = VB / 8, NQ = DKH / 16;
+    // H, dH' conversion and <H, dH'>: thread t takes rows t/TPG + (256/TPG) k (k < NHG), columns
+    // 4 (t%TPG).. of each VG group, i.e. in one sub-block of the group (all of them when PAIR is
+    // 1). The other pieces (Y, dΔ, dO, V): 4 elements each, NPC a thread, by the other threads.
+    constexpr int TPG = VG / 4, NHG = DKH * VG / 4 / 256, NPC = C * VB / 4 / (256 / PAIR);
+    static_assert(NHG * 4 * 256 == DKH * VG && NPC * (256 / PAIR) * 4 == C * VB && NTV % 2 == 0,
+                  "final: sub-block split");
     // the C x C scalars: 4 threads per row or column (quad shuffles), C / 4 columns a thread in
     // float4s; the dg sums: warp 0, two rows a lane
     static_assert(4 * C == 256 && 2 * 32 == C && L::F1 % 16 == 0 && L::PF % 4 == 0,
@@ -705,7 +709,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     const size_t row0 = ((size_t)b * T + t0) * H + h;
     const size_t cix = ((size_t)b * H + h) * NC + n;
     const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
-    const size_t esz = NP == 1 ? 2 : 4;
+    const size_t esz = ESZ;
     const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;
     const unsigned char *kg = (const unsigned char *)p.k + row0 * DK * esz;
     const unsigned char *vg = (const unsigned char *)p.v + row0 * DV * esz;
@@ -728,10 +732,31 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     const smat sDT{sb + L::DT, L::PBC, L::CC_PL}, sZ{sb + L::ZB, L::PBC, L::CC_PL};
     const smat sY{sb + L::Y, L::PBV, L::V_PL}, sDO{sb + L::DO, L::PBV, L::V_PL};
     const smat sDD{sb + L::DD, L::PBV, L::V_PL}, sDL{sb + L::DL, L::PBV, L::V_PL};
-    const smat sDH{sb + L::DH, L::PBV, L::V_PL}, sDVG{sb + L::DVG, L::PBV, L::V_PL};
-    const smat sHB{sb + L::HB, L::PBV, L::HB_PL}, sDHB{sb + L::DHB, L::PBV, L::HB_PL};
+    const smat sDH{sb + L::DH, L::PBV, L::V_PL}, sDHB{sb + L::DHB, L::PBV, L::HB_PL};
 
-    // ---- setup: gates, Linv, T ------------------------------------------------------------------
+    // Staging of the value sub-block at columns vn of pass kn. Part 1 (V, dO, dΔ, H, dH') is read
+    // only by the conversion at the top of its sub-block; part 2 (KHg) also by the dV epilogue
+    // after it, so its copy into the staging is issued one barrier later.
+    auto stage1 = [&](int kn, int vn) {
+        cp_rows16<C, VB * ESZ, 256>(sb + L::SV, VB * ESZ, vg + vn * esz, rsv * esz, nvalid, tid);
+        cp_rows16<C, VB * ESZ, 256>(sb + L::SDO, VB * ESZ, dog + vn * esz, rsv * esz, nvalid,
+                                    tid);
+        cp_rows16<C, VB * 4, 256>(sb + L::SDD, VB * 4, (const unsigned char *)(dDg + vn),
+                                  (size_t)DV * 4, C, tid);
+        const size_t ho = cix * DK * DV + (size_t)kn * DKH * DV + vn;
+        cp_rows16<DKH, VB * 4, 256>(sb + L::SH, VB * 4, (const unsigned char *)(a.Hs + ho),
+                                    (size_t)DV * 4, DKH, tid);
+        cp_rows16<DKH, VB * 4, 256>(sb + L::SDH, VB * 4, (const unsigned char *)(a.dHs + ho),
+                                    (size_t)DV * 4, DKH, tid);
+    };
+    auto stage2 = [&](int vn) {  // the hi and lo planes as 2C rows (the lo plane follows hi)
+        if (delta)
+            cp_rows16<2 * C, VB * 2, 256>(sb + L::SK, L::PBV,
+                                          (const unsigned char *)(a.Kp + cix * 2 * C * DV + vn),
+                                          (size_t)DV * 2, 2 * C, tid);
+    };
+
+    // ---- setup: gates, Linv, T; the first sub-block's staging meanwhile ----------------------
     if (tid < C) {
         const bool ok = tid < nvalid;
         gsm[tid] = ok && gate ? p.g[row0 + (size_t)tid * H] : 0.f;
@@ -745,7 +770,10 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                          C, C, tid, 256);
     }
     cp_async_commit();
-    cp_async_wait_all();
+    stage1(0, 0);
+    stage2(0);
+    cp_async_commit();
+    cp_async_wait_group<1>();  // Linv
     __syncthreads();
     if (warp == 0) gates_warp(gsm, Gh, Gl, gam, hdec, lane);
     if (delta)
@@ -762,162 +790,109 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
         float aP[4][4] = {}, aT[4][4] = {}, aQ[NQ][4] = {}, aK[NQ][4] = {};
 
         for (int v0 = 0; v0 < DV; v0 += VB) {
-            __syncthreads();  // the previous block's buffers are free
-            // Loads first, in flight together: the epilogue's KHg (registers), dO and with delta
-            // off V (cp.async when bf16, group 1), the raw fp32 H and dH' blocks (cp.async into
-            // their plane buffers, group 2, converted in place before the H products), then Y's
-            // V and KHg and dΔ (and fp32 dO, V) into registers before any conversion.
-            const bool kepi = delta && kh == 0 && ch < VSPLIT;  // this warp runs the dV epilogue
-            uint32_t kq[NTV][2][2];  // KHg hi, lo pairs at the dV fragment of this thread
-            if (kepi) {
-                const bf16 *Kg = a.Kp + cix * 2 * C * DV + v0;
+            const int e = (v0 / VB) % PAIR;  // the sub-block's place in its VG group: its slot
+            const int hbo = L::HB + e * 2 * L::HB_PL, dvo = L::DVG + e * NP * L::V_PL;
+            cp_async_wait_all();  // this sub-block's staging (the thread's own copies)
+            __syncthreads();      // everyone's; the previous sub-block's planes are free
+            // Staging -> planes. H, dH' (and <H, dH'>) by the threads whose columns of the VG
+            // group lie in this sub-block; Y = V - KHg (fp32, kept as hi + lo planes for Δ = T Y
+            // and dT), dΔ, dO and, with delta off, Δ = V (and dV = dΔ) by the others.
+            const int hq = tid % TPG;
+            if (hq * 4 / VB == e) {
+                const int c = hq * 4 - e * VB;
 #pragma unroll
-                for (int nt = 0; nt < NTV; ++nt)
-#pragma unroll
-                    for (int hr = 0; hr < 2; ++hr) {
-                        const int i = m0 + g4 + hr * 8, j = ch * (VB / VSPLIT) + nt * 8 + 2 * t4;
-                        kq[nt][hr][0] = *(const uint32_t *)(Kg + (size_t)i * DV + j);
-                        kq[nt][hr][1] =
-                            *(const uint32_t *)(Kg + (size_t)C * DV + (size_t)i * DV + j);
-                    }
-            }
-            if constexpr (NP == 1) {
-                if (!delta)
-                    cp_rows_bf16(sb + L::DL, L::PBV, (const bf16 *)vg + v0, rsv, C, VB, nvalid, tid,
-                                 256);  // Δ = V
-                cp_rows_bf16(sb + L::DO, L::PBV, (const bf16 *)dog + v0, rsv, C, VB, nvalid, tid,
-                             256);
-            }
-            cp_async_commit();  // group 1: dO (and V)
-            const float *Hg = a.Hs + cix * DK * DV + (size_t)c0 * DV + v0;
-            const float *dHg = a.dHs + cix * DK * DV + (size_t)c0 * DV + v0;
-#pragma unroll 1
-            for (int it = 0; it < NHR; ++it) {  // raw rows of VB floats; read back by this thread
-                const int i = tid + it * 256, r = i / (VB / 4), c = (i % (VB / 4)) * 4;
-                cp_async16(sb + L::HB + i * 16, Hg + (size_t)r * DV + c, 16);
-                cp_async16(sb + L::DHB + i * 16, dHg + (size_t)r * DV + c, 16);
-            }
-            cp_async_commit();  // group 2: raw H, dH'
-            {
-                f32_rows<C, VB, 256> dd, vo, vd;  // dΔ; fp32 dO and V (delta off)
-                // Y: this thread's EPT consecutive elements of row yi from col yc: KHg hi, lo
-                // and V words (bf16 pairs when NP == 1, fp32 when NP == 2)
-                constexpr int EPT = C * VB / 256;
-                const int yi = tid / (VB / EPT), yc = (tid % (VB / EPT)) * EPT;
-                uint32_t yh[EPT / 2], yl[EPT / 2], yv[EPT * NP / 2];
-                if (delta) {  // Y = V - KHg in fp32, kept as hi + lo planes (for Δ = T Y and dT)
-                    const bf16 *Kg = a.Kp + cix * 2 * C * DV + (size_t)yi * DV + v0 + yc;
-                    ld_words(yh, Kg);
-                    ld_words(yl, Kg + (size_t)C * DV);
-#pragma unroll
-                    for (int k = 0; k < EPT * NP / 2; ++k) yv[k] = 0u;
-                    if (yi < nvalid) ld_words(yv, vg + ((size_t)yi * rsv + v0 + yc) * esz);
+                for (int it = 0; it < NHG; ++it) {
+                    const int r = tid / TPG + it * (256 / TPG), so = (r * VB + c) * 4;
+                    const int po = r * L::PBV + c * 2;
+                    const float4 hv = *(const float4 *)(sm + L::SH + so);
+                    const float4 dv = *(const float4 *)(sm + L::SDH + so);
+                    hdh += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
+                    const float xh[4] = {hv.x, hv.y, hv.z, hv.w}, xd[4] = {dv.x, dv.y, dv.z, dv.w};
+                    st_run<2, 4>(sm, hbo + po, L::HB_PL, xh);
+                    st_run<2, 4>(sm, L::DHB + po, L::HB_PL, xd);
                 }
-                if constexpr (NP == 2) {
-                    if (!delta) vd.load((const float *)vg + v0, rsv, nvalid, tid);
-                    vo.load((const float *)dog + v0, rsv, nvalid, tid);
-                }
-                dd.load(dDg + v0, DV, C, tid);
-                if (delta) {
-                    float y[EPT];
+            }
+            if (PAIR == 1 || hq * 4 / VB != e) {
+                const int u = tid / TPG * (VB / 4) + tid % (VB / 4);  // among these threads
 #pragma unroll
-                    for (int k = 0; k < EPT / 2; ++k) {
-                        const float2 kh = kp_sum2(yh[k], yl[k]);
-                        float2 vv;
-                        if constexpr (NP == 1) {
-                            const __nv_bfloat162 v2 = *(const __nv_bfloat162 *)&yv[k];
-                            vv = make_float2(__low2float(v2), __high2float(v2));
-                        } else {
-                            vv = make_float2(__uint_as_float(yv[2 * k]),
-                                             __uint_as_float(yv[2 * k + 1]));
+                for (int k = 0; k < NPC; ++k) {
+                    const int pc = u + k * (256 / PAIR), r = pc / (VB / 4), c = (pc % (VB / 4)) * 4;
+                    const int po = r * L::PBV + c * 2, si = r * VB + c;  // plane offset; element
+                    const float4 d = *(const float4 *)(sm + L::SDD + si * 4);
+                    const float xd[4] = {d.x, d.y, d.z, d.w};
+                    st_run<2, 4>(sm, L::DD + po, L::V_PL, xd);
+                    if (delta) {
+                        const float4 v = ld_in4<NP>(sm + L::SV + si * ESZ);
+                        const uint2 kh = *(const uint2 *)(sm + L::SK + po);
+                        const uint2 kl = *(const uint2 *)(sm + L::SK + L::V_PL + po);
+                        const float2 k0 = kp_sum2(kh.x, kl.x), k1 = kp_sum2(kh.y, kl.y);
+                        const float y[4] = {v.x - k0.x, v.y - k0.y, v.z - k1.x, v.w - k1.y};
+                        st_run<2, 4>(sm, L::Y + po, L::V_PL, y);
+                    } else {
+                        in4_planes<NP>(sm, L::DL + po, L::V_PL, L::SV + si * ESZ);  // Δ = V
+                        if (kh == 0 && r < nvalid) {
+                            st_out2<NP>(dvg, (size_t)r * rsv + v0 + c, d.x, d.y);
+                            st_out2<NP>(dvg, (size_t)r * rsv + v0 + c + 2, d.z, d.w);
                         }
-                        y[2 * k] = vv.x - kh.x;
-                        y[2 * k + 1] = vv.y - kh.y;
                     }
-                    st_run<2, EPT>(sm, L::Y + yi * L::PBV + yc * 2, L::V_PL, y);
+                    in4_planes<NP>(sm, L::DO + po, L::V_PL, L::SDO + si * ESZ);
                 }
-                if constexpr (NP == 2) {
-                    if (!delta) vd.template store<2>(sm, L::DL, L::PBV, L::V_PL, tid);
-                    vo.template store<2>(sm, L::DO, L::PBV, L::V_PL, tid);
-                }
-                dd.template store<2>(sm, L::DD, L::PBV, L::V_PL, tid);
             }
-            cp_async_wait_group<1>();  // dO (and V); H, dH' may still be in flight
-            __syncthreads();
+            __syncthreads();  // the planes complete; the staging free but for KHg
+            // the next sub-block, or the next pass's first
+            const int vn = v0 + VB < DV ? v0 + VB : 0, kn = v0 + VB < DV ? kh : kh + 1;
+            if (kn < NKH) stage1(kn, vn);
+            cp_async_commit();
 
             if (delta) {
-                if (ch < VSPLIT) {
-                    const int n0 = ch * (VB / VSPLIT);
-                    // Δ = T Y (T lower: k up to this row block)
+                if (ch == 0) {  // Δ = T Y (T lower: k up to this row block)
                     float acc[NTV][4] = {};
-                    wmm<2, false, true, NTV>(acc, sT, sY, m0, n0, 0, m0 + 16, lane);
-                    frag_each<NTV>(acc, m0, n0, lane, [&](int i, int j, float x0, float x1) {
+                    wmm<2, false, true, NTV>(acc, sT, sY, m0, 0, 0, m0 + 16, lane);
+                    frag_each<NTV>(acc, m0, 0, lane, [&](int i, int j, float x0, float x1) {
                         st_pair<2>(sm, L::DL + i * L::PBV + j * 2, L::V_PL, x0, x1);
                         st_pair<2>(sm, L::DH + i * L::PBV + j * 2, L::V_PL, hdec[i] * x0,
                                    hdec[i] * x1);
                     });
-                    // dV = T^T dΔ (k from this row block on)
+                } else {  // dV = T^T dΔ (k from this row block on)
                     float av[NTV][4] = {};
-                    wmm<2, true, true, NTV>(av, sT, sDD, m0, n0, m0, C, lane);
+                    wmm<2, true, true, NTV>(av, sT, sDD, m0, 0, m0, C, lane);
                     float ps[2] = {0.f, 0.f};
 #pragma unroll
                     for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
                         for (int hr = 0; hr < 2; ++hr) {
-                            const int i = m0 + g4 + hr * 8, j = n0 + nt * 8 + 2 * t4;
+                            const int i = m0 + g4 + hr * 8, j = nt * 8 + 2 * t4;
+                            const int po = i * L::PBV + j * 2;
                             const float x0 = av[nt][2 * hr], x1 = av[nt][2 * hr + 1];
-                            st_pair<NP>(sm, L::DVG + i * L::PBV + j * 2, L::V_PL, -gam[i] * x0,
-                                        -gam[i] * x1);
+                            st_pair<NP>(sm, dvo + po, L::V_PL, -gam[i] * x0, -gam[i] * x1);
                             if (kh == 0) {
-                                const float2 khg = kp_sum2(kq[nt][hr][0], kq[nt][hr][1]);
+                                const float2 khg = kp_sum2(*(const uint32_t *)(sm + L::SK + po),
+                                                           *(const uint32_t *)(sm + L::SK +
+                                                                               L::V_PL + po));
                                 if (i < nvalid) st_out2<NP>(dvg, (size_t)i * rsv + v0 + j, x0, x1);
                                 ps[hr] -= khg.x * x0 + khg.y * x1;
                             }
                         }
-                    if (kh == 0) {  // gamma_r k_r.dKg_r = -KHg_r.dV_r
+                    if (kh == 0) {  // gamma_r k_r.dKg_r = -KHg_r.dV_r, one partial per slot
                         ps[0] = quad_sum(ps[0]);
                         ps[1] = quad_sum(ps[1]);
                         if (t4 == 0) {
-                            pos2p[ch * C + m0 + g4] += ps[0];
-                            pos2p[ch * C + m0 + g4 + 8] += ps[1];
+                            pos2p[e * C + m0 + g4] += ps[0];
+                            pos2p[e * C + m0 + g4 + 8] += ps[1];
                         }
                     }
                 }
-            } else {  // Δ = V: Δh = diag(hdec) V, dV = dΔ
-                for (int e = tid; e < C * VB / 2; e += 256) {
-                    const int i = e / (VB / 2), j = (e % (VB / 2)) * 2;
+            } else {  // Δ = V: Δh = diag(hdec) V
+                for (int e2 = tid; e2 < C * VB / 2; e2 += 256) {
+                    const int i = e2 / (VB / 2), j = (e2 % (VB / 2)) * 2;
                     const float2 d = ld_pair<NP>(sm, L::DL + i * L::PBV + j * 2, L::V_PL);
                     st_pair<2>(sm, L::DH + i * L::PBV + j * 2, L::V_PL, hdec[i] * d.x,
                                hdec[i] * d.y);
-                    if (kh == 0 && i < nvalid) {
-                        const float2 dd = *(const float2 *)(dDg + (size_t)i * DV + v0 + j);
-                        st_out2<NP>(dvg, (size_t)i * rsv + v0 + j, dd.x, dd.y);
-                    }
                 }
             }
-            // H and dH' rows [c0, c0 + DKH), cols [v0, v0 + VB): the raw fp32 this thread copied
-            // (so its own wait suffices), then, once every thread has read its part, hi + lo
-            // planes over the same bytes; <H, dH'>
-            cp_async_wait_group<0>();
-            float4 hv[NHR], dv[NHR];
-#pragma unroll
-            for (int it = 0; it < NHR; ++it) {
-                const int i = tid + it * 256;  // raw offset 16 i = (r VB + c) 4
-                hv[it] = *(const float4 *)(sm + L::HB + i * 16);
-                dv[it] = *(const float4 *)(sm + L::DHB + i * 16);
-            }
-            __syncthreads();  // Δ, Δh, -γdV complete; the raw H, dH' blocks read
-#pragma unroll
-            for (int it = 0; it < NHR; ++it) {
-                const int i = tid + it * 256, r = i / (VB / 4), c = (i % (VB / 4)) * 4;
-                hdh += hv[it].x * dv[it].x + hv[it].y * dv[it].y + hv[it].z * dv[it].z +
-                       hv[it].w * dv[it].w;
-                const int off = r * L::PBV + c * 2;
-                st_pair<2>(sm, L::HB + off, L::HB_PL, hv[it].x, hv[it].y);
-                st_pair<2>(sm, L::HB + off + 4, L::HB_PL, hv[it].z, hv[it].w);
-                st_pair<2>(sm, L::DHB + off, L::HB_PL, dv[it].x, dv[it].y);
-                st_pair<2>(sm, L::DHB + off + 4, L::HB_PL, dv[it].z, dv[it].w);
-            }
+            __syncthreads();  // Δ, Δh, -γdV complete; KHg read
+            if (kn < NKH) stage2(vn);
+            cp_async_commit();
 
             if (kh == 0) {
                 if (delta) {
@@ -927,13 +902,25 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     wmm<NP, false, false, 4>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);    // dO V^T
                 }
             }
-            __syncthreads();  // the H, dH' planes complete
+            const smat sHB{sb + (uint32_t)hbo, L::PBV, L::HB_PL};
             wmm<NP, false, false, NQ, 2>(aQ, sDO, sHB, m0, q0, 0, VB, lane);    // dO H^T
             wmm<2, false, false, NQ>(aK, sDH, sDHB, m0, q0, 0, VB, lane);        // Δh dH'^T
-            if (delta)
-                wmm<NP, false, false, NQ, 2>(aK, sDVG, sHB, m0, q0, 0, VB, lane);  // -γdV H^T
+            if (delta && e == PAIR - 1)  // -γdV H^T of the VG group's sub-blocks, in order
+#pragma unroll 1
+                for (int x = 0; x < PAIR; ++x) {
+                    const smat sG{sb + L::DVG + x * NP * L::V_PL, L::PBV, L::V_PL};
+                    const smat sH{sb + L::HB + x * 2 * L::HB_PL, L::PBV, L::HB_PL};
+                    wmm<NP, false, false, NQ, 2>(aK, sG, sH, m0, q0, 0, VB, lane);
+                }
         }
         __syncthreads();  // the value-block buffers are dead: region R takes phase 2
+        if (kh == 0 && delta)  // Linv again (phase 1 overwrote the setup's copy), first needed by
+                               // dbd: it travels with the PA loads just below
+#pragma unroll
+            for (int pl = 0; pl < 2; ++pl)
+                cp_rows_bf16(sb + L::LV + pl * L::CC_PL, L::PBC, a.Lv + (cix * 2 + pl) * C * C, C,
+                             C, C, C, tid, 256);
+        cp_async_commit();
         load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);
         load_in_rows<NP>(sm, L::KH, L::PBH, L::QH_PL, kg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);
         cp_async_commit();  // waited for after the C x C work
@@ -955,6 +942,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 const int e = tid + it * 256, i = e / C, j = e % C;
                 pa1[it] = j < i ? PAg[i * C + j] : 0.f;
             }
+            cp_async_wait_group<1>();  // Linv (Q, K may still be in flight)
             __syncthreads();
 #pragma unroll
             for (int it = 0; it < C * C / 256; ++it) {
