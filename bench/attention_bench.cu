@@ -105,7 +105,8 @@ static void run_case(const char *name, int B, int T, int H, int D, int W) {
 int main() {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("attention_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+    printf("attention_bench on %s (%d SMs), bf16 forward: %s\n", prop.name, prop.multiProcessorCount,
+           attention_fwd_wgmma_selected() ? "wgmma kernel (GDN_ATTN_WGMMA=0: mma.sync)" : "mma.sync kernel");
     run_case("full", 8, 4096, 16, 128, 4096);
     run_case("window", 2, 16384, 16, 128, 2048);
     return 0;

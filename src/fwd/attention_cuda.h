@@ -2,7 +2,8 @@
 // backward, flash-attention scheme: q/k/v tiles in shared memory, online softmax, bf16 tensor
 // cores (mma.sync m16n8k16, fp32 accumulate; sm_80 and sm_90a), only the log-sum-exp saved per
 // row, the backward recomputes the scores. Key/query blocks outside the window are never
-// visited, so the cost is O(T * window), not O(T^2).
+// visited, so the cost is O(T * window), not O(T^2). On sm_90a the bf16 forward runs on
+// wgmma.mma_async (attention_fwd_wgmma_selected below; GDN_ATTN_WGMMA=0 keeps mma.sync).
 //
 //   s_ij = scale q_i.k_j  for  i - window < j <= i   (window >= T: full causal)
 //   lse_i = log sum_j exp(s_ij),  o_i = sum_j exp(s_ij - lse_i) v_j
@@ -54,6 +55,11 @@ size_t attention_workspace_bytes(const attn_params *p);
 // Public entries: check shapes, dtype, pointers and alignment (16 bytes), then launch.
 void attention_fwd(const attn_params *p);  // reads q, k, v; writes o, lse
 void attention_bwd(const attn_params *p);  // reads q, k, v, o, lse, dO; writes dq, dk, dv
+// 1 when attention_fwd runs bf16 through the Hopper kernel (wgmma.mma_async, operands in shared
+// memory): on a compute capability 9.x current device when the binary carries the sm_90a image,
+// unless GDN_ATTN_WGMMA=0 is in the environment (read once; keeps the mma.sync kernel, for
+// comparisons). Measured on an H200: bench/attention.md, session 6.
+int attention_fwd_wgmma_selected(void);
 
 #ifdef __cplusplus
 }
@@ -64,6 +70,7 @@ void attention_bwd(const attn_params *p);  // reads q, k, v, o, lse, dO; writes 
 #include <stdint.h>
 #include <cuda_bf16.h>
 #include "gdn_chunk_common.cuh"  // PTX wrappers: smem_u32, cp_async16 (0 bytes: zero fill), ldsm4(t), pack_bf16
+#include "wgmma.cuh"             // sw128 (the wgmma path's tile layout) and the wgmma wrappers
 
 #define ATTN_LOG2E 1.4426950408889634f
 #define ATTN_LN2 0.6931471805599453f
@@ -121,7 +128,9 @@ __device__ __forceinline__ float attn_ex2(float x) {
 
 // Copy rows [row0, row0 + R) of head (b, h) of a (B,T,H,D) bf16 tensor into a swizzled tile;
 // rows >= T are zero-filled. All NT threads of the block take part; no commit here.
-template <int R, int D, int NT>
+// PANELS = false: the attn_swz layout (ldmatrix); true: wgm::sw128<R>, the 128-byte swizzled
+// 64-column panels that wgmma reads through matrix descriptors (wgmma.cuh).
+template <int R, int D, int NT, bool PANELS = false>
 __device__ __forceinline__ void attn_load_tile(__nv_bfloat16 *tile, const __nv_bfloat16 *g,
                                                int b, int h, int row0, int T, int H, int tid) {
     constexpr int CPR = D / 8;  // 16-byte chunks per row
@@ -134,7 +143,8 @@ __device__ __forceinline__ void attn_load_tile(__nv_bfloat16 *tile, const __nv_b
             src = g + (((size_t)b * T + t) * H + h) * D + c * 8;
             bytes = 16;
         }
-        gdnk::cp_async16(gdnk::smem_u32(tile + attn_swz<D>(r, c * 8)), src, bytes);
+        const int off = PANELS ? wgm::sw128<R>(r, c * 8) : attn_swz<D>(r, c * 8);
+        gdnk::cp_async16(gdnk::smem_u32(tile + off), src, bytes);
     }
 }
 #endif

@@ -11,6 +11,9 @@
 // workspace poisoned again before each. Also: the deterministic backward is bitwise
 // reproducible (dq, dk, dv; two runs compared byte for byte), and in the nondeterministic mode
 // dk and dv still are.
+// On an sm_90 device the bf16 forward runs the wgmma kernel unless GDN_ATTN_WGMMA=0 (the header
+// line says which path ran; run both); the backward always reads the forward's o and lse, so every row
+// also checks the backward on them.
 // The oracle runs on all CPU cores, one task per (config, head).
 #include "gputest.h"
 #include <atomic>
@@ -100,6 +103,8 @@ static double rel_err(const std::vector<double> &got, const std::vector<double> 
 
 int main() {
     gpu_require("test_attention");
+    printf("bf16 forward: %s\n", attention_fwd_wgmma_selected() ? "wgmma kernel (sm_90a; GDN_ATTN_WGMMA=0: mma.sync)"
+                                                                 : "mma.sync kernel");
     const int Ts[] = {1, 63, 64, 65, 300, 4096};
     const int Ds[] = {64, 128};
     std::vector<cfg *> cfgs;
