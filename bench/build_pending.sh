@@ -56,5 +56,6 @@ variant() {
 
 # main with only the test's per-gradient hash lines (ghash) of the kernel patch: the base
 variant main - test_gdn_bwd gdn_bwd_bench
-variant gdnprefetch docs/pending/gdn_bwd_final_prefetch.patch test_gdn_bwd gdn_bwd_bench
+variant gdnrecompute docs/pending/gdn_bwd_recompute.patch test_gdn_bwd gdn_bwd_bench
+variant attnbwd docs/pending/attention_bwd_wgmma.patch test_wgmma test_model_cuda attention_bench
 du -sh "$out"

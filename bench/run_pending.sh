@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: gdnprefetch (default), main; gdnfinal, gdnscan
-#   (session 5) and residual, narrow, attention (session 4) need those sessions' patches, in git history)
+#   bench/run_pending.sh [SECTION...]      sections: gdnrecompute attnbwd (default), main; gdnprefetch
+#   (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
+#   sessions' patches, in git history)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
 # one H200: main ~3.5 min, residual ~2.5 min, narrow ~2.5 min, gdnfinal ~5 min, attention ~3 min;
 # a call is at most 10 min, so run two sections per call.
@@ -33,7 +34,7 @@ seeds() {
     done
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(gdnprefetch)
+[ ${#sections[@]} -eq 0 ] && sections=(gdnrecompute attnbwd)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -68,7 +69,7 @@ for sec in "${sections[@]}"; do
         timeout 60 "$B/narrow/gdn-train" configs/fla-220m.ini --set train.device=cuda --set train.steps=25 \
             --set train.out_dir=/dev/shm/f220pn --profile 20 >"$out/profile-narrow.log" 2>&1
         echo "profile (narrow): exit $?"; sed -n '/^matmuls by shape/,$p' "$out/profile-narrow.log" | head -16 ;;
-    gdnfinal | gdnscan | gdnprefetch)  # the GDN backward patch $sec against main (hashes, per-gradient ghash, bench)
+    gdnfinal | gdnscan | gdnprefetch | gdnrecompute)  # the GDN backward patch $sec against main (hashes, per-gradient ghash, bench)
         GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
         echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
         GDN_TEST_HASH=1 timeout 240 "$B/$sec/test_gdn_bwd" >"$out/gdn-$sec.log" 2>&1
@@ -92,6 +93,23 @@ for sec in "${sections[@]}"; do
                 grep '^RESULT' "$out/gdn_bwd_bench-$v-$r.log" | cut -c1-150 | sed "s/^/$v round $r: /"
             done
         done ;;
+    attnbwd)  # the wgmma attention backward (session 6 patch): both backwards, then the model
+        A=$B/attnbwd
+        timeout 30 $A/test_wgmma >"$out/test_wgmma.log" 2>&1
+        echo "test_wgmma: exit $?; $(tail -1 "$out/test_wgmma.log")"
+        timeout 60 $A/test_attention >"$out/ta-wgmma-bwd.log" 2>&1
+        echo "test_attention (wgmma bwd): exit $?; $(tail -1 "$out/ta-wgmma-bwd.log")"; grep FAIL "$out/ta-wgmma-bwd.log" | head -6
+        GDN_ATTN_WGMMA_BWD=0 timeout 60 $A/test_attention >"$out/ta-mma-bwd.log" 2>&1
+        echo "test_attention (mma.sync bwd): exit $?; $(tail -1 "$out/ta-mma-bwd.log")"; grep FAIL "$out/ta-mma-bwd.log" | head -3
+        for r in 1 2; do
+            GDN_ATTN_WGMMA_BWD=0 timeout 60 $A/attention_bench >"$out/bench-mma-$r.log" 2>&1
+            grep '^RESULT' "$out/bench-mma-$r.log" | sed "s/^/mma.sync bwd, round $r: /"
+            timeout 60 $A/attention_bench >"$out/bench-wgmma-$r.log" 2>&1
+            grep '^RESULT' "$out/bench-wgmma-$r.log" | sed "s/^/wgmma bwd, round $r: /"
+        done
+        synth
+        timeout 150 $A/test_model_cuda >"$out/tmc-attnbwd.log" 2>&1
+        echo "test_model_cuda (wgmma bwd): exit $?; $(tail -1 "$out/tmc-attnbwd.log")"; grep FAIL "$out/tmc-attnbwd.log" | head -3 ;;
     attention)
         for v in main attention; do
             mkdir -p "$out/attn-$v"
