@@ -58,4 +58,5 @@ variant() {
 variant main - test_gdn_bwd gdn_bwd_bench
 variant gdnrecompute docs/pending/gdn_bwd_recompute.patch test_gdn_bwd gdn_bwd_bench
 variant attnbwd docs/pending/attention_bwd_wgmma.patch test_wgmma test_model_cuda attention_bench
+variant attnfwd2 docs/pending/attention_fwd_overlap.patch attention_bench
 du -sh "$out"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: gdnrecompute attnbwd (default), main; gdnprefetch
+#   bench/run_pending.sh [SECTION...]      sections: gdnrecompute attnbwd attnfwd2 (default), main; gdnprefetch
 #   (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
 #   sessions' patches, in git history)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
@@ -34,7 +34,7 @@ seeds() {
     done
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(gdnrecompute attnbwd)
+[ ${#sections[@]} -eq 0 ] && sections=(gdnrecompute attnbwd attnfwd2)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -110,6 +110,22 @@ for sec in "${sections[@]}"; do
         synth
         timeout 150 $A/test_model_cuda >"$out/tmc-attnbwd.log" 2>&1
         echo "test_model_cuda (wgmma bwd): exit $?; $(tail -1 "$out/tmc-attnbwd.log")"; grep FAIL "$out/tmc-attnbwd.log" | head -3 ;;
+    attnfwd2)  # the overlapped wgmma forward (session 6 patch): three forwards, tests and benches
+        A=$B/attnfwd2
+        for f in 1 0 2; do  # GDN_ATTN_WGMMA_FWD2: 1 = unset (new, 3 stages), 0 = current kernel, 2 = new, 2 stages
+            if [ $f = 1 ]; then unset GDN_ATTN_WGMMA_FWD2; else export GDN_ATTN_WGMMA_FWD2=$f; fi
+            timeout 60 $A/test_attention >"$out/ta-fwd2-$f.log" 2>&1
+            echo "test_attention (FWD2 ${GDN_ATTN_WGMMA_FWD2-unset}): exit $?; $(tail -1 "$out/ta-fwd2-$f.log")"
+            grep FAIL "$out/ta-fwd2-$f.log" | head -4
+        done
+        for r in 1 2; do
+            for f in 0 1 2; do
+                if [ $f = 1 ]; then unset GDN_ATTN_WGMMA_FWD2; else export GDN_ATTN_WGMMA_FWD2=$f; fi
+                timeout 60 $A/attention_bench >"$out/bench-fwd2-$f-$r.log" 2>&1
+                grep '^RESULT' "$out/bench-fwd2-$f-$r.log" | cut -d' ' -f2-9 | sed "s/^/FWD2 ${GDN_ATTN_WGMMA_FWD2-unset}, round $r: /"
+            done
+        done
+        unset GDN_ATTN_WGMMA_FWD2 ;;
     attention)
         for v in main attention; do
             mkdir -p "$out/attn-$v"
