@@ -118,6 +118,12 @@ for sec in "${sections[@]}"; do
             echo "test_attention (FWD2 ${GDN_ATTN_WGMMA_FWD2-unset}): exit $?; $(tail -1 "$out/ta-fwd2-$f.log")"
             grep FAIL "$out/ta-fwd2-$f.log" | head -4
         done
+        # meant bitwise equal to the current kernel: the error columns must match row for row
+        if diff <(grep -E "pass|FAIL" "$out/ta-fwd2-0.log") <(grep -E "pass|FAIL" "$out/ta-fwd2-1.log") >"$out/ta-fwd2-diff.txt"; then
+            echo "test_attention rows: identical (FWD2 0 vs default)"
+        else
+            echo "test_attention rows: $(grep -c '^>' "$out/ta-fwd2-diff.txt") differ (FWD2 0 vs default)"; head -4 "$out/ta-fwd2-diff.txt"
+        fi
         for r in 1 2; do
             for f in 0 1 2; do
                 if [ $f = 1 ]; then unset GDN_ATTN_WGMMA_FWD2; else export GDN_ATTN_WGMMA_FWD2=$f; fi
