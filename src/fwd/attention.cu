@@ -485,24 +485,24 @@ fwd_kparams fwd_make_kparams(const attn_params *p, int W) {
     return kp;
 }
 
-template <int D>
-void attention_fwd_launch_bf16(const attn_params *p, int W) {
+// One launch of a bf16 forward kernel: a CTA of `threads` per BQ query rows of one (b, h),
+// grid (ceil(T / BQ), H, B), `smem` bytes of dynamic shared memory.
+void fwd_launch(void (*kernel)(const fwd_kparams), int smem, int bq, int threads, const attn_params *p, int W) {
     const fwd_kparams kp = fwd_make_kparams(p, W);
-    constexpr int smem = fwd_smem_bytes<D>();
-    CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    dim3 grid(GDN_CDIV(p->T, FWD_BQ), p->H, p->B);
-    attention_fwd_kernel<D><<<grid, FWD_THREADS, smem, p->stream>>>(kp);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    dim3 grid(GDN_CDIV(p->T, bq), p->H, p->B);
+    kernel<<<grid, threads, smem, p->stream>>>(kp);
     CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
+void attention_fwd_launch_bf16(const attn_params *p, int W) {
+    fwd_launch(attention_fwd_kernel<D>, fwd_smem_bytes<D>(), FWD_BQ, FWD_THREADS, p, W);
+}
+
+template <int D>
 void attention_fwd_launch_wgmma(const attn_params *p, int W) {
-    const fwd_kparams kp = fwd_make_kparams(p, W);
-    constexpr int smem = fwd_wgmma_smem_bytes<D>();
-    CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    dim3 grid(GDN_CDIV(p->T, WG_BQ), p->H, p->B);
-    attention_fwd_wgmma_kernel<D><<<grid, WG_THREADS, smem, p->stream>>>(kp);
-    CUDA_CHECK_LAUNCH();
+    fwd_launch(attention_fwd_wgmma_kernel<D>, fwd_wgmma_smem_bytes<D>(), WG_BQ, WG_THREADS, p, W);
 }
 
 template <int D>
