@@ -57,6 +57,8 @@ static void cpu_conv_silu3_l2_fwd(void *y0, void *y1, void *y2, void *rn0, void 
                                   int C2, int K, size_t ld, int nd, double eps, double s0,
                                   double s1) {
     const size_t N = (size_t)B * T;
+    if (nd < 1 || C0 % nd || C1 % nd)
+        gdn_die("conv_silu3_l2_fwd: heads of %d channels do not tile %d, %d", nd, C0, C1);
     cpu_conv_silu3_fwd(y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld);
     l2norm_fwd_cpu(y0, rn0, y0, N * (C0 / nd), nd, eps, s0);
     l2norm_fwd_cpu(y1, rn1, y1, N * (C1 / nd), nd, eps, s1);

@@ -492,13 +492,14 @@ static void residual_norm_fwd(model *m, void *x_out, void *xn, void *rstd, const
 // conv output is not kept: the backward recomputes it) or of the projection, then per-head L2
 // norm of q (x 1/sqrt dk) and k (inside the conv op when q, k, v are one fused projection; else
 // through the q_act / k_act temporary). Also what train.recompute redoes (recompute_layer).
+static double gdn_q_scale(const model *m) { return 1.0 / sqrt(m->dk); }  // q's norm: x 1/sqrt dk
 static void gdn_qkv_fwd(model *m, int l) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
     int N = m->N, H = m->H, hk = H * m->dk, hv = H * m->dv, K = m->cfg.gdn_conv_size;
     const inproj_layout L = gdn_inproj(m, l);
-    const double eps = 1e-6, q_scale = 1.0 / sqrt(m->dk);
+    const double eps = 1e-6, q_scale = gdn_q_scale(m);
     if (L.conv3) {  // q, k, v columns side by side in the fused projection: one call, q, k normed
         be->conv_silu3_l2_fwd(a->qn, a->kn, a->v_act, a->rq, a->rk, a->q_lin, P(lp->conv_q), m->B,
                               m->T, hk, hk, hv, K, L.ld_q, m->dk, eps, q_scale, 1.0);
@@ -681,7 +682,7 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     // dx into the group's columns, one GEMM backward for all after the loop)
     // (the L2 norm backward reads its output qn / kn: y below)
     struct { void *dgrad; int w, conv, width; void *lin, *y, *rn; double scale; size_t col, ld; } path[3] = {
-        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->qn, a->rq, 1.0 / sqrt(m->dk), L.cq, L.ld_q},
+        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->qn, a->rq, gdn_q_scale(m), L.cq, L.ld_q},
         {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->kn, a->rk, 1.0, L.ck, L.ld_q},
         {D[5], lp->wv, lp->conv_v, hv, a->v_lin, NULL, NULL, 1.0, L.cv, L.ld_v},
     };
