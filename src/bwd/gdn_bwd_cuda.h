@@ -10,6 +10,8 @@
 //                         dΔ = dΔ_loc + diag(gamma_C/gamma) K dH',
 //                         dH = gamma_C dH' + (diag(gamma) Q)^T dO - W^T dΔ  -> dΔ, dH' per chunk
 //   final  per chunk      Δ = T (V - KHg), dV = T^T dΔ, dq, dk, dbeta, dg (cancellation-free)
+// With bf16 inputs and Dk <= 128 the final kernel forms P, Gam ⊙ K K^T, KHg and dΔ itself
+// (prep stores only T's Linv, W and dΔ_loc, the scan no dΔ): a smaller workspace.
 // Deterministic: no atomics; every sum has a fixed order, so equal inputs give equal bits.
 //
 // Layout as gdn_fwd_params (gdn_cuda.h): q, k, dq, dk (B,T,H,Dk); v, dO, dv (B,T,H,Dv) in

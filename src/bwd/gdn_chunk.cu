@@ -36,6 +36,12 @@
 //                     the pass's Q, K columns and (first pass) the C x C work (dQK,
 //                     Z = dT T^T, dA, X, dbeta, the dg cross sums); then dq, dk of the pass's
 //                     columns.
+// Recompute path (bf16 inputs, Dk <= 128: recompute_path): prep writes only Linv, W and dΔ_loc
+//   (into the dH' slot of its chunk), never reads H; the scan does not write dΔ; the final
+//   kernel forms P = Gam ⊙ QK^T (setup; one plane, as prep's) with K resident, per value
+//   sub-block dΔ = P^T dO + diag(hdec) K dH' (dH' hi + lo) and KHg = diag(gamma) K H (fp32,
+//   not rounded to planes), and QK^T, KK^T again for the C x C work (the same bits as prep's).
+//   The recomputed forward's o and workspace go to the dH' region.
 // Tensor cores: mma.sync m16n8k16 bf16 -> fp32; fp32 inputs run the same kernels with operands
 // split into bf16 hi + lo planes (NP = 2). With bf16 inputs (NP = 1) the inputs Q, K, V, dO are
 // exact as one plane, and the intermediates that dg and dbeta rest on are hi + lo planes too
@@ -47,7 +53,7 @@
 // left for them at Dk >= 128, and the scan, the sequential part, was left as it was).
 // Workspace (gdn_chunk_bwd_workspace_bytes) holds, per chunk: Hs, dH' (fp32 Dk x Dv), dΔ (fp32
 // C x Dv; first the forward's unused o), P|AK (fp32 C x C), Linv (2 planes C x C), W (NP planes
-// C x Dk), KHg (2 planes C x Dv).
+// C x Dk), KHg (2 planes C x Dv); on the recompute path only Hs, dH', Linv and W.
 #include "gdn_bwd_cuda.h"
 
 #include <stdint.h>
@@ -65,6 +71,12 @@ using bf16 = __nv_bfloat16;
 constexpr int SMEM_MAX = 232448;  // dynamic shared memory per block on sm_90 (227 KiB)
 constexpr int SMEM_SM = 233472;   // shared memory per SM on sm_90 (228 KiB; 1 KiB of it per CTA)
 constexpr int cmax(int a, int b) { return a > b ? a : b; }
+// bf16 inputs with Dk <= 128 (the final kernel takes all key columns in one pass): the final
+// kernel recomputes P, Gam ⊙ KK^T, KHg and dΔ from what it has on chip instead of reading them
+// from the workspace, prep skips H, and dΔ_loc (prep -> scan) lives in the dH' slot of its chunk
+// (the scan reads a chunk's columns of it before it writes their dH' there). Dk 256 and fp32
+// keep them in the workspace. The host asks the same (gdn_bwd_rc).
+__host__ __device__ constexpr bool recompute_path(int DK, int NP) { return NP == 1 && DK <= 128; }
 
 // Everything a kernel reads: the caller's params and the carved workspace.
 struct bwd_args {
@@ -72,14 +84,15 @@ struct bwd_args {
     int NC;              // chunks per sequence
     const float *Hs;     // (B,H,NC,Dk,Dv) chunk-start states (forward or recomputed)
     float *dHs;          // (B,H,NC,Dk,Dv) gradient of each chunk's end state (scan -> final)
-    float *dD;           // (B,H,NC,C,Dv) dΔ_loc (prep) -> dΔ (scan) -> read by final
+    float *dD;           // (B,H,NC,C,Dv) dΔ_loc (prep) -> dΔ (scan) -> read by final; NULL
+                         // on the recompute path (dΔ_loc in dHs, dΔ formed by each kernel)
     float *PA;           // (B,H,NC,C,C) lower incl. diag: Gam ⊙ QK^T; strictly upper [j][i]:
-                         // (Gam ⊙ KK^T)_ij (prep -> final)
+                         // (Gam ⊙ KK^T)_ij (prep -> final); NULL on the recompute path
     bf16 *Lv;            // (B,H,NC,2,C,C) Linv hi + lo planes, any dtype (prep -> final)
     bf16 *Wp;            // (B,H,NC,NP,C,Dk) W planes (prep -> scan)
     bf16 *Kp;            // (B,H,NC,2,C,Dv) KHg = diag(gamma) K H hi + lo planes, any dtype
                          // (prep -> final, which forms Y = V - KHg in fp32 and takes
-                         // gamma k.dKg = -KHg.dV from it)
+                         // gamma k.dKg = -KHg.dV from it); NULL on the recompute path
 };
 
 // ---- input / output element pairs (bf16 when NP == 1, fp32 when NP == 2) --------------------
@@ -215,15 +228,16 @@ __device__ __forceinline__ void in4_planes(unsigned char *sm, int dst, int pl, i
 // =============================================================================================
 template <int DK, int NP>
 struct prep_layout {
+    static constexpr bool RC = recompute_path(DK, NP);  // no H, KHg, PA
     static constexpr int VB = NP == 1 ? 64 : 32;       // value columns per block of Y, dΔ_loc
     static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
     static constexpr int PBC = (C + 8) * 2, CC_PL = C * PBC;
     static constexpr int PBV = (VB + 8) * 2, HB_PL = DK * PBV, DO_PL = C * PBV;
     static constexpr int PA = C + 4;                   // fp32 pitch of A / Linv
     static constexpr int HP = 2;                       // H planes: hi + lo also for bf16 inputs
-    // region 0: Q, then diag(gamma) K (after P), then H and dO blocks (after W)
-    static constexpr int R0 = cmax(NP * QK_PL, HP * HB_PL + NP * DO_PL);
-    static constexpr int Q = 0, KG = 0, HB = 0, DO = HP * HB_PL;
+    // region 0: Q, then diag(gamma) K (after P), then H (not RC) and dO blocks (after W)
+    static constexpr int R0 = cmax(NP * QK_PL, (RC ? 0 : HP * HB_PL) + NP * DO_PL);
+    static constexpr int Q = 0, KG = 0, HB = 0, DO = RC ? 0 : HP * HB_PL;
     static constexpr int K = R0;
     static constexpr int A = K + NP * QK_PL;
     static constexpr int T = A + C * PA * 4;
@@ -238,6 +252,7 @@ template <int DK, int NP>
 __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant__ bwd_args a) {
     using L = prep_layout<DK, NP>;
     constexpr int VB = L::VB, NTV = VB / 8;
+    constexpr bool RC = L::RC;
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_bwd_params &p = a.p;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
@@ -276,7 +291,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     __syncthreads();
 
     // ---- P = Gam ⊙ Q K^T (lower), A = strictLower(beta_i Gam ⊙ K K^T) ------------------------
-    float *PAg = a.PA + cix * C * C;
+    float *PAg = RC ? nullptr : a.PA + cix * C * C;
     {
         float aq[8][4] = {}, ak[8][4] = {};
         for (int kk = 0; kk < DK; kk += 16) {
@@ -300,16 +315,20 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
         frag_each<8>(aq, m0, 0, lane, [&](int i, int j, float x0, float x1) {
             const float p0 = x0 * gam_ij(Gh, Gl, i, j), p1 = x1 * gam_ij(Gh, Gl, i, j + 1);
             st_pair<NP>(sm, L::P + i * L::PBC + j * 2, L::CC_PL, p0, p1);
-            if (j <= i) PAg[i * C + j] = p0;
-            if (j + 1 <= i) PAg[i * C + j + 1] = p1;
+            if constexpr (!RC) {
+                if (j <= i) PAg[i * C + j] = p0;
+                if (j + 1 <= i) PAg[i * C + j + 1] = p1;
+            }
         });
         if (delta)
             frag_each<8>(ak, m0, 0, lane, [&](int i, int j, float x0, float x1) {
                 const float a0 = j < i ? x0 * gam_ij(Gh, Gl, i, j) : 0.f;
                 const float a1 = j + 1 < i ? x1 * gam_ij(Gh, Gl, i, j + 1) : 0.f;
                 *(float2 *)(Asm + i * L::PA + j) = make_float2(bsm[i] * a0, bsm[i] * a1);
-                if (j < i) PAg[j * C + i] = a0;
-                if (j + 1 < i) PAg[(j + 1) * C + i] = a1;
+                if constexpr (!RC) {
+                    if (j < i) PAg[j * C + i] = a0;
+                    if (j + 1 < i) PAg[(j + 1) * C + i] = a1;
+                }
             });
     }
     __syncthreads();
@@ -367,9 +386,9 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     }
     __syncthreads();  // region 0 is reused for H and dO blocks
 
-    // ---- per value block: KHg = diag(gamma) K H (H as hi + lo), dΔ_loc = P^T dO -----------------
+    // ---- per value block: KHg = diag(gamma) K H (H as hi + lo; not RC), dΔ_loc = P^T dO ---------
     for (int v0 = 0; v0 < DV; v0 += VB) {
-        if (delta)
+        if (!RC && delta)
             cvt_rows_f32<L::HP>(sm, L::HB, L::PBV, L::HB_PL, a.Hs + cix * DK * DV + v0, DV, DK,
                                 VB, DK, tid, 128);
         load_in_rows<NP>(sm, L::DO, L::PBV, L::DO_PL, dog + v0 * esz, rsv, C, VB, nvalid, tid,
@@ -377,7 +396,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
         cp_async_commit();
         cp_async_wait_all();
         __syncthreads();
-        if (delta) {
+        if (!RC && delta) {
             float acc[NTV][4] = {};
             wmm<NP, false, true, NTV, L::HP>(acc, sK, sH, m0, 0, 0, DK, lane);
             bf16 *Kg = a.Kp + cix * 2 * C * DV;
@@ -389,7 +408,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
         {
             float acc[NTV][4] = {};
             wmm<NP, true, true, NTV>(acc, sP, sDO, m0, 0, m0, C, lane);
-            float *dDg = a.dD + cix * C * DV + v0;
+            float *dDg = (RC ? a.dHs + cix * DK * DV : a.dD + cix * C * DV) + v0;  // row stride Dv
             frag_each<NTV>(acc, m0, 0, lane, [&](int i, int j, float x0, float x1) {
                 *(float2 *)(dDg + (size_t)i * DV + j) = make_float2(x0, x1);
             });
@@ -448,6 +467,7 @@ template <int DK, int DVB, int NP, int SMAX>
 __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant__ bwd_args a) {
     using L = scan_layout<DK, DVB, NP, SMAX>;
     constexpr int MT = DK / 64, NTV = DVB / 8, RW = DK / 4;  // m-tiles, n-tiles, rows per warp
+    constexpr bool RC = recompute_path(DK, NP);
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_bwd_params &p = a.p;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -465,6 +485,8 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
     const smat sDO{sb + L::DO, L::PBV, L::DO_PL}, sDD{sb + L::DD, L::PBV, L::DO_PL};
 
     auto stage = [&](int n) { return L::S == 2 ? (n & 1) * L::SET : 0; };
+    // chunk ci's dΔ_loc (row stride Dv): its own region, or (RC) the start of its dH' slot
+    auto dd_loc = [&](size_t ci) { return RC ? a.dHs + ci * DK * DV : a.dD + ci * C * DV; };
     auto load_chunk = [&](int n) {
         const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
         const size_t row0 = ((size_t)b * T + t0) * H + h;
@@ -481,7 +503,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         }
         if (tid < C) {
             const bool ok = tid < nv && gate;
-            cp_async4(sb + st + L::G + tid * 4, ok ? p.g + row0 + (size_t)tid * H : a.dD,
+            cp_async4(sb + st + L::G + tid * 4, ok ? p.g + row0 + (size_t)tid * H : RC ? a.dHs : a.dD,
                       ok ? 4 : 0);
         }
     };
@@ -491,7 +513,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
         const size_t row0 = ((size_t)b * T + t0) * H + h;
         cp_rows16<C, DVB * 4, 128>(sb + st + L::DDR, L::PDD,
-                                   (const unsigned char *)(a.dD + (bh * NC + n) * C * DV + v0),
+                                   (const unsigned char *)(dd_loc(bh * NC + n) + v0),
                                    (size_t)DV * 4, C, tid);
         cp_rows16<C, DVB * 2 * NP, 128>(sb + st + L::DOR, L::PDO,
                                         (const unsigned char *)p.dO + (row0 * DV + v0) * esz,
@@ -552,15 +574,11 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         const size_t row0 = ((size_t)b * T + t0) * H + h, cix = bh * NC + n;
         const smat sQ{sb + st + L::Q, L::PBK, L::QK_PL}, sK{sb + st + L::K, L::PBK, L::QK_PL};
         const smat sW{sb + st + L::W, L::PBK, L::QK_PL};
-        store_dh_global(a.dHs + cix * DK * DV);  // dH' of chunk n (gradient of its end state)
-        gates_warp((const float *)(sm + st + L::G), Gh, Gl, gam, hdec, lane);
-        __syncwarp();
-
         // this thread's dΔ_loc and dO pairs (rows 16 warp + g4 (+8), cols nt 8 + 2 t4)
-        float *dDg = a.dD + cix * C * DV + v0;
+        float *dDg = dd_loc(cix) + v0;
         // (PF: from the chunk's set, after the barrier below; same values, zero rows included)
         float2 ddl[NTV][2], dov[NTV][2];
-        if constexpr (!L::PF) {
+        auto ld_dd_do = [&]() {
             const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz + v0 * esz;
 #pragma unroll
             for (int nt = 0; nt < NTV; ++nt)
@@ -571,12 +589,21 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
                     dov[nt][hr] =
                         i < nv ? ld_in2<NP>(dog, (size_t)i * rsv + c) : make_float2(0.f, 0.f);
                 }
-        }
+        };
+        // dH' of chunk n (gradient of its end state) -> its slot; on the recompute path without PF
+        // only after the barrier behind (1), which follows every thread's dΔ_loc loads from that
+        // slot (the loads stay here: issued before gates_warp they cost registers, 72 -> 126 at
+        // <64,16,1,1>, and one CTA per SM)
+        if constexpr (!(RC && !L::PF)) store_dh_global(a.dHs + cix * DK * DV);
+        gates_warp((const float *)(sm + st + L::G), Gh, Gl, gam, hdec, lane);
+        __syncwarp();
+        if constexpr (!L::PF) ld_dd_do();
 
         // (1) dΔ = dΔ_loc + diag(hdec) K dH'
         float a1[NTV][4] = {};
         wmm<NP, false, true, NTV>(a1, sK, sDH, warp * 16, 0, 0, DK, lane);
         __syncthreads();  // dH' planes are no longer read: the region takes gamma dO and -dΔ
+        if constexpr (RC && !L::PF) store_dh_global(a.dHs + cix * DK * DV);
 #pragma unroll
         for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
@@ -588,7 +615,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
                 }
                 const float x0 = ddl[nt][hr].x + hdec[i] * a1[nt][2 * hr];
                 const float x1 = ddl[nt][hr].y + hdec[i] * a1[nt][2 * hr + 1];
-                *(float2 *)(dDg + (size_t)i * DV + c) = make_float2(x0, x1);
+                if constexpr (!RC) *(float2 *)(dDg + (size_t)i * DV + c) = make_float2(x0, x1);
                 st_pair<NP>(sm, L::DD + i * L::PBV + c * 2, L::DO_PL, -x0, -x1);
                 st_pair<NP>(sm, L::DO + i * L::PBV + c * 2, L::DO_PL, gam[i] * dov[nt][hr].x,
                             gam[i] * dov[nt][hr].y);
@@ -633,6 +660,7 @@ struct final_layout {
     // bits as then). The staging and one more H block and -γdV (the VG group's first, kept for
     // its -γdV H^T) need VB = 32 with bf16 inputs.
     static constexpr int VB = NP == 1 ? 32 : 16, PAIR = NP == 1 ? 2 : 1, VG = PAIR * VB;
+    static constexpr bool RC = recompute_path(DK, NP);            // (then DKH = DK)
     static constexpr int ESZ = NP == 1 ? 2 : 4;                   // input element bytes
     static constexpr int DKH = NP == 1 ? (DK < 128 ? DK : 128) : 64;  // key columns per pass
     static constexpr int PBH = (DKH + 8) * 2, QH_PL = C * PBH;
@@ -644,7 +672,11 @@ struct final_layout {
     static constexpr int TT = 0;                                  // T = Linv diag(beta) (2)
     static constexpr int DQK = TT + 2 * CC_PL;                    // dQK = dP ⊙ Gam
     static constexpr int XB = DQK + NP * CC_PL;                   // X = diag(beta)(dA ⊙ Gam)
-    static constexpr int SMALL = XB + NP * CC_PL;
+    // RC: K (one plane, all columns; the pass's K of phase 2 too) and P = Gam ⊙ QK^T (one plane,
+    // as prep's, for dΔ's P^T dO), both formed in the setup
+    static constexpr int KR = XB + NP * CC_PL;
+    static constexpr int PP = KR + (RC ? QH_PL : 0);
+    static constexpr int SMALL = PP + (RC ? CC_PL : 0);
     // fp32 [C]: g, beta, Gh, Gl, gam, hdec, pos1p[2], tkp[2], pos2p[2], dbp[2], dbd, cross; red[256]
     // (red: the 8 warp sums of <H, dH'>; the rest is unused)
     static constexpr int R = SMALL + (18 * C + 256) * 4;
@@ -660,9 +692,10 @@ struct final_layout {
                                                                   // slots (slot = place in VG)
     static constexpr int DHB = HB + PAIR * 2 * HB_PL;             // dH' block (2)
     static constexpr int END1 = DHB + 2 * HB_PL;
-    // phase 2 (after the value sub-blocks of a pass): its Q, K columns and the C x C work
-    static constexpr int QH = R, KH = QH + NP * QH_PL;
-    static constexpr int F1 = KH + NP * QH_PL;                    // fp32: dP, then M, prefixes
+    // phase 2 (after the value sub-blocks of a pass): its Q, K columns and the C x C work (RC:
+    // K is resident; Q is here in the setup too)
+    static constexpr int QH = R, KH = RC ? KR : QH + NP * QH_PL;
+    static constexpr int F1 = QH + (RC ? 1 : 2) * NP * QH_PL;    // fp32: dP, then M, prefixes
     static constexpr int DT = F1 + C * PF * 4;                    // dT (lower, 2 planes)
     static constexpr int ZB = DT + 2 * CC_PL;                     // Z = dT T^T (2)
     static constexpr int LV = ZB + 2 * CC_PL;                     // Linv (2): loaded for T in the
@@ -674,20 +707,47 @@ struct final_layout {
     static constexpr int SDO = SV + C * VB * ESZ;                 // dO
     static constexpr int SK = SDO + C * VB * ESZ;                 // KHg hi, lo: 2C rows, pitch
                                                                   // PBV (the dV epilogue reads it
-                                                                  // by fragments)
-    static constexpr int SDD = SK + 2 * V_PL;                     // dΔ (fp32 C x VB)
-    static constexpr int SH = SDD + C * VB * 4;                   // H (fp32 DKH x VB)
+                                                                  // by fragments); not RC
+    static constexpr int SDD = SK + (RC ? 0 : 2 * V_PL);          // dΔ (fp32 C x VB); not RC
+    static constexpr int SH = SDD + (RC ? 0 : C * VB * 4);        // H (fp32 DKH x VB)
     static constexpr int SDH = SH + DKH * VB * 4;                 // dH'
     static constexpr int BYTES = SDH + DKH * VB * 4;
     static_assert(BYTES <= SMEM_MAX, "final shared memory");
     static_assert(SV % 16 == 0 && PBV % 16 == 0, "final: cp.async staging alignment");
 };
 
+// acc = A B^T for this warp's 16 x 32 tile (rows m0.., columns n0..), k over [0, DKH); A, B
+// one plane (bf16 inputs), stored [row][k]. Only the lower part: a 16-column half wholly above
+// the diagonal stays zero. The fragments and the k order of prep's P and Gam ⊙ KK^T, so the
+// same fp32 bits as those (recompute path).
+template <int DKH>
+__device__ __forceinline__ void abt_lower(float (&acc)[4][4], smat a, smat b, int m0, int n0,
+                                          int lane) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    for (int kk = 0; kk < DKH; kk += 16) {
+        uint32_t fa[1][4];
+        lda<1>(fa, a, m0, kk, lane);
+#pragma unroll
+        for (int np = 0; np < 2; ++np)
+            if (n0 + np * 16 < m0 + 16) {
+                uint32_t fb[1][4];
+                ldb<1>(fb, b, n0 + np * 16, kk, lane);
+                mma_p<0, 1>(acc[2 * np], fa, fb);
+                mma_p<1, 1>(acc[2 * np + 1], fa, fb);
+            }
+    }
+}
+
 template <int DK, int NP>
 __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_constant__ bwd_args a) {
     using L = final_layout<DK, NP>;
     constexpr int VB = L::VB, PAIR = L::PAIR, VG = L::VG, ESZ = L::ESZ;
     constexpr int DKH = L::DKH, NKH = DK / DKH, NTV = VB / 8, NQ = DKH / 16;
+    constexpr bool RC = L::RC;
+    static_assert(!RC || NKH == 1, "final: the recompute path takes all key columns in one pass");
     // H, dH' conversion and <H, dH'>: thread t takes rows t/TPG + (256/TPG) k (k < NHG), columns
     // 4 (t%TPG).. of each VG group, i.e. in one sub-block of the group (all of them when PAIR is
     // 1). The other pieces (Y, dΔ, dO, V): 4 elements each, NPC a thread, by the other threads.
@@ -717,8 +777,8 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     unsigned char *dqg = (unsigned char *)p.dq + row0 * DK * esz;
     unsigned char *dkg = (unsigned char *)p.dk + row0 * DK * esz;
     unsigned char *dvg = (unsigned char *)p.dv + row0 * DV * esz;
-    const float *PAg = a.PA + cix * C * C;
-    const float *dDg = a.dD + cix * C * DV;
+    const float *PAg = RC ? nullptr : a.PA + cix * C * C;
+    const float *dDg = RC ? nullptr : a.dD + cix * C * DV;
 
     float *gsm = (float *)(sm + L::SMALL), *bsm = gsm + C, *Gh = bsm + C, *Gl = Gh + C;
     float *gam = Gl + C, *hdec = gam + C, *pos1p = hdec + C, *tkp = pos1p + 2 * C;
@@ -733,24 +793,34 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     const smat sY{sb + L::Y, L::PBV, L::V_PL}, sDO{sb + L::DO, L::PBV, L::V_PL};
     const smat sDD{sb + L::DD, L::PBV, L::V_PL}, sDL{sb + L::DL, L::PBV, L::V_PL};
     const smat sDH{sb + L::DH, L::PBV, L::V_PL}, sDHB{sb + L::DHB, L::PBV, L::HB_PL};
+    const smat sPP{sb + L::PP, L::PBC, L::CC_PL};
 
     // Staging of the value sub-block at columns vn of pass kn. Part 1 (V, dO, dΔ, H, dH') is read
     // only by the conversion at the top of its sub-block; part 2 (KHg) also by the dV epilogue
-    // after it, so its copy into the staging is issued one barrier later.
+    // after it, so its copy into the staging is issued one barrier later. RC: part 1 is V, dO, H,
+    // issued one barrier later (Y = V - KHg reads V after the conversion), and part 2 is dH' (its
+    // staging holds the KHg of warps 4-7 from Y to the dV epilogue).
+    auto cp_dh = [&](int kn, int vn) {
+        const size_t ho = cix * DK * DV + (size_t)kn * DKH * DV + vn;
+        cp_rows16<DKH, VB * 4, 256>(sb + L::SDH, VB * 4, (const unsigned char *)(a.dHs + ho),
+                                    (size_t)DV * 4, DKH, tid);
+    };
     auto stage1 = [&](int kn, int vn) {
         cp_rows16<C, VB * ESZ, 256>(sb + L::SV, VB * ESZ, vg + vn * esz, rsv * esz, nvalid, tid);
         cp_rows16<C, VB * ESZ, 256>(sb + L::SDO, VB * ESZ, dog + vn * esz, rsv * esz, nvalid,
                                     tid);
-        cp_rows16<C, VB * 4, 256>(sb + L::SDD, VB * 4, (const unsigned char *)(dDg + vn),
-                                  (size_t)DV * 4, C, tid);
+        if constexpr (!RC)
+            cp_rows16<C, VB * 4, 256>(sb + L::SDD, VB * 4, (const unsigned char *)(dDg + vn),
+                                      (size_t)DV * 4, C, tid);
         const size_t ho = cix * DK * DV + (size_t)kn * DKH * DV + vn;
         cp_rows16<DKH, VB * 4, 256>(sb + L::SH, VB * 4, (const unsigned char *)(a.Hs + ho),
                                     (size_t)DV * 4, DKH, tid);
-        cp_rows16<DKH, VB * 4, 256>(sb + L::SDH, VB * 4, (const unsigned char *)(a.dHs + ho),
-                                    (size_t)DV * 4, DKH, tid);
+        if constexpr (!RC) cp_dh(kn, vn);
     };
-    auto stage2 = [&](int vn) {  // the hi and lo planes as 2C rows (the lo plane follows hi)
-        if (delta)
+    auto stage2 = [&](int kn, int vn) {  // KHg: the hi and lo planes as 2C rows (lo follows hi)
+        if constexpr (RC)
+            cp_dh(kn, vn);
+        else if (delta)
             cp_rows16<2 * C, VB * 2, 256>(sb + L::SK, L::PBV,
                                           (const unsigned char *)(a.Kp + cix * 2 * C * DV + vn),
                                           (size_t)DV * 2, 2 * C, tid);
@@ -769,11 +839,15 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             cp_rows_bf16(sb + L::LV + pl * L::CC_PL, L::PBC, a.Lv + (cix * 2 + pl) * C * C, C, C,
                          C, C, tid, 256);
     }
+    if constexpr (RC) {  // Q for P (phase 1 then overwrites it), K for the whole kernel
+        load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg, rsk, C, DK, nvalid, tid, 256);
+        load_in_rows<NP>(sm, L::KH, L::PBH, L::QH_PL, kg, rsk, C, DK, nvalid, tid, 256);
+    }
     cp_async_commit();
     stage1(0, 0);
-    stage2(0);
+    stage2(0, 0);
     cp_async_commit();
-    cp_async_wait_group<1>();  // Linv
+    cp_async_wait_group<1>();  // Linv (RC: and Q, K)
     __syncthreads();
     if (warp == 0) gates_warp(gsm, Gh, Gl, gam, hdec, lane);
     if (delta)
@@ -783,6 +857,15 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             st_pair<2>(sm, L::TT + i * L::PBC + j * 2, L::CC_PL, l.x * bsm[j], l.y * bsm[j + 1]);
         }
     __syncthreads();
+    if constexpr (RC) {  // P = Gam ⊙ QK^T (lower incl. the diagonal) as prep's plane; the first
+                         // sub-block's top barrier orders these reads of Q before phase 1
+        float acc[4][4];
+        abt_lower<DKH>(acc, sQh, sKh, m0, ch * 32, lane);
+        frag_each<4>(acc, m0, ch * 32, lane, [&](int i, int j, float x0, float x1) {
+            st_pair<1>(sm, L::PP + i * L::PBC + j * 2, L::CC_PL, x0 * gam_ij(Gh, Gl, i, j),
+                       x1 * gam_ij(Gh, Gl, i, j + 1));
+        });
+    }
     float hdh = 0.f;  // this thread's part of <H, dH'>
 
     for (int kh = 0; kh < NKH; ++kh) {
@@ -818,29 +901,78 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 for (int k = 0; k < NPC; ++k) {
                     const int pc = u + k * (256 / PAIR), r = pc / (VB / 4), c = (pc % (VB / 4)) * 4;
                     const int po = r * L::PBV + c * 2, si = r * VB + c;  // plane offset; element
-                    const float4 d = *(const float4 *)(sm + L::SDD + si * 4);
-                    const float xd[4] = {d.x, d.y, d.z, d.w};
-                    st_run<2, 4>(sm, L::DD + po, L::V_PL, xd);
-                    if (delta) {
-                        const float4 v = ld_in4<NP>(sm + L::SV + si * ESZ);
-                        const uint2 kh = *(const uint2 *)(sm + L::SK + po);
-                        const uint2 kl = *(const uint2 *)(sm + L::SK + L::V_PL + po);
-                        const float2 k0 = kp_sum2(kh.x, kl.x), k1 = kp_sum2(kh.y, kl.y);
-                        const float y[4] = {v.x - k0.x, v.y - k0.y, v.z - k1.x, v.w - k1.y};
-                        st_run<2, 4>(sm, L::Y + po, L::V_PL, y);
+                    if constexpr (RC) {  // Y and dΔ come after KHg and dΔ below
+                        if (!delta) in4_planes<NP>(sm, L::DL + po, L::V_PL, L::SV + si * ESZ);
                     } else {
-                        in4_planes<NP>(sm, L::DL + po, L::V_PL, L::SV + si * ESZ);  // Δ = V
-                        if (kh == 0 && r < nvalid) {
-                            st_out2<NP>(dvg, (size_t)r * rsv + v0 + c, d.x, d.y);
-                            st_out2<NP>(dvg, (size_t)r * rsv + v0 + c + 2, d.z, d.w);
+                        const float4 d = *(const float4 *)(sm + L::SDD + si * 4);
+                        const float xd[4] = {d.x, d.y, d.z, d.w};
+                        st_run<2, 4>(sm, L::DD + po, L::V_PL, xd);
+                        if (delta) {
+                            const float4 v = ld_in4<NP>(sm + L::SV + si * ESZ);
+                            const uint2 kh = *(const uint2 *)(sm + L::SK + po);
+                            const uint2 kl = *(const uint2 *)(sm + L::SK + L::V_PL + po);
+                            const float2 k0 = kp_sum2(kh.x, kl.x), k1 = kp_sum2(kh.y, kl.y);
+                            const float y[4] = {v.x - k0.x, v.y - k0.y, v.z - k1.x, v.w - k1.y};
+                            st_run<2, 4>(sm, L::Y + po, L::V_PL, y);
+                        } else {
+                            in4_planes<NP>(sm, L::DL + po, L::V_PL, L::SV + si * ESZ);  // Δ = V
+                            if (kh == 0 && r < nvalid) {
+                                st_out2<NP>(dvg, (size_t)r * rsv + v0 + c, d.x, d.y);
+                                st_out2<NP>(dvg, (size_t)r * rsv + v0 + c + 2, d.z, d.w);
+                            }
                         }
                     }
                     in4_planes<NP>(sm, L::DO + po, L::V_PL, L::SDO + si * ESZ);
                 }
             }
-            __syncthreads();  // the planes complete; the staging free but for KHg
+            __syncthreads();  // the planes complete; the staging free but for KHg (RC: V)
             // the next sub-block, or the next pass's first
             const int vn = v0 + VB < DV ? v0 + VB : 0, kn = v0 + VB < DV ? kh : kh + 1;
+            // (RC, warps 4-7) KHg at the thread's dV fragment elements: from Y to the dV epilogue
+            // in the dH' staging (read by then), thread-private float4 slots (conflict-free)
+            float4 *khs = (float4 *)(sm + L::SDH) + (tid - 128);
+            static_assert(!RC || NTV * 128 * 16 <= DKH * VB * 4, "final: KHg in the dH' staging");
+            if constexpr (RC) {
+                // dΔ = P^T dO + diag(hdec) K dH' (dH' as hi + lo) by warps 0-3; KHg = diag(gamma)
+                // K H (H as hi + lo, as prep formed it) and Y = V - KHg by warps 4-7; each in
+                // the tiling of stage A below (rows m0, all VB columns), in halves of 16 columns
+                // (all VB at once spills: the 96 accumulators of stage B are live here)
+#pragma unroll 1
+                for (int hf = 0; hf < NTV / 2; ++hf) {
+                    float x[2][4] = {};
+                    if (ch == 0) {  // K dH', scaled by hdec, then P^T dO by the same mma chain
+                        wmm<1, false, true, 2, 2>(x, sKh, sDHB, m0, hf * 16, 0, DKH, lane);
+#pragma unroll
+                        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) x[nt][q] *= hdec[m0 + g4 + (q >> 1) * 8];
+                        wmm<1, true, true, 2>(x, sPP, sDO, m0, hf * 16, m0, C, lane);  // P lower
+                        frag_each<2>(x, m0, hf * 16, lane, [&](int i, int j, float x0, float x1) {
+                            st_pair<2>(sm, L::DD + i * L::PBV + j * 2, L::V_PL, x0, x1);
+                            if (!delta && i < nvalid)  // dV = dΔ
+                                st_out2<NP>(dvg, (size_t)i * rsv + v0 + j, x0, x1);
+                        });
+                    } else if (delta) {
+                        const smat sHB{sb + (uint32_t)hbo, L::PBV, L::HB_PL};
+                        wmm<1, false, true, 2, 2>(x, sKh, sHB, m0, hf * 16, 0, DKH, lane);
+#pragma unroll
+                        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+                            for (int hr = 0; hr < 2; ++hr) {
+                                const int i = m0 + g4 + hr * 8, j = hf * 16 + nt * 8 + 2 * t4;
+                                x[nt][2 * hr] *= gam[i];
+                                x[nt][2 * hr + 1] *= gam[i];
+                                const float2 v = ld_in2<NP>(sm + L::SV, (size_t)i * VB + j);
+                                st_pair<2>(sm, L::Y + i * L::PBV + j * 2, L::V_PL,
+                                           v.x - x[nt][2 * hr], v.y - x[nt][2 * hr + 1]);
+                            }
+                            khs[(hf * 2 + nt) * 128] =
+                                make_float4(x[nt][0], x[nt][1], x[nt][2], x[nt][3]);
+                        }
+                    }
+                }
+                __syncthreads();  // dΔ and Y complete; the staging is free
+            }
             if (kn < NKH) stage1(kn, vn);
             cp_async_commit();
 
@@ -858,7 +990,9 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     wmm<2, true, true, NTV>(av, sT, sDD, m0, 0, m0, C, lane);
                     float ps[2] = {0.f, 0.f};
 #pragma unroll
-                    for (int nt = 0; nt < NTV; ++nt)
+                    for (int nt = 0; nt < NTV; ++nt) {
+                        float4 k4;
+                        if constexpr (RC) k4 = khs[nt * 128];
 #pragma unroll
                         for (int hr = 0; hr < 2; ++hr) {
                             const int i = m0 + g4 + hr * 8, j = nt * 8 + 2 * t4;
@@ -866,13 +1000,17 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                             const float x0 = av[nt][2 * hr], x1 = av[nt][2 * hr + 1];
                             st_pair<NP>(sm, dvo + po, L::V_PL, -gam[i] * x0, -gam[i] * x1);
                             if (kh == 0) {
-                                const float2 khg = kp_sum2(*(const uint32_t *)(sm + L::SK + po),
-                                                           *(const uint32_t *)(sm + L::SK +
-                                                                               L::V_PL + po));
+                                float2 kg2;
+                                if constexpr (RC)
+                                    kg2 = hr ? make_float2(k4.z, k4.w) : make_float2(k4.x, k4.y);
+                                else
+                                    kg2 = kp_sum2(*(const uint32_t *)(sm + L::SK + po),
+                                                  *(const uint32_t *)(sm + L::SK + L::V_PL + po));
                                 if (i < nvalid) st_out2<NP>(dvg, (size_t)i * rsv + v0 + j, x0, x1);
-                                ps[hr] -= khg.x * x0 + khg.y * x1;
+                                ps[hr] -= kg2.x * x0 + kg2.y * x1;
                             }
                         }
+                    }
                     if (kh == 0) {  // gamma_r k_r.dKg_r = -KHg_r.dV_r, one partial per slot
                         ps[0] = quad_sum(ps[0]);
                         ps[1] = quad_sum(ps[1]);
@@ -891,7 +1029,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 }
             }
             __syncthreads();  // Δ, Δh, -γdV complete; KHg read
-            if (kn < NKH) stage2(vn);
+            if (kn < NKH) stage2(kn, vn);
             cp_async_commit();
 
             if (kh == 0) {
@@ -920,37 +1058,66 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             for (int pl = 0; pl < 2; ++pl)
                 cp_rows_bf16(sb + L::LV + pl * L::CC_PL, L::PBC, a.Lv + (cix * 2 + pl) * C * C, C,
                              C, C, C, tid, 256);
+        if constexpr (RC)  // Q (K is resident): QK^T is formed again just below, with Linv
+            load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg, rsk, C, DK, nvalid, tid, 256);
         cp_async_commit();
-        load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);
-        load_in_rows<NP>(sm, L::KH, L::PBH, L::QH_PL, kg + c0 * esz, rsk, C, DKH, nvalid, tid, 256);
+        if constexpr (!RC) {
+            load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg + c0 * esz, rsk, C, DKH, nvalid, tid,
+                             256);
+            load_in_rows<NP>(sm, L::KH, L::PBH, L::QH_PL, kg + c0 * esz, rsk, C, DKH, nvalid, tid,
+                             256);
+        }
         cp_async_commit();  // waited for after the C x C work
 
         // ---- C x C work (once): dQK, M, Z = dT T^T, dA = -Linv^T Z, X, dbeta, cross sums --------
         if (kh == 0) {
-            frag_each<4>(aP, m0, ch * 32, lane, [&](int i, int j, float x0, float x1) {
-                *(float2 *)(F1 + i * L::PF + j) = make_float2(x0, x1);
-            });
+            if constexpr (!RC)
+                frag_each<4>(aP, m0, ch * 32, lane, [&](int i, int j, float x0, float x1) {
+                    *(float2 *)(F1 + i * L::PF + j) = make_float2(x0, x1);
+                });
             if (delta)
                 frag_each<4>(aT, m0, ch * 32, lane, [&](int i, int j, float x0, float x1) {
                     st_pair<2>(sm, L::DT + i * L::PBC + j * 2, L::CC_PL, j <= i ? x0 : 0.f,
                                j + 1 <= i ? x1 : 0.f);
                 });
-            // PA (Gam ⊙ QK^T) for dP ⊙ QK ⊙ Gam just below, all issued before the first use
-            float pa1[C * C / 256];
+            if constexpr (RC) {  // dQK and dP ⊙ QK ⊙ Gam from dP (aP) and QK^T in its tiling
+                cp_async_wait_group<1>();  // Linv and Q
+                __syncthreads();
+                float qk[4][4];
+                abt_lower<DKH>(qk, sQh, sKh, m0, ch * 32, lane);
 #pragma unroll
-            for (int it = 0; it < C * C / 256; ++it) {
-                const int e = tid + it * 256, i = e / C, j = e % C;
-                pa1[it] = j < i ? PAg[i * C + j] : 0.f;
-            }
-            cp_async_wait_group<1>();  // Linv (Q, K may still be in flight)
-            __syncthreads();
+                for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int it = 0; it < C * C / 256; ++it) {
-                const int e = tid + it * 256, i = e / C, j = e % C;
-                const float d = F1[i * L::PF + j];
-                st_one<NP>(sm, L::DQK + i * L::PBC + j * 2, L::CC_PL,
-                           j <= i ? d * gam_ij(Gh, Gl, i, j) : 0.f);
-                F1[i * L::PF + j] = j < i ? d * pa1[it] : 0.f;  // dP ⊙ QK ⊙ Gam
+                    for (int hr = 0; hr < 2; ++hr) {
+                        const int i = m0 + g4 + hr * 8, j = ch * 32 + nt * 8 + 2 * t4;
+                        float dq2[2], m2[2];
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const float d = aP[nt][2 * hr + e], gij = gam_ij(Gh, Gl, i, j + e);
+                            dq2[e] = j + e <= i ? d * gij : 0.f;
+                            m2[e] = j + e < i ? d * (qk[nt][2 * hr + e] * gij) : 0.f;
+                        }
+                        st_pair<NP>(sm, L::DQK + i * L::PBC + j * 2, L::CC_PL, dq2[0], dq2[1]);
+                        *(float2 *)(F1 + i * L::PF + j) = make_float2(m2[0], m2[1]);
+                    }
+            } else {
+                // PA (Gam ⊙ QK^T) for dP ⊙ QK ⊙ Gam just below, all issued before the first use
+                float pa1[C * C / 256];
+#pragma unroll
+                for (int it = 0; it < C * C / 256; ++it) {
+                    const int e = tid + it * 256, i = e / C, j = e % C;
+                    pa1[it] = j < i ? PAg[i * C + j] : 0.f;
+                }
+                cp_async_wait_group<1>();  // Linv (Q, K may still be in flight)
+                __syncthreads();
+#pragma unroll
+                for (int it = 0; it < C * C / 256; ++it) {
+                    const int e = tid + it * 256, i = e / C, j = e % C;
+                    const float d = F1[i * L::PF + j];
+                    st_one<NP>(sm, L::DQK + i * L::PBC + j * 2, L::CC_PL,
+                               j <= i ? d * gam_ij(Gh, Gl, i, j) : 0.f);
+                    F1[i * L::PF + j] = j < i ? d * pa1[it] : 0.f;  // dP ⊙ QK ⊙ Gam
+                }
             }
             if (delta) {  // (Linv^T dT)_ii: 4 threads per column i, rows m = q mod 4, m >= i
                 const int i = tid >> 2, q = tid & 3;
@@ -979,7 +1146,9 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 }
                 __syncthreads();  // Z complete
                 {
-                    float pa2[4][2][2];  // (Gam ⊙ KK^T)_ji at this fragment, 0 unless jj < i
+                    float pa2[4][2][2];  // (Gam ⊙ KK^T)_i,jj here, 0 unless jj < i
+                    float kk[4][4];      // (RC) KK^T in this tiling
+                    if constexpr (RC) abt_lower<DKH>(kk, sKh, sKh, m0, ch * 32, lane);
 #pragma unroll
                     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -987,7 +1156,11 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
 #pragma unroll
                             for (int e = 0; e < 2; ++e) {
                                 const int i = m0 + g4 + hr * 8, jj = ch * 32 + nt * 8 + 2 * t4 + e;
-                                pa2[nt][hr][e] = jj < i ? PAg[jj * C + i] : 0.f;
+                                if constexpr (RC)
+                                    pa2[nt][hr][e] =
+                                        jj < i ? kk[nt][2 * hr + e] * gam_ij(Gh, Gl, i, jj) : 0.f;
+                                else
+                                    pa2[nt][hr][e] = jj < i ? PAg[jj * C + i] : 0.f;
                             }
                     float acc[4][4] = {};
                     wmm<2, true, true, 4>(acc, sLv, sZ, m0, ch * 32, m0, C, lane);  // Linv^T Z
@@ -1264,26 +1437,65 @@ void gdn_bwd_run(const bwd_args &a, int dvb) {
     gdn_bwd_final_launch<DK, NP>(a);
 }
 
+// The second forward scan's parameters (chunk-start states into hs; o, workspace set by the
+// caller)
+gdn_fwd_params recompute_fwd_params(const gdn_bwd_params *p, float *hs) {
+    gdn_fwd_params f;
+    memset(&f, 0, sizeof f);
+    f.B = p->B;
+    f.T = p->T;
+    f.H = p->H;
+    f.Dk = p->Dk;
+    f.Dv = p->Dv;
+    f.mode = p->mode;
+    f.dtype = p->dtype;
+    f.q = p->q;
+    f.k = p->k;
+    f.v = p->v;
+    f.g = p->g;
+    f.beta = p->beta;
+    f.h0 = p->h0;
+    f.ht = NULL;
+    f.h_states = hs;
+    f.dv_block = 0;
+    f.stream = p->stream;
+    return f;
+}
+bool gdn_bwd_rc(const gdn_bwd_params *p) {  // the kernels' recompute_path
+    return recompute_path(p->Dk, p->dtype == GDN_DTYPE_FP32 ? 2 : 1);
+}
+size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 // Workspace carving: one table, walked by the size query and by the entry alike.
 struct ws_plan {
     size_t off_hs, off_dhs, off_dd, off_pa, off_lv, off_wp, off_kp, total;
+    size_t fwd_o;  // (recompute path, states recomputed) bytes of the forward's o at off_dhs; its
+                   // workspace follows at off_dhs + fwd_o
 };
-size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
     const size_t NC = (size_t)(p->T + GDN_CHUNK - 1) / GDN_CHUNK;
     const size_t nch = (size_t)p->B * p->H * NC, C2 = (size_t)GDN_CHUNK;
     const size_t NP = p->dtype == GDN_DTYPE_FP32 ? 2 : 1;
     const size_t Dk = p->Dk, Dv = p->Dv;
+    const bool rc = gdn_bwd_rc(p);
     ws_plan w;
     size_t o = 0;
     w.off_hs = o;
     if (!p->h_states) o += align256(nch * Dk * Dv * 4);
     w.off_dhs = o;
-    o += align256(nch * Dk * Dv * 4);
+    size_t dhs = nch * Dk * Dv * 4;
+    w.fwd_o = 0;
+    if (rc && !p->h_states) {  // the forward's o and workspace live here until prep starts
+        const gdn_fwd_params f = recompute_fwd_params(p, NULL);
+        w.fwd_o = align256((size_t)p->B * p->T * p->H * Dv * 2);
+        dhs = dhs > w.fwd_o + gdn_chunk_fwd_workspace_bytes(&f)
+                  ? dhs
+                  : w.fwd_o + gdn_chunk_fwd_workspace_bytes(&f);
+    }
+    o += align256(dhs);
     w.off_dd = o;
-    o += align256(nch * C2 * Dv * 4);
+    if (!rc) o += align256(nch * C2 * Dv * 4);
     w.off_pa = o;
-    o += align256(nch * C2 * C2 * 4);
+    if (!rc) o += align256(nch * C2 * C2 * 4);
     w.off_lv = w.off_wp = w.off_kp = o;
     if (p->mode.delta) {  // Linv and KHg: hi + lo bf16 planes whatever the dtype; W: NP planes
         w.off_lv = o;
@@ -1291,7 +1503,7 @@ ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
         w.off_wp = o;
         o += align256(nch * NP * C2 * Dk * 2);
         w.off_kp = o;
-        o += align256(nch * 2 * C2 * Dv * 2);
+        if (!rc) o += align256(nch * 2 * C2 * Dv * 2);
     }
     w.total = o;
     return w;
@@ -1380,45 +1592,35 @@ extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
     a.NC = (p->T + GDN_CHUNK - 1) / GDN_CHUNK;
     unsigned char *ws = (unsigned char *)p->workspace;
     a.dHs = (float *)(ws + w.off_dhs);
-    a.dD = (float *)(ws + w.off_dd);
-    a.PA = (float *)(ws + w.off_pa);
+    const bool rc = gdn_bwd_rc(p);
+    a.dD = rc ? NULL : (float *)(ws + w.off_dd);
+    a.PA = rc ? NULL : (float *)(ws + w.off_pa);
     a.Lv = (bf16 *)(ws + w.off_lv);
     a.Wp = (bf16 *)(ws + w.off_wp);
-    a.Kp = (bf16 *)(ws + w.off_kp);
+    a.Kp = rc ? NULL : (bf16 *)(ws + w.off_kp);
     if (p->h_states) {
         a.Hs = p->h_states;
-    } else {  // second forward scan: chunk-start states; its o goes to dΔ's space (unused yet)
+    } else {  // second forward scan: chunk-start states; its o goes to space unused yet
         float *hs = (float *)(ws + w.off_hs);
         a.Hs = hs;
-        gdn_fwd_params f;
-        memset(&f, 0, sizeof f);
-        f.B = p->B;
-        f.T = p->T;
-        f.H = p->H;
-        f.Dk = p->Dk;
-        f.Dv = p->Dv;
-        f.mode = p->mode;
-        f.dtype = p->dtype;
-        f.q = p->q;
-        f.k = p->k;
-        f.v = p->v;
-        f.g = p->g;
-        f.beta = p->beta;
-        f.h0 = p->h0;
-        f.o = a.dD;
-        f.ht = NULL;
-        f.h_states = hs;
-        f.dv_block = 0;
-        f.stream = p->stream;
+        gdn_fwd_params f = recompute_fwd_params(p, hs);
         // The forward's prep path (T, P, G once per chunk-head, then the scan) needs a workspace;
         // without one it runs fused, redoing them in every value-block CTA (3.1 vs 1.4 ms at B1
-        // T32768 H16, bench/gdn_fwd.md). Lend it a region the backward fills only later: dH'
-        // (written by the scan) or PA..Kp (written by prep), whichever is large enough.
+        // T32768 H16, bench/gdn_fwd.md). Lend it a region the backward fills only later: on the
+        // recompute path the dH' region holds o and the workspace (sized so by gdn_bwd_plan);
+        // else o goes to dΔ, the workspace to dH' (written by the scan) or PA..Kp (written by
+        // prep), whichever is large enough.
         const size_t need = gdn_chunk_fwd_workspace_bytes(&f);
-        if (need > 0 && w.off_dd - w.off_dhs >= need)
-            f.workspace = ws + w.off_dhs;
-        else if (need > 0 && w.total - w.off_pa >= need)
-            f.workspace = ws + w.off_pa;
+        if (rc) {
+            f.o = ws + w.off_dhs;
+            if (need > 0) f.workspace = ws + w.off_dhs + w.fwd_o;
+        } else {
+            f.o = a.dD;
+            if (need > 0 && w.off_dd - w.off_dhs >= need)
+                f.workspace = ws + w.off_dhs;
+            else if (need > 0 && w.total - w.off_pa >= need)
+                f.workspace = ws + w.off_pa;
+        }
         gdn_chunk_fwd(&f);
     }
     if (f32) {
