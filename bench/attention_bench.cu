@@ -13,6 +13,7 @@
 #include "../src/core/cuda_check.h"
 #include "../src/fwd/attention_cuda.h"
 #include <algorithm>
+#include <string.h>
 #include <vector>
 
 __global__ void fill_kernel(__nv_bfloat16 *x, size_t n, uint32_t seed) {
@@ -34,6 +35,7 @@ static float median(std::vector<float> v) {
 }
 
 static void run_case(const char *name, int B, int T, int H, int D, int W) {
+    if (attention_fwd_wgmma_selected()) printf("%s: bf16 forward %s\n", name, attention_fwd_wgmma_version_name());
     const size_t n = (size_t)B * T * H * D;
     attn_params p = {};
     p.B = B; p.T = T; p.H = H; p.D = D; p.window = W;
@@ -105,8 +107,9 @@ static void run_case(const char *name, int B, int T, int H, int D, int W) {
 int main() {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("attention_bench on %s (%d SMs), bf16 forward: %s\n", prop.name, prop.multiProcessorCount,
-           attention_fwd_wgmma_selected() ? "wgmma kernel (GDN_ATTN_WGMMA=0: mma.sync)" : "mma.sync kernel");
+    printf("attention_bench on %s (%d SMs), bf16 forward: %s, backward: %s\n", prop.name, prop.multiProcessorCount,
+           attention_fwd_wgmma_selected() ? "wgmma kernel (GDN_ATTN_WGMMA=0: mma.sync)" : "mma.sync kernel",
+           attention_bwd_wgmma_selected() ? "wgmma kernels (GDN_ATTN_WGMMA_BWD=0: mma.sync)" : "mma.sync kernels");
     run_case("full", 8, 4096, 16, 128, 4096);
     run_case("window", 2, 16384, 16, 128, 2048);
     return 0;

@@ -408,6 +408,263 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attention_fwd_wgmma_kernel(cons
 #endif
 }
 
+// ---- Hopper path, second version (the sm_90a default; GDN_ATTN_WGMMA_FWD2=0 keeps the above) --
+// Same tiles, walk, masking, softmax, lse and epilogue as attention_fwd_wgmma_kernel, and per
+// block the same arithmetic in the same order (S from zero, o = o * corr_u + P_u V_u), so o and
+// lse match it. What changes is the schedule:
+// (1) Inside a warpgroup (flash-attention 3's intra-warpgroup overlap): S_{u+1} = Q K_{u+1}^T and
+//     O += P_u V_u are issued back to back as two wgmma groups, S first; wait_group 1 returns
+//     once S_{u+1} is done and its mask and softmax run while P_u V_u is still on the tensor
+//     cores; then wait_group 0, o *= corr_{u+1}, P_{u+1} packed. Between the issue and
+//     wait_group 0 nothing touches o or the P_u fragments (ptxas checks this: it would inject a
+//     wait and say so under -Xptxas -v, "C7517 warpgroup.wait is injected"; it does not).
+// (2) No CTA-wide barrier in the loop. K and V have NS stages each, each stage a "full" and an
+//     "empty" mbarrier. Every thread copies its share of a tile by cp.async and then arrives on
+//     the tile's full barrier with cp.async.mbarrier.arrive.noinc (256 arrivals: the phase
+//     completes once every thread's copies have landed, and no thread waits for its own); a
+//     warpgroup waits on full (parity), fences the async proxy, issues its wgmma. After the
+//     wait_group that retires the last product reading a stage, lane 0 of each warp arrives on
+//     the stage's empty barrier (8 arrivals), and a thread waits on empty before it copies into
+//     that stage again. The warpgroups meet only there: one can begin block u once the other is
+//     done with block u - 1, so they drift by up to a block and one's softmax runs while the
+//     other's products do.
+// Tile u (u-th block visited, key block n_hi - u) lives in stage u % NS; its barriers' phase is
+// u / NS (waits on parity (u / NS) & 1). Every stage is filled before the loop; at the top of
+// block u the copies of K_{u+NS} (into K_u's stage: S_u retired in block u - 1) and V_{u+NS-1}
+// (into V_{u-1}'s stage) are issued. K runs a block ahead of V because S_{u+1} is issued with
+// P_u V_u.
+template <int D, int NS>
+constexpr int fwd_wgmma2_smem_bytes() {
+    // Q + NS x (K, V), + slack to align to 1024, + 4 NS mbarriers (full K, full V, empty K, empty V)
+    return (WG_BQ * D + 2 * NS * WG_BK * D) * 2 + 1024 + 4 * NS * 8;
+}
+static_assert(fwd_wgmma2_smem_bytes<128, 3>() <= 227 * 1024, "wgmma2: 3 stages exceed sm_90's 227 KiB");
+
+// Mask and online softmax of one score block of a warpgroup, as in attention_fwd_wgmma_kernel's
+// loop: s (64 x BK, the S accumulator) -> p = 2^(s c2 - m c2); m, l updated; corr = the factor o
+// must be multiplied by. Rows i0 (r = 0) and i0 + 8 (r = 1), keys k0 + 8 j + 2 t4 + (e & 1).
+template <int BK>
+__device__ __forceinline__ void wg2_softmax(float (&s)[BK / 2], float (&mrow)[2], float (&lrow)[2], float (&corr)[2],
+                                            bool mask, int i0, int k0, int t4, int W, float c2) {
+    if (mask) {
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = i0 + ((e >> 1) << 3);
+                const int key = k0 + 8 * j + 2 * t4 + (e & 1);
+                if (key > i || key <= i - W) s[4 * j + e] = -INFINITY;
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = mrow[r];
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float ms = mx == -INFINITY ? 0.f : mx * c2;  // fully masked so far: p = 0
+        corr[r] = attn_ex2(mrow[r] * c2 - ms);
+        mrow[r] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++) {
+            const float p0 = attn_ex2(fmaf(s[4 * j + 2 * r], c2, -ms));
+            const float p1 = attn_ex2(fmaf(s[4 * j + 2 * r + 1], c2, -ms));
+            s[4 * j + 2 * r] = p0;
+            s[4 * j + 2 * r + 1] = p1;
+            sum += p0 + p1;
+        }
+        lrow[r] = lrow[r] * corr[r] + sum;
+    }
+}
+
+template <int D, int NS>
+__global__ void __launch_bounds__(WG_THREADS, 1) attention_fwd_wgmma2_kernel(const __grid_constant__ fwd_kparams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BQ = WG_BQ, BK = WG_BK, NT = WG_THREADS;
+    static_assert(NS >= 2, "wgmma2: K_{u+1} and V_u are read together");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    // every panel must start on a 1024-byte boundary (wgmma.cuh): align the base at run time
+    const uint32_t raw_s = gdnk::smem_u32(smem_raw);
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(smem_raw + (((raw_s + 1023u) & ~1023u) - raw_s));
+    __nv_bfloat16 *Ks = Qs + BQ * D;       // NS x (BK x D), sw128<BK>
+    __nv_bfloat16 *Vs = Ks + NS * BK * D;  // NS x (BK x D), sw128<BK>
+    // mbarriers, NS each, stage s at + 8 s: full (NT cp.async arrivals), empty (one per warp)
+    const uint32_t k_full = gdnk::smem_u32(Vs + NS * BK * D), v_full = k_full + 8 * NS;
+    const uint32_t k_empty = v_full + 8 * NS, v_empty = k_empty + 8 * NS;
+
+    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int m = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, W = p.window;
+    const float c2 = p.scale_log2;
+    const int q0 = m * BQ;
+    const int wq0 = q0 + 64 * wg;       // first query row of this warpgroup
+    const int i0 = wq0 + 16 * w + g;    // this thread's rows: i0, i0 + 8
+    const int j_hi = min(T - 1, q0 + BQ - 1);
+    const int j_lo = max(0, q0 - W + 1);
+    const int n_hi = j_hi / BK, nb = n_hi - j_lo / BK + 1;  // tile u = key block n_hi - u, u < nb
+
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            wgm::mbar_init(k_full + 8 * s, NT);
+            wgm::mbar_init(v_full + 8 * s, NT);
+            wgm::mbar_init(k_empty + 8 * s, NT / 32);
+            wgm::mbar_init(v_empty + 8 * s, NT / 32);
+        }
+        wgm::mbar_init_fence();
+    }
+    __syncthreads();  // barriers initialised before any arrival; the only CTA-wide barrier
+
+    const uint32_t qs = gdnk::smem_u32(Qs), ks0 = gdnk::smem_u32(Ks), vs0 = gdnk::smem_u32(Vs);
+    constexpr uint32_t TILE = 2u * BK * D;  // bytes per K or V stage
+    // copies of tile u into stage u % NS (the caller made sure the stage is free)
+    auto load_k = [&](int u) {
+        attn_load_tile<BK, D, NT, true>(Ks + (u % NS) * BK * D, p.k, b, h, (n_hi - u) * BK, T, H, tid);
+        wgm::mbar_cp_async_arrive(k_full + 8 * (u % NS));
+    };
+    auto load_v = [&](int u) {
+        attn_load_tile<BK, D, NT, true>(Vs + (u % NS) * BK * D, p.v, b, h, (n_hi - u) * BK, T, H, tid);
+        wgm::mbar_cp_async_arrive(v_full + 8 * (u % NS));
+    };
+    // Q rides on K tile 0's full barrier (its arrival tracks all earlier copies of the thread)
+    attn_load_tile<BQ, D, NT, true>(Qs, p.q, b, h, q0, T, H, tid);
+#pragma unroll
+    for (int u = 0; u < NS; u++)
+        if (u < nb) load_k(u);
+#pragma unroll
+    for (int u = 0; u < NS; u++)
+        if (u < nb) load_v(u);
+
+    // O: o[4 j + e] = row 16 w + g + 8 (e >> 1) of this warpgroup, column 8 j + 2 t4 + (e & 1)
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f}, corr[2];  // rows g, g + 8 of warp w
+    float s[BK / 2];  // S, then P of the newest block: s[4 j + e] = row ..., key 8 j + 2 t4 + (e & 1)
+    uint32_t pa[BK / 16][4];  // P as bf16 A fragments: k-step kk = key tiles 2 kk (a0, a1), 2 kk + 1 (a2, a3)
+    auto pack_p = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) pa[kk][q] = gdnk::pack_bf16(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
+    };
+    // mask only blocks that straddle the diagonal or the window edge for this warpgroup
+    auto straddles = [&](int k0) { return (k0 + BK - 1 > wq0) || (k0 <= wq0 + 63 - W); };
+    // after a wait_group: lane 0 of each warp arrives (wait_group is .aligned: the warp is converged)
+    auto release = [&](uint32_t bar) {
+        if (lane == 0) wgm::mbar_arrive(bar);
+    };
+
+    // block 0: S_0, softmax (o is 0: no rescale), P_0
+    wgm::mbar_wait(k_full, 0);  // Q and K_0 landed, every thread's share
+    wgm::fence_proxy_async();   // ... and are visible to wgmma (the async proxy)
+    wgm::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgm::mma_ss<BK, 0>(s, wgm::desc_k<BQ>(qs, 64 * wg, kk), wgm::desc_k<BK>(ks0, 0, kk), kk > 0);
+    wgm::commit();
+    wgm::wait<0>();
+    wgm::fence_regs(s);
+    release(k_empty);
+    wg2_softmax<BK>(s, mrow, lrow, corr, straddles(n_hi * BK), i0, n_hi * BK, t4, W, c2);
+    pack_p();
+
+    for (int u = 0; u + 1 < nb; u++) {
+        // copies ahead: K_{u+NS} into K_u's stage, once both warpgroups retired S_u; V_{u+NS-1}
+        // into V_{u-1}'s stage, once both retired P_{u-1} V_{u-1} (for u = 0 it was filled above)
+        if (u + NS < nb) {
+            wgm::mbar_wait(k_empty + 8 * (u % NS), (u / NS) & 1);
+            load_k(u + NS);
+        }
+        if (u >= 1 && u + NS - 1 < nb) {
+            wgm::mbar_wait(v_empty + 8 * ((u - 1) % NS), ((u - 1) / NS) & 1);
+            load_v(u + NS - 1);
+        }
+        const int sn = (u + 1) % NS, sc = u % NS;  // stages of K_{u+1} and V_u
+        wgm::mbar_wait(k_full + 8 * sn, ((u + 1) / NS) & 1);
+        wgm::mbar_wait(v_full + 8 * sc, (u / NS) & 1);
+        wgm::fence_proxy_async();
+        // pin the last writes of s (read by pack_p), o (rescaled) and pa (packed) before the fence
+        wgm::fence_regs(s);
+        wgm::fence_regs(o);
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) wgm::fence_regs(pa[kk]);
+        wgm::fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            wgm::mma_ss<BK, 0>(s, wgm::desc_k<BQ>(qs, 64 * wg, kk), wgm::desc_k<BK>(ks0 + sn * TILE, 0, kk), kk > 0);
+        wgm::commit();  // group: S_{u+1}
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) wgm::mma_rs<D, 1>(o, pa[kk], wgm::desc_n<BK>(vs0 + sc * TILE, kk), 1);
+        wgm::commit();  // group: O += P_u V_u
+        wgm::wait<1>();  // S_{u+1} done; o and pa stay untouched until wait<0>
+        wgm::fence_regs(s);
+        release(k_empty + 8 * sn);
+        const int k0 = (n_hi - u - 1) * BK;
+        wg2_softmax<BK>(s, mrow, lrow, corr, straddles(k0), i0, k0, t4, W, c2);
+        wgm::wait<0>();  // P_u V_u done
+        wgm::fence_regs(o);
+        release(v_empty + 8 * sc);
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            o[4 * j] *= corr[0];
+            o[4 * j + 1] *= corr[0];
+            o[4 * j + 2] *= corr[1];
+            o[4 * j + 3] *= corr[1];
+        }
+        pack_p();
+    }
+
+    // last block: O += P V (no stage is copied into again: no release)
+    wgm::mbar_wait(v_full + 8 * ((nb - 1) % NS), ((nb - 1) / NS) & 1);
+    wgm::fence_proxy_async();
+    wgm::fence_regs(o);
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; kk++) wgm::fence_regs(pa[kk]);
+    wgm::fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; kk++)
+        wgm::mma_rs<D, 1>(o, pa[kk], wgm::desc_n<BK>(vs0 + ((nb - 1) % NS) * TILE, kk), 1);
+    wgm::commit();
+    wgm::wait<0>();
+    wgm::fence_regs(o);
+
+    // epilogue as attention_fwd_wgmma_kernel: o = O / l staged through this warpgroup's own Q
+    // rows (only its own, retired, wgmma read them; the other warpgroup's rows are disjoint),
+    // lse = ln2 (m c2 + log2 l)
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = 64 * wg + 16 * w + g + 8 * r;  // inside the tile
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            *reinterpret_cast<uint32_t *>(Qs + wgm::sw128<BQ>(row, 8 * j + 2 * t4)) =
+                gdnk::pack_bf16(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+        const int i = q0 + row;
+        if (t4 == 0 && i < T) p.lse[((size_t)b * H + h) * T + i] = ATTN_LN2 * (mrow[r] * c2 + log2f(l));
+    }
+    // the 128 threads of this warpgroup only (named barrier 1 + wg, immediate ids as above)
+    if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+    constexpr int CPR = D / 8;
+#pragma unroll
+    for (int c = tid & 127; c < 64 * CPR; c += 128) {
+        const int row = 64 * wg + c / CPR, ch = c % CPR, i = q0 + row;
+        if (i < T)
+            *reinterpret_cast<uint4 *>(p.o + (((size_t)b * T + i) * H + h) * D + ch * 8) =
+                *reinterpret_cast<const uint4 *>(Qs + wgm::sw128<BQ>(row, ch * 8));
+    }
+#else
+    __trap();  // launched only where the sm_90a image exists (attention_fwd_launch_wgmma2 checks)
+#endif
+}
+
 // fp32: one warp per query row (b, i, h); 4 warps per block.
 template <int D>
 __global__ void __launch_bounds__(128) attention_fwd_f32_kernel(int B, int T, int H, int W, float scale,
@@ -505,6 +762,32 @@ void attention_fwd_launch_wgmma(const attn_params *p, int W) {
     fwd_launch(attention_fwd_wgmma_kernel<D>, fwd_wgmma_smem_bytes<D>(), WG_BQ, WG_THREADS, p, W);
 }
 
+template <int D, int NS>
+void attention_fwd_launch_wgmma2(const attn_params *p, int W) {
+    fwd_launch(attention_fwd_wgmma2_kernel<D, NS>, fwd_wgmma2_smem_bytes<D, NS>(), WG_BQ, WG_THREADS, p, W);
+}
+
+// Which wgmma forward runs (read once): GDN_ATTN_WGMMA_FWD2 = 0: attention_fwd_wgmma_kernel (the
+// first version, for A/B); 3: attention_fwd_wgmma2_kernel with 3 K/V stages; unset or anything
+// else: attention_fwd_wgmma2_kernel with 2 stages (0.5-1.6% faster than 3 on an H200, session 7).
+int attention_fwd_wgmma_version() {
+    static int v = -1;  // concurrent first calls store the same value
+    if (v < 0) {
+        const char *s = getenv("GDN_ATTN_WGMMA_FWD2");
+        v = s && strcmp(s, "0") == 0 ? 0 : s && strcmp(s, "3") == 0 ? 3 : 2;
+    }
+    return v;
+}
+
+template <int D>
+void attention_fwd_launch_wgmma_any(const attn_params *p, int W) {
+    switch (attention_fwd_wgmma_version()) {
+    case 0: attention_fwd_launch_wgmma<D>(p, W); break;
+    case 3: attention_fwd_launch_wgmma2<D, 3>(p, W); break;
+    default: attention_fwd_launch_wgmma2<D, 2>(p, W); break;
+    }
+}
+
 template <int D>
 void attention_fwd_launch_f32(const attn_params *p, int W) {
     const long rows = (long)p->B * p->T * p->H;
@@ -528,9 +811,17 @@ extern "C" void attention_fwd(const attn_params *p) {
     if (p->dtype == ATTN_DTYPE_FP32) {
         p->D == 64 ? attention_fwd_launch_f32<64>(p, W) : attention_fwd_launch_f32<128>(p, W);
     } else if (attention_fwd_wgmma_selected()) {
-        p->D == 64 ? attention_fwd_launch_wgmma<64>(p, W) : attention_fwd_launch_wgmma<128>(p, W);
+        p->D == 64 ? attention_fwd_launch_wgmma_any<64>(p, W) : attention_fwd_launch_wgmma_any<128>(p, W);
     } else {
         p->D == 64 ? attention_fwd_launch_bf16<64>(p, W) : attention_fwd_launch_bf16<128>(p, W);
+    }
+}
+
+extern "C" const char *attention_fwd_wgmma_version_name(void) {
+    switch (attention_fwd_wgmma_version()) {
+    case 0: return "attention_fwd_wgmma_kernel, first version (GDN_ATTN_WGMMA_FWD2=0)";
+    case 3: return "attention_fwd_wgmma2_kernel, 3 K/V stages (GDN_ATTN_WGMMA_FWD2=3)";
+    default: return "attention_fwd_wgmma2_kernel, 2 K/V stages (default; GDN_ATTN_WGMMA_FWD2=0: first version, 3: 3 stages)";
     }
 }
 

@@ -3,7 +3,8 @@
 // cores (mma.sync m16n8k16, fp32 accumulate; sm_80 and sm_90a), only the log-sum-exp saved per
 // row, the backward recomputes the scores. Key/query blocks outside the window are never
 // visited, so the cost is O(T * window), not O(T^2). On sm_90a the bf16 forward runs on
-// wgmma.mma_async (attention_fwd_wgmma_selected below; GDN_ATTN_WGMMA=0 keeps mma.sync).
+// wgmma.mma_async (attention_fwd_wgmma_selected below; GDN_ATTN_WGMMA=0 keeps mma.sync), and so
+// does the bf16 backward (attention_bwd_wgmma_selected; GDN_ATTN_WGMMA_BWD=0 keeps mma.sync).
 //
 //   s_ij = scale q_i.k_j  for  i - window < j <= i   (window >= T: full causal)
 //   lse_i = log sum_j exp(s_ij),  o_i = sum_j exp(s_ij - lse_i) v_j
@@ -60,6 +61,13 @@ void attention_bwd(const attn_params *p);  // reads q, k, v, o, lse, dO; writes 
 // unless GDN_ATTN_WGMMA=0 is in the environment (read once; keeps the mma.sync kernel, for
 // comparisons). Measured on an H200: bench/attention.md, session 6.
 int attention_fwd_wgmma_selected(void);
+// Which of the wgmma forwards runs (GDN_ATTN_WGMMA_FWD2: unset = the overlapped kernel with 2 K/V
+// stages, 3 = with 3 stages, 0 = the first version), in words for test and bench logs.
+const char *attention_fwd_wgmma_version_name(void);
+// The same for attention_bwd (bf16): 1 when it runs the Hopper dK/dV and dQ kernels (wgmma, both
+// modes) on a compute capability 9.x device with the sm_90a image; GDN_ATTN_WGMMA_BWD=0 keeps the
+// mma.sync backward (read once).
+int attention_bwd_wgmma_selected(void);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 // wgmma.cuh — Hopper (sm_90a) warpgroup MMA helpers: wgmma.mma_async m64nNk16 bf16 -> fp32 with
 // operands in shared memory (matrix descriptors, 128-byte swizzle) or A in registers, plus the
-// fences around them. Used by the bf16 attention forward's wgmma path (src/fwd/attention.cu) and
-// proved element by element by tests/gpu/test_wgmma.cu, which uses exactly these helpers.
+// fences around them. Used by the bf16 attention forward's and backward's wgmma paths
+// (src/fwd/attention.cu, src/bwd/attention.cu) and proved element by element by
+// tests/gpu/test_wgmma.cu, which uses exactly these helpers.
 // The wrappers contain sm_90a-only PTX: call them only from code compiled under
 // __CUDA_ARCH_FEAT_SM90_ALL.
 //
@@ -74,6 +75,13 @@ __device__ __forceinline__ void fence_regs(float (&d)[NR]) {
 #pragma unroll
     for (int i = 0; i < NR; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same for A fragments held in registers (mma_rs): pins their writes before the wgmma.fence
+// that precedes the mma_rs reading them.
+template <int NR>
+__device__ __forceinline__ void fence_regs(uint32_t (&a)[NR]) {
+#pragma unroll
+    for (int i = 0; i < NR; i++) asm volatile("" : "+r"(a[i])::"memory");
+}
 
 // D (64 x N fp32, N/2 registers per thread) = A (64 x 16 bf16) * B (16 x N bf16) + (acc ? D : 0)
 // for the warpgroup. Accumulator layout (PTX ISA 9.7.15.5.1.1.1, Figure 149): thread = 32 w +
@@ -134,5 +142,50 @@ __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4]
 #undef WGM_D64
 #undef WGM_R32
 #undef WGM_R64
+
+// mbarrier (PTX ISA 9.7.13.15) at a shared::cta address, for pipelines that feed wgmma from
+// cp.async without CTA-wide barriers (attention_fwd_wgmma2_kernel). init by one thread, then a
+// barrier before any arrival. mbar_wait spins on try_wait.parity until the phase of that parity
+// has completed (acquire, CTA scope); the waiter must still fence_proxy_async() before wgmma
+// reads data that generic-proxy writes (cp.async) released through the barrier.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// after the inits, before the barrier that publishes them (orders them before async arrivals)
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// arrive once all of this thread's earlier cp.async have completed; noinc: this arrival counts
+// against the expected count set at init (the thread does not arrive otherwise)
+__device__ __forceinline__ void mbar_cp_async_arrive(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// -DGDN_MBAR_WATCHDOG (debug builds only, e.g. in ATTN_ARCH for bench/run_attention.sh): a wait
+// still failing 2 s (%globaltimer) after its first failed try traps, so a protocol bug ends the
+// launch with an error instead of hanging until the caller's timeout.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+    uint32_t done;
+#ifdef GDN_MBAR_WATCHDOG
+    uint64_t t0 = 0;
+#endif
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+#ifdef GDN_MBAR_WATCHDOG
+        if (!done) {
+            uint64_t t;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            if (t0 == 0) t0 = t;
+            else if (t - t0 > 2000000000ull) __trap();
+        }
+#endif
+    } while (!done);
+    __syncwarp();  // callers are whole warps, and wgmma's .aligned instructions follow
+}
 
 }  // namespace wgm

@@ -11,9 +11,10 @@
 // workspace poisoned again before each. Also: the deterministic backward is bitwise
 // reproducible (dq, dk, dv; two runs compared byte for byte), and in the nondeterministic mode
 // dk and dv still are.
-// On an sm_90 device the bf16 forward runs the wgmma kernel unless GDN_ATTN_WGMMA=0 (the header
-// line says which path ran; run both); the backward always reads the forward's o and lse, so every row
-// also checks the backward on them.
+// On an sm_90 device the bf16 forward runs the wgmma kernel unless GDN_ATTN_WGMMA=0, and the bf16
+// backward its wgmma kernels unless GDN_ATTN_WGMMA_BWD=0 (the header lines say which paths ran;
+// run all); the backward always reads the forward's o and lse, so every row also checks the
+// backward on them.
 // The oracle runs on all CPU cores, one task per (config, head).
 #include "gputest.h"
 #include <atomic>
@@ -105,6 +106,9 @@ int main() {
     gpu_require("test_attention");
     printf("bf16 forward: %s\n", attention_fwd_wgmma_selected() ? "wgmma kernel (sm_90a; GDN_ATTN_WGMMA=0: mma.sync)"
                                                                  : "mma.sync kernel");
+    printf("bf16 backward: %s\n", attention_bwd_wgmma_selected()
+                                      ? "wgmma kernels (sm_90a; GDN_ATTN_WGMMA_BWD=0: mma.sync)"
+                                      : "mma.sync kernels");
     const int Ts[] = {1, 63, 64, 65, 300, 4096};
     const int Ds[] = {64, 128};
     std::vector<cfg *> cfgs;
@@ -127,6 +131,7 @@ int main() {
             }
         }
 
+    if (attention_fwd_wgmma_selected()) printf("bf16 wgmma forward: %s\n", attention_fwd_wgmma_version_name());
     // oracle on every core, biggest tasks first
     double t0 = gdn_now();
     std::vector<std::pair<cfg *, int>> tasks;

@@ -9,7 +9,9 @@
 //   ss_n  A from shared memory, B N-major ([k][n], imm-trans-b = 1)
 //   rs_k  A from registers, B K-major
 //   rs_n  A from registers, B N-major (the P V form: V stored [keys][dims])
-// and ss_k with A taken from rows 64..127 of a 128-row tile (a second warpgroup's Q rows).
+// and with A taken from rows 64..127 of a 128-row tile (a second warpgroup's rows): ss_k N 128
+// (the forward's and the dQ pass's Q rows), ss_k N 64 K 128 (the backward dK/dV pass's K / V
+// rows at D = 128) and ss_n N 64 K 128 (its nondeterministic dQ product at D = 64, A = dS).
 // Every case runs accumulating onto a random C (scale-d = 1) and with scale-d = 0 on the first
 // k-step (C must be ignored). Inputs are random bf16, never 0 (+-[0.25, 1]), so every misplaced
 // element shows. Pass: |D - ref| <= 1e-5 (|C| + sum_k |A B|) per element. A failing case prints
@@ -221,8 +223,10 @@ int main() {
     run_mode<MODE_SS_N>(&r, fails[MODE_SS_N]);
     run_mode<MODE_RS_K>(&r, fails[MODE_RS_K]);
     run_mode<MODE_RS_N>(&r, fails[MODE_RS_N]);
-    // the second warpgroup's Q rows of the attention kernel (rows 64..127 of a 128-row tile)
-    const int upper = run_case<128, 64, 128, MODE_SS_K>(&r) + run_case<128, 128, 128, MODE_SS_K>(&r);
+    // a second warpgroup's A rows (rows 64..127 of a 128-row tile), in the shapes the attention
+    // kernels use them
+    const int upper = run_case<128, 64, 128, MODE_SS_K>(&r) + run_case<128, 128, 128, MODE_SS_K>(&r) +
+                      run_case<64, 128, 128, MODE_SS_K>(&r) + run_case<64, 128, 128, MODE_SS_N>(&r);
 
     // Where a failure points, from which K first fails per form (same N).
     printf("\nsummary per form and N (K = 16 / 64 / 128):\n");
@@ -236,7 +240,7 @@ int main() {
             printf("  %-5s N %3d: %s %s %s  %s\n", mode_name[mode], ni ? 128 : 64, f[0] ? "FAIL" : "pass",
                    f[1] ? "FAIL" : "pass", f[2] ? "FAIL" : "pass", what);
         }
-    printf("  ss_k A rows 64-127 of a 128-row tile: %s\n",
+    printf("  ss_k, ss_n A rows 64-127 of a 128-row tile: %s\n",
            upper ? "FAIL (the row offset of the A descriptor; rows 0-63 pass above?)" : "ok");
     return gc_finish("test_wgmma");
 }
