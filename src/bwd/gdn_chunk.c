@@ -117,10 +117,11 @@ static void gdn_chunk_bwd_head(const gdn_cpu_params *p, gdn_chunk_ws w, int b, i
     const int nch = T > 0 ? GDN_CDIV(T, C) : 0;
     double *Hst = w.Hst, *dHn = w.dHn, *dHp = w.dHp;
     const size_t sh = ((size_t)b * NH + h) * SS;
-    // ---- forward scan: H_[0..nch) ----
-    if (p->h0) memcpy(Hst, p->h0 + sh, SS * sizeof(double));
+    // ---- forward scan: H_[0..nch), or the forward's (p->hs; h0 is already their first) ----
+    if (p->hs) memcpy(Hst, p->hs + ((size_t)b * NH + h) * nch * SS, (size_t)nch * SS * sizeof(double));
+    else if (p->h0) memcpy(Hst, p->h0 + sh, SS * sizeof(double));
     else memset(Hst, 0, SS * sizeof(double));
-    for (int ci = 0; ci + 1 < nch; ci++) {
+    for (int ci = 0; !p->hs && ci + 1 < nch; ci++) {
         const int s = ci * C, c = GDN_MIN(C, T - s);
         const double *H = Hst + (size_t)ci * SS;
         double *Hn = Hst + (size_t)(ci + 1) * SS;

@@ -74,7 +74,7 @@ static const cfg_key cfg_keys[] = {
     {"gdn", "delta", CFG_BOOL, F(gdn_delta), 0, 0, 0, "true", NULL, "false: gated linear attention"},
     {"gdn", "allow_neg_eigval", CFG_BOOL, F(gdn_allow_neg_eigval), 0, 0, 0, "false", NULL, "beta in (0, 2)"},
     {"gdn", "chunk_size", CFG_INT, F(gdn_chunk_size), 1, 256, 0, "64", NULL, "tokens per chunk"},
-    {"gdn", "save_states", CFG_BOOL, F(gdn_save_states), 0, 0, 0, "false", NULL, "keep chunk states for the backward"},
+    {"gdn", "save_states", CFG_BOOL, F(gdn_save_states), 0, 0, 0, "false", NULL, "keep the rule's chunk-start states for the backward (faster, B*H*ceil(T/64)*dk*dv fp32 more per GDN layer on the GPU)"},
     {"swa", "n_heads", CFG_INT, F(swa_n_heads), 1, INF, 0, "2", NULL, "attention heads"},
     {"swa", "head_dim", CFG_INT, F(swa_head_dim), 2, INF, CFG_EVEN, "32", NULL, "even (RoPE pairs)"},
     {"swa", "window", CFG_INT, F(swa_window), 1, INF, 0, "64", NULL, ">= seq_len: full attention"},

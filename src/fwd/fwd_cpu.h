@@ -102,6 +102,9 @@ typedef struct {
     const double *h0;       // initial state, NULL = zero
     double *o;              // output
     double *ht;             // final state, NULL = not wanted
+    double *hs;             // chunk-start states (B,H,NC,Dk,Dv), NC = ceil(T/chunk), NULL = none:
+                            // the forward writes them; the backward reads them instead of
+                            // recomputing them with its own forward scan (gdn.save_states)
     // backward
     const double *dO;       // gradient of o
     const double *dht;      // gradient of the final state, NULL = zero

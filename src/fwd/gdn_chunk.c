@@ -47,6 +47,7 @@ void gdn_chunk_fwd_cpu(const gdn_cpu_params *p) {
                 const size_t n0 = ((size_t)b * T + s) * NH + h;  // row of the chunk's first token
                 const double *Q = p->q + n0 * Dk, *K = p->k + n0 * Dk, *V = p->v + n0 * Dv;
                 double *O = p->o + n0 * Dv;
+                if (p->hs) memcpy(p->hs + (((size_t)b * NH + h) * GDN_CDIV(T, C) + s / C) * SS, H, SS * sizeof(double));
 #define KR(r) (K + (size_t)(r) * rk)
 #define QR(r) (Q + (size_t)(r) * rk)
 #define VR(r) (V + (size_t)(r) * rv)

@@ -20,6 +20,9 @@ typedef struct {
     void *o;
     const void *dO;
     void *dq, *dk, *dv, *dg, *dbeta;
+    void *hs;  // stat class, (B,H,NC,Dk,Dv) chunk-start states, NC = ceil(T / backend
+               // gdn_state_chunk (0: chunk)); NULL = none. gdn_fwd writes them, gdn_bwd reads them
+               // instead of recomputing (gdn.save_states: memory for a faster backward)
 } gdn_op;
 
 // Memory classes: each has its own element type in a backend (CPU: all float64; GPU bf16 mode:
@@ -38,6 +41,7 @@ typedef struct backend {
     size_t elem[BE_NCLASS];                            // bytes of one element of each class
     bool master;                                       // keeps master weights apart (BE_OPT type)
     bool fuse_projections;                             // GDN's a, b, z projections as one GEMM
+    int gdn_state_chunk;                               // tokens per chunk of gdn_op.hs (0: op's chunk)
                                                        // where their weights allow (model.c)
     void *(*alloc)(size_t bytes);                      // zero-filled
     void (*release)(void *p);

@@ -94,7 +94,7 @@ static gdn_cpu_params gdn_params_of(const gdn_op *op) {
         .B = op->B, .T = op->T, .H = op->H, .Dk = op->Dk, .Dv = op->Dv, .chunk = op->chunk,
         .mode = op->mode, .q = op->q, .k = op->k, .v = op->v, .g = op->g, .beta = op->beta,
         .o = op->o, .dO = op->dO, .dq = op->dq, .dk = op->dk, .dv = op->dv, .dg = op->dg,
-        .dbeta = op->dbeta,
+        .dbeta = op->dbeta, .hs = op->hs,
     };
     return p;
 }

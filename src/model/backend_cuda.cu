@@ -418,6 +418,7 @@ struct ops {
         p.g = (const float *)op->g;
         p.beta = (const float *)op->beta;
         p.o = op->o;
+        p.h_states = (float *)op->hs;  // gdn.save_states: for the backward
         p.stream = STREAM;
         size_t wsb = gdn_chunk_fwd_workspace_bytes(&p);  // 0: the kernel recomputes per CTA
         p.workspace = wsb ? workspace(wsb) : nullptr;
@@ -425,8 +426,8 @@ struct ops {
     }
     static void gdn_bwd(const gdn_op *op) {
 #if GDN_BWD_ON_GPU
-        // No initial state, no final-state gradient, chunk-start states recomputed (the forward
-        // keeps none): the backward's second forward scan runs inside gdn_chunk_bwd.
+        // No initial state, no final-state gradient; the chunk-start states are the forward's
+        // (gdn.save_states) or recomputed by a second forward scan inside gdn_chunk_bwd.
         gdn_bwd_params p;
         memset(&p, 0, sizeof p);
         p.B = op->B;
@@ -447,6 +448,7 @@ struct ops {
         p.dv = op->dv;
         p.dg = (float *)op->dg;
         p.dbeta = (float *)op->dbeta;
+        p.h_states = (const float *)op->hs;
         p.stream = STREAM;
         p.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&p);
         p.workspace = workspace(p.workspace_bytes);
@@ -471,6 +473,7 @@ struct ops {
         for (int c = 0; c < BE_NCLASS; c++) b.elem[c] = elem((be_class)c);
         b.master = BF;
         b.fuse_projections = true;
+        b.gdn_state_chunk = GDN_CHUNK;  // the kernels' chunk, whatever gdn.chunk_size says
         b.alloc = be_alloc;
         b.release = be_release;
         b.download = download;

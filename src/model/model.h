@@ -58,6 +58,8 @@ typedef struct {
                                                  // and gates (N,H)
     void *z, *o, *rstd_o, *on;                   // output gate (N,H*dv) (or inproj columns),
                                                  // rule output, norm
+    void *hs;                                    // gdn.save_states: the rule's chunk-start
+                                                 // states (gdn_op.hs), else NULL
     void *inproj;                                // the fused input projection's (N, w) output
                                                  // (model.c, gdn_inproj): q_lin .. z are its
                                                  // columns; NULL when not fused

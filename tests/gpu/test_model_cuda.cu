@@ -15,6 +15,8 @@
 //       update shows up as a gap far above that once the loss has fallen by > 1 nat (also
 //       required, of both runs). Then a second GPU run from the same seed: losses and final
 //       weights (master and bf16) must be bitwise equal.
+//   (3), (4) the same 200 steps with train.recompute, and with gdn.save_states (the backward
+//       reads the forward's chunk-start states): each bitwise equal to the run without.
 // (data/tinyshakespeare.h5 is not used: the test must run where the data is absent, as in CI.)
 #include "gputest.h"
 #include <time.h>
@@ -210,5 +212,17 @@ int main() {
            rc_loss ? "pass" : "FAIL", rc_w ? "pass" : "FAIL");
     gc_checks += 2;
     gc_failures += !rc_loss + !rc_w;
+
+    // ---- (4) gdn.save_states: the backward reads the forward's chunk-start states instead of
+    // recomputing them (the same kernel, the same arithmetic): bitwise the run without it -------
+    gdn_config css = c;
+    css.gdn_save_states = true;
+    train_result g4 = train(css, backend_cuda_get(true), B, steps, seed);
+    bool ss_loss = same_bits(g4.loss, g1.loss);
+    bool ss_w = same_bits(g4.master, g1.master) && same_bits(g4.params, g1.params);
+    printf("  gdn.save_states == without, bitwise: losses %s, final weights %s\n",
+           ss_loss ? "pass" : "FAIL", ss_w ? "pass" : "FAIL");
+    gc_checks += 2;
+    gc_failures += !ss_loss + !ss_w;
     return gc_finish("test_model_cuda");
 }
