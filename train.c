@@ -276,7 +276,7 @@ static void mb_label(char *buf, size_t n, const char *what, const step_hooks *h)
     else snprintf(buf, n, "%s mb %d", what, h->mb);
 }
 
-// model_fwd_hook: the forward (with the fused loss) ends here.
+// model_fwd_hook: the forward (with the fused loss of the first LM-head chunk) ends here.
 static void step_fwd_hook(model *m, void *ctx) {
     step_hooks *h = ctx;
     (void)m;

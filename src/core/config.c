@@ -87,6 +87,7 @@ static const cfg_key cfg_keys[] = {
     {"train", "precision", CFG_ENUM, F(precision), 0, 0, 0, "bf16", "fp32|bf16", "GPU storage; CPU is float64"},
     {"train", "batch_size", CFG_INT, F(batch_size), 1, INF, 0, "8", NULL, "sequences per micro-batch per rank"},
     {"train", "recompute", CFG_BOOL, F(recompute), 0, 0, 0, "false", NULL, "recompute cheap activations in the backward"},
+    {"train", "head_chunk_rows", CFG_INT, F(head_chunk_rows), 1, INF, CFG_ZERO_OK, "0", NULL, "tokens per LM-head logits chunk; 0 = at most 512 MiB of logits"},
     {"train", "grad_accum", CFG_INT, F(grad_accum), 1, INF, 0, "1", NULL, "micro-batches per step"},
     {"train", "steps", CFG_INT, F(steps), 1, INF, 0, "1000", NULL, "optimizer steps"},
     {"train", "seed", CFG_U64, F(seed), 0, 0, 0, "1337", NULL, "seeds init, data and dropout"},

@@ -60,6 +60,7 @@ typedef struct {
     char out_dir[CFG_STR];   // run directory                                  default "runs/default"
     int threads;             // CPU threads for BLAS, 0 = library default      default 0
     bool recompute;          // norms, conv, SiLU, L2 norm, SwiGLU outputs redone in the backward
+    int head_chunk_rows;     // LM head + loss in row chunks of this many tokens (0 = auto)
     // [optim]
     double lr;               // > 0                                            default 1e-3
     double min_lr;           // >= 0                                           default 1e-4

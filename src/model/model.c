@@ -177,6 +177,21 @@ static inproj_layout gdn_inproj(const model *m, int l) {
     return o;
 }
 
+// Rows of the LM head's logits chunk: train.head_chunk_rows when set (at most N); else all N
+// when the logits of the whole batch fit in HEAD_CHUNK_BYTES, else the largest multiple of 128
+// rows that does (at least 128). At
+// fla-220m's 32768 x 32000 bf16 logits (2 GiB) that is 4 chunks of 8192 rows: -1.5 GiB of
+// activations; each extra chunk costs one more pass of the fp32 lm_head gradient through the
+// GEMM's accumulator (~0.06 ms on an H200) and one loss read-back.
+#define HEAD_CHUNK_BYTES ((size_t)512 << 20)
+static int head_rows_for(const model *m) {
+    const size_t row = (size_t)m->V * ELEM(m, BE_ACT);
+    if (m->cfg.head_chunk_rows > 0) return GDN_MIN(m->cfg.head_chunk_rows, m->N);
+    if ((size_t)m->N * row <= HEAD_CHUNK_BYTES) return m->N;
+    size_t r = HEAD_CHUNK_BYTES / row / 128 * 128;
+    return (int)GDN_MIN((size_t)m->N, GDN_MAX(r, (size_t)128));
+}
+
 // Carve every activation and scratch tensor; run twice (plan, then real) by model_create.
 static void carve(model *m) {
     arena_t *A = &m->a_acts, *S = &m->a_scratch;
@@ -275,7 +290,7 @@ static void carve(model *m) {
     m->x_final = ACT(N * d);
     m->xf = ACT(N * d);
     m->rstd_f = STAT(N);
-    m->logits = ACT(N * m->V);
+    m->logits = ACT((size_t)m->head_rows * m->V);  // one row chunk of the LM head (head_loss)
 #undef ACT
 #undef STAT
     size_t wide = GDN_MAX(GDN_MAX(hk, hv), GDN_MAX((size_t)m->F, ha));
@@ -334,6 +349,7 @@ model *model_create(const gdn_config *c, const backend *be, int B, int T) {
     if (m->L > MAX_LAYERS) gdn_die("model.n_layers = %d: at most %d", m->L, MAX_LAYERS);
     if (m->V < 2) gdn_die("model: vocab_size %d (set model.vocab_size or use a dataset)", m->V);
     build_table(m);
+    m->head_rows = head_rows_for(m);
 
     arena_plan(&m->a_params, "params");
     arena_plan(&m->a_grads, "grads");
@@ -602,7 +618,28 @@ static void forward(model *m, const int32_t *x, bool train) {
                               train);
         }
     }
-    be->linear_fwd(m->logits, m->xf, P(m->lm_head), N, d, m->V);
+}
+
+// The LM head and the fused cross-entropy over row chunks of m->head_rows (the logits buffer
+// holds one chunk; the probabilities are never kept): returns the summed loss. backward: each
+// chunk's logits are overwritten by dlogits (x grad_scale) and its backward runs at once: dxn's
+// rows of the chunk, lm_head's gradient += (the fwd_hook runs after the first chunk's loss).
+static double head_loss(model *m, double grad_scale, bool backward) {
+    const backend *be = m->be;
+    const int N = m->N, d = m->d, R = m->head_rows;
+    const size_t e = ELEM(m, BE_ACT);
+    double sum = 0;
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int n = GDN_MIN(R, N - r0);
+        const char *xf = (const char *)m->xf + (size_t)r0 * d * e;
+        be->linear_fwd(m->logits, xf, P(m->lm_head), n, d, m->V);
+        sum += be->crossentropy(m->logits, m->tgt + r0, n, m->V, backward ? grad_scale : 0.0);
+        if (!backward) continue;
+        if (r0 == 0 && m->fwd_hook) m->fwd_hook(m, m->grad_hook_ctx);
+        be->linear_bwd((char *)m->dxn + (size_t)r0 * d * e, model_grad(m, m->lm_head), m->logits, xf,
+                       P(m->lm_head), n, d, m->V, false);
+    }
+    return sum;
 }
 
 double model_loss(model *m, const int32_t *x, const int32_t *y, bool train) {
@@ -610,7 +647,7 @@ double model_loss(model *m, const int32_t *x, const int32_t *y, bool train) {
     memcpy(m->tgt, y, (size_t)m->N * sizeof(int32_t));
     int valid = 0;
     for (int i = 0; i < m->N; i++) valid += y[i] >= 0;
-    double sum = m->be->crossentropy(m->logits, m->tgt, m->N, m->V, 0.0);
+    double sum = head_loss(m, 0.0, false);
     return valid ? sum / valid : 0.0;
 }
 
@@ -780,9 +817,7 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
     size_t emb_hi = m->lm_head == m->wte ? m->n_elems : m->params[m->lm_head].offset;
     forward(m, x, train);
     memcpy(m->tgt, y, (size_t)N * sizeof(int32_t));
-    double loss_sum = be->crossentropy(m->logits, m->tgt, N, m->V, grad_scale);  // -> dlogits
-    if (m->fwd_hook) m->fwd_hook(m, m->grad_hook_ctx);
-    be->linear_bwd(m->dxn, G(m->lm_head), m->logits, m->xf, P(m->lm_head), N, d, m->V, false);
+    double loss_sum = head_loss(m, grad_scale, true);  // and the LM head's backward
     if (m->lm_head != m->wte) grads_ready(m, emb_hi, m->n_elems);
     be->rmsnorm_bwd(m->dx, G(m->norm_f), m->dxn, m->x_final, P(m->norm_f), m->rstd_f, N, d, false);
     grads_ready(m, layer_elem_lo(m, m->L), emb_lo);

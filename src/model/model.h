@@ -90,14 +90,17 @@ typedef struct model model;
 typedef void (*model_grad_hook)(model *m, size_t elem_lo, size_t elem_hi, void *ctx);
 // Forward-done hook (gdn-train --timeline: where the forward ends and the backward begins).
 // When m->fwd_hook is set, model_forward_backward calls fwd_hook(m, m->grad_hook_ctx) on every
-// call, armed or not, once the forward and the fused loss (which also writes dlogits) are done
-// (on a GPU: enqueued), before the first backward op. It must not touch the model's tensors.
+// call, armed or not, once the forward and the fused loss (which also writes dlogits) of the
+// first LM-head row chunk are done (on a GPU: enqueued), before the first backward op (the other
+// chunks' logits and losses run inside the LM head's backward: model.c, head_loss). It must not
+// touch the model's tensors.
 typedef void (*model_fwd_hook)(model *m, void *ctx);
 
 struct model {
     gdn_config cfg;
     const backend *be;
     int L, d, V, F, B, T, N;                     // layers, width, vocab, MLP hidden, batch, seq
+    int head_rows;                               // rows of one LM-head logits chunk (model.c)
     int H, dk, dv;                               // GDN heads and dims
     int Ha, Da;                                  // attention heads and head dim
     int window;

@@ -144,6 +144,15 @@ int main() {
         gc_checks++;
         if (f) gc_failures++;
     }
+    {  // the LM head and loss in row chunks (train.head_chunk_rows; 256 rows: 100, 100, 56) on
+       // both backends, fp32, pattern GS (tied: the head's gradient adds to the embedding's)
+        gdn_config c = tiny_config("GS");
+        c.head_chunk_rows = 100;
+        printf("\n== fp32, GS with the LM head in row chunks of 100\n");
+        int f = model_compare_backends(&c, backend_cuda_get(false), 2, 128, 1e-4, cmp_seed, stdout);
+        gc_checks++;
+        if (f) gc_failures++;
+    }
     for (const char *pat : patterns) {
         gdn_config c = tiny_config(pat);
         printf("\n");
