@@ -2,8 +2,8 @@
 // g, beta, the optional initial state, dO and the optional gradient of the final state, it
 // writes dq, dk, dv, dg, dbeta and the initial-state gradient (all "=", bwd_cpu.h's rule).
 // Nothing of the forward is needed except, optionally, its chunk-start states (gdn.save_states):
-// without them a second forward scan (gdn_chunk_fwd with h_states into the workspace)
-// recomputes them. Then, on the stream, in order (src/bwd/gdn_chunk.cu says the maths):
+// without them a second forward scan (gdn_chunk_fwd with h_states into the workspace and
+// o = NULL: states only) recomputes them. Then, on the stream, in order (src/bwd/gdn_chunk.cu says the maths):
 //   prep   per chunk      T = (I+A)^{-1} diag(beta) (fp32 solve), W, KHg = diag(gamma) K H,
 //                         dΔ_loc = P^T dO, P and Gam ⊙ K K^T            -> workspace
 //   scan   per (b, h, value block), chunks in reverse, dH on chip:

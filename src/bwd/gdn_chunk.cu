@@ -21,8 +21,9 @@
 //          KHg = diag(gamma) K H (never as Y - V: that difference loses KHg when it is small).
 //
 // Kernels, in stream order (one CTA per chunk unless said):
-//   [fwd]  gdn_chunk_fwd with h_states -> Hs (skipped when the forward kept them); its prep
-//          path borrows the dH' (or PA..Kp) region of the workspace before the scan fills it
+//   [fwd]  gdn_chunk_fwd with h_states -> Hs and o = NULL (states only: no Q, P, O work;
+//          skipped when the forward kept them); its prep path borrows the dH' (or PA..Kp)
+//          region of the workspace before the scan fills it
 //   prep   (4 warps)  P, A, the fp32 solve (one thread per column), W, KHg, dΔ_loc = P^T dO;
 //                     writes Linv, KHg (hi + lo planes), W (NP planes), P | Gam⊙KK^T packed
 //                     (fp32), dΔ_loc
@@ -41,7 +42,7 @@
 //   kernel forms P = Gam ⊙ QK^T (setup; one plane, as prep's) with K resident, per value
 //   sub-block dΔ = P^T dO + diag(hdec) K dH' (dH' hi + lo) and KHg = diag(gamma) K H (fp32,
 //   not rounded to planes), and QK^T, KK^T again for the C x C work (the same bits as prep's).
-//   The recomputed forward's o and workspace go to the dH' region.
+//   The recomputed forward's workspace goes to the dH' region.
 // Tensor cores: mma.sync m16n8k16 bf16 -> fp32; fp32 inputs run the same kernels with operands
 // split into bf16 hi + lo planes (NP = 2). With bf16 inputs (NP = 1) the inputs Q, K, V, dO are
 // exact as one plane, and the intermediates that dg and dbeta rest on are hi + lo planes too
@@ -52,7 +53,7 @@
 // inputs, ranked these below the ones above for dg; the final kernel has no shared memory
 // left for them at Dk >= 128, and the scan, the sequential part, was left as it was).
 // Workspace (gdn_chunk_bwd_workspace_bytes) holds, per chunk: Hs, dH' (fp32 Dk x Dv), dΔ (fp32
-// C x Dv; first the forward's unused o), P|AK (fp32 C x C), Linv (2 planes C x C), W (NP planes
+// C x Dv), P|AK (fp32 C x C), Linv (2 planes C x C), W (NP planes
 // C x Dk), KHg (2 planes C x Dv); on the recompute path only Hs, dH', Linv and W.
 #include "gdn_bwd_cuda.h"
 
@@ -1437,8 +1438,8 @@ void gdn_bwd_run(const bwd_args &a, int dvb) {
     gdn_bwd_final_launch<DK, NP>(a);
 }
 
-// The second forward scan's parameters (chunk-start states into hs; o, workspace set by the
-// caller)
+// The second forward scan's parameters: chunk-start states into hs, no o (the states-only
+// forward); the workspace is set by the caller
 gdn_fwd_params recompute_fwd_params(const gdn_bwd_params *p, float *hs) {
     gdn_fwd_params f;
     memset(&f, 0, sizeof f);
@@ -1468,8 +1469,6 @@ size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 // Workspace carving: one table, walked by the size query and by the entry alike.
 struct ws_plan {
     size_t off_hs, off_dhs, off_dd, off_pa, off_lv, off_wp, off_kp, total;
-    size_t fwd_o;  // (recompute path, states recomputed) bytes of the forward's o at off_dhs; its
-                   // workspace follows at off_dhs + fwd_o
 };
 ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
     const size_t NC = (size_t)(p->T + GDN_CHUNK - 1) / GDN_CHUNK;
@@ -1483,13 +1482,10 @@ ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
     if (!p->h_states) o += align256(nch * Dk * Dv * 4);
     w.off_dhs = o;
     size_t dhs = nch * Dk * Dv * 4;
-    w.fwd_o = 0;
-    if (rc && !p->h_states) {  // the forward's o and workspace live here until prep starts
+    if (rc && !p->h_states) {  // the forward's workspace lives here until prep starts
         const gdn_fwd_params f = recompute_fwd_params(p, NULL);
-        w.fwd_o = align256((size_t)p->B * p->T * p->H * Dv * 2);
-        dhs = dhs > w.fwd_o + gdn_chunk_fwd_workspace_bytes(&f)
-                  ? dhs
-                  : w.fwd_o + gdn_chunk_fwd_workspace_bytes(&f);
+        const size_t fws = gdn_chunk_fwd_workspace_bytes(&f);  // > dhs only at Dk = Dv = 64
+        dhs = dhs > fws ? dhs : fws;
     }
     o += align256(dhs);
     w.off_dd = o;
@@ -1600,22 +1596,19 @@ extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
     a.Kp = rc ? NULL : (bf16 *)(ws + w.off_kp);
     if (p->h_states) {
         a.Hs = p->h_states;
-    } else {  // second forward scan: chunk-start states; its o goes to space unused yet
+    } else {  // second forward scan: chunk-start states only
         float *hs = (float *)(ws + w.off_hs);
         a.Hs = hs;
         gdn_fwd_params f = recompute_fwd_params(p, hs);
-        // The forward's prep path (T, P, G once per chunk-head, then the scan) needs a workspace;
+        // The forward's prep path (T, G once per chunk-head, then the scan) needs a workspace;
         // without one it runs fused, redoing them in every value-block CTA (3.1 vs 1.4 ms at B1
         // T32768 H16, bench/gdn_fwd.md). Lend it a region the backward fills only later: on the
-        // recompute path the dH' region holds o and the workspace (sized so by gdn_bwd_plan);
-        // else o goes to dΔ, the workspace to dH' (written by the scan) or PA..Kp (written by
-        // prep), whichever is large enough.
+        // recompute path the dH' region (sized for it by gdn_bwd_plan); else dH' (written by
+        // the scan) or PA..Kp (written by prep), whichever is large enough.
         const size_t need = gdn_chunk_fwd_workspace_bytes(&f);
         if (rc) {
-            f.o = ws + w.off_dhs;
-            if (need > 0) f.workspace = ws + w.off_dhs + w.fwd_o;
+            if (need > 0) f.workspace = ws + w.off_dhs;
         } else {
-            f.o = a.dD;
             if (need > 0 && w.off_dd - w.off_dhs >= need)
                 f.workspace = ws + w.off_dhs;
             else if (need > 0 && w.total - w.off_pa >= need)

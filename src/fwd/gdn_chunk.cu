@@ -5,7 +5,8 @@
 //                          T = (I + A)^{-1} diag(beta), P (bf16) and G (fp32) -> workspace
 //   gdn_chunk_fwd_kernel   one CTA per (b, h, block of value columns), chunks in order:
 //                          the state recurrence and the output (PRE: T, P read from the
-//                          workspace; fused: recomputed in the CTA)
+//                          workspace; fused: recomputed in the CTA); OUT false (o = NULL):
+//                          states only, for the backward's recompute
 //
 // Per chunk of C = 64 tokens, each warp group of 4 warps (DVB value columns):
 //   G_r   = log2(e) (g_1 + .. + g_r)       per-warp scan; gamma_r = 2^G_r
@@ -22,6 +23,9 @@
 // The state is kept as S = H^T (DVB x Dk) in fp32 mma accumulators across chunks, with a bf16
 // copy in shared memory as the B operand of P2. Gam is only ever formed from differences
 // G_i - G_j, masked by a select (2^(G_i - G_j) overflows above the diagonal, never used).
+// States only (OUT false, o = NULL, h_states set): no Q, no P (prep and the CTA skip it), no
+// O in P2 and P5, no o stores; every operation on the path to S (A, T, Y, Δ, Δ~, S') is the
+// same code, so the states are bitwise those of the o-producing instance.
 // Traps of DESIGN 3.1: O reads the chunk-start state (P2 before P5); S is decayed before the
 // accumulation; K enters raw (A, P, P5), scaled by gamma (Y) and by gamma_C/gamma (Δ~); A has
 // no diagonal; the cross-chunk term -W H is inside Y.
@@ -50,8 +54,9 @@ constexpr float LOG2E = 1.4426950408889634f;
 // Shared-memory layout of gdn_chunk_fwd_kernel (byte offsets). Operand matrices are bf16, row
 // pitch padded by 8 elements (16 bytes) so that the 8 rows of each ldmatrix land in distinct
 // bank groups; fp32 inputs keep NP = 2 planes (hi, lo) of each, *_PL bytes apart. NWG warp
-// groups share Q, K, T, P and own Y, D, Dt, S.
-template <int DK, int DVB, int NWG, bool F32, bool PRE>
+// groups share Q, K, T, P and own Y, D, Dt, S. States only (OUT false): no P buffer, and no Q
+// buffer on the prep path (the fused path keeps it: T lives there); Qs, Ps are then unused.
+template <int DK, int DVB, int NWG, bool F32, bool PRE, bool OUT = true>
 struct gdn_fwd_layout {
     static_assert(!(PRE && F32), "the prep path is bf16");
     static_assert(NWG == 1 || PRE, "two warp groups need the prep path");
@@ -63,10 +68,11 @@ struct gdn_fwd_layout {
     static constexpr int CC_PL = C * PCC * 2;          //                     P, T   (C x C)
     static constexpr int V_PL = C * PV * 2;            //                     Y, D, Dt (C x DVB)
     static constexpr int S_PL = DVB * PQK * 2;         //                     S      (DVB x Dk)
+    static constexpr int QB = OUT || !PRE ? QST : 0, PB = OUT ? PST : 0;  // buffers
     static constexpr int Q = 0;
-    static constexpr int K = Q + QST * NP * QK_PL;
+    static constexpr int K = Q + QB * NP * QK_PL;
     static constexpr int P = K + KST * NP * QK_PL;
-    static constexpr int TB = P + PST * NP * CC_PL;    // PRE: 2 stages of T
+    static constexpr int TB = P + PB * NP * CC_PL;     // PRE: 2 stages of T
     static constexpr int A = TB + (PRE ? 2 * CC_PL : 0);  // fused: fp32 A; D, Dt aliased
     static constexpr int WG0 = A + (PRE ? 0 : C * PA * 4);
     static constexpr int WGB = (PRE ? 3 : 1) * NP * V_PL + NP * S_PL;  // per group: Y [D Dt] S
@@ -482,10 +488,11 @@ struct gdn_fwd_minblocks {
 };
 
 // ---- the recurrence kernel ---------------------------------------------------------------------
-template <int DK, int DVB, int NWG, bool F32, bool PRE>
+// OUT: o computed and stored; false: chunk-start states (and ht) only
+template <int DK, int DVB, int NWG, bool F32, bool PRE, bool OUT>
 __global__ void __launch_bounds__(128 * NWG, (gdn_fwd_minblocks<DK, NWG, F32>::value))
 gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
-    using L = gdn_fwd_layout<DK, DVB, NWG, F32, PRE>;
+    using L = gdn_fwd_layout<DK, DVB, NWG, F32, PRE, OUT>;
     using Tin = typename std::conditional<F32, float, __nv_bfloat16>::type;
     using Tin2 = typename std::conditional<F32, float2, __nv_bfloat162>::type;
     constexpr int NP = L::NP, NTH = 32 * L::NW;
@@ -554,7 +561,7 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
     // all inputs of chunk n (fused: Q only for n == 0, later Q's come after P4)
     auto load_chunk = [&](int n, bool with_q, bool with_k) {
         const int t0 = n * C;
-        if (with_q)
+        if (OUT && with_q)
             load_tile<DK, F32, PBQ, L::QK_PL, NTH>(sm, L::Qs(n), qg + (size_t)t0 * rowk, rowk,
                                                    T - t0, tid);
         if (with_k)
@@ -565,7 +572,7 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
                 cp_async16(smem_u32(sm + L::GB + ((n & 1) * 2 * C + tid * 4) * 4),
                            wsG + (size_t)n * C + tid * 4, 16);
             if (delta) load_cc<NTH>(sm, L::T(n), wsT + n * cc, tid);
-            if (p_pre) load_cc<NTH>(sm, L::Ps(n), wsP + n * cc, tid);
+            if (OUT && p_pre) load_cc<NTH>(sm, L::Ps(n), wsP + n * cc, tid);
         } else {
             load_gb(sm, L::GB + (n & 1) * 2 * C * 4, p, tok0, t0, tid);
         }
@@ -614,34 +621,36 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
         }
         const float Gc = G[C - 1];
 
-        // ---- P1: A (fused, delta) and P (unless it came from the prep kernel) ---------------
+        // ---- P1: A (fused, delta) and P (OUT, unless it came from the prep kernel) ---------
         if constexpr (!PRE) {
-            if (warp >= 2 || delta)
+            if (OUT ? (warp >= 2 || delta) : (warp < 2 && delta))
                 p1_pair<DK, NP, PBQ, L::QK_PL, L::CC_PL>(warp & 1, warp < 2, true,
                                                         sbase + (warp < 2 ? ks : qs), sbase + ks,
                                                         sm, L::A, ps, G, beta, lane);
         } else {
-            if (!p_pre && (warp == 0 || warp == (NWG == 2 ? 4 : 1)))
+            if (OUT && !p_pre && (warp == 0 || warp == (NWG == 2 ? 4 : 1)))
                 p1_pair<DK, NP, PBQ, L::QK_PL, L::CC_PL>(warp == 0 ? 0 : 1, false, true,
                                                         sbase + qs, sbase + ks, sm, 0, ps, G,
                                                         beta, lane);
         }
 
-        // ---- P2: O = diag(gamma) Q H (registers), Y = V - diag(gamma) K H -------------------
+        // ---- P2: O = diag(gamma) Q H (registers, OUT), Y = V - diag(gamma) K H -------------
         float oacc[NV][4] = {};
         {
             float kacc[NV][4] = {};
 #pragma unroll 2
             for (int kk = 0; kk < DK / 16; ++kk) {
                 uint32_t qa[NP][4], ka[NP][4];
-                lda<NP, PBQ, L::QK_PL>(qa, sbase + qs, wl * 16, kk * 16, lane);
+                if constexpr (OUT) lda<NP, PBQ, L::QK_PL>(qa, sbase + qs, wl * 16, kk * 16, lane);
                 lda<NP, PBQ, L::QK_PL>(ka, sbase + ks, wl * 16, kk * 16, lane);
 #pragma unroll
                 for (int np = 0; np < NV / 2; ++np) {
                     uint32_t sb[NP][4];
                     ldb<NP, PBQ, L::S_PL>(sb, sbase + offS, np * 16, kk * 16, lane);
-                    mma_p<0>(oacc[2 * np], qa, sb);
-                    mma_p<1>(oacc[2 * np + 1], qa, sb);
+                    if constexpr (OUT) {
+                        mma_p<0>(oacc[2 * np], qa, sb);
+                        mma_p<1>(oacc[2 * np + 1], qa, sb);
+                    }
                     mma_p<0>(kacc[2 * np], ka, sb);
                     mma_p<1>(kacc[2 * np + 1], ka, sb);
                 }
@@ -661,8 +670,10 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
                         v0 = __low2float(vr[j][hr]);
                         v1 = __high2float(vr[j][hr]);
                     }
-                    oacc[j][2 * hr] *= gam;
-                    oacc[j][2 * hr + 1] *= gam;
+                    if constexpr (OUT) {
+                        oacc[j][2 * hr] *= gam;
+                        oacc[j][2 * hr + 1] *= gam;
+                    }
                     if (delta) {
                         st_pair<NP, L::V_PL>(sm, offY + i * PBV + c0 * 2,
                                              v0 - gam * kacc[j][2 * hr], v1 - gam * kacc[j][2 * hr + 1]);
@@ -709,7 +720,7 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
             }
             __syncthreads();  // D, Dt complete; T no longer read
         }
-        if constexpr (!PRE) {
+        if constexpr (!PRE && OUT) {
             if (n + 1 < NC) {  // Q's buffer is free now
                 load_tile<DK, F32, PBQ, L::QK_PL, NTH>(sm, L::Q, qg + (size_t)(t0 + C) * rowk,
                                                        rowk, T - t0 - C, tid);
@@ -717,31 +728,33 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
             }
         }
 
-        // ---- P5: O += P Δ -> global; S' = gamma_C S + Δ~^T K -------------------------------
-        for (int kk = 0; kk <= wl; ++kk) {
-            uint32_t pa[NP][4];
-            lda<NP, PBC, L::CC_PL>(pa, sbase + ps, wl * 16, kk * 16, lane);
+        // ---- P5: O += P Δ -> global (OUT); S' = gamma_C S + Δ~^T K --------------------------
+        if constexpr (OUT) {
+            for (int kk = 0; kk <= wl; ++kk) {
+                uint32_t pa[NP][4];
+                lda<NP, PBC, L::CC_PL>(pa, sbase + ps, wl * 16, kk * 16, lane);
 #pragma unroll
-            for (int np = 0; np < NV / 2; ++np) {
-                uint32_t db[NP][4];
-                ldb_t<NP, PBV, L::V_PL>(db, sbase + offD, kk * 16, np * 16, lane);
-                mma_p<0>(oacc[2 * np], pa, db);
-                mma_p<1>(oacc[2 * np + 1], pa, db);
+                for (int np = 0; np < NV / 2; ++np) {
+                    uint32_t db[NP][4];
+                    ldb_t<NP, PBV, L::V_PL>(db, sbase + offD, kk * 16, np * 16, lane);
+                    mma_p<0>(oacc[2 * np], pa, db);
+                    mma_p<1>(oacc[2 * np + 1], pa, db);
+                }
             }
-        }
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-            const int r = wl * 16 + g + hr * 8;
-            if (r < nvalid) {
-                Tin *orow = og + (size_t)(t0 + r) * rowv;
+            for (int hr = 0; hr < 2; ++hr) {
+                const int r = wl * 16 + g + hr * 8;
+                if (r < nvalid) {
+                    Tin *orow = og + (size_t)(t0 + r) * rowv;
 #pragma unroll
-                for (int j = 0; j < NV; ++j) {
-                    Tin2 v;
-                    if constexpr (F32)
-                        v = make_float2(oacc[j][2 * hr], oacc[j][2 * hr + 1]);
-                    else
-                        v = __floats2bfloat162_rn(oacc[j][2 * hr], oacc[j][2 * hr + 1]);
-                    *(Tin2 *)(orow + j * 8 + 2 * t4) = v;
+                    for (int j = 0; j < NV; ++j) {
+                        Tin2 v;
+                        if constexpr (F32)
+                            v = make_float2(oacc[j][2 * hr], oacc[j][2 * hr + 1]);
+                        else
+                            v = __floats2bfloat162_rn(oacc[j][2 * hr], oacc[j][2 * hr + 1]);
+                        *(Tin2 *)(orow + j * 8 + 2 * t4) = v;
+                    }
                 }
             }
         }
@@ -785,10 +798,10 @@ static int gdn_smem_optin() {  // shared memory a block may opt in to on this de
     return optin;
 }
 
-template <int DK, int DVB, int NWG, bool F32, bool PRE>
+template <int DK, int DVB, int NWG, bool F32, bool PRE, bool OUT>
 void gdn_chunk_fwd_launch(const gdn_fwd_params *p) {
-    using L = gdn_fwd_layout<DK, DVB, NWG, F32, PRE>;
-    auto kern = gdn_chunk_fwd_kernel<DK, DVB, NWG, F32, PRE>;
+    using L = gdn_fwd_layout<DK, DVB, NWG, F32, PRE, OUT>;
+    auto kern = gdn_chunk_fwd_kernel<DK, DVB, NWG, F32, PRE, OUT>;
     static bool attr_done = false;  // one attribute call per instance
     if (!attr_done) {
         const int optin = gdn_smem_optin();
@@ -804,6 +817,12 @@ void gdn_chunk_fwd_launch(const gdn_fwd_params *p) {
     const dim3 grid(p->Dv / (DVB * NWG), p->H, p->B);
     kern<<<grid, 128 * NWG, L::BYTES, p->stream>>>(*p);
     CUDA_CHECK_LAUNCH();
+}
+// the o-producing instance, or the states-only one when o is NULL
+template <int DK, int DVB, int NWG, bool F32, bool PRE>
+void gdn_chunk_fwd_run(const gdn_fwd_params *p) {
+    if (p->o) gdn_chunk_fwd_launch<DK, DVB, NWG, F32, PRE, true>(p);
+    else gdn_chunk_fwd_launch<DK, DVB, NWG, F32, PRE, false>(p);
 }
 
 template <int DK>
@@ -873,7 +892,10 @@ extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
     gdn_check_ptr(p->q, 16, "q");
     gdn_check_ptr(p->k, 16, "k");
     gdn_check_ptr(p->v, 16, "v");
-    gdn_check_ptr(p->o, 16, "o");
+    if (!p->o && !p->h_states)
+        gdn_die("gdn_chunk_fwd: o and h_states are both NULL\nHINT: o may be NULL only when "
+                "h_states is set (the states-only forward of the backward's recompute)");
+    if (p->o) gdn_check_ptr(p->o, 16, "o");
     if (p->mode.gate) gdn_check_ptr(p->g, 4, "g (gate on)");
     if (p->mode.delta) gdn_check_ptr(p->beta, 4, "beta (delta on)");
     if (p->h0) gdn_check_ptr(p->h0, 4, "h0");
@@ -902,44 +924,44 @@ extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
     }
     if (f32) {
         switch (p->Dk) {
-        case 64: gdn_chunk_fwd_launch<64, 16, 1, true, false>(p); break;
-        case 128: gdn_chunk_fwd_launch<128, 16, 1, true, false>(p); break;
-        default: gdn_chunk_fwd_launch<256, 16, 1, true, false>(p); break;
+        case 64: gdn_chunk_fwd_run<64, 16, 1, true, false>(p); break;
+        case 128: gdn_chunk_fwd_run<128, 16, 1, true, false>(p); break;
+        default: gdn_chunk_fwd_run<256, 16, 1, true, false>(p); break;
         }
         return;
     }
     if (!p->workspace) {
         p->p_from_prep = 2;
         switch (p->Dk * 1000 + dvb) {
-        case 64016: gdn_chunk_fwd_launch<64, 16, 1, false, false>(p); break;
-        case 64032: gdn_chunk_fwd_launch<64, 32, 1, false, false>(p); break;
-        case 64064: gdn_chunk_fwd_launch<64, 64, 1, false, false>(p); break;
-        case 128016: gdn_chunk_fwd_launch<128, 16, 1, false, false>(p); break;
-        case 128032: gdn_chunk_fwd_launch<128, 32, 1, false, false>(p); break;
-        case 128064: gdn_chunk_fwd_launch<128, 64, 1, false, false>(p); break;
-        case 256016: gdn_chunk_fwd_launch<256, 16, 1, false, false>(p); break;
-        default: gdn_chunk_fwd_launch<256, 32, 1, false, false>(p); break;
+        case 64016: gdn_chunk_fwd_run<64, 16, 1, false, false>(p); break;
+        case 64032: gdn_chunk_fwd_run<64, 32, 1, false, false>(p); break;
+        case 64064: gdn_chunk_fwd_run<64, 64, 1, false, false>(p); break;
+        case 128016: gdn_chunk_fwd_run<128, 16, 1, false, false>(p); break;
+        case 128032: gdn_chunk_fwd_run<128, 32, 1, false, false>(p); break;
+        case 128064: gdn_chunk_fwd_run<128, 64, 1, false, false>(p); break;
+        case 256016: gdn_chunk_fwd_run<256, 16, 1, false, false>(p); break;
+        default: gdn_chunk_fwd_run<256, 32, 1, false, false>(p); break;
         }
         return;
     }
     // prep path (always writes G; T with delta on; P unless p_from_prep == 2, measured faster
-    // at every benchmark shape, bench/gdn_fwd.md)
-    if (p->p_from_prep != 2) p->p_from_prep = 1;
+    // at every benchmark shape, bench/gdn_fwd.md; states only: no P anywhere, prep skips Q)
+    if (p->p_from_prep != 2) p->p_from_prep = p->o ? 1 : 2;
     switch (p->Dk) {
     case 64: gdn_chunk_prep_launch<64>(p); break;
     case 128: gdn_chunk_prep_launch<128>(p); break;
     default: gdn_chunk_prep_launch<256>(p); break;
     }
     switch (p->Dk * 1000 + dvb) {
-    case 64016: gdn_chunk_fwd_launch<64, 16, 1, false, true>(p); break;
-    case 64032: gdn_chunk_fwd_launch<64, 32, 1, false, true>(p); break;
-    case 64064: gdn_chunk_fwd_launch<64, 64, 1, false, true>(p); break;
-    case 64128: gdn_chunk_fwd_launch<64, 64, 2, false, true>(p); break;
-    case 128016: gdn_chunk_fwd_launch<128, 16, 1, false, true>(p); break;
-    case 128032: gdn_chunk_fwd_launch<128, 32, 1, false, true>(p); break;
-    case 128064: gdn_chunk_fwd_launch<128, 64, 1, false, true>(p); break;
-    case 128128: gdn_chunk_fwd_launch<128, 64, 2, false, true>(p); break;
-    case 256016: gdn_chunk_fwd_launch<256, 16, 1, false, true>(p); break;
-    default: gdn_chunk_fwd_launch<256, 32, 1, false, true>(p); break;
+    case 64016: gdn_chunk_fwd_run<64, 16, 1, false, true>(p); break;
+    case 64032: gdn_chunk_fwd_run<64, 32, 1, false, true>(p); break;
+    case 64064: gdn_chunk_fwd_run<64, 64, 1, false, true>(p); break;
+    case 64128: gdn_chunk_fwd_run<64, 64, 2, false, true>(p); break;
+    case 128016: gdn_chunk_fwd_run<128, 16, 1, false, true>(p); break;
+    case 128032: gdn_chunk_fwd_run<128, 32, 1, false, true>(p); break;
+    case 128064: gdn_chunk_fwd_run<128, 64, 1, false, true>(p); break;
+    case 128128: gdn_chunk_fwd_run<128, 64, 2, false, true>(p); break;
+    case 256016: gdn_chunk_fwd_run<256, 16, 1, false, true>(p); break;
+    default: gdn_chunk_fwd_run<256, 32, 1, false, true>(p); break;
     }
 }

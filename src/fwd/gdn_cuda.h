@@ -39,7 +39,8 @@ typedef struct {
     const void *v;           // (B,T,H,Dv)
     const float *g, *beta;   // (B,T,H)
     const float *h0;         // (B,H,Dk,Dv) initial state, NULL = zero
-    void *o;                 // (B,T,H,Dv) written
+    void *o;                 // (B,T,H,Dv) written; NULL = not wanted (only with h_states:
+                             // the states-only forward, no Q, P or O work, same state bits)
     float *ht;               // (B,H,Dk,Dv) final state, NULL = not wanted
     float *h_states;         // (B,H,NC,Dk,Dv) chunk-start states (NC = ceil(T/64)), NULL = not
                              // wanted; read by the backward only when gdn.save_states is set
@@ -55,7 +56,8 @@ typedef struct {
     cudaStream_t stream;
 } gdn_fwd_params;
 
-// Public entry: checks shapes, dtype, pointers (16-byte aligned q, k, v, o), then launches.
+// Public entry: checks shapes, dtype, pointers (16-byte aligned q, k, v, o; o NULL only with
+// h_states), then launches.
 void gdn_chunk_fwd(const gdn_fwd_params *p);
 // The value-column block the launcher uses for p (p->dv_block when set).
 int gdn_chunk_fwd_dv_block(const gdn_fwd_params *p);

@@ -8,7 +8,9 @@
 // non-finite, nothing written past o. Sweeps T in {1, 63, 64, 65, 300, 4096}, B*H from 1 to
 // 128, Dk in {64,128,256}, Dv in {Dk, 2Dk}, every mode (also over 4096 tokens), every dv_block;
 // bf16 cases run both paths (fused: no workspace; prep kernel + workspace, P from it or not),
-// each against the same reference. Exit 77 (skipped) without a GPU.
+// each against the same reference. Every variant also runs states only (o = NULL, the
+// backward's recompute), which must give bitwise the same h_states and ht as the run with o.
+// Exit 77 (skipped) without a GPU.
 #include <pthread.h>
 #include <stdint.h>
 #include <cuda_runtime.h>
@@ -90,7 +92,7 @@ static void run_case(const tcase *c, uint64_t seed, const tvariant *vars, int nv
 
     // device inputs (rounding q, k, v to the device dtype in place) and poisoned outputs
     void *dq = upload(q, nk, c->dt), *dk = upload(k, nk, c->dt), *dv = upload(v, nv, c->dt);
-    float *dg, *dbeta, *dh0 = NULL, *dht, *dhs = NULL;
+    float *dg, *dbeta, *dh0 = NULL, *dht, *dhs, *dht2, *dhs2;
     {
         float *tmp = (float *)gdn_malloc(N * 4);
         for (size_t i = 0; i < N; i++) { tmp[i] = (float)g[i]; g[i] = tmp[i]; }
@@ -122,7 +124,13 @@ static void run_case(const tcase *c, uint64_t seed, const tvariant *vars, int nv
     CUDA_CHECK(cudaMalloc(&dout, nv * esz + 16));
     CUDA_CHECK(cudaMalloc(&dht, ns * 4));
     const size_t nhs = (size_t)B * H * NC * Dk * Dv;
-    if (c->states) CUDA_CHECK(cudaMalloc(&dhs, nhs * 4 + 16));
+    // chunk-start states are always stored (compared with the states-only run), checked
+    // against the reference when c->states; the states-only run writes dhs2, dht2
+    CUDA_CHECK(cudaMalloc(&dhs, nhs * 4 + 16));
+    CUDA_CHECK(cudaMalloc(&dhs2, nhs * 4));
+    CUDA_CHECK(cudaMalloc(&dht2, ns * 4));
+    float *hs_a = (float *)gdn_malloc(nhs * 4), *hs_b = (float *)gdn_malloc(nhs * 4);
+    float *ht_a = (float *)gdn_malloc(ns * 4), *ht_b = (float *)gdn_malloc(ns * 4);
     double *o = dalloc(nv), *ht = dalloc(ns);
     double *hs_ref = NULL;
     if (c->states) {  // chunk-start state n = final state of the prefix of n*C tokens (B == 1)
@@ -146,7 +154,7 @@ static void run_case(const tcase *c, uint64_t seed, const tvariant *vars, int nv
         const tvariant *va = &vars[vi];
         CUDA_CHECK(cudaMemset(dout, 0xff, nv * esz + 16));  // NaN in bf16 and fp32
         CUDA_CHECK(cudaMemset(dht, 0xff, ns * 4));
-        if (c->states) CUDA_CHECK(cudaMemset(dhs, 0xff, nhs * 4 + 16));
+        CUDA_CHECK(cudaMemset(dhs, 0xff, nhs * 4 + 16));
         gdn_fwd_params p;
         memset(&p, 0, sizeof p);
         p.B = B; p.T = T; p.H = H; p.Dk = Dk; p.Dv = Dv;
@@ -195,8 +203,23 @@ static void run_case(const tcase *c, uint64_t seed, const tvariant *vars, int nv
             if (count_nonfinite(hs, nhs)) es = NAN;
             free(hs);
         }
+        // states only (o = NULL; prep and workspace as above, the workspace poisoned again)
+        CUDA_CHECK(cudaMemcpy(hs_a, dhs, nhs * 4, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(ht_a, dht, ns * 4, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemset(dhs2, 0xff, nhs * 4));
+        CUDA_CHECK(cudaMemset(dht2, 0xff, ns * 4));
+        if (dws) CUDA_CHECK(cudaMemset(dws, 0xff, wsb));
+        gdn_fwd_params ps = p;
+        ps.o = NULL;
+        ps.h_states = dhs2;
+        ps.ht = dht2;
+        gdn_chunk_fwd(&ps);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy(hs_b, dhs2, nhs * 4, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(ht_b, dht2, ns * 4, cudaMemcpyDeviceToHost));
+        const bool so_same = memcmp(hs_a, hs_b, nhs * 4) == 0 && memcmp(ht_a, ht_b, ns * 4) == 0;
         const bool ok = bad == 0 && !overrun && eo <= tol && eh <= tol && es <= tol &&
-                        isfinite(eo) && isfinite(eh) && isfinite(es);
+                        isfinite(eo) && isfinite(eh) && isfinite(es) && so_same;
         char mode[32], path[16];
         snprintf(mode, sizeof mode, "%s%s%s", c->gate ? "" : "nogate ", c->delta ? "" : "nodelta ",
                  c->neg ? "neg " : "");
@@ -206,8 +229,8 @@ static void run_case(const tcase *c, uint64_t seed, const tvariant *vars, int nv
                c->dt == GDN_DTYPE_BF16 ? "bf16" : "fp32", B, T, H, Dk, Dv, path, dvb,
                mode[0] ? mode : "default", c->weak ? "weak" : "mixed", h0 ? "h0" : "-", eo, eh);
         if (c->states) printf("  states %.2e", es);
-        printf("  (tol %.0e)%s%s  %s\n", tol, bad ? "  NONFINITE" : "", overrun ? "  OVERRUN" : "",
-               ok ? "pass" : "FAIL");
+        printf("  (tol %.0e)%s%s%s  %s\n", tol, bad ? "  NONFINITE" : "", overrun ? "  OVERRUN" : "",
+               so_same ? "" : "  STATES-ONLY-DIFFER", ok ? "pass" : "FAIL");
         n_cases++;
         n_fail += !ok;
         if (dws) CUDA_CHECK(cudaFree(dws));
@@ -217,7 +240,10 @@ static void run_case(const tcase *c, uint64_t seed, const tvariant *vars, int nv
     CUDA_CHECK(cudaFree(dg)); CUDA_CHECK(cudaFree(dbeta)); CUDA_CHECK(cudaFree(dout));
     CUDA_CHECK(cudaFree(dht));
     if (dh0) CUDA_CHECK(cudaFree(dh0));
-    if (dhs) CUDA_CHECK(cudaFree(dhs));
+    CUDA_CHECK(cudaFree(dhs));
+    CUDA_CHECK(cudaFree(dhs2));
+    CUDA_CHECK(cudaFree(dht2));
+    free(hs_a); free(hs_b); free(ht_a); free(ht_b);
     free(q); free(k); free(v); free(g); free(beta); free(h0);
     free(o); free(ht); free(o_ref); free(ht_ref);
 }
