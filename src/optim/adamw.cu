@@ -14,8 +14,11 @@ struct adamw_params {
 };
 
 // V consecutive elements per thread and iteration (V = 4: 16-byte loads of g, m, v, master; the
-// launcher checks n % V and the alignment, else V = 1). The same expression per element for
-// every V, so the same bits.
+// launcher checks n % V and the alignment, else V = 1). The same operations per element for every
+// V, so the same bits: written with the _rn intrinsics, which the compiler may not contract into
+// other fused multiply-adds (with plain operators the V = 4 and V = 1 instances of one build
+// were contracted differently: test_cuda_ops' "4-wide vs 1-wide" rows failed in session 7). A
+// ZeRO-1 shard boundary moves a tensor between the two paths, so they must agree bit for bit.
 template <typename T, int V, bool MASTER>
 __global__ void __launch_bounds__(EW_THREADS)
     adamw_kernel(T *p, float *master, const float *g, float *m, float *v, size_t n, const adamw_params a) {
@@ -31,11 +34,12 @@ __global__ void __launch_bounds__(EW_THREADS)
             load_pack<T, V>(p + i, w);
 #pragma unroll
         for (int j = 0; j < V; j++) {
-            const float gj = gi[j] * a.gscale;
-            mi[j] = a.b1 * mi[j] + (1.f - a.b1) * gj;
-            vi[j] = a.b2 * vi[j] + (1.f - a.b2) * gj * gj;
-            const float mh = mi[j] / a.bc1, vh = vi[j] / a.bc2;
-            w[j] -= a.lr * (mh / (sqrtf(vh) + a.eps) + a.wd * w[j]);
+            const float gj = __fmul_rn(gi[j], a.gscale);
+            mi[j] = __fmaf_rn(a.b1, mi[j], __fmul_rn(1.f - a.b1, gj));
+            vi[j] = __fmaf_rn(a.b2, vi[j], __fmul_rn(__fmul_rn(1.f - a.b2, gj), gj));
+            const float mh = __fdiv_rn(mi[j], a.bc1), vh = __fdiv_rn(vi[j], a.bc2);
+            const float step = __fmaf_rn(a.wd, w[j], __fdiv_rn(mh, __fadd_rn(__fsqrt_rn(vh), a.eps)));
+            w[j] = __fmaf_rn(-a.lr, step, w[j]);
         }
         store_pack<float, V>(m + i, mi);
         store_pack<float, V>(v + i, vi);
