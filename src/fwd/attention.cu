@@ -826,23 +826,6 @@ extern "C" const char *attention_fwd_wgmma_version_name(void) {
 }
 
 extern "C" int attention_fwd_wgmma_selected(void) {
-    // read once; concurrent first calls store the same values
     static int env = -1, image = -1;
-    if (env < 0) {
-        const char *s = getenv("GDN_ATTN_WGMMA");
-        env = !(s && strcmp(s, "0") == 0);
-    }
-    if (!env) return 0;
-    int dev = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (major != 9) return 0;
-    if (image < 0) {
-        // a build without an sm_90a image would run the compute_80 PTX, JIT-compiled to the
-        // trap; that image reports the PTX version it came from (80)
-        cudaFuncAttributes fa;
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_fwd_wgmma_kernel<128>));
-        image = fa.ptxVersion == 0 || fa.ptxVersion >= 90;
-    }
-    return image;
+    return attn_wgmma_selected("GDN_ATTN_WGMMA", attention_fwd_wgmma_kernel<128>, &env, &image);
 }

@@ -21,6 +21,7 @@
 #include "gputest.h"
 #include <time.h>
 #include <thread>
+#include <utility>
 #include <vector>
 extern "C" {
 #include "../../src/model/model.h"
@@ -211,27 +212,21 @@ int main() {
     gc_checks += 4;
     gc_failures += !ok_end + !ok_learn + !same_loss + !same_w;
 
-    // ---- (3) train.recompute: the same 200 bf16 steps, bitwise the run without it -----------
-    gdn_config crc = c;
+    // ---- (3) train.recompute, (4) gdn.save_states (the backward reads the forward's chunk-start
+    // states instead of recomputing them: the same kernel, the same arithmetic): the same 200
+    // bf16 steps, each bitwise the run without it --------------------------------------------
+    gdn_config crc = c, css = c;
     crc.recompute = true;
-    train_result g3 = train(crc, backend_cuda_get(true), B, steps, seed);
-    bool rc_loss = same_bits(g3.loss, g1.loss);
-    bool rc_w = same_bits(g3.master, g1.master) && same_bits(g3.params, g1.params);
-    printf("  train.recompute == without, bitwise: losses %s, final weights %s\n",
-           rc_loss ? "pass" : "FAIL", rc_w ? "pass" : "FAIL");
-    gc_checks += 2;
-    gc_failures += !rc_loss + !rc_w;
-
-    // ---- (4) gdn.save_states: the backward reads the forward's chunk-start states instead of
-    // recomputing them (the same kernel, the same arithmetic): bitwise the run without it -------
-    gdn_config css = c;
     css.gdn_save_states = true;
-    train_result g4 = train(css, backend_cuda_get(true), B, steps, seed);
-    bool ss_loss = same_bits(g4.loss, g1.loss);
-    bool ss_w = same_bits(g4.master, g1.master) && same_bits(g4.params, g1.params);
-    printf("  gdn.save_states == without, bitwise: losses %s, final weights %s\n",
-           ss_loss ? "pass" : "FAIL", ss_w ? "pass" : "FAIL");
-    gc_checks += 2;
-    gc_failures += !ss_loss + !ss_w;
+    const std::pair<const char *, gdn_config> variants[] = {{"train.recompute", crc}, {"gdn.save_states", css}};
+    for (const auto &var : variants) {
+        train_result gv = train(var.second, backend_cuda_get(true), B, steps, seed);
+        bool v_loss = same_bits(gv.loss, g1.loss);
+        bool v_w = same_bits(gv.master, g1.master) && same_bits(gv.params, g1.params);
+        printf("  %s == without, bitwise: losses %s, final weights %s\n", var.first, v_loss ? "pass" : "FAIL",
+               v_w ? "pass" : "FAIL");
+        gc_checks += 2;
+        gc_failures += !v_loss + !v_w;
+    }
     return gc_finish("test_model_cuda");
 }
