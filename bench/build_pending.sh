@@ -55,8 +55,10 @@ variant() {
 }
 
 # main with only the test's per-gradient hash lines (ghash) of the kernel patch: the base
-variant main - test_gdn_bwd gdn_bwd_bench
-variant gdnrecompute docs/pending/gdn_bwd_recompute.patch test_gdn_bwd gdn_bwd_bench
-variant attnbwd docs/pending/attention_bwd_wgmma.patch test_wgmma test_model_cuda attention_bench
-variant attnfwd2 docs/pending/attention_fwd_overlap.patch attention_bench
+# (main also carries what session 8's first call runs on main itself: run_pending.sh mainchecks)
+variant main - test_gdn_bwd gdn_bwd_bench test_model_cuda test_wgmma attention_bench
+[ -f docs/pending/gdn_bwd_final_wgmma.patch ] &&
+    variant gdnwgmma docs/pending/gdn_bwd_final_wgmma.patch test_gdn_bwd gdn_bwd_bench
+[ -f docs/pending/attention_window_bwd.patch ] &&
+    variant attnwin docs/pending/attention_window_bwd.patch attention_bench
 du -sh "$out"

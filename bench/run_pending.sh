@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: gdnrecompute attnbwd attnfwd2 (default), main; gdnprefetch
+#   bench/run_pending.sh [SECTION...]      sections: mainchecks gdnwgmma (session 8's first call), main; gdnprefetch
 #   (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
 #   sessions' patches, in git history)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
@@ -34,7 +34,7 @@ seeds() {
     done
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(gdnrecompute attnbwd attnfwd2)
+[ ${#sections[@]} -eq 0 ] && sections=(mainchecks gdnwgmma)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -93,6 +93,51 @@ for sec in "${sections[@]}"; do
                 grep '^RESULT' "$out/gdn_bwd_bench-$v-$r.log" | cut -c1-150 | sed "s/^/$v round $r: /"
             done
         done ;;
+    mainchecks)  # main's GPU tests whose code changed without a GPU run (session 7's host-only mends)
+        synth
+        timeout 200 "$B/main/test_model_cuda" >"$out/tmc-main.log" 2>&1
+        echo "test_model_cuda (main): exit $?; $(tail -1 "$out/tmc-main.log")"; grep FAIL "$out/tmc-main.log" | head -3
+        timeout 60 "$B/main/test_wgmma" >"$out/test_wgmma-main.log" 2>&1
+        echo "test_wgmma (main): exit $?; $(tail -1 "$out/test_wgmma-main.log")"
+        timeout 120 "$B/main/test_attention" >"$out/ta-main.log" 2>&1
+        echo "test_attention (main): exit $?; $(tail -1 "$out/ta-main.log")"; grep FAIL "$out/ta-main.log" | head -3 ;;
+    gdnwgmma)  # session 7 patch: the final kernel's products on wgmma, GDN_BWD_WGMMA = 0 / 1 / 2 against main
+        GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
+        echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
+        for w in 0 1 2; do
+            GDN_BWD_WGMMA=$w GDN_TEST_HASH=1 timeout 240 "$B/gdnwgmma/test_gdn_bwd" >"$out/gdn-wg$w.log" 2>&1
+            echo "test_gdn_bwd (GDN_BWD_WGMMA=$w): exit $?; $(tail -1 "$out/gdn-wg$w.log")"
+            diff <(grep '^hash' "$out/gdn-base.log") <(grep '^hash' "$out/gdn-wg$w.log") >"$out/gdn-hashdiff-wg$w.txt"
+            echo "  hashes differing from main: $(grep -c '^>' "$out/gdn-hashdiff-wg$w.txt") of $(grep -c '^hash' "$out/gdn-wg$w.log")"
+            grep '^>' "$out/gdn-hashdiff-wg$w.txt" | awk '{print $3}' | cut -d/ -f1,5,8 | sort | uniq -c | head -8
+            paste -d' ' <(grep '^ghash' "$out/gdn-base.log") <(grep '^ghash' "$out/gdn-wg$w.log") |
+                awk '{ for (i = 3; i <= 8; i++) { split($i, a, ":"); split($(i + 8), b, ":"); if (a[2] != b[2]) d[a[1]]++ } }
+                     END { printf "  gradients that moved (cases):"; for (k in d) printf " %s %d", k, d[k]; print "" }'
+            grep FAIL "$out/gdn-wg$w.log" | head -3
+        done
+        for r in 1 2; do
+            timeout 120 "$B/main/gdn_bwd_bench" >"$out/gbb-main-$r.log" 2>&1
+            grep '^RESULT' "$out/gbb-main-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/main r$r: /"
+            for w in 0 1 2; do
+                GDN_BWD_WGMMA=$w timeout 120 "$B/gdnwgmma/gdn_bwd_bench" >"$out/gbb-wg$w-$r.log" 2>&1
+                grep '^RESULT' "$out/gbb-wg$w-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/WG$w r$r: /"
+            done
+        done ;;
+    attnwin)  # session 7 patch: the window backward (GDN_ATTN_WIN=0 keeps today's path), then PyTorch
+        A=$B/attnwin
+        timeout 120 $A/test_attention >"$out/ta-win.log" 2>&1
+        echo "test_attention (new): exit $?; $(tail -1 "$out/ta-win.log")"; grep FAIL "$out/ta-win.log" | head -4
+        GDN_ATTN_WIN=0 timeout 120 $A/test_attention >"$out/ta-win0.log" 2>&1
+        echo "test_attention (GDN_ATTN_WIN=0): exit $?; $(tail -1 "$out/ta-win0.log")"
+        grep -h digest "$out/ta-win.log" "$out/ta-win0.log"
+        for r in 1 2; do
+            GDN_ATTN_WIN=0 timeout 60 $A/attention_bench >"$out/bench-win0-$r.log" 2>&1
+            grep '^RESULT' "$out/bench-win0-$r.log" | sed "s/^/WIN=0 r$r: /"
+            timeout 60 $A/attention_bench >"$out/bench-win-$r.log" 2>&1
+            grep '^RESULT' "$out/bench-win-$r.log" | sed "s/^/new   r$r: /"
+        done
+        PYTHONUNBUFFERED=1 timeout 100 python3 bench/attention_torch.py "$out/bench-win-2.log" >"$out/torch-win.log" 2>&1
+        echo "PyTorch: exit $?"; tail -8 "$out/torch-win.log" ;;
     attnbwd)  # the wgmma attention backward (session 6 patch): both backwards, then the model
         A=$B/attnbwd
         timeout 30 $A/test_wgmma >"$out/test_wgmma.log" 2>&1
@@ -145,7 +190,7 @@ for sec in "${sections[@]}"; do
         PYTHONUNBUFFERED=1 timeout 200 python3 "$B/attention/attention_torch.py" "$out/attn-attention/attention_bench.log" \
             >"$out/attn-attention/attention_torch.log" 2>&1
         echo "PyTorch: exit $?"; tail -12 "$out/attn-attention/attention_torch.log" ;;
-    *) echo "run_pending: unknown section '$sec' (main gdnprefetch; gdnfinal gdnscan: session 5; residual narrow attention: session 4)"; exit 2 ;;
+    *) echo "run_pending: unknown section '$sec' (mainchecks gdnwgmma: session 8; main; older ones need their sessions' patches)"; exit 2 ;;
     esac
 done
 (cd "$out" && tar czf "${OUT:-$out}/pending-logs.tar.gz" --exclude=pending-logs.tar.gz . 2>/dev/null)
