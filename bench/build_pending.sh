@@ -3,13 +3,15 @@
 # with each patch of docs/pending applied, gzipped into OUTDIR (default .gpubin-pending), for
 # bench/run_pending.sh to run on the GPU machine in one call (carry OUTDIR and .devdeps).
 #   bench/build_pending.sh [OUTDIR]
+#   ONLY="NAME..." bench/build_pending.sh   rebuild only those variants, keeping the others in OUTDIR
 # Each variant builds in its own temporary clone of HEAD (the working tree is not touched);
 # a patch that no longer applies is reported and skipped. Takes ~10-20 min on 2 cores.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$(realpath -m "${1:-$root/.gpubin-pending}")
 cd "$root"
-rm -rf "$out" && mkdir -p "$out"
+if [ -z "${ONLY:-}" ]; then rm -rf "$out"; fi
+mkdir -p "$out"
 tmp=$(mktemp -d /tmp/gdn-pending.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 arch="-gencode=arch=compute_90a,code=sm_90a"
@@ -19,6 +21,8 @@ arch="-gencode=arch=compute_90a,code=sm_90a"
 variant() {
     local name=$1 patch=$2 src=$tmp/$1 t
     shift 2
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
+    rm -rf "${out:?}/$name"
     git clone -q "$root" "$src" || return 1
     if [ "$patch" != - ] && ! git -C "$src" apply "$root/$patch"; then
         echo "build_pending: $patch does not apply to HEAD: $name skipped"
