@@ -179,10 +179,10 @@ static inproj_layout gdn_inproj(const model *m, int l) {
 
 // Rows of the LM head's logits chunk: train.head_chunk_rows when set (at most N); else all N
 // when the logits of the whole batch fit in HEAD_CHUNK_BYTES, else the largest multiple of 128
-// rows that does (at least 128). At
-// fla-220m's 32768 x 32000 bf16 logits (2 GiB) that is 4 chunks of 8192 rows: -1.5 GiB of
-// activations; each extra chunk costs one more pass of the fp32 lm_head gradient through the
-// GEMM's accumulator (~0.06 ms on an H200) and one loss read-back.
+// rows that does (at least 128). At fla-220m's 32768 x 32000 bf16 logits (2 GiB) that is 4
+// chunks of 8192 rows: -1.5 GiB of activations; each extra chunk costs one more pass of the
+// fp32 lm_head gradient through the GEMM's accumulator (~0.06 ms on an H200) and one loss
+// read-back.
 #define HEAD_CHUNK_BYTES ((size_t)512 << 20)
 static int head_rows_for(const model *m) {
     const size_t row = (size_t)m->V * ELEM(m, BE_ACT);
