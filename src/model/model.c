@@ -867,6 +867,13 @@ void model_print_summary(const model *m, FILE *f) {
     fprintf(f, "model: %.3fM parameters (%.3fM without embeddings), %d tensors, %.2f MFLOP/token\n",
             model_count_params(m, true) / 1e6, model_count_params(m, false) / 1e6, m->n_params,
             m->flops_per_token / 1e6);
+    if (m->head_rows < m->N)  // say where the logits memory went (model.c head_loss)
+        fprintf(f, "model: LM head and loss in %d row chunks of %d tokens (train.head_chunk_rows; "
+                   "logits buffer %.1f MiB)\n",
+                (int)GDN_CDIV(m->N, m->head_rows), m->head_rows,
+                (double)m->head_rows * m->V * ELEM(m, BE_ACT) / 1048576.0);
+    if (m->cfg.gdn_save_states)
+        fprintf(f, "model: gdn.save_states keeps the GDN chunk-start states for the backward\n");
     fprintf(f, "memory: params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f MiB, "
                "scratch %.1f MiB (backend %s, %zu-byte activations)\n",
             m->a_params.size / 1048576.0, m->a_grads.size / 1048576.0, m->a_opt.size / 1048576.0,
