@@ -33,6 +33,23 @@ seeds() {
         echo "compare ($2, seed $s): exit $?; bf16 A_log rel_err: $(awk '/compare cuda-bf16/ {b=1} b && /gdn.A_log/ {printf "%s ", $4}' "$out/cmp-$2-$s.log")"
     done
 }
+# hashcmp BASE_LOG NEW_LOG DIFF_FILE: test_gdn_bwd's per-case hashes (GDN_TEST_HASH=1) of two
+# runs: identical or how many cases differ (the diff in DIFF_FILE), then per gradient (ghash
+# lines, when both print them) in how many cases each one moved
+hashcmp() {
+    if [ "$(grep -c '^hash' "$2")" -eq 0 ]; then
+        echo "hashes: NONE (the tests did not run)"
+    elif diff <(grep '^hash' "$1") <(grep '^hash' "$2") >"$3"; then
+        echo "hashes: IDENTICAL ($(grep -c '^hash' "$2") cases)"
+    else
+        echo "hashes: DIFFER in $(grep -c '^>' "$3") of $(grep -c '^hash' "$2") cases"; head -4 "$3"
+    fi
+    if grep -q '^ghash' "$1" && grep -q '^ghash' "$2"; then
+        paste -d' ' <(grep '^ghash' "$1") <(grep '^ghash' "$2") |
+            awk '{ for (i = 3; i <= 8; i++) { split($i, a, ":"); split($(i + 8), b, ":"); if (a[2] != b[2]) d[a[1]]++ } }
+                 END { printf "gradients that moved (cases):"; for (k in d) printf " %s %d", k, d[k]; print "" }'
+    fi
+}
 sections=("$@")
 [ ${#sections[@]} -eq 0 ] && sections=(mainchecks gdnwgmma)
 for sec in "${sections[@]}"; do
@@ -74,19 +91,7 @@ for sec in "${sections[@]}"; do
         echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
         GDN_TEST_HASH=1 timeout 240 "$B/$sec/test_gdn_bwd" >"$out/gdn-$sec.log" 2>&1
         echo "test_gdn_bwd ($sec): exit $?; $(tail -1 "$out/gdn-$sec.log")"
-        if [ "$(grep -c '^hash' "$out/gdn-$sec.log")" -eq 0 ]; then
-            echo "hashes: NONE (the tests did not run)"
-        elif diff <(grep '^hash' "$out/gdn-base.log") <(grep '^hash' "$out/gdn-$sec.log") >"$out/gdn-hashdiff-$sec.txt"; then
-            echo "hashes: IDENTICAL ($(grep -c '^hash' "$out/gdn-$sec.log") cases)"
-        else
-            echo "hashes: DIFFER in $(grep -c '^>' "$out/gdn-hashdiff-$sec.txt") cases"; head -4 "$out/gdn-hashdiff-$sec.txt"
-        fi
-        # per gradient (ghash lines, when both tests print them): how many cases each one moved in
-        if grep -q '^ghash' "$out/gdn-base.log" && grep -q '^ghash' "$out/gdn-$sec.log"; then
-            paste -d' ' <(grep '^ghash' "$out/gdn-base.log") <(grep '^ghash' "$out/gdn-$sec.log") |
-                awk '{ for (i = 3; i <= 8; i++) { split($i, a, ":"); split($(i + 8), b, ":"); if (a[2] != b[2]) d[a[1]]++ } }
-                     END { printf "gradients that moved (cases):"; for (k in d) printf " %s %d", k, d[k]; print "" }'
-        fi
+        hashcmp "$out/gdn-base.log" "$out/gdn-$sec.log" "$out/gdn-hashdiff-$sec.txt"
         for r in 1 2; do
             for v in main $sec; do
                 timeout 120 "$B/$v/gdn_bwd_bench" >"$out/gdn_bwd_bench-$v-$r.log" 2>&1
@@ -107,12 +112,8 @@ for sec in "${sections[@]}"; do
         for w in 0 1 2; do
             GDN_BWD_WGMMA=$w GDN_TEST_HASH=1 timeout 240 "$B/gdnwgmma/test_gdn_bwd" >"$out/gdn-wg$w.log" 2>&1
             echo "test_gdn_bwd (GDN_BWD_WGMMA=$w): exit $?; $(tail -1 "$out/gdn-wg$w.log")"
-            diff <(grep '^hash' "$out/gdn-base.log") <(grep '^hash' "$out/gdn-wg$w.log") >"$out/gdn-hashdiff-wg$w.txt"
-            echo "  hashes differing from main: $(grep -c '^>' "$out/gdn-hashdiff-wg$w.txt") of $(grep -c '^hash' "$out/gdn-wg$w.log")"
+            hashcmp "$out/gdn-base.log" "$out/gdn-wg$w.log" "$out/gdn-hashdiff-wg$w.txt"
             grep '^>' "$out/gdn-hashdiff-wg$w.txt" | awk '{print $3}' | cut -d/ -f1,5,8 | sort | uniq -c | head -8
-            paste -d' ' <(grep '^ghash' "$out/gdn-base.log") <(grep '^ghash' "$out/gdn-wg$w.log") |
-                awk '{ for (i = 3; i <= 8; i++) { split($i, a, ":"); split($(i + 8), b, ":"); if (a[2] != b[2]) d[a[1]]++ } }
-                     END { printf "  gradients that moved (cases):"; for (k in d) printf " %s %d", k, d[k]; print "" }'
             grep FAIL "$out/gdn-wg$w.log" | head -3
         done
         for r in 1 2; do
