@@ -43,6 +43,10 @@
 //   sub-block dΔ = P^T dO + diag(hdec) K dH' (dH' hi + lo) and KHg = diag(gamma) K H (fp32,
 //   not rounded to planes), and QK^T, KK^T again for the C x C work (the same bits as prep's).
 //   The recomputed forward's workspace goes to the dH' region.
+// On sm_90a, bf16 with Dk = 128 and delta on (final_wgmma_level; GDN_BWD_WGMMA=0 keeps the
+// mma.sync kernel), the final kernel's dO H^T, Δh dH'^T and -γdV H^T run on wgmma (WG 1, with
+// GDN_BWD_WGMMA=1), and by default also K dH' and K H (WG 2): close to the mma.sync results, not
+// bitwise.
 // Tensor cores: mma.sync m16n8k16 bf16 -> fp32; fp32 inputs run the same kernels with operands
 // split into bf16 hi + lo planes (NP = 2). With bf16 inputs (NP = 1) the inputs Q, K, V, dO are
 // exact as one plane, and the intermediates that dg and dbeta rest on are hi + lo planes too
@@ -58,11 +62,14 @@
 #include "gdn_bwd_cuda.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <type_traits>
 #include <cuda_bf16.h>
 
 #include "../core/cuda_check.h"
 #include "../fwd/gdn_chunk_common.cuh"
+#include "../fwd/wgmma.cuh"
 
 namespace {
 
@@ -651,7 +658,15 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
 // C-row result (C x C, C x DKH). In a value sub-block warps 0-3 form Δ, warps 4-7 dV (all VB
 // columns each).
 // =============================================================================================
-template <int DK, int NP>
+// WG (the wgmma instances, bf16 with Dk = 128 and delta on, on sm_90a; final_wgmma_level): 1:
+// the H products that run over value columns into the C x Dk accumulators (dO H^T, Δh dH'^T,
+// -γdV H^T) are wgmma m64n64k16 with A (dO, Δh, -γdV) in registers from the same ldmatrix
+// fragments and B (the H and dH' blocks) in shared memory in the 128-byte swizzled layout of
+// wgmma.cuh: one 64-column panel of DKH rows per block, the hi plane in columns 0..31 and the lo
+// plane in 32..63 (VB = 32), so one panel row is one 128-byte line and every k-step a descriptor
+// of its own (K-major: rows = key dims = N). 2: also K dH' and K H, the same panels read N-major
+// (rows = key dims = K, N = 64 = hi | lo).
+template <int DK, int NP, int WG = 0>
 struct final_layout {
     // Value columns stream in sub-blocks of VB, each staged raw (cp.async) while the one before
     // computes, so only the first one's loads wait. PAIR sub-blocks form a group of VG columns:
@@ -689,10 +704,16 @@ struct final_layout {
                                                                   // delta is off)
     static constexpr int DH = DL + 2 * V_PL;                      // diag(hdec) Δ (2)
     static constexpr int DVG = DH + 2 * V_PL;                     // -diag(gamma) dV, PAIR slots
-    static constexpr int HB = DVG + PAIR * NP * V_PL;             // H block (DKH x VB) (2), PAIR
+    // WG: both blocks as swizzled panels (hi | lo in one 128-byte line), 1024-byte aligned
+    // (the kernel rebases sm to a 1024-byte boundary; BYTES has the slack)
+    static_assert(!WG || (NP == 1 && DK == 128 && VB == 32 && PAIR == 2), "final: WG shape");
+    static constexpr int HW_PL = DKH * 128;                       // WG: one panel (hi | lo)
+    static constexpr int HB = WG ? (DVG + PAIR * NP * V_PL + 1023) / 1024 * 1024
+                                 : DVG + PAIR * NP * V_PL;        // H block (DKH x VB) (2), PAIR
                                                                   // slots (slot = place in VG)
-    static constexpr int DHB = HB + PAIR * 2 * HB_PL;             // dH' block (2)
-    static constexpr int END1 = DHB + 2 * HB_PL;
+    static constexpr int HB_SLOT = WG ? HW_PL : 2 * HB_PL;        // bytes per slot
+    static constexpr int DHB = HB + PAIR * HB_SLOT;               // dH' block (2)
+    static constexpr int END1 = DHB + (WG ? HW_PL : 2 * HB_PL);
     // phase 2 (after the value sub-blocks of a pass): its Q, K columns and the C x C work (RC:
     // K is resident; Q is here in the setup too)
     static constexpr int QH = R, KH = RC ? KR : QH + NP * QH_PL;
@@ -712,8 +733,9 @@ struct final_layout {
     static constexpr int SDD = SK + (RC ? 0 : 2 * V_PL);          // dΔ (fp32 C x VB); not RC
     static constexpr int SH = SDD + (RC ? 0 : C * VB * 4);        // H (fp32 DKH x VB)
     static constexpr int SDH = SH + DKH * VB * 4;                 // dH'
-    static constexpr int BYTES = SDH + DKH * VB * 4;
+    static constexpr int BYTES = SDH + DKH * VB * 4 + (WG ? 1024 : 0);  // WG: alignment slack
     static_assert(BYTES <= SMEM_MAX, "final shared memory");
+    static_assert(!WG || (HB % 1024 == 0 && HW_PL % 1024 == 0), "final: WG panels 1024-aligned");
     static_assert(SV % 16 == 0 && PBV % 16 == 0, "final: cp.async staging alignment");
 };
 
@@ -742,9 +764,148 @@ __device__ __forceinline__ void abt_lower(float (&acc)[4][4], smat a, smat b, in
     }
 }
 
-template <int DK, int NP>
+// ---- WG instance: the H and dH' blocks as swizzled panels, the H products on wgmma ----------
+// 4 fp32 of row r, columns c..c + 3 (c % 4 == 0, c < 32) -> hi at column c, lo at column 32 + c
+// of the R-row panel at byte offset base: the split of st_run<2, 4> (the same plane bits); the 4
+// elements stay inside one 16-byte chunk, so each plane is one 8-byte store.
+template <int R>
+__device__ __forceinline__ void st4_panel(unsigned char *sm, int base, int r, int c,
+                                          const float (&x)[4]) {
+    uint32_t hi[2], lo[2];
+    split2(x[0], x[1], hi[0], lo[0]);
+    split2(x[2], x[3], hi[1], lo[1]);
+    *(uint2 *)(sm + base + 2 * wgm::sw128<R>(r, c)) = make_uint2(hi[0], hi[1]);
+    *(uint2 *)(sm + base + 2 * wgm::sw128<R>(r, c + 32)) = make_uint2(lo[0], lo[1]);
+}
+// wmm<1, false, true, NT, 2> with B (k = key rows, n = the sub-block's value columns) read from
+// an R-row panel at shared address bp: ldmatrix.trans of the same 8-element runs (each a 16-byte
+// chunk of the swizzled line; the 8 rows of one 8x8 matrix land in 8 distinct chunks, so no bank
+// conflict) and the same mma order as wmm: the same bits as the padded layout gave.
+template <int R, int NT>
+__device__ __forceinline__ void wmm_bpanel(float (&acc)[NT][4], smat a, uint32_t bp, int m0,
+                                           int n0, int k0, int k1, int lane) {
+    static_assert(NT % 2 == 0, "B fragments come in pairs of n-tiles");
+    for (int k = k0; k < k1; k += 16) {
+        uint32_t fa[1][4];
+        lda<1>(fa, a, m0, k, lane);
+        const int r = k + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            const int c = n0 + np * 16 + (lane >> 4) * 8;
+            uint32_t fb[2][4];
+#pragma unroll
+            for (int pl = 0; pl < 2; ++pl)
+                ldsm4t(fb[pl], bp + 2u * (uint32_t)wgm::sw128<R>(r, c + 32 * pl));
+            mma_p<0, 1, 2>(acc[2 * np], fa, fb);
+            mma_p<1, 1, 2>(acc[2 * np + 1], fa, fb);
+        }
+    }
+}
+// Generic-proxy stores to a panel made visible to wgmma (the async proxy): each writer, before
+// the barrier that publishes them. sm_90a only; the WG instance is launched only there.
+__device__ __forceinline__ void wg_fence_proxy() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    wgm::fence_proxy_async();
+#else
+    __trap();
+#endif
+}
+// The C x DKH products of one value sub-block e (K = VB = 32: 2 k-steps) for this warpgroup's
+// 64 key columns q0.. (warpgroup = ch; warp mw of it owns rows 16 mw.., the rows of its
+// ldmatrix A fragments): aQ += dO H_e^T, aK += Δh dH'^T, aK += -γdV_e H_e^T. aQ, aK in the
+// mma.sync tiling are the warpgroup's m64n64 accumulators element for element (acc[nt][e] =
+// d[4 nt + e]: row 16 mw + g + 8 (e >> 1), column q0 + 8 nt + 2 t + (e & 1)), so the code
+// around them is unchanged. Per k-step the planes go in mma_p's order (A lo x B hi, A hi x B lo,
+// A hi x B hi). Two orders differ from the mma.sync path: -γdV_e H_e^T follows its own
+// sub-block's Δh dH'^T (there: both Δh dH'^T of the VG group, then both -γdV H^T, issued under a
+// condition, which makes ptxas serialise the wgmmas), and one wgmma sums its 16-deep products
+// differently from mma.sync: the results are close, not bitwise. One wgmma group, issued before
+// `between` (the C x C products' mma.sync work, which overlaps it) and waited for after it:
+// nothing stays in flight past the sub-block (the next one rewrites the panels and A planes).
+template <class F>
+__device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8][4], smat sDO,
+                                               smat sDH, smat sG, uint32_t hbe, uint32_t dhb,
+                                               int m0, int q0, int lane, F between) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int R = 128;  // DKH
+    float(&q32)[32] = reinterpret_cast<float(&)[32]>(aQ);
+    float(&k32)[32] = reinterpret_cast<float(&)[32]>(aK);
+    uint32_t fo[2][1][4], fd[2][2][4], fg[2][1][4];  // [k-step][plane][fragment]
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+        lda<1>(fo[s], sDO, m0, 16 * s, lane);
+        lda<2>(fd[s], sDH, m0, 16 * s, lane);
+        lda<1>(fg[s], sG, m0, 16 * s, lane);
+    }
+    // the A fragments and accumulators written before the fence (wgmma.cuh: fence_regs)
+    wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fo));
+    wgm::fence_regs(reinterpret_cast<uint32_t(&)[16]>(fd));
+    wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fg));
+    wgm::fence_regs(q32);
+    wgm::fence_regs(k32);
+    wgm::fence();
+    // k-step s of plane pl of a panel: columns 32 pl + 16 s, i.e. desc_k's k-step 2 pl + s
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {  // dO H^T
+        wgm::mma_rs<64, 0>(q32, fo[s][0], wgm::desc_k<R>(hbe, q0, 2 + s), 1);
+        wgm::mma_rs<64, 0>(q32, fo[s][0], wgm::desc_k<R>(hbe, q0, s), 1);
+    }
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {  // Δh dH'^T
+        wgm::mma_rs<64, 0>(k32, fd[s][1], wgm::desc_k<R>(dhb, q0, s), 1);
+        wgm::mma_rs<64, 0>(k32, fd[s][0], wgm::desc_k<R>(dhb, q0, 2 + s), 1);
+        wgm::mma_rs<64, 0>(k32, fd[s][0], wgm::desc_k<R>(dhb, q0, s), 1);
+    }
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {  // -γdV H^T
+        wgm::mma_rs<64, 0>(k32, fg[s][0], wgm::desc_k<R>(hbe, q0, 2 + s), 1);
+        wgm::mma_rs<64, 0>(k32, fg[s][0], wgm::desc_k<R>(hbe, q0, s), 1);
+    }
+    wgm::commit();
+    between();
+    wgm::wait<0>();
+    wgm::fence_regs(q32);
+    wgm::fence_regs(k32);
+    // the A fragments live (unchanged) until the wait: the wgmmas read them asynchronously
+    wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fo));
+    wgm::fence_regs(reinterpret_cast<uint32_t(&)[16]>(fd));
+    wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fg));
+#else
+    __trap();  // launched only where the sm_90a image exists (final_wgmma_level checks)
+#endif
+}
+
+// WG 2: acc (this warpgroup's m64n64: columns 0..31 = K B_hi, 32..63 = K B_lo over the
+// sub-block's value columns) = K B over all DKH key dims, B the panel at bp read N-major
+// (trans-b: rows = key dims = K, columns = N = hi | lo; desc_n), A = K (rows m0.. of the chunk)
+// by ldmatrix, 8 k-steps in one group, waited for here. acc zero on entry. The caller sums the
+// two halves (hi + lo) once: main's mma.sync chain adds lo, then hi at every k-step, so the sums
+// round differently (dΔ and KHg, hence every gradient, move by ~1e-7 relative).
+__device__ __forceinline__ void final_wg_kpanel(float (&acc)[8][4], smat sK, uint32_t bp, int m0,
+                                                int lane) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int R = 128;  // DKH
+    float(&a32)[32] = reinterpret_cast<float(&)[32]>(acc);
+    uint32_t fk[8][1][4];  // [k-step][plane][fragment]
+#pragma unroll
+    for (int s = 0; s < 8; ++s) lda<1>(fk[s], sK, m0, 16 * s, lane);
+    wgm::fence_regs(reinterpret_cast<uint32_t(&)[32]>(fk));
+    wgm::fence_regs(a32);
+    wgm::fence();
+#pragma unroll
+    for (int s = 0; s < 8; ++s) wgm::mma_rs<64, 1>(a32, fk[s][0], wgm::desc_n<R>(bp, s), 1);
+    wgm::commit();
+    wgm::wait<0>();
+    wgm::fence_regs(a32);
+    wgm::fence_regs(reinterpret_cast<uint32_t(&)[32]>(fk));
+#else
+    __trap();  // launched only where the sm_90a image exists (final_wgmma_level checks)
+#endif
+}
+
+template <int DK, int NP, int WG>
 __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_constant__ bwd_args a) {
-    using L = final_layout<DK, NP>;
+    using L = final_layout<DK, NP, WG>;
     constexpr int VB = L::VB, PAIR = L::PAIR, VG = L::VG, ESZ = L::ESZ;
     constexpr int DKH = L::DKH, NKH = DK / DKH, NTV = VB / 8, NQ = DKH / 16;
     constexpr bool RC = L::RC;
@@ -759,14 +920,19 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     // float4s; the dg sums: warp 0, two rows a lane
     static_assert(4 * C == 256 && 2 * 32 == C && L::F1 % 16 == 0 && L::PF % 4 == 0,
                   "final: scalar loops' thread mapping");
-    extern __shared__ __align__(128) unsigned char sm[];
+    extern __shared__ __align__(128) unsigned char sm_raw[];
+    unsigned char *sm = sm_raw;  // WG: rebased to a 1024-byte boundary (the panels' swizzle)
+    if constexpr (WG != 0) sm += (1024u - (smem_u32(sm_raw) & 1023u)) & 1023u;
     const gdn_bwd_params &p = a.p;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g4 = lane >> 2, t4 = lane & 3, mw = warp & 3, ch = warp >> 2, m0 = mw * 16;
     const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
     const int t0 = n * C, nvalid = min(C, T - t0);
-    const bool delta = p.mode.delta, gate = p.mode.gate;
+    const bool gate = p.mode.gate;
+    bool delta = p.mode.delta;
+    // WG runs only with delta on (gdn_bwd_final_launch): its -γdV H^T goes with every sub-block
+    if constexpr (WG != 0) delta = true;
     const size_t row0 = ((size_t)b * T + t0) * H + h;
     const size_t cix = ((size_t)b * H + h) * NC + n;
     const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
@@ -875,7 +1041,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
 
         for (int v0 = 0; v0 < DV; v0 += VB) {
             const int e = (v0 / VB) % PAIR;  // the sub-block's place in its VG group: its slot
-            const int hbo = L::HB + e * 2 * L::HB_PL, dvo = L::DVG + e * NP * L::V_PL;
+            const int hbo = L::HB + e * L::HB_SLOT, dvo = L::DVG + e * NP * L::V_PL;
             cp_async_wait_all();  // this sub-block's staging (the thread's own copies)
             __syncthreads();      // everyone's; the previous sub-block's planes are free
             // Staging -> planes. H, dH' (and <H, dH'>) by the threads whose columns of the VG
@@ -892,9 +1058,15 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     const float4 dv = *(const float4 *)(sm + L::SDH + so);
                     hdh += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
                     const float xh[4] = {hv.x, hv.y, hv.z, hv.w}, xd[4] = {dv.x, dv.y, dv.z, dv.w};
-                    st_run<2, 4>(sm, hbo + po, L::HB_PL, xh);
-                    st_run<2, 4>(sm, L::DHB + po, L::HB_PL, xd);
+                    if constexpr (WG != 0) {
+                        st4_panel<DKH>(sm, hbo, r, c, xh);
+                        st4_panel<DKH>(sm, L::DHB, r, c, xd);
+                    } else {
+                        st_run<2, 4>(sm, hbo + po, L::HB_PL, xh);
+                        st_run<2, 4>(sm, L::DHB + po, L::HB_PL, xd);
+                    }
                 }
+                if constexpr (WG != 0) wg_fence_proxy();  // the panels, for wgmma
             }
             if (PAIR == 1 || hq * 4 / VB != e) {
                 const int u = tid / TPG * (VB / 4) + tid % (VB / 4);  // among these threads
@@ -938,11 +1110,47 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 // K H (H as hi + lo, as prep formed it) and Y = V - KHg by warps 4-7; each in
                 // the tiling of stage A below (rows m0, all VB columns), in halves of 16 columns
                 // (all VB at once spills: the 96 accumulators of stage B are live here)
+                if constexpr (WG >= 2) {  // warpgroup 0: K dH' (dΔ); 1: K H (KHg); all VB columns
+                    float acc[8][4] = {};
+                    final_wg_kpanel(acc, sKh, ch == 0 ? sb + L::DHB : sb + (uint32_t)hbo, m0, lane);
+                    float x[NTV][4];
+#pragma unroll
+                    for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) x[nt][q] = acc[nt][q] + acc[nt + NTV][q];
+                    if (ch == 0) {  // scaled by hdec, then P^T dO by mma.sync
+#pragma unroll
+                        for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) x[nt][q] *= hdec[m0 + g4 + (q >> 1) * 8];
+                        wmm<1, true, true, NTV>(x, sPP, sDO, m0, 0, m0, C, lane);  // P lower
+                        frag_each<NTV>(x, m0, 0, lane, [&](int i, int j, float x0, float x1) {
+                            st_pair<2>(sm, L::DD + i * L::PBV + j * 2, L::V_PL, x0, x1);
+                        });
+                    } else {  // as the mma.sync path below, all VB columns at once
+#pragma unroll
+                        for (int nt = 0; nt < NTV; ++nt) {
+#pragma unroll
+                            for (int hr = 0; hr < 2; ++hr) {
+                                const int i = m0 + g4 + hr * 8, j = nt * 8 + 2 * t4;
+                                x[nt][2 * hr] *= gam[i];
+                                x[nt][2 * hr + 1] *= gam[i];
+                                const float2 v = ld_in2<NP>(sm + L::SV, (size_t)i * VB + j);
+                                st_pair<2>(sm, L::Y + i * L::PBV + j * 2, L::V_PL,
+                                           v.x - x[nt][2 * hr], v.y - x[nt][2 * hr + 1]);
+                            }
+                            khs[nt * 128] = make_float4(x[nt][0], x[nt][1], x[nt][2], x[nt][3]);
+                        }
+                    }
+                } else
 #pragma unroll 1
                 for (int hf = 0; hf < NTV / 2; ++hf) {
                     float x[2][4] = {};
                     if (ch == 0) {  // K dH', scaled by hdec, then P^T dO by the same mma chain
-                        wmm<1, false, true, 2, 2>(x, sKh, sDHB, m0, hf * 16, 0, DKH, lane);
+                        if constexpr (WG != 0)
+                            wmm_bpanel<DKH, 2>(x, sKh, sb + L::DHB, m0, hf * 16, 0, DKH, lane);
+                        else
+                            wmm<1, false, true, 2, 2>(x, sKh, sDHB, m0, hf * 16, 0, DKH, lane);
 #pragma unroll
                         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -955,7 +1163,11 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                         });
                     } else if (delta) {
                         const smat sHB{sb + (uint32_t)hbo, L::PBV, L::HB_PL};
-                        wmm<1, false, true, 2, 2>(x, sKh, sHB, m0, hf * 16, 0, DKH, lane);
+                        if constexpr (WG != 0)
+                            wmm_bpanel<DKH, 2>(x, sKh, sb + (uint32_t)hbo, m0, hf * 16, 0, DKH,
+                                               lane);
+                        else
+                            wmm<1, false, true, 2, 2>(x, sKh, sHB, m0, hf * 16, 0, DKH, lane);
 #pragma unroll
                         for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
@@ -1033,24 +1245,35 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             if (kn < NKH) stage2(kn, vn);
             cp_async_commit();
 
-            if (kh == 0) {
-                if (delta) {
-                    wmm<NP, false, false, 4, 2>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);  // dO Δ^T
-                    wmm<2, false, false, 4>(aT, sDD, sY, m0, ch * 32, 0, VB, lane);      // dΔ Y^T
-                } else {
-                    wmm<NP, false, false, 4>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);    // dO V^T
+            if constexpr (WG != 0) {  // the H products on wgmma, the C x C ones while they run
+                const smat sG{sb + (uint32_t)dvo, L::PBV, L::V_PL};
+                final_wg_hprod(aQ, aK, sDO, sDH, sG, sb + (uint32_t)hbo, sb + L::DHB, m0, q0, lane,
+                               [&] {  // (NKH = 1 and delta on: kh = 0)
+                                   wmm<NP, false, false, 4, 2>(aP, sDO, sDL, m0, ch * 32, 0, VB,
+                                                               lane);  // dO Δ^T
+                                   wmm<2, false, false, 4>(aT, sDD, sY, m0, ch * 32, 0, VB,
+                                                           lane);  // dΔ Y^T
+                               });
+            } else {
+                if (kh == 0) {
+                    if (delta) {  // dO Δ^T, dΔ Y^T
+                        wmm<NP, false, false, 4, 2>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);
+                        wmm<2, false, false, 4>(aT, sDD, sY, m0, ch * 32, 0, VB, lane);
+                    } else {  // dO V^T
+                        wmm<NP, false, false, 4>(aP, sDO, sDL, m0, ch * 32, 0, VB, lane);
+                    }
                 }
-            }
-            const smat sHB{sb + (uint32_t)hbo, L::PBV, L::HB_PL};
-            wmm<NP, false, false, NQ, 2>(aQ, sDO, sHB, m0, q0, 0, VB, lane);    // dO H^T
-            wmm<2, false, false, NQ>(aK, sDH, sDHB, m0, q0, 0, VB, lane);        // Δh dH'^T
-            if (delta && e == PAIR - 1)  // -γdV H^T of the VG group's sub-blocks, in order
+                const smat sHB{sb + (uint32_t)hbo, L::PBV, L::HB_PL};
+                wmm<NP, false, false, NQ, 2>(aQ, sDO, sHB, m0, q0, 0, VB, lane);    // dO H^T
+                wmm<2, false, false, NQ>(aK, sDH, sDHB, m0, q0, 0, VB, lane);        // Δh dH'^T
+                if (delta && e == PAIR - 1)  // -γdV H^T of the VG group's sub-blocks, in order
 #pragma unroll 1
-                for (int x = 0; x < PAIR; ++x) {
-                    const smat sG{sb + L::DVG + x * NP * L::V_PL, L::PBV, L::V_PL};
-                    const smat sH{sb + L::HB + x * 2 * L::HB_PL, L::PBV, L::HB_PL};
-                    wmm<NP, false, false, NQ, 2>(aK, sG, sH, m0, q0, 0, VB, lane);
-                }
+                    for (int x = 0; x < PAIR; ++x) {
+                        const smat sG{sb + L::DVG + x * NP * L::V_PL, L::PBV, L::V_PL};
+                        const smat sH{sb + L::HB + x * 2 * L::HB_PL, L::PBV, L::HB_PL};
+                        wmm<NP, false, false, NQ, 2>(aK, sG, sH, m0, q0, 0, VB, lane);
+                    }
+            }
         }
         __syncthreads();  // the value-block buffers are dead: region R takes phase 2
         if (kh == 0 && delta)  // Linv again (phase 1 overwrote the setup's copy), first needed by
@@ -1406,17 +1629,56 @@ void gdn_bwd_scan_launch(const bwd_args &a) {
     else
         gdn_bwd_scan_launch_s<DK, DVB, NP, 2>(a, grid);
 }
-template <int DK, int NP>
-void gdn_bwd_final_launch(const bwd_args &a) {
-    using L = final_layout<DK, NP>;
+template <int DK, int NP, int WG>
+void gdn_bwd_final_launch_w(const bwd_args &a) {
+    using L = final_layout<DK, NP, WG>;
     static bool attr_done = false;
     if (!attr_done) {
-        set_smem(gdn_bwd_final_kernel<DK, NP>, L::BYTES);
+        set_smem(gdn_bwd_final_kernel<DK, NP, WG>, L::BYTES);
         attr_done = true;
     }
     const dim3 grid(a.NC, a.p.H, a.p.B);
-    gdn_bwd_final_kernel<DK, NP><<<grid, 256, L::BYTES, a.p.stream>>>(a);
+    gdn_bwd_final_kernel<DK, NP, WG><<<grid, 256, L::BYTES, a.p.stream>>>(a);
     CUDA_CHECK_LAUNCH();
+}
+// Which final kernel runs for bf16 with Dk = 128 and delta on (read once): GDN_BWD_WGMMA = 0: the
+// mma.sync kernel; 1: WG 1; else (unset, 2): WG 2 (session 8, one H200: 6% faster than the
+// mma.sync kernel's backward, WG 1 3%; bench/gdn_bwd.md); 0 on a device without an sm_90a image. Dk 64
+// (its 32 key columns per warpgroup would need m64n32), Dk 256, fp32 and delta off (no -γdV)
+// always take the mma.sync kernel. A build without an sm_90a image would run the compute_80 PTX,
+// JIT-compiled to the trap; that image reports the PTX version it came from (80).
+int final_wgmma_level() {
+    static int env = -1, image = -1;  // concurrent first calls store the same values
+    if (env < 0) {
+        const char *s = getenv("GDN_BWD_WGMMA");
+        env = s && strcmp(s, "0") == 0 ? 0 : s && strcmp(s, "1") == 0 ? 1 : 2;
+    }
+    if (!env) return 0;
+    int dev = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major != 9) return 0;
+    if (image < 0) {
+        cudaFuncAttributes fa;
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, gdn_bwd_final_kernel<128, 1, 1>));
+        image = fa.ptxVersion == 0 || fa.ptxVersion >= 90;
+    }
+    return image ? env : 0;
+}
+template <int DK, int NP>
+void gdn_bwd_final_launch(const bwd_args &a) {
+    if constexpr (DK == 128 && NP == 1) {
+        const int wg = a.p.mode.delta ? final_wgmma_level() : 0;
+        if (wg == 1) {
+            gdn_bwd_final_launch_w<DK, NP, 1>(a);
+            return;
+        }
+        if (wg == 2) {
+            gdn_bwd_final_launch_w<DK, NP, 2>(a);
+            return;
+        }
+    }
+    gdn_bwd_final_launch_w<DK, NP, 0>(a);
 }
 
 template <int DK, int NP>
