@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: mainchecks gdnwgmma (session 8's first call), main; gdnprefetch
-#   (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
+#   bench/run_pending.sh [SECTION...]      sections: mainchecks, main; gdnwgmma, attnwin (session 7's patches,
+#   run in session 8), gdnprefetch (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
 #   sessions' patches, in git history)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
 # one H200: main ~3.5 min, residual ~2.5 min, narrow ~2.5 min, gdnfinal ~5 min, attention ~3 min;
@@ -51,7 +51,7 @@ hashcmp() {
     fi
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(mainchecks gdnwgmma)
+[ ${#sections[@]} -eq 0 ] && sections=(mainchecks)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -191,7 +191,7 @@ for sec in "${sections[@]}"; do
         PYTHONUNBUFFERED=1 timeout 200 python3 "$B/attention/attention_torch.py" "$out/attn-attention/attention_bench.log" \
             >"$out/attn-attention/attention_torch.log" 2>&1
         echo "PyTorch: exit $?"; tail -12 "$out/attn-attention/attention_torch.log" ;;
-    *) echo "run_pending: unknown section '$sec' (mainchecks gdnwgmma: session 8; main; older ones need their sessions' patches)"; exit 2 ;;
+    *) echo "run_pending: unknown section '$sec' (mainchecks, main; the others need their sessions' patches, in git history)"; exit 2 ;;
     esac
 done
 (cd "$out" && tar czf "${OUT:-$out}/pending-logs.tar.gz" --exclude=pending-logs.tar.gz . 2>/dev/null)
