@@ -20,7 +20,8 @@
 # second fla run with fp32 parameters and AdamW state, as gdn.c keeps them, if at least
 # FLA_SECOND_MIN=150 s are left; "" = none), CALL_LIMIT=570 (seconds this script may take in
 # all: phases are shortened or skipped to end before it), PROFILE_STEPS=20 (a short extra
-# gdn-train run with --profile, only when `gdn-train --help` lists that flag).
+# gdn-train run with --profile, only when `gdn-train --help` lists that flag), GDN_ARGS="" (more
+# gdn-train options for both gdn-train runs, e.g. "--set train.recompute=light").
 # fla's Hopper backward guard is bypassed inside bench/fla_model.py, for timing only.
 # Files in $OUT (at most 8 come back): summary.md, gdn_train.log (each line prefixed with the
 # epoch time it was read), gdn_metrics.jsonl, gdn_profile.log, fla_model.log, smi.csv,
@@ -38,6 +39,7 @@ FLA_MASTER=${FLA_MASTER:-bf16}
 FLA_SECOND=${FLA_SECOND-fp32}
 FLA_SECOND_MIN=${FLA_SECOND_MIN:-150}
 CALL_LIMIT=${CALL_LIMIT:-570}
+GDN_ARGS=${GDN_ARGS:-}
 PROFILE_STEPS=${PROFILE_STEPS:-20}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # shellcheck source=/dev/null
@@ -91,12 +93,12 @@ rm -rf "$runs/fla-220m" "$runs/fla-220m-prof"
 mkdir -p "$runs"
 
 # ---- gdn-train
-echo "== gdn-train configs/fla-220m.ini, $STEPS steps"
+echo "== gdn-train configs/fla-220m.ini, $STEPS steps${GDN_ARGS:+, $GDN_ARGS}"
 base_ours=$(mem_now)
 smi_start ours
 t_launch=$EPOCHREALTIME
 timeout -k 30 "$(budget "$OURS_TIMEOUT" 60)" "$b/gdn-train" configs/fla-220m.ini --set train.device=cuda \
-    --set "train.steps=$STEPS" --set "train.out_dir=$runs/fla-220m" 2>&1 | stamp >"$out/gdn_train.log"
+    --set "train.steps=$STEPS" --set "train.out_dir=$runs/fla-220m" $GDN_ARGS 2>&1 | stamp >"$out/gdn_train.log"
 rc_ours=${PIPESTATUS[0]}
 smi_stop
 echo "gdn-train exit $rc_ours"
@@ -115,7 +117,7 @@ if grep -q -- '--profile' <<<"$help"; then
             grep -A2 -- '--profile' <<<"$help"
             timeout -k 20 "$pl" "$b/gdn-train" configs/fla-220m.ini --set train.device=cuda \
                 --set "train.steps=$((PROFILE_STEPS + 10))" --set "train.out_dir=$runs/fla-220m-prof" --set log.every=10 \
-                --profile "$PROFILE_STEPS"
+                --profile "$PROFILE_STEPS" $GDN_ARGS
             echo "exit $?"
         } >"$out/gdn_profile.log" 2>&1
         rm -rf "$runs/fla-220m-prof"

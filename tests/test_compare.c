@@ -5,9 +5,10 @@
 #include "../src/bwd/bwd_cpu.h"
 #include "../src/model/compare.h"
 
-static void bad_swiglu_bwd(void *dgate, void *dup, const void *dh, const void *gate, const void *up,
-                           size_t n) {
+static void bad_swiglu_bwd(void *dgate, void *dup, void *h, const void *dh, const void *gate,
+                           const void *up, size_t n) {
     swiglu_bwd_cpu(dgate, dup, dh, gate, up, n);
+    if (h) swiglu_fwd_cpu(h, gate, up, n);
     double *g = dgate;
     for (size_t i = 0; i < n; i++) g[i] *= 1.001;
 }

@@ -131,7 +131,7 @@ static void test_defaults(void) {
     check("[train]", strcmp(c.device, "auto") == 0 && strcmp(c.precision, "bf16") == 0 &&
           c.batch_size == 8 && c.grad_accum == 1 && c.steps == 1000 && c.seed == 1337 &&
           c.eval_every == 100 && c.eval_batches == 8 && c.ckpt_every == 0 &&
-          strcmp(c.out_dir, "runs/default") == 0 && c.threads == 0);
+          strcmp(c.out_dir, "runs/default") == 0 && c.threads == 0 && c.recompute == RECOMPUTE_OFF);
     check("[optim]", c.lr == 1e-3 && c.min_lr == 1e-4 && c.warmup_steps == 50 &&
           strcmp(c.schedule, "cosine") == 0 && c.decay_frac == 0.2 && c.weight_decay == 0.1 &&
           c.beta1 == 0.9 && c.beta2 == 0.95 && c.adam_eps == 1e-8 && c.grad_clip == 1.0 &&
@@ -292,6 +292,10 @@ static void test_errors(void) {
                  S("vocab.ini:2: [model] vocab_size: 1 is out of range; allowed: 0 or an integer >= 2"));
     expect_error("bad enum", "enum.ini", "[train]\ndevice = gpu\n", NULL, 0, 1,
                  S("enum.ini:2: [train] device: 'gpu' is not one of the choices; allowed: auto | cpu | cuda"));
+    expect_error("bad mode (an int enum that also takes the bool words)", "rc.ini", "[train]\nrecompute = fast\n",
+                 NULL, 0, 1,
+                 S("rc.ini:2: [train] recompute: 'fast' is not one of the choices; allowed: off | full | light "
+                   "(or true = full, false = off)"));
     expect_error("bad pattern letter", "pat.ini", "[model]\npattern = GXS\n", NULL, 0, 1,
                  S("pat.ini:2: [model] pattern: pattern 'GXS' has the letter 'X'",
                    "allowed: 1 to 63 letters from G (gated delta), S (sliding window), A (full attention)"));
@@ -401,6 +405,35 @@ static void test_roundtrip(const gdn_config *valid) {
     free(text2);
 }
 
+// train.recompute: off | full | light (a CFG_MODE key), and the words of the bool it was
+// (true = full, false = off); written back as the mode's name, read back to the same value
+static void test_recompute_mode(void) {
+    printf("\ntrain.recompute: off | full | light, true = full, false = off\n");
+    const struct { const char *v; gdn_recompute want; const char *name; } cases[] = {
+        {"off", RECOMPUTE_OFF, "off"},     {"full", RECOMPUTE_FULL, "full"}, {"light", RECOMPUTE_LIGHT, "light"},
+        {"true", RECOMPUTE_FULL, "full"},  {"false", RECOMPUTE_OFF, "off"},  {"Yes", RECOMPUTE_FULL, "full"},
+        {"0", RECOMPUTE_OFF, "off"},       {"on", RECOMPUTE_FULL, "full"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gdn_config c, back;
+        config_defaults(&c);
+        config_defaults(&back);
+        char set[64], line[64], what[160];
+        snprintf(set, sizeof set, "train.recompute=%s", cases[i].v);
+        snprintf(line, sizeof line, "\n%-16s = %s ", "recompute", cases[i].name);
+        capture_begin();
+        bool ok = config_set(&c, set);
+        char *text = config_to_string(&c);
+        bool ok_back = config_load_string(&back, text, "written");
+        free(capture_end());
+        snprintf(what, sizeof what, "recompute = %s -> %s, written '%s', read back equal", cases[i].v, cases[i].name,
+                 cases[i].name);
+        check(what, ok && c.recompute == cases[i].want && strstr(text, line) != NULL && ok_back &&
+                        back.recompute == cases[i].want);
+        free(text);
+    }
+}
+
 int main(void) {
     CHECK_PTR(mkdtemp(tmpdir));
     cap_path = tpath("stderr.txt");
@@ -409,6 +442,7 @@ int main(void) {
     test_valid(&valid);
     test_include_and_set();
     test_errors();
+    test_recompute_mode();
     test_roundtrip(&valid);
     CHECK_SYS(unlink(cap_path));
     free(cap_path);

@@ -18,11 +18,11 @@ void rmsnorm_bwd_cpu(double *dx /*(N,d) = (acc: +=)*/, double *dw /*(d) +=*/, co
                      const double *x, const double *w, const double *rstd, int N, int d,
                      bool acc);
 
-void linear_bwd_cpu(double *dx /*(N,in) = or NULL*/, double *dW /*(out,in) +=*/,
+void linear_bwd_cpu(double *dx /*(N,in) = or NULL*/, double *dW /*(out,in) += or NULL*/,
                     double *db /*(out) += or NULL*/, const double *dy /*(N,out)*/,
                     const double *x, const double *W, int N, int in, int out);
 // The same with dx += dy W (the gradient of several layers reading one input, summed in place).
-void linear_bwd_acc_cpu(double *dx /*(N,in) +=*/, double *dW /*(out,in) +=*/,
+void linear_bwd_acc_cpu(double *dx /*(N,in) += or NULL*/, double *dW /*(out,in) += or NULL*/,
                         double *db /*(out) += or NULL*/, const double *dy /*(N,out)*/,
                         const double *x, const double *W, int N, int in, int out);
 

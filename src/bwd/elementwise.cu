@@ -10,6 +10,11 @@
 // RMSNorm and gated RMSNorm (16-byte path) take their dw partials in the pass that computes dx
 // (one partial row per block, see "Fused kernels") and run only colsum_final_kernel after it;
 // their unaligned and too-wide cases keep the two passes.
+// Extra outputs (train.recompute = light): the RMSNorm and gated RMSNorm backwards can also write
+// the forward's y, and the SwiGLU backward its h, from the inputs they read anyway (x, the saved
+// rstd, w, z; gate, up), bitwise the forward kernels' values (rmsnorm_y, gated_rmsnorm_y,
+// swiglu_h in cuda_ops_device.cuh). A template flag (Y, H) adds the store, so the kernels without
+// it are those of before.
 // Embedding: each run of equal tokens (built on the host, see cuda_ops.h) is one block that
 // sums its rows in sorted order and adds once, so repeated tokens need no atomics either.
 #include "../fwd/cuda_ops_device.cuh"
@@ -203,8 +208,10 @@ __global__ void __launch_bounds__(ROW_THREADS)
 // gated RMSNorm: q = silu(z), u = dy w q; dx = r u - (r^3/D) x sum(u x);
 //                dz = dy x r w silu'(z), silu' = s (1 + z (1 - s));    dw += sum_rows dy x r q
 //                (z NULL: q := 1 and no dz)
+// Y (p.y set): also y = x r w (gated: x r w q), the forward's output, from the loaded x, w, z and r
 template <typename T> struct norm_bwd_params {
     T *dx, *dz;               // (rows, d): = (rmsnorm with acc: +=); dz: gated with z only, or NULL
+    T *y;                     // (rows, d) packed: the forward's y again (kernels with Y), or NULL
     const T *dy, *x, *z, *w;  // dy, x, z (rows, d), z: gated only, or NULL; w (d)
     const float *rstd;        // (rows), saved by the forward
     float *part;              // (blocks, d): dw partials of the fused kernels, one row per block
@@ -217,7 +224,7 @@ template <typename T> struct norm_bwd_params {
 };
 
 // One warp per row: the unaligned and too-wide cases, dw by colsum_launch afterwards.
-template <typename T, int W>
+template <typename T, int W, bool Y>
 __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_kernel(const norm_bwd_params<T> p) {
     const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
     const int lane = threadIdx.x & 31, d = p.d;
@@ -247,10 +254,16 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_kernel(const norm_bwd
             o[j] = p.acc ? o[j] + v : v;
         }
         store_pack<T, W>(dxr + k * W, o);
+        if (Y) {
+            float yv[W];
+#pragma unroll
+            for (int j = 0; j < W; j++) yv[j] = rmsnorm_y(a[j], r, wv[j]);
+            store_pack<T, W>(p.y + row * d + k * W, yv);
+        }
     }
 }
 
-template <typename T, int W>
+template <typename T, int W, bool Y>
 __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const norm_bwd_params<T> p) {
     const size_t row = (size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32;
     const int lane = threadIdx.x & 31, D = p.d;
@@ -275,7 +288,7 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const no
     ux = warp_sum(ux);
     const float rs = p.rstd[row], c = rs * rs * rs * ux / (float)D;
     for (int k = lane; k < D / W; k += 32) {
-        float a[W], g[W], wv[W], zv[W], q[W];
+        float a[W], g[W], wv[W], zv[W], q[W], yv[W];
         load_pack<T, W>(x + o + k * W, a);
         load_pack<T, W>(dy + o + k * W, g);
         load_pack<T, W>(w + k * W, wv);
@@ -287,12 +300,17 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const no
                 const float s = sigmoid_f(zv[j]);
                 q[j] = zv[j] * s;
                 dzv[j] = g[j] * a[j] * rs * wv[j] * s * (1.f + zv[j] * (1.f - s));
+                if (Y) yv[j] = gated_rmsnorm_y(a[j], rs, wv[j], zv[j], s);
             }
             if (p.dz) store_pack<T, W>(p.dz + oz + k * W, dzv);
         } else {
 #pragma unroll
-            for (int j = 0; j < W; j++) q[j] = 1.f;
+            for (int j = 0; j < W; j++) {
+                q[j] = 1.f;
+                if (Y) yv[j] = rmsnorm_y(a[j], rs, wv[j]);
+            }
         }
+        if (Y) store_pack<T, W>(p.y + o + k * W, yv);
 #pragma unroll
         for (int j = 0; j < W; j++) a[j] = rs * g[j] * wv[j] * q[j] - c * a[j];
         store_pack<T, W>(p.dx + o + k * W, a);
@@ -308,7 +326,10 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const no
 // 80-170 registers and ran 1.3x slower (H200, bf16, 32768 x 1024: 86-88 us against 66 us).
 // At the end the block sums acc[0..8)[c] in warp order and writes part[b][c]; colsum_final_kernel
 // then adds sum_b part[b][c] (fixed order) into dw[c]. The grid is a function of (rows, d) only:
-// bitwise the same run after run, on any GPU.
+// bitwise the same run after run, on any GPU. With Y, y is stored in the FIRST loop over a row,
+// where x, w (z, sigmoid(z)) are in registers and r is the saved rstd: the kernels keep the
+// registers of those without it (sm_90a: 64, no spill, at the model's bf16 shapes; in the second
+// loop the gated one spilled 28 bytes under its 64-register bound).
 template <int W> __device__ __forceinline__ void add_to_f4(float *p, const float (&v)[W]) {
     static_assert(W % 4 == 0, "float4 moves");
 #pragma unroll
@@ -347,7 +368,7 @@ __device__ __forceinline__ void norm_block_sum(const float *acc, float *part_row
         *reinterpret_cast<float4 *>(part_row + c) = s;
     }
 }
-template <typename T, int W, int NP>
+template <typename T, int W, int NP, bool Y>
 __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_fused_kernel(const norm_bwd_params<T> p) {
     extern __shared__ float4 norm_smem[];  // acc: (ROW_WARPS, d)
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, d = p.d, nk = d / W;
@@ -369,6 +390,12 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_fused_kernel(const no
                 load_pack<T, W>(p.w + k * W, wv);
 #pragma unroll
                 for (int j = 0; j < W; j++) ux += wv[j] * g[j] * a[j];
+                if (Y) {  // y again, here where x and w are at hand (r is known)
+                    float yv[W];
+#pragma unroll
+                    for (int j = 0; j < W; j++) yv[j] = rmsnorm_y(a[j], r, wv[j]);
+                    store_pack<T, W>(p.y + row * d + k * W, yv);
+                }
             }
         ux = warp_sum(ux);
         const float c = r * r * r * ux / (float)d;
@@ -398,7 +425,7 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_fused_kernel(const no
 // registers (the compiler takes 80 on its own); latency-bound rows want the warps (H200, bf16,
 // 131072 x 256 with z: 120 us against 171 us). Wider rows: the compiler's choice (64 spill).
 constexpr int norm_gated_min_blocks(int np) { return np == 1 ? 4 : 1; }
-template <typename T, int W, int NP>
+template <typename T, int W, int NP, bool Y>
 __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
     gated_rmsnorm_bwd_fused_kernel(const norm_bwd_params<T> p) {
     extern __shared__ float4 norm_smem[];  // acc: (ROW_WARPS, D)
@@ -419,17 +446,23 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
                 load_pack<T, W>(p.x + e, a);
                 load_pack<T, W>(p.dy + e, g);
                 load_pack<T, W>(p.w + (lane + 32 * i) * W, wv);
+                float yv[W];  // Y: y again, here where x, w, z, sigmoid(z) are at hand (rs is known)
                 if (z) {
                     load_pack<T, W>(z + oz + (size_t)(lane + 32 * i) * W, zv);
 #pragma unroll
                     for (int j = 0; j < W; j++) {
                         sg[i][j] = sigmoid_f(zv[j]);
                         ux += g[j] * wv[j] * (zv[j] * sg[i][j]) * a[j];
+                        if (Y) yv[j] = gated_rmsnorm_y(a[j], rs, wv[j], zv[j], sg[i][j]);
                     }
                 } else {
 #pragma unroll
-                    for (int j = 0; j < W; j++) ux += g[j] * wv[j] * a[j];
+                    for (int j = 0; j < W; j++) {
+                        ux += g[j] * wv[j] * a[j];
+                        if (Y) yv[j] = rmsnorm_y(a[j], rs, wv[j]);
+                    }
                 }
+                if (Y) store_pack<T, W>(p.y + e, yv);
             }
         ux = warp_sum(ux);
         const float c = rs * rs * rs * ux / (float)D;
@@ -523,11 +556,13 @@ template <typename T> struct silu_bwd_op {
         store_pack<T, W>(dx + i, g);
     }
 };
-template <typename T> struct swiglu_bwd_op {
+// H: also h = swiglu_h(gate, up), the forward's output
+template <typename T, bool H> struct swiglu_bwd_op {
     T *dgate, *dup;
     const T *dh, *gate, *up;
+    T *h;  // H only
     template <int W> __device__ __forceinline__ void apply(size_t i) const {
-        float d[W], g[W], u[W], dg[W], du[W];
+        float d[W], g[W], u[W], dg[W], du[W], hv[W];
         load_pack<T, W>(dh + i, d);
         load_pack<T, W>(gate + i, g);
         load_pack<T, W>(up + i, u);
@@ -536,9 +571,11 @@ template <typename T> struct swiglu_bwd_op {
             const float s = sigmoid_f(g[j]);
             dg[j] = d[j] * u[j] * s * (1.f + g[j] * (1.f - s));
             du[j] = d[j] * g[j] * s;
+            if (H) hv[j] = swiglu_h(g[j], s, u[j]);
         }
         store_pack<T, W>(dgate + i, dg);
         store_pack<T, W>(dup + i, du);
+        if (H) store_pack<T, W>(h + i, hv);
     }
 };
 
@@ -579,22 +616,29 @@ void norm_bwd_fused_launch(void (*kernel)(norm_bwd_params<T>), norm_bwd_params<T
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename T> void rmsnorm_bwd_launch(const norm_bwd_params<T> &p, float *dw, cudaStream_t s) {
+template <typename T, bool Y> void rmsnorm_bwd_launch_y(const norm_bwd_params<T> &p, float *dw, cudaStream_t s) {
     constexpr int W = vec_width<T>();
-    const bool vec = p.d % W == 0 && aligned16(p.dx) && aligned16(p.dy) && aligned16(p.x) && aligned16(p.w);
+    const bool vec = p.d % W == 0 && aligned16(p.dx) && aligned16(p.dy) && aligned16(p.x) && aligned16(p.w) &&
+                     aligned16(p.y);
     switch (vec ? norm_packs_per_lane(p.d / W, NORM_NP_RMS) : 0) {
-    case 1: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 1>, p, dw, s); return;
-    case 2: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 2>, p, dw, s); return;
-    case 4: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 4>, p, dw, s); return;
-    case 8: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 8>, p, dw, s); return;
+    case 1: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 1, Y>, p, dw, s); return;
+    case 2: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 2, Y>, p, dw, s); return;
+    case 4: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 4, Y>, p, dw, s); return;
+    case 8: norm_bwd_fused_launch<T>(rmsnorm_bwd_fused_kernel<T, W, 8, Y>, p, dw, s); return;
     default: break;  // two passes
     }
     if (vec)
-        rmsnorm_bwd_kernel<T, W><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
+        rmsnorm_bwd_kernel<T, W, Y><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
     else
-        rmsnorm_bwd_kernel<T, 1><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
+        rmsnorm_bwd_kernel<T, 1, Y><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
     CUDA_CHECK_LAUNCH();
     colsum_launch(rmsnorm_dw_term<T>{p.dy, p.x, p.rstd, dw, p.d}, p.rows, p.d, s);
+}
+template <typename T> void rmsnorm_bwd_launch(const norm_bwd_params<T> &p, float *dw, cudaStream_t s) {
+    if (p.y)
+        rmsnorm_bwd_launch_y<T, true>(p, dw, s);
+    else
+        rmsnorm_bwd_launch_y<T, false>(p, dw, s);
 }
 
 template <typename T>
@@ -608,22 +652,38 @@ void l2norm_bwd_launch(T *dx, const T *dy, const T *y, const float *rnorm, size_
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename T> void gated_rmsnorm_bwd_launch(const norm_bwd_params<T> &p, float *dw, cudaStream_t s) {
+template <typename T, bool Y>
+void gated_rmsnorm_bwd_launch_y(const norm_bwd_params<T> &p, float *dw, cudaStream_t s) {
     constexpr int W = vec_width<T>();
     const bool vec = p.d % W == 0 && (!p.z || p.zld % W == 0) && aligned16(p.dx) && aligned16(p.dz) && aligned16(p.dy) &&
-                     aligned16(p.x) && aligned16(p.z) && aligned16(p.w);
+                     aligned16(p.x) && aligned16(p.z) && aligned16(p.w) && aligned16(p.y);
     switch (vec ? norm_packs_per_lane(p.d / W, NORM_NP_GATED) : 0) {
-    case 1: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 1>, p, dw, s); return;
-    case 2: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 2>, p, dw, s); return;
-    case 4: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 4>, p, dw, s); return;
+    case 1: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 1, Y>, p, dw, s); return;
+    case 2: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 2, Y>, p, dw, s); return;
+    case 4: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 4, Y>, p, dw, s); return;
     default: break;  // two passes
     }
     if (vec)
-        gated_rmsnorm_bwd_kernel<T, W><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
+        gated_rmsnorm_bwd_kernel<T, W, Y><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
     else
-        gated_rmsnorm_bwd_kernel<T, 1><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
+        gated_rmsnorm_bwd_kernel<T, 1, Y><<<row_blocks(p.rows), ROW_THREADS, 0, s>>>(p);
     CUDA_CHECK_LAUNCH();
     colsum_launch(gated_dw_term<T>{p.dy, p.x, p.z, p.rstd, dw, p.d, p.zh, p.zld}, p.rows, p.d, s);
+}
+template <typename T> void gated_rmsnorm_bwd_launch(const norm_bwd_params<T> &p, float *dw, cudaStream_t s) {
+    if (p.y)
+        gated_rmsnorm_bwd_launch_y<T, true>(p, dw, s);
+    else
+        gated_rmsnorm_bwd_launch_y<T, false>(p, dw, s);
+}
+
+template <typename T>
+void swiglu_bwd_launch(T *dgate, T *dup, T *h, const T *dh, const T *gate, const T *up, size_t n, cudaStream_t s) {
+    const bool vec = aligned16(dgate) && aligned16(dup) && aligned16(dh) && aligned16(gate) && aligned16(up);
+    if (h)
+        ew_launch<T>(swiglu_bwd_op<T, true>{dgate, dup, dh, gate, up, h}, n, vec && aligned16(h), s);
+    else
+        ew_launch<T>(swiglu_bwd_op<T, false>{dgate, dup, dh, gate, up, nullptr}, n, vec, s);
 }
 
 // ---- conv1d backward, tiled (the model's path; conditions as the forward's tiled kernel) --------
@@ -746,12 +806,12 @@ void cuda_embedding_bwd(cuda_dtype dt, float *dwte, const void *dout, const int3
     CUDA_DT_SWITCH(dt, T, embedding_bwd_launch<T>(dwte, (const T *)dout, order, starts, ids, n_unique, d, s));
 }
 
-void cuda_rmsnorm_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x, const void *w,
+void cuda_rmsnorm_bwd(cuda_dtype dt, void *dx, float *dw, void *y, const void *dy, const void *x, const void *w,
                       const float *rstd, int N, int d, bool acc, cudaStream_t s) {
     if (N <= 0 || d <= 0) return;
     CUDA_DT_SWITCH(dt, T,
-                   rmsnorm_bwd_launch<T>({(T *)dx, nullptr, (const T *)dy, (const T *)x, nullptr, (const T *)w, rstd,
-                                          nullptr, (size_t)N, d, 0, acc},
+                   rmsnorm_bwd_launch<T>({(T *)dx, nullptr, (T *)y, (const T *)dy, (const T *)x, nullptr, (const T *)w,
+                                          rstd, nullptr, (size_t)N, d, 0, acc},
                                          dw, s));
 }
 
@@ -781,23 +841,20 @@ void cuda_gdn_gates_bwd(cuda_dtype dt, void *da, void *db, float *dA_log, float 
                                                   s));
 }
 
-void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, const void *dy, const void *x,
+void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, void *y, const void *dy, const void *x,
                             const void *z, const void *w, const float *rstd, size_t rows, int D, int zh,
                             size_t zld, cudaStream_t s) {
     if (rows == 0 || D <= 0) return;
     CUDA_DT_SWITCH(dt, T,
-                   gated_rmsnorm_bwd_launch<T>({(T *)dx, (T *)dz, (const T *)dy, (const T *)x, (const T *)z,
+                   gated_rmsnorm_bwd_launch<T>({(T *)dx, (T *)dz, (T *)y, (const T *)dy, (const T *)x, (const T *)z,
                                                 (const T *)w, rstd, nullptr, rows, D, 0, false, zh, zld},
                                                dw, s));
 }
 
-void cuda_swiglu_bwd(cuda_dtype dt, void *dgate, void *dup, const void *dh, const void *gate, const void *up,
-                     size_t n, cudaStream_t s) {
-    CUDA_DT_SWITCH(dt, T, ew_launch<T>(swiglu_bwd_op<T>{(T *)dgate, (T *)dup, (const T *)dh, (const T *)gate,
-                                                        (const T *)up},
-                                       n, aligned16(dgate) && aligned16(dup) && aligned16(dh) && aligned16(gate) &&
-                                              aligned16(up),
-                                       s));
+void cuda_swiglu_bwd(cuda_dtype dt, void *dgate, void *dup, void *h, const void *dh, const void *gate,
+                     const void *up, size_t n, cudaStream_t s) {
+    CUDA_DT_SWITCH(dt, T, swiglu_bwd_launch<T>((T *)dgate, (T *)dup, (T *)h, (const T *)dh, (const T *)gate,
+                                               (const T *)up, n, s));
 }
 
 void cuda_dropout_bwd(cuda_dtype dt, void *dx, const void *dy, size_t n, double p, uint64_t seed, cudaStream_t s) {

@@ -1,6 +1,6 @@
 // linear.c — CPU float64 linear backward for y = x W^T + b:
 //   dx  = dy W        (N,out)(out,in)   (=, skipped when dx is NULL; += in linear_bwd_acc_cpu)
-//   dW += dy^T x      (out,N)(N,in)     (+=)
+//   dW += dy^T x      (out,N)(N,in)     (+=, skipped when dW is NULL)
 //   db += sum_n dy[n,:]                 (+=, skipped when db is NULL)
 // With OpenBLAS (GDN_HAVE_CBLAS) two cblas_dgemm; otherwise plain loops. Both paths are
 // checked by tests/test_ops_cpu.c (it compiles this file a second time without GDN_HAVE_CBLAS).
@@ -16,8 +16,9 @@ static void linear_bwd_beta(double *dx, double beta_dx, double *dW, double *db, 
     if (dx)
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0, dy, out, W, in,
                     beta_dx, dx, in);
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0, dy, out, x, in, 1.0,
-                dW, in);
+    if (dW)
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0, dy, out, x, in, 1.0,
+                    dW, in);
 #else
     if (dx)
         for (int n = 0; n < N; n++)
@@ -27,7 +28,7 @@ static void linear_bwd_beta(double *dx, double beta_dx, double *dW, double *db, 
                 double *d = &dx[(size_t)n * in + i];
                 *d = beta_dx != 0.0 ? s + beta_dx * *d : s;
             }
-    for (int o = 0; o < out; o++)
+    for (int o = 0; o < out && dW; o++)
         for (int i = 0; i < in; i++) {
             double s = 0;
             for (int n = 0; n < N; n++) s += dy[(size_t)n * out + o] * x[(size_t)n * in + i];

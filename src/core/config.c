@@ -24,7 +24,12 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-typedef enum { CFG_INT, CFG_U64, CFG_DOUBLE, CFG_BOOL, CFG_STRING, CFG_ENUM, CFG_PATTERN } cfg_type;
+// CFG_ENUM: a string field holding one of the choices. CFG_MODE: an int field (a C enum) holding
+// the index of the value among the choices; it also takes the boolean words, false / no / 0 / off
+// for choice 0 and true / yes / 1 / on for choice 1 (a key that was a bool keeps its old values).
+typedef enum {
+    CFG_INT, CFG_U64, CFG_DOUBLE, CFG_BOOL, CFG_STRING, CFG_ENUM, CFG_PATTERN, CFG_MODE
+} cfg_type;
 
 enum {
     CFG_MIN_OPEN = 1,  // range excludes min
@@ -40,7 +45,7 @@ typedef struct {
     double min, max;            // numeric range (INFINITY: unbounded; ints stop at INT_MAX)
     unsigned flags;
     const char *def;            // default, as INI text
-    const char *choices;        // CFG_ENUM: "a|b|c"
+    const char *choices;        // CFG_ENUM, CFG_MODE: "a|b|c"
     const char *help;
 } cfg_key;
 
@@ -86,7 +91,7 @@ static const cfg_key cfg_keys[] = {
     {"train", "device", CFG_ENUM, F(device), 0, 0, 0, "auto", "auto|cpu|cuda", "where to run"},
     {"train", "precision", CFG_ENUM, F(precision), 0, 0, 0, "bf16", "fp32|bf16", "GPU storage; CPU is float64"},
     {"train", "batch_size", CFG_INT, F(batch_size), 1, INF, 0, "8", NULL, "sequences per micro-batch per rank"},
-    {"train", "recompute", CFG_BOOL, F(recompute), 0, 0, 0, "false", NULL, "recompute cheap activations in the backward"},
+    {"train", "recompute", CFG_MODE, F(recompute), 0, 0, 0, "off", "off|full|light", "full: redo the cheap activations before each layer's backward; light: only the norm and SwiGLU outputs, inside the backward kernels"},
     {"train", "head_chunk_rows", CFG_INT, F(head_chunk_rows), 1, INF, CFG_ZERO_OK, "0", NULL, "tokens per LM-head logits chunk; 0 = at most 512 MiB of logits"},
     {"train", "grad_accum", CFG_INT, F(grad_accum), 1, INF, 0, "1", NULL, "micro-batches per step"},
     {"train", "steps", CFG_INT, F(steps), 1, INF, 0, "1000", NULL, "optimizer steps"},
@@ -230,13 +235,19 @@ static void cfg_allowed(const cfg_key *k, char *buf, size_t n) {
         else snprintf(buf, n, "a number in %s%g, %g%s", lo, k->min, k->max, hi);
         break;
     case CFG_BOOL: snprintf(buf, n, "true/false, yes/no, on/off, 1/0"); break;
-    case CFG_ENUM: {
+    case CFG_ENUM:
+    case CFG_MODE: {
         size_t m = 0;
         for (const char *c = k->choices; *c && m + 4 < n; c++) {
             if (*c == '|') m += (size_t)snprintf(buf + m, n - m, " | ");
             else buf[m++] = *c;
         }
         buf[GDN_MIN(m, n - 1)] = '\0';
+        if (k->type == CFG_MODE && m < n) {  // the boolean words name the first two choices
+            size_t c0 = strcspn(k->choices, "|"), c1 = strcspn(k->choices + c0 + 1, "|");
+            snprintf(buf + m, n - m, " (or true = %.*s, false = %.*s)", (int)c1,
+                     k->choices + c0 + 1, (int)c0, k->choices);
+        }
         break;
     }
     case CFG_STRING:
@@ -334,6 +345,27 @@ static bool cfg_apply(const cfg_key *k, const char *v, gdn_config *c, char *err,
         }
         snprintf(err, n, "'%s' is not one of the choices", v);
         return false;
+    }
+    case CFG_MODE: {
+        static const char *const t[] = {"true", "1", "yes", "on"},
+                                 *const f[] = {"false", "0", "no", "off"};
+        int idx = -1, i = 0;
+        size_t len = strlen(v);
+        for (const char *ch = k->choices; *ch && idx < 0; i++) {
+            size_t m = strcspn(ch, "|");
+            if (m == len && strncmp(ch, v, m) == 0) idx = i;
+            ch += m + (ch[m] == '|');
+        }
+        for (int j = 0; j < 4 && idx < 0; j++) {
+            if (strcasecmp(v, f[j]) == 0) idx = 0;
+            if (strcasecmp(v, t[j]) == 0) idx = 1;
+        }
+        if (idx < 0) {
+            snprintf(err, n, "'%s' is not one of the choices", v);
+            return false;
+        }
+        memcpy(field, &idx, sizeof idx);
+        return true;
     }
     case CFG_PATTERN: {
         size_t len = strlen(v);
@@ -794,6 +826,14 @@ static void cfg_fmt_value(const cfg_key *k, const gdn_config *c, char *buf, size
     case CFG_U64: { uint64_t x; memcpy(&x, field, sizeof x); snprintf(buf, n, "%" PRIu64, x); break; }
     case CFG_DOUBLE: { double x; memcpy(&x, field, sizeof x); cfg_fmt_double(x, buf, n); break; }
     case CFG_BOOL: { bool x; memcpy(&x, field, sizeof x); snprintf(buf, n, "%s", x ? "true" : "false"); break; }
+    case CFG_MODE: {  // the choice's name
+        int x, i = 0;
+        memcpy(&x, field, sizeof x);
+        const char *ch = k->choices;
+        for (; *ch && i < x; i++) ch += strcspn(ch, "|") + (ch[strcspn(ch, "|")] == '|');
+        snprintf(buf, n, "%.*s", (int)strcspn(ch, "|"), ch);
+        break;
+    }
     default: snprintf(buf, n, "%.*s", (int)strnlen(field, k->size), field); break;
     }
 }

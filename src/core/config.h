@@ -12,6 +12,19 @@ extern "C" {
 
 #define CFG_STR 256
 
+// train.recompute (model.c carve): which activations live in one buffer shared by the layers
+// instead of one per layer. OFF, FULL are 0, 1: the values of the bool this key used to be.
+typedef enum {
+    RECOMPUTE_OFF = 0,    // every layer keeps all its activations
+    RECOMPUTE_FULL = 1,   // shared: the outputs of the RMSNorms, conv + SiLU + L2 norm, the gated
+                          // norm, SwiGLU; the backward redoes them for its layer first (separate
+                          // forward ops, recompute_layer)
+    RECOMPUTE_LIGHT = 2,  // shared: the outputs of the RMSNorms, the gated norm and SwiGLU only;
+                          // each is written again by the backward kernel that reads its inputs
+                          // anyway (rmsnorm_bwd, gated_rmsnorm_bwd, swiglu_bwd: an extra output),
+                          // before the weight-gradient GEMMs that read it
+} gdn_recompute;
+
 typedef struct {
     // [model]
     char pattern[64];        // G/S/A letters, repeated to n_layers            default "GS"
@@ -59,7 +72,7 @@ typedef struct {
     int ckpt_every;          // >= 0 (0 = only at the end)                     default 0
     char out_dir[CFG_STR];   // run directory                                  default "runs/default"
     int threads;             // CPU threads for BLAS, 0 = library default      default 0
-    bool recompute;          // norms, conv, SiLU, L2 norm, SwiGLU outputs redone in the backward
+    gdn_recompute recompute; // off | full | light (true = full, false = off)   default off
     int head_chunk_rows;     // LM head + loss in row chunks of this many tokens (0 = auto)
     // [optim]
     double lr;               // > 0                                            default 1e-3

@@ -75,6 +75,19 @@ __device__ __forceinline__ float sigmoid_f(float x) {
     const float e = expf(-fabsf(x));
     return (x >= 0.f ? 1.f : e) / (1.f + e);
 }
+// The forward outputs that a backward writes again (train.recompute = light: rmsnorm_bwd,
+// gated_rmsnorm_bwd, swiglu_bwd with their extra output), one definition each for the forward
+// kernel and the backward: from the same fp32 inputs (the saved rstd, the loaded x, w, z, gate,
+// up) the same bits. Products left to right, each rounded (__fmul_rn: the compiler may not fuse
+// one into an FMA, whatever surrounds the call); s = sigmoid_f(z) or sigmoid_f(gate).
+//   RMSNorm:        y = (x r) w
+//   gated RMSNorm:  y = ((x r) w) (z s)          (no gate: (x r) w)
+//   SwiGLU:         h = (g s) u
+__device__ __forceinline__ float rmsnorm_y(float x, float r, float w) { return __fmul_rn(__fmul_rn(x, r), w); }
+__device__ __forceinline__ float gated_rmsnorm_y(float x, float r, float w, float z, float s) {
+    return __fmul_rn(rmsnorm_y(x, r, w), __fmul_rn(z, s));
+}
+__device__ __forceinline__ float swiglu_h(float g, float s, float u) { return __fmul_rn(__fmul_rn(g, s), u); }
 // sigmoid by the fast intrinsics: 1 / (1 + e^-x) with MUFU ex2 and rcp (limits exact: e^-x =
 // inf -> 0, e^-x = 0 -> 1); ~2 ulp + 1e-7 |x| relative, far below the fp32 and bf16
 // tolerances. The conv + SiLU kernels (src/*/conv_silu.cu) use it: with IEEE division they were

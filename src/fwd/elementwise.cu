@@ -56,7 +56,7 @@ __device__ __forceinline__ void rmsnorm_row_scale(T *yr, const T *xr, const T *w
         load_pack<T, W>(xr + k * W, a);
         load_pack<T, W>(w + k * W, wv);
 #pragma unroll
-        for (int j = 0; j < W; j++) a[j] = a[j] * r * wv[j];
+        for (int j = 0; j < W; j++) a[j] = rmsnorm_y(a[j], r, wv[j]);  // rmsnorm_bwd's y: the same
         store_pack<T, W>(yr + k * W, a);
     }
 }
@@ -154,10 +154,10 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_fwd_kernel(T *y, fl
         if (z) {
             load_pack<T, W>(z + (row / zh) * zld + (row % zh) * D + k * W, zv);
 #pragma unroll
-            for (int j = 0; j < W; j++) a[j] = a[j] * rs * wv[j] * (zv[j] * sigmoid_f(zv[j]));
+            for (int j = 0; j < W; j++) a[j] = gated_rmsnorm_y(a[j], rs, wv[j], zv[j], sigmoid_f(zv[j]));
         } else {
 #pragma unroll
-            for (int j = 0; j < W; j++) a[j] = a[j] * rs * wv[j];
+            for (int j = 0; j < W; j++) a[j] = rmsnorm_y(a[j], rs, wv[j]);
         }
         store_pack<T, W>(yr + k * W, a);
     }
@@ -262,7 +262,7 @@ template <typename T> struct swiglu_fwd_op {
         load_pack<T, W>(gate + i, g);
         load_pack<T, W>(up + i, u);
 #pragma unroll
-        for (int j = 0; j < W; j++) g[j] = g[j] * sigmoid_f(g[j]) * u[j];
+        for (int j = 0; j < W; j++) g[j] = swiglu_h(g[j], sigmoid_f(g[j]), u[j]);  // swiglu_bwd's h: the same
         store_pack<T, W>(h + i, g);
     }
 };

@@ -18,6 +18,10 @@ void embedding_fwd_cpu(double *out /*(N,d)*/, const int32_t *tok /*(N)*/,
 // ---- RMSNorm: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N) --------------
 void rmsnorm_fwd_cpu(double *y /*(N,d)*/, double *rstd /*(N)*/, const double *x /*(N,d)*/,
                      const double *w /*(d)*/, int N, int d, double eps);
+// y = x * rstd * w from a saved rstd: rmsnorm_fwd_cpu's y bit for bit (the same row code). The
+// backend's rmsnorm_bwd writes it when asked (train.recompute = light).
+void rmsnorm_apply_cpu(double *y /*(N,d)*/, const double *x /*(N,d)*/, const double *w /*(d)*/,
+                       const double *rstd /*(N)*/, int N, int d);
 
 // ---- linear: y = x W^T (+ b); W is (out, in) as in PyTorch ------------------------------------
 // Uses cblas_dgemm when built with OpenBLAS (GDN_HAVE_CBLAS), plain loops otherwise.
@@ -60,6 +64,11 @@ void gdn_gates_fwd_cpu(double *g /*(N,H)*/, double *beta /*(N,H) or NULL*/,
 void gated_rmsnorm_fwd_cpu(double *y /*(rows,D)*/, double *rstd /*(rows)*/, const double *x,
                            const double *z /*or NULL*/, const double *w /*(D)*/, size_t rows,
                            int D, int zh, size_t zld, double eps);
+// y from a saved rstd: gated_rmsnorm_fwd_cpu's y bit for bit (the same row code; the backend's
+// gated_rmsnorm_bwd writes it when asked, train.recompute = light).
+void gated_rmsnorm_apply_cpu(double *y /*(rows,D)*/, const double *x, const double *z /*or NULL*/,
+                             const double *w /*(D)*/, const double *rstd /*(rows)*/, size_t rows,
+                             int D, int zh, size_t zld);
 
 // ---- SwiGLU: h = silu(gate) * up ----------------------------------------------------------------
 void swiglu_fwd_cpu(double *h, const double *gate, const double *up, size_t n);

@@ -62,10 +62,14 @@ typedef struct backend {
     void (*add_rmsnorm_fwd)(void *x_out, void *y, void *rstd, const void *x_in, const void *branch,
                             const void *w, int N, int d, double eps);
     // dx = the gradient (acc: dx += it, the residual stream's sum in place), dw += ...
-    void (*rmsnorm_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w,
+    // y: NULL, or (N,d) = the forward's y, bit for bit: x rstd w from the saved rstd, with
+    // rmsnorm_fwd's arithmetic (train.recompute = light re-materialises the norm outputs here,
+    // from the x and rstd the backward reads anyway; model.c)
+    void (*rmsnorm_bwd)(void *dx, void *dw, void *y, const void *dy, const void *x, const void *w,
                         const void *rstd, int N, int d, bool acc);
     void (*linear_fwd)(void *y, const void *x, const void *W, int N, int in, int out);
-    // dx = dy W (acc: dx += dy W), dW += dy^T x
+    // dx = dy W (acc: dx += dy W), dW += dy^T x; either may be NULL (that GEMM is skipped; x is
+    // not read without dW): the two are independent, so dx and dW may be taken by two calls
     void (*linear_bwd)(void *dx, void *dW, const void *dy, const void *x, const void *W, int N,
                        int in, int out, bool acc);
     void (*conv1d_fwd)(void *y, const void *x, const void *w, int B, int T, int C, int K);
@@ -108,12 +112,15 @@ typedef struct backend {
     // z, dz: row r at (r / zh) zld + (r % zh) D (zh = 1, zld = D: packed); x, y, dx, dy packed
     void (*gated_rmsnorm_fwd)(void *y, void *rstd, const void *x, const void *z, const void *w,
                               size_t rows, int D, int zh, size_t zld, double eps);
-    void (*gated_rmsnorm_bwd)(void *dx, void *dz, void *dw, const void *dy, const void *x,
-                              const void *z, const void *w, const void *rstd, size_t rows, int D,
-                              int zh, size_t zld);
+    // y: NULL, or (rows,D) packed = gated_rmsnorm_fwd's y bit for bit, from the saved rstd
+    // (train.recompute = light, as rmsnorm_bwd's y)
+    void (*gated_rmsnorm_bwd)(void *dx, void *dz, void *dw, void *y, const void *dy,
+                              const void *x, const void *z, const void *w, const void *rstd,
+                              size_t rows, int D, int zh, size_t zld);
     void (*swiglu_fwd)(void *h, const void *gate, const void *up, size_t n);
-    void (*swiglu_bwd)(void *dgate, void *dup, const void *dh, const void *gate, const void *up,
-                       size_t n);
+    // h: NULL, or = swiglu_fwd's h of (gate, up) bit for bit (train.recompute = light)
+    void (*swiglu_bwd)(void *dgate, void *dup, void *h, const void *dh, const void *gate,
+                       const void *up, size_t n);
     // Fused softmax cross-entropy: returns the summed loss over non-ignored rows and, when
     // dlogits_scale != 0, overwrites logits with (softmax - onehot) * dlogits_scale.
     double (*crossentropy)(void *logits, const int32_t *tgt, int N, int V, double dlogits_scale);

@@ -74,6 +74,24 @@ static void cpu_conv_silu3_bwd(void *dx, void *dw, const void *dy0, const void *
     conv_silu_bwd_cpu(dxd + C0 + C1, dwd + (size_t)(C0 + C1) * K, dy2, xd + C0 + C1,
                       wd + (size_t)(C0 + C1) * K, B, T, C2, K, ld);
 }
+// The backwards with the forward's output as an optional extra (backend.h, train.recompute =
+// light): the CPU twin, then the forward's own row code on the saved statistic (bitwise its y).
+static void cpu_rmsnorm_bwd(void *dx, void *dw, void *y, const void *dy, const void *x,
+                            const void *w, const void *rstd, int N, int d, bool acc) {
+    rmsnorm_bwd_cpu(dx, dw, dy, x, w, rstd, N, d, acc);
+    if (y) rmsnorm_apply_cpu(y, x, w, rstd, N, d);
+}
+static void cpu_gated_rmsnorm_bwd(void *dx, void *dz, void *dw, void *y, const void *dy,
+                                  const void *x, const void *z, const void *w, const void *rstd,
+                                  size_t rows, int D, int zh, size_t zld) {
+    gated_rmsnorm_bwd_cpu(dx, dz, dw, dy, x, z, w, rstd, rows, D, zh, zld);
+    if (y) gated_rmsnorm_apply_cpu(y, x, z, w, rstd, rows, D, zh, zld);
+}
+static void cpu_swiglu_bwd(void *dgate, void *dup, void *h, const void *dh, const void *gate,
+                           const void *up, size_t n) {
+    swiglu_bwd_cpu(dgate, dup, dh, gate, up, n);
+    if (h) swiglu_fwd_cpu(h, gate, up, n);
+}
 static void cpu_sync(void) {}  // every CPU op has finished when it returns
 static void cpu_linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
     linear_fwd_cpu(y, x, W, NULL, N, in, out);
@@ -143,7 +161,7 @@ const backend backend_cpu = {
     .embedding_bwd = F(embedding_bwd_cpu),
     .rmsnorm_fwd = F(rmsnorm_fwd_cpu),
     .add_rmsnorm_fwd = cpu_add_rmsnorm_fwd,
-    .rmsnorm_bwd = F(rmsnorm_bwd_cpu),
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,
     .conv1d_fwd = F(conv1d_fwd_cpu),
@@ -160,9 +178,9 @@ const backend backend_cpu = {
     .gdn_gates_fwd = F(gdn_gates_fwd_cpu),
     .gdn_gates_bwd = F(gdn_gates_bwd_cpu),
     .gated_rmsnorm_fwd = F(gated_rmsnorm_fwd_cpu),
-    .gated_rmsnorm_bwd = F(gated_rmsnorm_bwd_cpu),
+    .gated_rmsnorm_bwd = cpu_gated_rmsnorm_bwd,
     .swiglu_fwd = F(swiglu_fwd_cpu),
-    .swiglu_bwd = F(swiglu_bwd_cpu),
+    .swiglu_bwd = cpu_swiglu_bwd,
     .crossentropy = cpu_crossentropy,
     .dropout_fwd = F(dropout_fwd_cpu),
     .dropout_bwd = F(dropout_bwd_cpu),

@@ -251,9 +251,9 @@ struct ops {
                                 const void *branch, const void *w, int N, int d, double eps) {
         cuda_add_rmsnorm_fwd(DT, x_out, y, (float *)rstd, x_in, branch, w, N, d, eps, STREAM);
     }
-    static void rmsnorm_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                            const void *rstd, int N, int d, bool acc) {
-        cuda_rmsnorm_bwd(DT, dx, (float *)dw, dy, x, w, (const float *)rstd, N, d, acc, STREAM);
+    static void rmsnorm_bwd(void *dx, void *dw, void *y, const void *dy, const void *x,
+                            const void *w, const void *rstd, int N, int d, bool acc) {
+        cuda_rmsnorm_bwd(DT, dx, (float *)dw, y, dy, x, w, (const float *)rstd, N, d, acc, STREAM);
     }
     static void linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
         cuda_linear_fwd(DT, y, x, W, N, in, out, STREAM);
@@ -324,18 +324,18 @@ struct ops {
                                   double eps) {
         cuda_gated_rmsnorm_fwd(DT, y, (float *)rstd, x, z, w, rows, D, zh, zld, eps, STREAM);
     }
-    static void gated_rmsnorm_bwd(void *dx, void *dz, void *dw, const void *dy, const void *x,
-                                  const void *z, const void *w, const void *rstd, size_t rows,
-                                  int D, int zh, size_t zld) {
-        cuda_gated_rmsnorm_bwd(DT, dx, dz, (float *)dw, dy, x, z, w, (const float *)rstd, rows, D,
-                               zh, zld, STREAM);
+    static void gated_rmsnorm_bwd(void *dx, void *dz, void *dw, void *y, const void *dy,
+                                  const void *x, const void *z, const void *w, const void *rstd,
+                                  size_t rows, int D, int zh, size_t zld) {
+        cuda_gated_rmsnorm_bwd(DT, dx, dz, (float *)dw, y, dy, x, z, w, (const float *)rstd, rows,
+                               D, zh, zld, STREAM);
     }
     static void swiglu_fwd(void *h, const void *gate, const void *up, size_t n) {
         cuda_swiglu_fwd(DT, h, gate, up, n, STREAM);
     }
-    static void swiglu_bwd(void *dgate, void *dup, const void *dh, const void *gate,
+    static void swiglu_bwd(void *dgate, void *dup, void *h, const void *dh, const void *gate,
                            const void *up, size_t n) {
-        cuda_swiglu_bwd(DT, dgate, dup, dh, gate, up, n, STREAM);
+        cuda_swiglu_bwd(DT, dgate, dup, h, dh, gate, up, n, STREAM);
     }
     // Summed loss over the non-ignored rows: fp32 row losses, added on the host in row order
     // in double (deterministic; one sync).

@@ -45,8 +45,10 @@ void cuda_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const 
 void cuda_add_rmsnorm_fwd(cuda_dtype dt, void *x_out, void *y, float *rstd, const void *x_in,
                           const void *branch, const void *w, int N, int d, double eps,
                           cudaStream_t s);
-// acc: dx += the gradient (added in fp32, rounded once), else dx = it; dw += (fp32)
-void cuda_rmsnorm_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
+// acc: dx += the gradient (added in fp32, rounded once), else dx = it; dw += (fp32).
+// y: NULL, or (N,d) = cuda_rmsnorm_fwd's y of x from the saved rstd, bitwise (rmsnorm_y,
+// cuda_ops_device.cuh; train.recompute = light); NULL runs the kernels without it.
+void cuda_rmsnorm_bwd(cuda_dtype dt, void *dx, float *dw, void *y, const void *dy, const void *x,
                       const void *w, const float *rstd, int N, int d, bool acc, cudaStream_t s);
 void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C,
                      int K, cudaStream_t s);
@@ -96,13 +98,16 @@ void cuda_gdn_gates_bwd(cuda_dtype dt, void *da, void *db, float *dA_log, float 
 void cuda_gated_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, const void *z,
                             const void *w, size_t rows, int D, int zh, size_t zld, double eps,
                             cudaStream_t s);
-void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, const void *dy,
+// y: NULL, or (rows,D) packed = cuda_gated_rmsnorm_fwd's y from the saved rstd, bitwise
+// (gated_rmsnorm_y; train.recompute = light)
+void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, void *y, const void *dy,
                             const void *x, const void *z, const void *w, const float *rstd,
                             size_t rows, int D, int zh, size_t zld, cudaStream_t s);
 void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t n,
                      cudaStream_t s);
-void cuda_swiglu_bwd(cuda_dtype dt, void *dgate, void *dup, const void *dh, const void *gate,
-                     const void *up, size_t n, cudaStream_t s);
+// h: NULL, or = cuda_swiglu_fwd's h of (gate, up), bitwise (swiglu_h; train.recompute = light)
+void cuda_swiglu_bwd(cuda_dtype dt, void *dgate, void *dup, void *h, const void *dh,
+                     const void *gate, const void *up, size_t n, cudaStream_t s);
 // Fused softmax cross-entropy: row losses (fp32, 0 for ignored) into losses, and when
 // scale != 0 the logits are overwritten by (softmax - onehot) * scale. tgt: device int32.
 void cuda_crossentropy(cuda_dtype dt, void *logits, float *losses, const int32_t *tgt, int N,

@@ -199,12 +199,16 @@ static void carve(model *m) {
     size_t hk = (size_t)m->H * m->dk, hv = (size_t)m->H * m->dv, ha = (size_t)m->Ha * m->Da;
 #define ACT(n) arena_alloc(A, (n) * e)
 #define STAT(n) arena_alloc(A, (n) * es)
-    // train.recompute: the outputs of the cheap ops (RMSNorm, conv, SiLU, L2 norm, gated norm,
-    // SwiGLU) live in one shared set of buffers that every layer's forward overwrites; the
-    // backward redoes them for its layer (recompute_layer) from what each layer keeps (inputs,
-    // projections, rule output). The same kernels on the same inputs: the same bits.
+    // train.recompute (config.h gdn_recompute): outputs of cheap ops live in one shared set of
+    // buffers that every layer's forward overwrites. full: those of RMSNorm, conv, SiLU, L2 norm,
+    // gated norm, SwiGLU; the backward redoes them for its layer (recompute_layer) from what each
+    // layer keeps (inputs, projections, rule output): the same kernels on the same inputs, the
+    // same bits. light: those of the RMSNorms, the gated norm and SwiGLU only (the conv outputs
+    // stay per layer); the backward kernel that reads their inputs anyway writes each again, bit
+    // for bit, before the weight-gradient GEMMs that read it (model_forward_backward).
     layer_acts shared = {0};
-    bool rc = m->cfg.recompute, any_gdn = false;
+    const bool rc = m->cfg.recompute != RECOMPUTE_OFF, rc_conv = m->cfg.recompute == RECOMPUTE_FULL;
+    bool any_gdn = false;
     // q, k before their L2 norm are a forward temporary (the backward reads qn, kn): one pair
     // for all layers, none where every GDN layer normalises inside conv_silu3_l2_fwd
     bool qk_tmp = false;
@@ -220,14 +224,15 @@ static void carve(model *m) {
         shared.xn1 = ACT(N * d);
         shared.xn2 = ACT(N * d);
         shared.m_h = ACT(N * m->F);
-        if (any_gdn) {
+        if (any_gdn && rc_conv) {
             shared.v_act = ACT(N * hv);
             shared.qn = ACT(N * hk);
             shared.kn = ACT(N * hk);
-            shared.on = ACT(N * hv);
         }
+        if (any_gdn) shared.on = ACT(N * hv);
     }
 #define KEEP(field, n) (rc ? shared.field : ACT(n))
+#define KEEP_CONV(field, n) (rc_conv ? shared.field : ACT(n))  // kept per layer by light
     for (int l = 0; l < m->L; l++) {
         layer_acts *a = &m->acts[l];
         memset(a, 0, sizeof *a);
@@ -249,9 +254,9 @@ static void carve(model *m) {
             }
             a->q_act = shared.q_act;
             a->k_act = shared.k_act;
-            a->v_act = KEEP(v_act, N * hv);
-            a->qn = KEEP(qn, N * hk);
-            a->kn = KEEP(kn, N * hk);
+            a->v_act = KEEP_CONV(v_act, N * hv);
+            a->qn = KEEP_CONV(qn, N * hk);
+            a->kn = KEEP_CONV(kn, N * hk);
             a->rq = STAT(N * m->H);
             a->rk = STAT(N * m->H);
             if (L.fused) {
@@ -287,6 +292,7 @@ static void carve(model *m) {
         a->m_h = KEEP(m_h, N * m->F);
     }
 #undef KEEP
+#undef KEEP_CONV
     m->x_final = ACT(N * d);
     m->xf = ACT(N * d);
     m->rstd_f = STAT(N);
@@ -664,13 +670,46 @@ static void *residual_bwd(model *m, int l, int br, bool train) {
                                                                                        : m->dx;
 }
 
-// dxn (first: =, else +=) d/dxn of linear(xn, W) given dy, summed in the GEMM itself
+// train.recompute = light: the weight-gradient GEMMs of the linears that read a shared norm
+// output (xn1, xn2), put off until the norm's backward has written that output again
+// (dw_later_run). Each job's dy must stay untouched until then: the callers keep them in buffers
+// nothing else writes before it (gdn_mixer_bwd routes q, k, v for this).
+enum { DW_LATER_MAX = 6 };  // GDN unfused: q, k, v, a, b, z
+typedef struct {
+    int w, out;       // the weight and its rows
+    const void *dy;   // (N, out)
+} dw_job;
+typedef struct {
+    dw_job job[DW_LATER_MAX];
+    int n;
+} dw_later;
+
+// dxn (first: =, else +=) d/dxn of linear(xn, W) given dy, summed in the GEMM itself, and W's
+// gradient += in the same call; with `later` (light) dxn only, W's gradient queued
 static void linear_bwd_acc(model *m, void *dxn, bool first, int w, const void *dy, const void *xn,
-                           int in, int out) {
-    m->be->linear_bwd(dxn, G(w), dy, xn, P(w), m->N, in, out, !first);
+                           int in, int out, dw_later *later) {
+    if (!later) {
+        m->be->linear_bwd(dxn, G(w), dy, xn, P(w), m->N, in, out, !first);
+        return;
+    }
+    if (later->n >= DW_LATER_MAX)
+        gdn_die("internal: more than %d weight gradients put off", DW_LATER_MAX);
+    later->job[later->n++] = (dw_job){w, out, dy};
+    m->be->linear_bwd(dxn, NULL, dy, NULL, P(w), m->N, in, out, !first);
+}
+// The queued weight gradients, now that xn (N, in) holds the norm output again; empties the queue.
+static void dw_later_run(model *m, dw_later *later, const void *xn, int in) {
+    for (int i = 0; i < later->n; i++) {
+        const dw_job *j = &later->job[i];
+        m->be->linear_bwd(NULL, G(j->w), j->dy, xn, P(j->w), m->N, in, j->out, false);
+    }
+    later->n = 0;
 }
 
-static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
+// later (train.recompute = light): the input projections' weight gradients are queued (their dy
+// stay in D[2], D[3], D[4], D[1], dsmall[2..3] until model_forward_backward runs them), and on,
+// shared, is written again by gated_rmsnorm_bwd before wo's gradient
+static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train, dw_later *later) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
@@ -678,8 +717,11 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     int N = m->N, d = m->d, H = m->H, hk = H * m->dk, hv = H * m->dv, K = c->gdn_conv_size;
     gdn_mode mode = {c->gdn_gate, c->gdn_delta, c->gdn_allow_neg_eigval};
     void **D = m->dbig;
-    be->linear_bwd(D[0], G(lp->wo), dbr, mixer_drop(m, l, a->on, D[1], (size_t)N * hv, train),
-                   P(lp->wo), N, hv, d, false);                                      // d on
+    if (!later)
+        be->linear_bwd(D[0], G(lp->wo), dbr, mixer_drop(m, l, a->on, D[1], (size_t)N * hv, train),
+                       P(lp->wo), N, hv, d, false);                                  // d on
+    else  // on is another layer's until gated_rmsnorm_bwd below
+        be->linear_bwd(D[0], NULL, dbr, NULL, P(lp->wo), N, hv, d, false);          // d on
     drop_bwd(m, D[0], D[0], (size_t)N * hv, c->mixer_dropout, place_mixer(m, l), train);
     // fused input projection (gdn_inproj): the group's gradients are the columns of one (N, w)
     // matrix in D[2], kept until its one GEMM backward below; else da, db in dsmall, dz in D[2]
@@ -689,11 +731,15 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
     void *da = L.fused ? dgrp + L.ca * e : m->dsmall[2];
     void *db = L.fused ? dgrp + L.cb * e : m->dsmall[3];
     void *dz = L.fused ? dgrp + L.cz * e : D[2];
-    be->gated_rmsnorm_bwd(D[1], c->gdn_output_gate ? dz : NULL, G(lp->onorm), D[0], a->o, a->z,
-                          P(lp->onorm), a->rstd_o, (size_t)N * H, m->dv, L.zh, L.zld);  // d o, d z
+    be->gated_rmsnorm_bwd(D[1], c->gdn_output_gate ? dz : NULL, G(lp->onorm), later ? a->on : NULL,
+                          D[0], a->o, a->z, P(lp->onorm), a->rstd_o, (size_t)N * H, m->dv, L.zh,
+                          L.zld);                                         // d o, d z (light: on)
+    if (later)  // wo's gradient from on (its dropped copy into D[0]: d on is spent)
+        be->linear_bwd(NULL, G(lp->wo), dbr, mixer_drop(m, l, a->on, D[0], (size_t)N * hv, train),
+                       P(lp->wo), N, hv, d, false);
     bool first = true;
     if (!L.fused && c->gdn_output_gate) {
-        linear_bwd_acc(m, m->dxn, true, lp->wz, dz, a->xn1, d, hv);
+        linear_bwd_acc(m, m->dxn, true, lp->wz, dz, a->xn1, d, hv, later);
         first = false;
     }
     gdn_op op = {.B = m->B, .T = m->T, .H = H, .Dk = m->dk, .Dv = m->dv, .chunk = c->gdn_chunk_size,
@@ -708,25 +754,35 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
                           op.dg, op.dbeta, a->a, a->b, c->gdn_gate ? P(lp->A_log) : NULL,
                           c->gdn_gate ? P(lp->dt_bias) : NULL, N, H, L.ld_ab, mode);
     if (L.fused && !L.qkv) {
-        linear_bwd_acc(m, m->dxn, first, L.first, dgrp, a->xn1, d, L.w);  // a, b, z at once
+        linear_bwd_acc(m, m->dxn, first, L.first, dgrp, a->xn1, d, L.w, later);  // a, b, z at once
         first = false;
     } else if (!L.fused) {
         if (c->gdn_gate) {
-            linear_bwd_acc(m, m->dxn, first, lp->wa, da, a->xn1, d, H);
+            linear_bwd_acc(m, m->dxn, first, lp->wa, da, a->xn1, d, H, later);
             first = false;
         }
         if (c->gdn_delta) {
-            linear_bwd_acc(m, m->dxn, first, lp->wb, db, a->xn1, d, H);
+            linear_bwd_acc(m, m->dxn, first, lp->wb, db, a->xn1, d, H, later);
             first = false;
         }
     }
     // q, k, v paths: (l2norm) <- silu(conv) fused, or silu alone <- linear (with L.qkv: conv's
     // dx into the group's columns, one GEMM backward for all after the loop)
-    // (the L2 norm backward reads its output qn / kn: y below)
-    struct { void *dgrad; int w, conv, width; void *lin, *y, *rn; double scale; size_t col, ld; } path[3] = {
-        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->qn, a->rq, gdn_q_scale(m), L.cq, L.ld_q},
-        {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->kn, a->rk, 1.0, L.ck, L.ld_q},
-        {D[5], lp->wv, lp->conv_v, hv, a->v_lin, NULL, NULL, 1.0, L.cv, L.ld_v},
+    // (the L2 norm backward reads its output qn / kn: y below). With `later` each path's dlin
+    // (the projection's output gradient) gets its own buffer, kept until its queued weight
+    // gradient: q's and k's dgrad (spent by the L2 norm backward), D[1] for v (d o is spent);
+    // D[2] keeps dz or the fused group's columns.
+    struct {
+        void *dgrad;
+        int w, conv, width;
+        void *lin, *y, *rn;
+        double scale;
+        size_t col, ld;
+        void *keep;
+    } path[3] = {
+        {D[3], lp->wq, lp->conv_q, hk, a->q_lin, a->qn, a->rq, gdn_q_scale(m), L.cq, L.ld_q, D[3]},
+        {D[4], lp->wk, lp->conv_k, hk, a->k_lin, a->kn, a->rk, 1.0, L.ck, L.ld_q, D[4]},
+        {D[5], lp->wv, lp->conv_v, hv, a->v_lin, NULL, NULL, 1.0, L.cv, L.ld_v, D[1]},
     };
     if (L.conv3) {  // dq_act, dk_act into D[0], D[1] (free after gdn_bwd), dv_act is D[5]
         be->l2norm_bwd(D[0], D[3], a->qn, a->rq, (size_t)N * H, m->dk, path[0].scale);
@@ -742,23 +798,26 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
                            path[i].scale);
             dact = D[0];
         }
-        void *dlin = D[1];
+        void *dlin = later ? path[i].keep : D[1];
         if (c->gdn_short_conv) {
-            dlin = L.qkv ? dgrp + path[i].col * e : D[2];
+            dlin = L.qkv ? dgrp + path[i].col * e : later ? path[i].keep : D[2];
             be->conv_silu_bwd(dlin, G(path[i].conv), dact, path[i].lin, P(path[i].conv), m->B,
                               m->T, path[i].width, K, path[i].ld);
         } else {
-            be->silu_bwd(D[1], dact, path[i].lin, n);
+            be->silu_bwd(dlin, dact, path[i].lin, n);
         }
         if (!L.qkv) {
-            linear_bwd_acc(m, m->dxn, first, path[i].w, dlin, a->xn1, d, path[i].width);
+            linear_bwd_acc(m, m->dxn, first, path[i].w, dlin, a->xn1, d, path[i].width, later);
             first = false;
         }
     }
-    if (L.qkv) linear_bwd_acc(m, m->dxn, first, L.first, dgrp, a->xn1, d, L.w);  // all six at once
+    if (L.qkv)  // all six at once
+        linear_bwd_acc(m, m->dxn, first, L.first, dgrp, a->xn1, d, L.w, later);
 }
 
-static void attn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
+// later (light): q, k, v's weight gradients queued (dy in D[1..3]); ao is kept per layer, so so's
+// gradient is taken at once as without it
+static void attn_mixer_bwd(model *m, int l, const void *dbr, bool train, dw_later *later) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
     layer_acts *a = &m->acts[l];
@@ -772,14 +831,15 @@ static void attn_mixer_bwd(model *m, int l, const void *dbr, bool train) {
                       m->Ha, m->Da, window, 1.0 / sqrt(m->Da));
     be->rope_bwd(D[1], D[1], m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
     be->rope_bwd(D[2], D[2], m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
-    linear_bwd_acc(m, m->dxn, true, lp->sq, D[1], a->xn1, d, ha);
-    linear_bwd_acc(m, m->dxn, false, lp->sk, D[2], a->xn1, d, ha);
-    linear_bwd_acc(m, m->dxn, false, lp->sv, D[3], a->xn1, d, ha);
+    linear_bwd_acc(m, m->dxn, true, lp->sq, D[1], a->xn1, d, ha, later);
+    linear_bwd_acc(m, m->dxn, false, lp->sk, D[2], a->xn1, d, ha, later);
+    linear_bwd_acc(m, m->dxn, false, lp->sv, D[3], a->xn1, d, ha, later);
 }
 
-// train.recompute: redo layer l's cheap forward ops into the shared buffers (carve) before its
-// backward reads them, with the calls and arguments of forward() and gdn_mixer_fwd (the norms
-// forward() fused with the residual add: rmsnorm_fwd of the stored sum, bitwise the same).
+// train.recompute = full: redo layer l's cheap forward ops into the shared buffers (carve)
+// before its backward reads them, with the calls and arguments of forward() and gdn_mixer_fwd
+// (the norms forward() fused with the residual add: rmsnorm_fwd of the stored sum, bitwise the
+// same).
 static void recompute_layer(model *m, int l) {
     const backend *be = m->be;
     const layer_params *lp = &m->lp[l];
@@ -819,29 +879,41 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
     memcpy(m->tgt, y, (size_t)N * sizeof(int32_t));
     double loss_sum = head_loss(m, grad_scale, true);  // and the LM head's backward
     if (m->lm_head != m->wte) grads_ready(m, emb_hi, m->n_elems);
-    be->rmsnorm_bwd(m->dx, G(m->norm_f), m->dxn, m->x_final, P(m->norm_f), m->rstd_f, N, d, false);
+    be->rmsnorm_bwd(m->dx, G(m->norm_f), NULL, m->dxn, m->x_final, P(m->norm_f), m->rstd_f, N, d,
+                    false);
     grads_ready(m, layer_elem_lo(m, m->L), emb_lo);
+    // train.recompute = light: xn1, xn2, m_h and on (shared, carve) are written again by the
+    // backward kernels that read their inputs anyway (swiglu_bwd, the norms' backwards: an extra
+    // output), and the weight gradients that read them run after those kernels (dw_later): the
+    // same GEMMs and kernels on the same values as without it, in another order
+    const bool light = m->cfg.recompute == RECOMPUTE_LIGHT;
+    dw_later later = {.n = 0}, *lt = light ? &later : NULL;
     for (int l = m->L - 1; l >= 0; l--) {
         const layer_params *lp = &m->lp[l];
         layer_acts *a = &m->acts[l];
         // the shared buffers still hold the last layer's forward: only the others are redone
-        if (m->cfg.recompute && l < m->L - 1) recompute_layer(m, l);
-        // MLP branch: dx holds d x_out
+        if (m->cfg.recompute == RECOMPUTE_FULL && l < m->L - 1) recompute_layer(m, l);
+        // MLP branch: dx holds d x_out (light: wdown's gradient once swiglu_bwd has written h)
         const void *dbr = residual_bwd(m, l, 1, train);
-        be->linear_bwd(m->dbig[0], G(lp->wdown), dbr, a->m_h, P(lp->wdown), N, F, d, false);
-        be->swiglu_bwd(m->dbig[1], m->dbig[2], m->dbig[0], a->m_gate, a->m_up, (size_t)N * F);
-        linear_bwd_acc(m, m->dxn, true, lp->wgate, m->dbig[1], a->xn2, d, F);
-        linear_bwd_acc(m, m->dxn, false, lp->wup, m->dbig[2], a->xn2, d, F);
-        be->rmsnorm_bwd(m->dx, G(lp->norm2), m->dxn, a->x_mid, P(lp->norm2), a->rstd2, N, d,
-                        true);                                         // dx = d x_mid
+        be->linear_bwd(m->dbig[0], light ? NULL : G(lp->wdown), dbr, a->m_h, P(lp->wdown), N, F, d,
+                       false);
+        be->swiglu_bwd(m->dbig[1], m->dbig[2], light ? a->m_h : NULL, m->dbig[0], a->m_gate,
+                       a->m_up, (size_t)N * F);
+        if (light) be->linear_bwd(NULL, G(lp->wdown), dbr, a->m_h, P(lp->wdown), N, F, d, false);
+        linear_bwd_acc(m, m->dxn, true, lp->wgate, m->dbig[1], a->xn2, d, F, lt);
+        linear_bwd_acc(m, m->dxn, false, lp->wup, m->dbig[2], a->xn2, d, F, lt);
+        be->rmsnorm_bwd(m->dx, G(lp->norm2), light ? a->xn2 : NULL, m->dxn, a->x_mid, P(lp->norm2),
+                        a->rstd2, N, d, true);                         // dx = d x_mid
+        if (light) dw_later_run(m, &later, a->xn2, d);                 // gate, up
         // mixer branch
         dbr = residual_bwd(m, l, 0, train);
         if (lp->kind == 'G')
-            gdn_mixer_bwd(m, l, dbr, train);
+            gdn_mixer_bwd(m, l, dbr, train, lt);
         else
-            attn_mixer_bwd(m, l, dbr, train);
-        be->rmsnorm_bwd(m->dx, G(lp->norm1), m->dxn, a->x_in, P(lp->norm1), a->rstd1, N, d,
-                        true);                                         // dx = d x_in
+            attn_mixer_bwd(m, l, dbr, train, lt);
+        be->rmsnorm_bwd(m->dx, G(lp->norm1), light ? a->xn1 : NULL, m->dxn, a->x_in, P(lp->norm1),
+                        a->rstd1, N, d, true);                         // dx = d x_in
+        if (light) dw_later_run(m, &later, a->xn1, d);                 // the input projections
         grads_ready(m, layer_elem_lo(m, l), layer_elem_lo(m, l + 1));
     }
     drop_bwd(m, m->dx, m->dx, nd, m->cfg.embed_dropout, PLACE_EMBED, train);
@@ -874,6 +946,12 @@ void model_print_summary(const model *m, FILE *f) {
                 (double)m->head_rows * m->V * ELEM(m, BE_ACT) / 1048576.0);
     if (m->cfg.gdn_save_states)
         fprintf(f, "model: gdn.save_states keeps the GDN chunk-start states for the backward\n");
+    if (m->cfg.recompute == RECOMPUTE_FULL)
+        fprintf(f, "model: train.recompute = full: norm, conv, SiLU, L2 norm, gated norm and "
+                   "SwiGLU outputs shared by the layers, redone before each layer's backward\n");
+    else if (m->cfg.recompute == RECOMPUTE_LIGHT)
+        fprintf(f, "model: train.recompute = light: norm, gated norm and SwiGLU outputs shared by "
+                   "the layers, written again by the backward kernels\n");
     fprintf(f, "memory: params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f MiB, "
                "scratch %.1f MiB (backend %s, %zu-byte activations)\n",
             m->a_params.size / 1048576.0, m->a_grads.size / 1048576.0, m->a_opt.size / 1048576.0,

@@ -97,9 +97,9 @@ static void p_add_rmsnorm_fwd(void *x_out, void *y, void *rstd, const void *x_in
                               const void *branch, const void *w, int N, int d, double eps) {
     TIMED(add_rmsnorm_fwd, 0, x_out, y, rstd, x_in, branch, w, N, d, eps);
 }
-static void p_rmsnorm_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                          const void *rstd, int N, int d, bool acc) {
-    TIMED(rmsnorm_bwd, 0, dx, dw, dy, x, w, rstd, N, d, acc);
+static void p_rmsnorm_bwd(void *dx, void *dw, void *y, const void *dy, const void *x,
+                          const void *w, const void *rstd, int N, int d, bool acc) {
+    TIMED(rmsnorm_bwd, 0, dx, dw, y, dy, x, w, rstd, N, d, acc);
 }
 // A matmul op: timed as TIMED, and also per shape.
 #define TIMED_MM(name, N, in, out, fl, ...)                                    \
@@ -109,13 +109,15 @@ static void p_rmsnorm_bwd(void *dx, void *dw, const void *dy, const void *x, con
         shape_add(SLOT_##name, N, in, out, op_end(SLOT_##name, t0_, (fl)), (fl)); \
     } while (0)
 
-// y = x W^T: 2 N in out FLOPs; backward dx = dy W and dW += dy^T x: twice that.
+// y = x W^T: 2 N in out FLOPs; backward dx = dy W and dW += dy^T x: as much each (either may
+// be NULL: train.recompute = light takes them in two calls).
 static void p_linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {
     TIMED_MM(linear_fwd, N, in, out, 2.0 * N * in * out, y, x, W, N, in, out);
 }
 static void p_linear_bwd(void *dx, void *dW, const void *dy, const void *x, const void *W, int N,
                          int in, int out, bool acc) {
-    TIMED_MM(linear_bwd, N, in, out, 4.0 * N * in * out, dx, dW, dy, x, W, N, in, out, acc);
+    TIMED_MM(linear_bwd, N, in, out, 2.0 * N * in * out * ((dx != NULL) + (dW != NULL)), dx, dW, dy,
+             x, W, N, in, out, acc);
 }
 static void p_conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
     TIMED(conv1d_fwd, 0, y, x, w, B, T, C, K);
@@ -174,17 +176,17 @@ static void p_gated_rmsnorm_fwd(void *y, void *rstd, const void *x, const void *
                                 size_t rows, int D, int zh, size_t zld, double eps) {
     TIMED(gated_rmsnorm_fwd, 0, y, rstd, x, z, w, rows, D, zh, zld, eps);
 }
-static void p_gated_rmsnorm_bwd(void *dx, void *dz, void *dw, const void *dy, const void *x,
-                                const void *z, const void *w, const void *rstd, size_t rows,
-                                int D, int zh, size_t zld) {
-    TIMED(gated_rmsnorm_bwd, 0, dx, dz, dw, dy, x, z, w, rstd, rows, D, zh, zld);
+static void p_gated_rmsnorm_bwd(void *dx, void *dz, void *dw, void *y, const void *dy,
+                                const void *x, const void *z, const void *w, const void *rstd,
+                                size_t rows, int D, int zh, size_t zld) {
+    TIMED(gated_rmsnorm_bwd, 0, dx, dz, dw, y, dy, x, z, w, rstd, rows, D, zh, zld);
 }
 static void p_swiglu_fwd(void *h, const void *gate, const void *up, size_t n) {
     TIMED(swiglu_fwd, 0, h, gate, up, n);
 }
-static void p_swiglu_bwd(void *dgate, void *dup, const void *dh, const void *gate, const void *up,
-                         size_t n) {
-    TIMED(swiglu_bwd, 0, dgate, dup, dh, gate, up, n);
+static void p_swiglu_bwd(void *dgate, void *dup, void *h, const void *dh, const void *gate,
+                         const void *up, size_t n) {
+    TIMED(swiglu_bwd, 0, dgate, dup, h, dh, gate, up, n);
 }
 static double p_crossentropy(void *logits, const int32_t *tgt, int N, int V, double scale) {
     double t0 = op_begin(), r = inner->crossentropy(logits, tgt, N, V, scale);

@@ -16,8 +16,10 @@
 // equal the CPU's element for element, the fused residual add + RMSNorm is bitwise the unfused
 // add and RMSNorm kernels, cross-entropy at V = 50304 (16-byte path) and 50257 (scalar path)
 // with ignored rows, embedding backward with repeated tokens, unaligned pointers (scalar
-// paths), RoPE at t up to 4095 and in place, AdamW in fp32 and master-weight modes, and every
-// reduction-bearing op run twice gives bitwise equal outputs.
+// paths), RoPE at t up to 4095 and in place, AdamW in fp32 and master-weight modes, every
+// reduction-bearing op run twice gives bitwise equal outputs, and the extra outputs of the
+// RMSNorm, gated RMSNorm and SwiGLU backwards (train.recompute = light) are bitwise the forward
+// kernels' outputs on the same inputs, the backwards' other outputs bitwise as without them.
 // Exit 77 (skipped) without a GPU.
 #include "gputest.h"
 #include <cmath>
@@ -169,6 +171,29 @@ static void run_checks(const char *op, cuda_dtype dt, const std::function<void()
         for (size_t i = 0; i < outs.size(); i++) same = same && raw(outs[i].t) == first[i];
         row_bool(op, dtn(dt), "two runs", same);
     }
+}
+
+// train.recompute = light: a backward's extra output (the forward's y or h again). bwd(out) runs
+// the backward from the same inputs (it resets its accumulating outputs itself) with the extra
+// output `out` or NULL: `out` must be bitwise `fwd` (the forward kernel's output on the same
+// inputs), and every other output bitwise the same as without it.
+static void check_extra_output(const char *op, cuda_dtype dt, const char *name, const dten &fwd, const dten &out,
+                               const std::vector<dten> &others, const std::function<void(void *)> &bwd) {
+    auto run = [&](void *extra) {
+        for (const dten &o : others) poison(o);
+        bwd(extra);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<std::vector<unsigned char>> got;
+        for (const dten &o : others) got.push_back(raw(o));
+        return got;
+    };
+    const auto without = run(NULL);
+    poison(out);
+    const auto with = run(out.d);
+    char what[64];
+    snprintf(what, sizeof what, "%s = forward's (light)", name);
+    row_bool(op, dtn(dt), what, raw(out) == raw(fwd));
+    row_bool(op, dtn(dt), "others as without it", with == without);
 }
 
 static vec to_f32(const vec &x) {  // what an fp32 statistic holds
@@ -330,10 +355,20 @@ static void test_rmsnorm(cuda_dtype dt, rng_t *r) {
             snprintf(op, sizeof op, "rmsnorm_bwd N%d d%d acc%d%s", N, d, (int)acc, off ? " unal" : "");
             run_checks(op, dt,
                        [&]() {
-                           cuda_rmsnorm_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, (const float *)drs.d, N, d,
-                                            acc, 0);
+                           cuda_rmsnorm_bwd(dt, ddx.d, (float *)ddw.d, NULL, dg.d, dx_.d, dw_.d, (const float *)drs.d,
+                                            N, d, acc, 0);
                        },
                        {{"dx", ddx, dxw, dx_init, dx_want2}, {"dw", ddw, dw, init, want2}}, true);
+            // train.recompute = light: the extra output y, from the forward kernel's own rstd,
+            // bitwise the forward kernel's y (add_rmsnorm_fwd's y is rmsnorm_fwd's: above)
+            dten fy = dempty(n, dt, off), frs = dempty(N, CUDA_F32), by = dempty(n, dt, off);
+            cuda_rmsnorm_fwd(dt, fy.d, (float *)frs.d, dx_.d, dw_.d, N, d, 1e-6, 0);
+            check_extra_output(op, dt, "y", fy, by, {ddx, ddw}, [&](void *yp) {
+                if (acc) upload(ddx, dx_init);
+                upload(ddw, init);
+                cuda_rmsnorm_bwd(dt, ddx.d, (float *)ddw.d, yp, dg.d, dx_.d, dw_.d, (const float *)frs.d, N, d, acc,
+                                 0);
+            });
         }
 }
 
@@ -512,8 +547,12 @@ static void test_pointwise(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "swiglu_fwd n%zu %s", n, al);
         run_checks(op, dt, [&]() { cuda_swiglu_fwd(dt, dh.d, dx_.d, du.d, n, 0); }, {{"h", dh, h, {}, {}}}, false);
         snprintf(op, sizeof op, "swiglu_bwd n%zu %s", n, al);
-        run_checks(op, dt, [&]() { cuda_swiglu_bwd(dt, ddg.d, ddu.d, dg.d, dx_.d, du.d, n, 0); },
+        run_checks(op, dt, [&]() { cuda_swiglu_bwd(dt, ddg.d, ddu.d, NULL, dg.d, dx_.d, du.d, n, 0); },
                    {{"dgate", ddg, dgt, {}, {}}, {"dup", ddu, dup, {}, {}}}, false);
+        dten fh = dempty(n, dt, off), bh = dempty(n, dt, off);  // light: h again, bitwise
+        cuda_swiglu_fwd(dt, fh.d, dx_.d, du.d, n, 0);
+        check_extra_output(op, dt, "h", fh, bh, {ddg, ddu},
+                           [&](void *hp) { cuda_swiglu_bwd(dt, ddg.d, ddu.d, hp, dg.d, dx_.d, du.d, n, 0); });
         // add: y += x (y starts as u, rewritten inside fn so that the poison is overwritten)
         vec sum(n);
         for (size_t i = 0; i < n; i++) sum[i] = round_to(u[i] + x[i], dt);  // one rounding, as the GPU
@@ -771,10 +810,20 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
             snprintf(op, sizeof op, "gated_rmsnorm_bwd rows%zu D%d z%d%s", rows, D, (int)hz, off ? " unal" : "");
             run_checks(op, dt,
                        [&]() {
-                           cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d, dg.d, dx_.d, zp, dw_.d,
-                                                  (const float *)drsf.d, rows, D, 1, D, 0);
+                           cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d, NULL, dg.d, dx_.d, zp,
+                                                  dw_.d, (const float *)drsf.d, rows, D, 1, D, 0);
                        },
                        bo, true);
+            // light: y again from the forward kernel's rstd, bitwise its y
+            dten fy = dempty(n, dt, off), frs = dempty(rows, CUDA_F32), by = dempty(n, dt, off);
+            cuda_gated_rmsnorm_fwd(dt, fy.d, (float *)frs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0);
+            std::vector<dten> others = {ddx, ddw};
+            if (hz) others.push_back(ddz);
+            check_extra_output(op, dt, "y", fy, by, others, [&](void *yp) {
+                upload(ddw, init);
+                cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d, yp, dg.d, dx_.d, zp, dw_.d,
+                                       (const float *)frs.d, rows, D, 1, D, 0);
+            });
         }
     // strided z, dz (the model's fused a, b, z projection): zh heads of a token at column zoff of
     // rows of zld; dz's other columns hold random values that must stay. Shapes: the model's
@@ -808,12 +857,20 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "gated_rmsnorm_bwd rows%zu D%d zh%d zld%zu", rows, D, sh.zh, sh.zld);
         run_checks(op, dt,
                    [&]() {
-                       cuda_gated_rmsnorm_bwd(dt, ddx.d, (char *)ddzw.d + sh.zoff * esz(dt), (float *)ddw.d, dg.d,
-                                              dx_.d, zp, dw_.d, (const float *)drsf.d, rows, D, sh.zh, sh.zld, 0);
+                       cuda_gated_rmsnorm_bwd(dt, ddx.d, (char *)ddzw.d + sh.zoff * esz(dt), (float *)ddw.d, NULL,
+                                              dg.d, dx_.d, zp, dw_.d, (const float *)drsf.d, rows, D, sh.zh, sh.zld, 0);
                    },
                    {{"dx", ddx, dx, {}, {}}, {"dw", ddw, dwv, init, want2},
                     {"dz|rest", ddzw, dzw_want, dz_init, dzw_want}},
                    true);
+        // light with the strided z: y again, bitwise the forward kernel's (dy_, its rstd drs)
+        dten by = dempty(n, dt);
+        check_extra_output(op, dt, "y", dy_, by, {ddx, ddw, ddzw}, [&](void *yp) {
+            upload(ddzw, dz_init);
+            upload(ddw, init);
+            cuda_gated_rmsnorm_bwd(dt, ddx.d, (char *)ddzw.d + sh.zoff * esz(dt), (float *)ddw.d, yp, dg.d, dx_.d, zp,
+                                   dw_.d, (const float *)drs.d, rows, D, sh.zh, sh.zld, 0);
+        });
     }
 }
 

@@ -15,8 +15,10 @@
 //       update shows up as a gap far above that once the loss has fallen by > 1 nat (also
 //       required, of both runs). Then a second GPU run from the same seed: losses and final
 //       weights (master and bf16) must be bitwise equal.
-//   (3), (4) the same 200 steps with train.recompute, and with gdn.save_states (the backward
-//       reads the forward's chunk-start states): each bitwise equal to the run without.
+//   (3), (4) the same 200 steps with train.recompute = full and = light, and with
+//       gdn.save_states (the backward reads the forward's chunk-start states): each bitwise
+//       equal to the run without; (3b) light against off on 3 layers GSG with all dropouts,
+//       40 steps, bitwise.
 // (data/tinyshakespeare.h5 is not used: the test must run where the data is absent, as in CI.)
 #include "gputest.h"
 #include <time.h>
@@ -212,19 +214,45 @@ int main() {
     gc_checks += 4;
     gc_failures += !ok_end + !ok_learn + !same_loss + !same_w;
 
-    // ---- (3) train.recompute, (4) gdn.save_states (the backward reads the forward's chunk-start
-    // states instead of recomputing them: the same kernel, the same arithmetic): the same 200
-    // bf16 steps, each bitwise the run without it --------------------------------------------
-    gdn_config crc = c, css = c;
-    crc.recompute = true;
+    // ---- (3) train.recompute = full and = light (the norm and SwiGLU outputs written again by
+    // the backward kernels, the weight gradients that read them after: the same values, in
+    // another order), (4) gdn.save_states (the backward reads the forward's chunk-start states
+    // instead of recomputing them: the same kernel, the same arithmetic): the same 200 bf16
+    // steps, each bitwise the run without it ---------------------------------------------------
+    gdn_config crc = c, clt = c, css = c;
+    crc.recompute = RECOMPUTE_FULL;
+    clt.recompute = RECOMPUTE_LIGHT;
     css.gdn_save_states = true;
-    const std::pair<const char *, gdn_config> variants[] = {{"train.recompute", crc}, {"gdn.save_states", css}};
+    const std::pair<const char *, gdn_config> variants[] = {
+        {"train.recompute = full", crc}, {"train.recompute = light", clt}, {"gdn.save_states", css}};
     for (const auto &var : variants) {
         train_result gv = train(var.second, backend_cuda_get(true), B, steps, seed);
         bool v_loss = same_bits(gv.loss, g1.loss);
         bool v_w = same_bits(gv.master, g1.master) && same_bits(gv.params, g1.params);
         printf("  %s == without, bitwise: losses %s, final weights %s\n", var.first, v_loss ? "pass" : "FAIL",
                v_w ? "pass" : "FAIL");
+        gc_checks += 2;
+        gc_failures += !v_loss + !v_w;
+    }
+    // (3b) light where the runs above cannot see all of it: three layers GSG (two GDN layers
+    // share the gated norm's output buffer) with all three dropouts (the mixer dropout redrawn
+    // on the re-materialised output), 40 steps, bitwise the same run with recompute off
+    {
+        gdn_config c3 = c;
+        c3.n_layers = 3;
+        c3.steps = 40;
+        c3.dropout = 0.1;
+        c3.mixer_dropout = 0.2;
+        c3.embed_dropout = 0.15;
+        gdn_config c3l = c3;
+        c3l.recompute = RECOMPUTE_LIGHT;
+        train_result off3 = train(c3, backend_cuda_get(true), B, c3.steps, seed);
+        train_result lt3 = train(c3l, backend_cuda_get(true), B, c3.steps, seed);
+        bool v_loss = same_bits(lt3.loss, off3.loss);
+        bool v_w = same_bits(lt3.master, off3.master) && same_bits(lt3.params, off3.params);
+        printf("  train.recompute = light, GSG with dropouts, 40 steps == without, bitwise: losses %s, "
+               "final weights %s\n",
+               v_loss ? "pass" : "FAIL", v_w ? "pass" : "FAIL");
         gc_checks += 2;
         gc_failures += !v_loss + !v_w;
     }
