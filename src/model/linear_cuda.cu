@@ -10,9 +10,21 @@
 // the fp32 gradient while A and B are bf16 (cuBLASLt's "A/B 16BF, C/D 32F, compute 32F" case).
 // Plans (descriptors + algorithm) are cached per shape/type/alignment in a small table searched
 // linearly: a model has a few dozen distinct shapes. Single host thread, as the backend.
+// Algorithm choice (tune_plan): the heuristic's first algorithm is not always the fastest for
+// our shapes (bench/gemm_algos.cu on an H200: 6-11% slower for o_proj, the MLP's gate/up and the
+// LM head forwards). At a plan's first use with beta = 0 the candidates that compute the same
+// bits as the first one are timed on the call's own operands (the real call then overwrites D)
+// and the fastest is kept. "Same bits": the same algorithm id, split-K count and reduction
+// scheme, which differ only in tile and cluster shape, so each output element sums its K
+// products in the same order; bench/gemm_algos.cu (ALGOS_DETAIL=1) found every such pair
+// bitwise equal at the model's 15 GEMMs, and every split-K change different. So tuning never
+// changes a result, and runs stay bitwise repeatable whatever the timings pick. Accumulating
+// GEMMs (beta = 1: dW, dx +=) keep the first algorithm (timing them in place would add into D).
+// GDN_GEMM_TUNE=0 (or cuda_linear_set_tune) turns it off.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <vector>
 #include "linear_cuda.h"
@@ -21,6 +33,7 @@
 namespace {
 
 constexpr size_t WORKSPACE_BYTES = 32u << 20;  // what cuBLAS recommends on Hopper
+constexpr int TUNE_CANDIDATES = 8, TUNE_CALLS = 5;
 
 struct mm_key {
     cublasOperation_t ta, tb;
@@ -42,6 +55,7 @@ struct linear_state {
     cublasLtHandle_t lt = nullptr;
     void *workspace = nullptr;
     std::vector<mm_plan> plans;
+    int tune = -1;  // -1: not yet read from GDN_GEMM_TUNE; 0 off; 1 on
 };
 linear_state S;
 
@@ -61,7 +75,69 @@ int alignment(const void *p, int64_t ld, size_t elem) {
 size_t dtype_bytes(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : 4; }
 cudaDataType_t lt_type(cuda_dtype dt) { return dt == CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
-const mm_plan &plan_for(const mm_key &key) {
+int algo_config(const cublasLtMatmulAlgo_t &a, cublasLtMatmulAlgoConfigAttributes_t attr) {
+    int v = 0;
+    size_t written = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof v, &written));
+    return v;
+}
+
+// Candidates whose results are bitwise those of `a` (the file's header says why).
+bool same_numerics(const cublasLtMatmulAlgo_t &a, const cublasLtMatmulAlgo_t &b) {
+    return algo_config(a, CUBLASLT_ALGO_CONFIG_ID) == algo_config(b, CUBLASLT_ALGO_CONFIG_ID) &&
+           algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) == algo_config(b, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) &&
+           algo_config(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) ==
+               algo_config(b, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+}
+
+bool tune_on() {
+    if (S.tune < 0) {
+        const char *e = getenv("GDN_GEMM_TUNE");
+        S.tune = !(e && strcmp(e, "0") == 0);
+    }
+    return S.tune == 1;
+}
+
+// Time the candidates res[0..n) that compute res[0]'s bits, TUNE_CALLS calls each on the call's
+// own operands (beta = 0: every call overwrites D), on stream s; the fastest one's algorithm.
+cublasLtMatmulAlgo_t tune_plan(const mm_plan &p, const cublasLtMatmulHeuristicResult_t *res, int n,
+                               const void *A, const void *B, void *D, cudaStream_t s) {
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    const float alpha = 1.0f, beta = 0.0f;
+    int best = 0;
+    float best_ms = 0;
+    for (int i = 0; i < n; i++) {
+        if (i > 0 && !same_numerics(res[0].algo, res[i].algo)) continue;
+        auto call = [&] {
+            return cublasLtMatmul(S.lt, p.op, &alpha, A, p.a, B, p.b, &beta, D, p.c, D, p.c,
+                                  &res[i].algo, S.workspace, WORKSPACE_BYTES, s);
+        };
+        // a candidate may still refuse these operands: skip it (the first one never does)
+        cublasStatus_t st = call();
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            if (i == 0) CUBLAS_CHECK(st);
+            continue;
+        }
+        CUDA_CHECK(cudaEventRecord(e0, s));
+        for (int j = 0; j < TUNE_CALLS; j++) CUBLAS_CHECK(call());
+        CUDA_CHECK(cudaEventRecord(e1, s));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i == 0 || ms < best_ms) {
+            best = i;
+            best_ms = ms;
+        }
+    }
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    return res[best].algo;
+}
+
+// The plan of key (created at its first use; A, B, D and s are that call's, for tune_plan).
+const mm_plan &plan_for(const mm_key &key, const void *A, const void *B, void *D, cudaStream_t s) {
     for (const mm_plan &p : S.plans)
         if (key_eq(p.key, key)) return p;
     mm_plan p;
@@ -93,10 +169,11 @@ const mm_plan &plan_for(const mm_key &key) {
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]));
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(S.lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &res,
-                                                &found));
+    const bool tune = !key.beta1 && tune_on();
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(S.lt, p.op, p.a, p.b, p.c, p.c, pref,
+                                                tune ? TUNE_CANDIDATES : 1, res, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (found < 1)
         gdn_die("cuBLASLt: no algorithm for m %d n %d k %d (op %c%c, A/B %s, C/D %s, align %d/%d/%d)"
@@ -104,7 +181,7 @@ const mm_plan &plan_for(const mm_key &key) {
                 key.m, key.n, key.k, at ? 'T' : 'N', bt ? 'T' : 'N',
                 key.tab == CUDA_R_16BF ? "bf16" : "fp32", key.tcd == CUDA_R_16BF ? "bf16" : "fp32",
                 key.align[0], key.align[1], key.align[2]);
-    p.algo = res.algo;
+    p.algo = tune && found > 1 ? tune_plan(p, res, found, A, B, D, s) : res[0].algo;
     S.plans.push_back(p);
     return S.plans.back();
 }
@@ -130,7 +207,7 @@ void matmul(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, con
     key.align[0] = alignment(A, lda, dtype_bytes(tab));
     key.align[1] = alignment(B, ldb, dtype_bytes(tab));
     key.align[2] = alignment(D, ldc, dtype_bytes(tcd));
-    const mm_plan &p = plan_for(key);
+    const mm_plan &p = plan_for(key, A, B, D, s);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CUBLAS_CHECK(cublasLtMatmul(S.lt, p.op, &alpha, A, p.a, B, p.b, &beta, D, p.c, D, p.c, &p.algo,
                                 S.workspace, WORKSPACE_BYTES, s));
@@ -141,6 +218,17 @@ void check_shape(const char *who, int N, int in, int out) {
 }
 
 }  // namespace
+
+extern "C" void cuda_linear_set_tune(int on) {
+    for (mm_plan &p : S.plans) {
+        CUBLAS_CHECK(cublasLtMatmulDescDestroy(p.op));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.a));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.b));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.c));
+    }
+    S.plans.clear();
+    S.tune = on < 0 ? -1 : on > 0;
+}
 
 extern "C" void cuda_linear_init(void) {
     if (S.lt) return;

@@ -2,8 +2,10 @@
 // bf16 or fp32 operands, fp32 accumulation (CUBLAS_COMPUTE_32F; never TF32, so fp32 mode is
 // true fp32). W is (out, in) row-major as in PyTorch; x, y, dx, dy are token-major (N rows).
 // One cuBLASLt handle and one 32 MiB workspace for the process, created by cuda_linear_init;
-// the algorithm of each (shape, dtype, alignment) is chosen once by the heuristic and cached,
-// so the same binary on the same GPU runs the same kernels every step (bitwise repeatable).
+// the algorithm of each (shape, dtype, alignment) is chosen once at its first use and cached:
+// the heuristic's first one, or for beta = 0 the fastest of its candidates that compute the
+// same bits (linear_cuda.cu: timed on that call's operands), so results are bitwise those of
+// the heuristic's first choice and repeatable from step to step and run to run.
 #pragma once
 #include <stddef.h>
 #include <cuda_runtime.h>
@@ -15,6 +17,9 @@ extern "C" {
 
 // Create the handle and the workspace (idempotent). Called by backend_cuda_get.
 void cuda_linear_init(void);
+// Algorithm tuning on (1), off (0: the heuristic's first choice) or as GDN_GEMM_TUNE says (-1,
+// the default: on unless it is "0"); drops the cached plans (tests compare the two).
+void cuda_linear_set_tune(int on);
 // y (N,out) = x (N,in) W^T, W (out,in); x, W, y in dt.
 void cuda_linear_fwd(cuda_dtype dt, void *y, const void *x, const void *W, int N, int in, int out,
                      cudaStream_t s);

@@ -1128,6 +1128,37 @@ static void test_linear(cuda_dtype dt, rng_t *r) {
     }
 }
 
+// GEMM algorithm tuning (linear_cuda.cu tune_plan) must not change a bit: y = x W^T and dx = dy W
+// (the beta = 0 GEMMs it tunes) with the heuristic's first algorithm and with the tuned one, at
+// the model's shapes (fla-220m's, N cut to 4096 / 2048) and small ones. Each side starts from an
+// empty plan cache (cuda_linear_set_tune drops it), so each picks and runs its own algorithm.
+static void test_linear_tune(cuda_dtype dt, rng_t *r) {
+    const int shapes[][3] = {{4096, 1024, 1024}, {4096, 1024, 2816}, {4096, 2816, 1024},
+                             {2048, 1024, 3080}, {2048, 1024, 32000}, {300, 256, 520}, {65, 128, 4}};
+    for (const auto &sh : shapes) {
+        const int N = sh[0], in = sh[1], out = sh[2];
+        const size_t nx = (size_t)N * in, ny = (size_t)N * out, nw = (size_t)out * in;
+        dten x = dput(randn(r, nx, 1.0, dt), dt), W = dput(randn(r, nw, 0.1, dt), dt);
+        dten g = dput(randn(r, ny, 1.0, dt), dt), y = dempty(ny, dt), dx = dempty(nx, dt);
+        std::vector<unsigned char> yb[2], dxb[2];
+        for (int tune = 0; tune < 2; tune++) {
+            cuda_linear_set_tune(tune);
+            poison(y);
+            poison(dx);
+            cuda_linear_fwd(dt, y.d, x.d, W.d, N, in, out, 0);
+            cuda_linear_bwd(dt, dx.d, NULL, g.d, x.d, W.d, N, in, out, false, 0);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            yb[tune] = raw(y);
+            dxb[tune] = raw(dx);
+        }
+        char op[80];
+        snprintf(op, sizeof op, "linear tuned N%d in%d out%d", N, in, out);
+        row_bool(op, dt == CUDA_BF16 ? "bf16" : "fp32", "y = untuned y", yb[0] == yb[1]);
+        row_bool(op, dt == CUDA_BF16 ? "bf16" : "fp32", "dx = untuned dx", dxb[0] == dxb[1]);
+    }
+    cuda_linear_set_tune(-1);
+}
+
 int main() {
     gpu_require("test_cuda_ops");
     cuda_linear_init();
@@ -1155,6 +1186,7 @@ int main() {
     test_sumsq(&r);
     // last: a shape cuBLASLt finds no algorithm for stops the program (gdn_die), after the rest
     for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_linear(dt, &r);
+    for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_linear_tune(dt, &r);
     for (void *p : g_allocs) CUDA_CHECK(cudaFree(p));
     printf("\nall runs and checks: %.1f s\n", gdn_now() - t0);
     return gc_finish("test_cuda_ops");

@@ -18,7 +18,8 @@
 //   (3), (4) the same 200 steps with train.recompute = full and = light, and with
 //       gdn.save_states (the backward reads the forward's chunk-start states): each bitwise
 //       equal to the run without; (3b) light against off on 3 layers GSG with all dropouts,
-//       40 steps, bitwise.
+//       40 steps, bitwise; the same 200 steps with GEMM algorithm tuning off, bitwise (tuning
+//       picks only among cuBLASLt algorithms that compute the same bits).
 // (data/tinyshakespeare.h5 is not used: the test must run where the data is absent, as in CI.)
 #include "gputest.h"
 #include <time.h>
@@ -31,6 +32,7 @@ extern "C" {
 #include "../../src/optim/optim.h"
 }
 #include "../../src/model/backend_cuda.h"
+#include "../../src/model/linear_cuda.h"
 
 static gdn_config tiny_config(const char *pattern) {
     gdn_config c;
@@ -231,6 +233,19 @@ int main() {
         bool v_w = same_bits(gv.master, g1.master) && same_bits(gv.params, g1.params);
         printf("  %s == without, bitwise: losses %s, final weights %s\n", var.first, v_loss ? "pass" : "FAIL",
                v_w ? "pass" : "FAIL");
+        gc_checks += 2;
+        gc_failures += !v_loss + !v_w;
+    }
+    // GEMM algorithm tuning off (the heuristic's first cuBLASLt algorithm everywhere, as before
+    // linear_cuda.cu tuned): the same bits (tuning only picks among same-numerics algorithms)
+    {
+        cuda_linear_set_tune(0);
+        train_result gu = train(c, backend_cuda_get(true), B, steps, seed);
+        cuda_linear_set_tune(-1);
+        bool v_loss = same_bits(gu.loss, g1.loss);
+        bool v_w = same_bits(gu.master, g1.master) && same_bits(gu.params, g1.params);
+        printf("  GEMM algorithms untuned == tuned, bitwise: losses %s, final weights %s\n",
+               v_loss ? "pass" : "FAIL", v_w ? "pass" : "FAIL");
         gc_checks += 2;
         gc_failures += !v_loss + !v_w;
     }

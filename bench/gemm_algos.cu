@@ -1,0 +1,146 @@
+// gemm_algos.cu — on the GPU machine: does cuBLASLt's first heuristic choice leave speed on the
+// table for the model's matmuls? For each GEMM of fla-220m (forward y = x W^T, dx = dy W, dW +=
+// dy^T x, with the descriptors of src/model/linear_cuda.cu: bf16 A/B, fp32 compute, bf16 or
+// accumulated fp32 D, 32 MiB workspace), ask the heuristic for up to 32 algorithms, time each
+// (median of 15 calls after 3, CUDA events, random bf16 inputs) and print the first choice's time,
+// the best one's time and rank, and the gain. linear_cuda.cu uses the first choice.
+// With ALGOS_DETAIL=1 also one line per candidate: its configuration (algo id, tile, stages,
+// split-K, reduction scheme, cluster shape) and whether its output is bitwise the first choice's
+// (the accumulating dW runs from the same initial D each time).
+//   nvcc -O3 -std=c++17 -arch=sm_90a bench/gemm_algos.cu -lcublasLt -o gemm_algos && ./gemm_algos
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+#define LK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d cublas %d\n", __FILE__, __LINE__, (int)s_); exit(1); } } while (0)
+
+__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, unsigned seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        p[i] = __float2bfloat16((float)(h >> 8) / 8388608.f - 1.f);
+    }
+}
+
+static void *dev(size_t bytes) {
+    static unsigned seed = 7;
+    void *p;
+    CK(cudaMalloc(&p, bytes));
+    CK(cudaMemset(p, 0, bytes));
+    fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)p, bytes / 2, seed++ * 0x9e3779b9u);
+    CK(cudaGetLastError());
+    return p;
+}
+
+static cublasLtHandle_t lt;
+static void *ws;
+static const size_t WS = 32u << 20;
+
+// one GEMM as linear_cuda.cu's matmul: D (m x n col-major) = op(A) op(B) [+ D]
+static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
+                int lda, const void *B, int ldb, void *D, int ldc, cudaDataType_t tcd, bool acc) {
+    cublasLtMatmulDesc_t op;
+    LK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    const bool at = ta == CUBLAS_OP_T, bt = tb == CUBLAS_OP_T;
+    cublasLtMatrixLayout_t a, b, c;
+    LK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, at ? k : m, at ? m : k, lda));
+    LK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, bt ? n : k, bt ? k : n, ldb));
+    LK(cublasLtMatrixLayoutCreate(&c, tcd, m, n, ldc));
+    cublasLtMatmulPreference_t pref;
+    LK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t w = WS;
+    LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &w, sizeof w));
+    cublasLtMatmulHeuristicResult_t res[32];
+    int found = 0;
+    LK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 32, res, &found));
+    const float alpha = 1.f, beta = acc ? 1.f : 0.f;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<double> ms(found, 1e30);
+    const bool detail = getenv("ALGOS_DETAIL") && atoi(getenv("ALGOS_DETAIL"));
+    const size_t dbytes = (size_t)m * n * (tcd == CUDA_R_16BF ? 2 : 4);
+    std::vector<unsigned char> d0(dbytes), d1(dbytes), dref(dbytes);
+    CK(cudaMemcpy(d0.data(), D, dbytes, cudaMemcpyDeviceToHost));  // D before any call
+    for (int i = 0; i < found; i++) {
+        auto call = [&] {
+            return cublasLtMatmul(lt, op, &alpha, A, a, B, b, &beta, D, c, D, c, &res[i].algo, ws, WS, 0);
+        };
+        if (call() != CUBLAS_STATUS_SUCCESS) continue;  // an algorithm may refuse at run time
+        for (int j = 0; j < 2; j++) LK(call());
+        std::vector<float> t;
+        for (int j = 0; j < 15; j++) {
+            CK(cudaEventRecord(e0, 0));
+            LK(call());
+            CK(cudaEventRecord(e1, 0));
+            CK(cudaEventSynchronize(e1));
+            float x;
+            CK(cudaEventElapsedTime(&x, e0, e1));
+            t.push_back(x);
+        }
+        std::sort(t.begin(), t.end());
+        ms[i] = t[t.size() / 2];
+        if (detail) {  // one call from the initial D; compare with the first candidate's result
+            CK(cudaMemcpy(D, d0.data(), dbytes, cudaMemcpyHostToDevice));
+            LK(call());
+            CK(cudaMemcpy(i == 0 ? dref.data() : d1.data(), D, dbytes, cudaMemcpyDeviceToHost));
+            int v[6] = {0, 0, 0, 0, 0, 0};
+            size_t w;
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID, &v[0], sizeof v[0], &w);
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &v[1], sizeof v[1], &w);
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &v[2], sizeof v[2], &w);
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v[3], sizeof v[3], &w);
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &v[4], sizeof v[4], &w);
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &v[5], sizeof v[5], &w);
+            printf("  #%d id %d tile %d stages %d splitK %d red %d cluster %d ws %zu  %.4f ms  %s\n", i, v[0], v[1], v[2],
+                   v[3], v[4], v[5], res[i].workspaceSize, ms[i],
+                   i == 0 ? "(reference)" : memcmp(d1.data(), dref.data(), dbytes) == 0 ? "bitwise equal" : "DIFFERENT bits");
+        }
+    }
+    int best = (int)(std::min_element(ms.begin(), ms.end()) - ms.begin());
+    const double f = 2.0 * m * n * k;
+    printf("RESULT %-22s m %5d n %5d k %5d  algos %2d  first %.4f ms (%3.0f TFLOP/s)  best #%d %.4f ms (%3.0f TFLOP/s)  gain %.1f%%\n",
+           name, m, n, k, found, ms[0], f / ms[0] * 1e-9, best, ms[best], f / ms[best] * 1e-9,
+           100.0 * (ms[0] - ms[best]) / ms[0]);
+    LK(cublasLtMatmulPreferenceDestroy(pref));
+    LK(cublasLtMatrixLayoutDestroy(a));
+    LK(cublasLtMatrixLayoutDestroy(b));
+    LK(cublasLtMatrixLayoutDestroy(c));
+    LK(cublasLtMatmulDescDestroy(op));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+}
+
+int main() {
+    LK(cublasLtCreate(&lt));
+    CK(cudaMalloc(&ws, WS));
+    struct shape { const char *name; int N, in, out; } shapes[] = {
+        {"gdn in-proj", 32768, 1024, 3080}, {"o-proj", 32768, 1024, 1024}, {"mlp gate/up", 32768, 1024, 2816},
+        {"mlp down", 32768, 2816, 1024},    {"lm head chunk", 8320, 1024, 32000}};
+    char nm[64];
+    for (const shape &s : shapes) {
+        const int N = s.N, in = s.in, out = s.out;
+        void *x = dev((size_t)N * in * 2), *W = dev((size_t)out * in * 2), *y = dev((size_t)N * out * 2);
+        void *dx = dev((size_t)N * in * 2);
+        float *dW;
+        CK(cudaMalloc(&dW, (size_t)out * in * 4));
+        CK(cudaMemset(dW, 0, (size_t)out * in * 4));
+        snprintf(nm, sizeof nm, "%s fwd", s.name);
+        one(nm, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, W, in, x, in, y, out, CUDA_R_16BF, false);
+        snprintf(nm, sizeof nm, "%s dx", s.name);
+        one(nm, CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, W, in, y, out, dx, in, CUDA_R_16BF, false);
+        snprintf(nm, sizeof nm, "%s dW", s.name);
+        one(nm, CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, x, in, y, out, dW, in, CUDA_R_32F, true);
+        for (void *p : {x, W, y, dx, (void *)dW}) CK(cudaFree(p));
+    }
+    return 0;
+}
