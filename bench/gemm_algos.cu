@@ -15,29 +15,11 @@
 #include <vector>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include "gemm_fill.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
 #define LK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d cublas %d\n", __FILE__, __LINE__, (int)s_); exit(1); } } while (0)
 
-__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, unsigned seed) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        p[i] = __float2bfloat16((float)(h >> 8) / 8388608.f - 1.f);
-    }
-}
-
-static void *dev(size_t bytes) {
-    static unsigned seed = 7;
-    void *p;
-    CK(cudaMalloc(&p, bytes));
-    CK(cudaMemset(p, 0, bytes));
-    fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)p, bytes / 2, seed++ * 0x9e3779b9u);
-    CK(cudaGetLastError());
-    return p;
-}
 
 static cublasLtHandle_t lt;
 static void *ws;
@@ -129,8 +111,8 @@ int main() {
     char nm[64];
     for (const shape &s : shapes) {
         const int N = s.N, in = s.in, out = s.out;
-        void *x = dev((size_t)N * in * 2), *W = dev((size_t)out * in * 2), *y = dev((size_t)N * out * 2);
-        void *dx = dev((size_t)N * in * 2);
+        void *x = gemm_dev_random((size_t)N * in * 2), *W = gemm_dev_random((size_t)out * in * 2), *y = gemm_dev_random((size_t)N * out * 2);
+        void *dx = gemm_dev_random((size_t)N * in * 2);
         float *dW;
         CK(cudaMalloc(&dW, (size_t)out * in * 4));
         CK(cudaMemset(dW, 0, (size_t)out * in * 4));

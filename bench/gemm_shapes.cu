@@ -12,28 +12,10 @@
 #include <cstdlib>
 #include <vector>
 #include <cuda_bf16.h>
+#include "gemm_fill.cuh"
 #include "model/linear_cuda.h"
 #include "core/cuda_check.h"
 
-__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, unsigned seed) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        p[i] = __float2bfloat16((float)(h >> 8) / 8388608.f - 1.f);
-    }
-}
-
-static void *dev(size_t bytes) {  // bf16 random; fp32 buffers (dW) zeroed
-    static unsigned seed = 1;
-    void *p;
-    CUDA_CHECK(cudaMalloc(&p, bytes));
-    CUDA_CHECK(cudaMemset(p, 0, bytes));
-    fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)p, bytes / 2, seed++ * 0x9e3779b9u);
-    CUDA_CHECK(cudaGetLastError());
-    return p;
-}
 
 template <typename F> static double median_ms(F fn) {
     cudaEvent_t a, b;
@@ -62,8 +44,8 @@ int main(int argc, char **argv) {
     const int shapes[][2] = {{1024, 2816}, {1024, 5632}, {2816, 1024}, {1024, 3080}, {1024, 1024}, {1024, 32000}};
     for (const auto &s : shapes) {
         const int in = s[0], out = s[1];
-        void *x = dev((size_t)N * in * 2), *W = dev((size_t)out * in * 2), *y = dev((size_t)N * out * 2);
-        void *dx = dev((size_t)N * in * 2);
+        void *x = gemm_dev_random((size_t)N * in * 2), *W = gemm_dev_random((size_t)out * in * 2), *y = gemm_dev_random((size_t)N * out * 2);
+        void *dx = gemm_dev_random((size_t)N * in * 2);
         float *dW;
         CUDA_CHECK(cudaMalloc(&dW, (size_t)out * in * 4));
         CUDA_CHECK(cudaMemset(dW, 0, (size_t)out * in * 4));
