@@ -59,10 +59,10 @@ variant() {
 }
 
 # main with only the test's per-gradient hash lines (ghash) of the kernel patch: the base
-# (main also carries what session 8's first call runs on main itself: run_pending.sh mainchecks)
+# (main also carries what the next session's first call runs on main itself: run_pending.sh mainchecks)
 variant main - test_gdn_bwd gdn_bwd_bench test_model_cuda test_wgmma attention_bench
-[ -f docs/pending/gdn_bwd_final_wgmma.patch ] &&
-    variant gdnwgmma docs/pending/gdn_bwd_final_wgmma.patch test_gdn_bwd gdn_bwd_bench
-[ -f docs/pending/attention_window_bwd.patch ] &&
-    variant attnwin docs/pending/attention_window_bwd.patch attention_bench
+[ -f docs/pending/gdn_bwd_wgmma_fg.patch ] &&
+    variant gdnfg docs/pending/gdn_bwd_wgmma_fg.patch test_gdn_bwd gdn_bwd_bench test_wgmma
+[ -f docs/pending/attention_fwd_first_delete.patch ] &&
+    variant attnclean docs/pending/attention_fwd_first_delete.patch test_attention test_model_cuda
 du -sh "$out"

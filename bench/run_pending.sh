@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: mainchecks, main; gdnwgmma, attnwin (session 7's patches,
+#   bench/run_pending.sh [SECTION...]      sections: mainchecks, main; gdnfg, attnclean (session 8's pending
+#   patches); gdnwgmma, attnwin (session 7's patches,
 #   run in session 8), gdnprefetch (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
 #   sessions' patches, in git history)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
@@ -51,7 +52,7 @@ hashcmp() {
     fi
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(mainchecks)
+[ ${#sections[@]} -eq 0 ] && sections=(mainchecks gdnfg attnclean)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -124,6 +125,29 @@ for sec in "${sections[@]}"; do
                 grep '^RESULT' "$out/gbb-wg$w-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/WG$w r$r: /"
             done
         done ;;
+    gdnfg)  # session 8 patch: rows f, g of the GDN final kernel on wgmma (GDN_BWD_WGMMA=3) against level 2
+        GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
+        echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
+        timeout 60 "$B/gdnfg/test_wgmma" >"$out/test_wgmma-fg.log" 2>&1
+        echo "test_wgmma (with m64n32): exit $?; $(tail -1 "$out/test_wgmma-fg.log")"
+        for w in 2 3; do
+            GDN_BWD_WGMMA=$w GDN_TEST_HASH=1 timeout 240 "$B/gdnfg/test_gdn_bwd" >"$out/gdn-fg$w.log" 2>&1
+            echo "test_gdn_bwd (GDN_BWD_WGMMA=$w): exit $?; $(tail -1 "$out/gdn-fg$w.log")"
+            hashcmp "$out/gdn-base.log" "$out/gdn-fg$w.log" "$out/gdn-hashdiff-fg$w.txt"  # 2: identical; 3: dv, dh0 never move
+            grep FAIL "$out/gdn-fg$w.log" | head -3
+        done
+        for r in 1 2; do
+            for w in 2 3; do
+                GDN_BWD_WGMMA=$w timeout 120 "$B/gdnfg/gdn_bwd_bench" >"$out/gbb-fg$w-$r.log" 2>&1
+                grep '^RESULT' "$out/gbb-fg$w-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/level $w r$r: /"
+            done
+        done ;;
+    attnclean)  # session 8 patch: the first wgmma attention forward deleted (the kernels left: PTX identical)
+        timeout 120 "$B/attnclean/test_attention" >"$out/ta-clean.log" 2>&1
+        echo "test_attention: exit $?; $(grep -m1 'wgmma forward' "$out/ta-clean.log") | $(tail -1 "$out/ta-clean.log")"
+        grep FAIL "$out/ta-clean.log" | head -3
+        timeout 240 "$B/attnclean/test_model_cuda" >"$out/tmc-clean.log" 2>&1
+        echo "test_model_cuda: exit $?; $(tail -1 "$out/tmc-clean.log")" ;;
     attnwin)  # session 7 patch: the window backward (GDN_ATTN_WIN=0 keeps today's path), then PyTorch
         A=$B/attnwin
         timeout 120 $A/test_attention >"$out/ta-win.log" 2>&1
