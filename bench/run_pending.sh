@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: mainchecks, main; gdnfg, attnclean (session 8's pending
+#   bench/run_pending.sh [SECTION...]      sections: mainchecks, main; gdnfg, attnclean, hgemm (session 8's pending
 #   patches); gdnwgmma, attnwin (session 7's patches,
 #   run in session 8), gdnprefetch (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
 #   sessions' patches, in git history)
@@ -52,7 +52,7 @@ hashcmp() {
     fi
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(mainchecks gdnfg attnclean)
+[ ${#sections[@]} -eq 0 ] && sections=(mainchecks gdnfg attnclean hgemm)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -142,6 +142,13 @@ for sec in "${sections[@]}"; do
                 grep '^RESULT' "$out/gbb-fg$w-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/level $w r$r: /"
             done
         done ;;
+    hgemm)  # session 8 patch: a standalone Hopper GEMM (TMA + wgmma) against cuBLASLt, bench only
+        timeout 120 "$B/hgemm/hopper_gemm-wd" >"$out/hgemm-wd.log" 2>&1
+        echo "hopper_gemm (watchdog build): exit $?"; grep -E "^RESULT|ALL OK|SOME FAILED|error" "$out/hgemm-wd.log" | head -12
+        if grep -q "ALL OK" "$out/hgemm-wd.log"; then  # the timing build only once the checks pass (no hang risk)
+            timeout 240 "$B/hgemm/hopper_gemm" >"$out/hgemm.log" 2>&1
+            echo "hopper_gemm: exit $?"; grep -E "^RESULT|ALL OK|SOME FAILED|error" "$out/hgemm.log" | head -12
+        fi ;;
     attnclean)  # session 8 patch: the first wgmma attention forward deleted (the kernels left: PTX identical)
         timeout 120 "$B/attnclean/test_attention" >"$out/ta-clean.log" 2>&1
         echo "test_attention: exit $?; $(grep -m1 'wgmma forward' "$out/ta-clean.log") | $(tail -1 "$out/ta-clean.log")"
