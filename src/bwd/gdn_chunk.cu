@@ -1645,25 +1645,15 @@ void gdn_bwd_final_launch_w(const bwd_args &a) {
 // mma.sync kernel; 1: WG 1; else (unset, 2): WG 2 (session 8, one H200: 6% faster than the
 // mma.sync kernel's backward, WG 1 3%; bench/gdn_bwd.md); 0 on a device without an sm_90a image. Dk 64
 // (its 32 key columns per warpgroup would need m64n32), Dk 256, fp32 and delta off (no -γdV)
-// always take the mma.sync kernel. A build without an sm_90a image would run the compute_80 PTX,
-// JIT-compiled to the trap; that image reports the PTX version it came from (80).
+// always take the mma.sync kernel (cuda_check.h, cuda_sm90a_image_runs: a build without the
+// sm_90a image would run the compute_80 PTX, JIT-compiled to the trap).
 int final_wgmma_level() {
     static int env = -1, image = -1;  // concurrent first calls store the same values
     if (env < 0) {
         const char *s = getenv("GDN_BWD_WGMMA");
         env = s && strcmp(s, "0") == 0 ? 0 : s && strcmp(s, "1") == 0 ? 1 : 2;
     }
-    if (!env) return 0;
-    int dev = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (major != 9) return 0;
-    if (image < 0) {
-        cudaFuncAttributes fa;
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, gdn_bwd_final_kernel<128, 1, 1>));
-        image = fa.ptxVersion == 0 || fa.ptxVersion >= 90;
-    }
-    return image ? env : 0;
+    return env && cuda_sm90a_image_runs(gdn_bwd_final_kernel<128, 1, 1>, &image) ? env : 0;
 }
 template <int DK, int NP>
 void gdn_bwd_final_launch(const bwd_args &a) {

@@ -35,3 +35,23 @@
                        __LINE__);                                                            \
     } while (0)
 #endif
+
+// Whether kernels built for sm_90a (wgmma) can run here: the current device has compute
+// capability 9.x and the binary carries the sm_90a image of `probe` (a build without one would
+// run the compute_80 PTX, JIT-compiled to the trap; that image reports the PTX version it came
+// from, 80). *image is the caller's static, -1 until the first call (concurrent first calls store
+// the same value); the device is asked on every call. The attention passes and the GDN backward
+// select their wgmma kernels through it.
+template <class Kernel>
+static inline bool cuda_sm90a_image_runs(Kernel probe, int *image) {
+    int dev = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major != 9) return false;
+    if (*image < 0) {
+        cudaFuncAttributes fa;
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, probe));
+        *image = fa.ptxVersion == 0 || fa.ptxVersion >= 90;
+    }
+    return *image != 0;
+}

@@ -84,27 +84,15 @@ int attention_bwd_wgmma_selected(void);
 #define ATTN_LN2 0.6931471805599453f
 
 // Whether a bf16 attention pass runs its wgmma (Hopper) kernels: the environment variable
-// env_name is not "0", the device has compute capability 9.x, and the binary carries the sm_90a
-// image of `probe` (a build without one would run the compute_80 PTX, JIT-compiled to the trap;
-// that image reports the PTX version it came from, 80). env and image are the caller's statics,
-// read once (concurrent first calls store the same values); the device is asked on every call.
+// env_name is not "0" (read once into the caller's static env) and cuda_sm90a_image_runs(probe)
+// (cuda_check.h; image is the caller's static for it).
 template <class Kernel>
 static inline int attn_wgmma_selected(const char *env_name, Kernel probe, int *env, int *image) {
     if (*env < 0) {
         const char *s = getenv(env_name);
         *env = !(s && strcmp(s, "0") == 0);
     }
-    if (!*env) return 0;
-    int dev = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (major != 9) return 0;
-    if (*image < 0) {
-        cudaFuncAttributes fa;
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, probe));
-        *image = fa.ptxVersion == 0 || fa.ptxVersion >= 90;
-    }
-    return *image;
+    return *env && cuda_sm90a_image_runs(probe, image);
 }
 
 // Validation shared by both entries (aborts with a hint).
