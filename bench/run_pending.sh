@@ -2,8 +2,8 @@
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
 #   bench/run_pending.sh [SECTION...]      sections: mainchecks, main; gdnfg, attnclean, hgemm (session 8's pending
-#   patches); gdnwgmma, attnwin (session 7's patches,
-#   run in session 8), gdnprefetch (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
+#   patches); gdnwgmma (session 7's patch, run in session 8; attnwin's section left with its
+#   patch, in git history), gdnprefetch (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
 #   sessions' patches, in git history)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
 # one H200: main ~3.5 min, residual ~2.5 min, narrow ~2.5 min, gdnfinal ~5 min, attention ~3 min;
@@ -50,6 +50,31 @@ hashcmp() {
             awk '{ for (i = 3; i <= 8; i++) { split($i, a, ":"); split($(i + 8), b, ":"); if (a[2] != b[2]) d[a[1]]++ } }
                  END { printf "gradients that moved (cases):"; for (k in d) printf " %s %d", k, d[k]; print "" }'
     fi
+}
+# gdn_levels VARIANT "LEVELS" [main]: test_gdn_bwd of main (the base, hashes on) and of VARIANT at
+# each GDN_BWD_WGMMA level, with hashcmp against the base and the moved cases by dtype/dk/mode;
+# then gdn_bwd_bench twice at each level (first main's too with "main"), alternated
+gdn_levels() {
+    local v=$1 levels=$2 withmain=${3:-} w r
+    GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
+    echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
+    for w in $levels; do
+        GDN_BWD_WGMMA=$w GDN_TEST_HASH=1 timeout 240 "$B/$v/test_gdn_bwd" >"$out/gdn-$v$w.log" 2>&1
+        echo "test_gdn_bwd ($v, GDN_BWD_WGMMA=$w): exit $?; $(tail -1 "$out/gdn-$v$w.log")"
+        hashcmp "$out/gdn-base.log" "$out/gdn-$v$w.log" "$out/gdn-hashdiff-$v$w.txt"
+        grep '^>' "$out/gdn-hashdiff-$v$w.txt" | awk '{print $3}' | cut -d/ -f1,5,8 | sort | uniq -c | head -8
+        grep FAIL "$out/gdn-$v$w.log" | head -3
+    done
+    for r in 1 2; do
+        if [ -n "$withmain" ]; then
+            timeout 120 "$B/main/gdn_bwd_bench" >"$out/gbb-main-$r.log" 2>&1
+            grep '^RESULT' "$out/gbb-main-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/main r$r: /"
+        fi
+        for w in $levels; do
+            GDN_BWD_WGMMA=$w timeout 120 "$B/$v/gdn_bwd_bench" >"$out/gbb-$v$w-$r.log" 2>&1
+            grep '^RESULT' "$out/gbb-$v$w-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/$v level $w r$r: /"
+        done
+    done
 }
 sections=("$@")
 [ ${#sections[@]} -eq 0 ] && sections=(mainchecks gdnfg attnclean hgemm)
@@ -108,40 +133,11 @@ for sec in "${sections[@]}"; do
         timeout 120 "$B/main/test_attention" >"$out/ta-main.log" 2>&1
         echo "test_attention (main): exit $?; $(tail -1 "$out/ta-main.log")"; grep FAIL "$out/ta-main.log" | head -3 ;;
     gdnwgmma)  # session 7 patch: the final kernel's products on wgmma, GDN_BWD_WGMMA = 0 / 1 / 2 against main
-        GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
-        echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
-        for w in 0 1 2; do
-            GDN_BWD_WGMMA=$w GDN_TEST_HASH=1 timeout 240 "$B/gdnwgmma/test_gdn_bwd" >"$out/gdn-wg$w.log" 2>&1
-            echo "test_gdn_bwd (GDN_BWD_WGMMA=$w): exit $?; $(tail -1 "$out/gdn-wg$w.log")"
-            hashcmp "$out/gdn-base.log" "$out/gdn-wg$w.log" "$out/gdn-hashdiff-wg$w.txt"
-            grep '^>' "$out/gdn-hashdiff-wg$w.txt" | awk '{print $3}' | cut -d/ -f1,5,8 | sort | uniq -c | head -8
-            grep FAIL "$out/gdn-wg$w.log" | head -3
-        done
-        for r in 1 2; do
-            timeout 120 "$B/main/gdn_bwd_bench" >"$out/gbb-main-$r.log" 2>&1
-            grep '^RESULT' "$out/gbb-main-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/main r$r: /"
-            for w in 0 1 2; do
-                GDN_BWD_WGMMA=$w timeout 120 "$B/gdnwgmma/gdn_bwd_bench" >"$out/gbb-wg$w-$r.log" 2>&1
-                grep '^RESULT' "$out/gbb-wg$w-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/WG$w r$r: /"
-            done
-        done ;;
+        gdn_levels gdnwgmma "0 1 2" main ;;
     gdnfg)  # session 8 patch: rows f, g of the GDN final kernel on wgmma (GDN_BWD_WGMMA=3) against level 2
-        GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
-        echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
         timeout 60 "$B/gdnfg/test_wgmma" >"$out/test_wgmma-fg.log" 2>&1
         echo "test_wgmma (with m64n32): exit $?; $(tail -1 "$out/test_wgmma-fg.log")"
-        for w in 2 3; do
-            GDN_BWD_WGMMA=$w GDN_TEST_HASH=1 timeout 240 "$B/gdnfg/test_gdn_bwd" >"$out/gdn-fg$w.log" 2>&1
-            echo "test_gdn_bwd (GDN_BWD_WGMMA=$w): exit $?; $(tail -1 "$out/gdn-fg$w.log")"
-            hashcmp "$out/gdn-base.log" "$out/gdn-fg$w.log" "$out/gdn-hashdiff-fg$w.txt"  # 2: identical; 3: dv, dh0 never move
-            grep FAIL "$out/gdn-fg$w.log" | head -3
-        done
-        for r in 1 2; do
-            for w in 2 3; do
-                GDN_BWD_WGMMA=$w timeout 120 "$B/gdnfg/gdn_bwd_bench" >"$out/gbb-fg$w-$r.log" 2>&1
-                grep '^RESULT' "$out/gbb-fg$w-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/level $w r$r: /"
-            done
-        done ;;
+        gdn_levels gdnfg "2 3" ;;  # level 2: hashes identical to main's; 3: dv, dh0 never move
     hgemm)  # session 8 patch: a standalone Hopper GEMM (TMA + wgmma) against cuBLASLt, bench only
         timeout 120 "$B/hgemm/hopper_gemm-wd" >"$out/hgemm-wd.log" 2>&1
         echo "hopper_gemm (watchdog build): exit $?"; grep -E "^RESULT|ALL OK|SOME FAILED|error" "$out/hgemm-wd.log" | head -12
@@ -155,21 +151,6 @@ for sec in "${sections[@]}"; do
         grep FAIL "$out/ta-clean.log" | head -3
         timeout 240 "$B/attnclean/test_model_cuda" >"$out/tmc-clean.log" 2>&1
         echo "test_model_cuda: exit $?; $(tail -1 "$out/tmc-clean.log")" ;;
-    attnwin)  # session 7 patch: the window backward (GDN_ATTN_WIN=0 keeps today's path), then PyTorch
-        A=$B/attnwin
-        timeout 120 $A/test_attention >"$out/ta-win.log" 2>&1
-        echo "test_attention (new): exit $?; $(tail -1 "$out/ta-win.log")"; grep FAIL "$out/ta-win.log" | head -4
-        GDN_ATTN_WIN=0 timeout 120 $A/test_attention >"$out/ta-win0.log" 2>&1
-        echo "test_attention (GDN_ATTN_WIN=0): exit $?; $(tail -1 "$out/ta-win0.log")"
-        grep -h digest "$out/ta-win.log" "$out/ta-win0.log"
-        for r in 1 2; do
-            GDN_ATTN_WIN=0 timeout 60 $A/attention_bench >"$out/bench-win0-$r.log" 2>&1
-            grep '^RESULT' "$out/bench-win0-$r.log" | sed "s/^/WIN=0 r$r: /"
-            timeout 60 $A/attention_bench >"$out/bench-win-$r.log" 2>&1
-            grep '^RESULT' "$out/bench-win-$r.log" | sed "s/^/new   r$r: /"
-        done
-        PYTHONUNBUFFERED=1 timeout 100 python3 bench/attention_torch.py "$out/bench-win-2.log" >"$out/torch-win.log" 2>&1
-        echo "PyTorch: exit $?"; tail -8 "$out/torch-win.log" ;;
     attnbwd)  # the wgmma attention backward (session 6 patch): both backwards, then the model
         A=$B/attnbwd
         timeout 30 $A/test_wgmma >"$out/test_wgmma.log" 2>&1
