@@ -124,14 +124,18 @@ for sec in "${sections[@]}"; do
                 grep '^RESULT' "$out/gdn_bwd_bench-$v-$r.log" | cut -c1-150 | sed "s/^/$v round $r: /"
             done
         done ;;
-    mainchecks)  # main's GPU tests whose code changed without a GPU run (session 7's host-only mends)
+    mainchecks)  # main's GPU tests whose code changed without a GPU run (session 8: the shared sm_90a check,
+        # cuda_sm90a_image_runs: attention and GDN must still pick wgmma; S1 recompute bwd ~3.71 ms, not ~3.95)
         synth
         timeout 200 "$B/main/test_model_cuda" >"$out/tmc-main.log" 2>&1
         echo "test_model_cuda (main): exit $?; $(tail -1 "$out/tmc-main.log")"; grep FAIL "$out/tmc-main.log" | head -3
         timeout 60 "$B/main/test_wgmma" >"$out/test_wgmma-main.log" 2>&1
         echo "test_wgmma (main): exit $?; $(tail -1 "$out/test_wgmma-main.log")"
         timeout 120 "$B/main/test_attention" >"$out/ta-main.log" 2>&1
-        echo "test_attention (main): exit $?; $(tail -1 "$out/ta-main.log")"; grep FAIL "$out/ta-main.log" | head -3 ;;
+        echo "test_attention (main): exit $?; $(tail -1 "$out/ta-main.log")"; grep FAIL "$out/ta-main.log" | head -3
+        grep -m2 'wgmma' "$out/ta-main.log"
+        timeout 120 "$B/main/gdn_bwd_bench" >"$out/gbb-mainchecks.log" 2>&1
+        grep '^RESULT' "$out/gbb-mainchecks.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/main: /" ;;
     gdnwgmma)  # session 7 patch: the final kernel's products on wgmma, GDN_BWD_WGMMA = 0 / 1 / 2 against main
         gdn_levels gdnwgmma "0 1 2" main ;;
     gdnfg)  # session 8 patch: rows f, g of the GDN final kernel on wgmma (GDN_BWD_WGMMA=3) against level 2
