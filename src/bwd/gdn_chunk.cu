@@ -45,8 +45,8 @@
 //   The recomputed forward's workspace goes to the dH' region.
 // On sm_90a, bf16 with Dk = 128 and delta on (final_wgmma_level; GDN_BWD_WGMMA=0 keeps the
 // mma.sync kernel), the final kernel's dO H^T, Δh dH'^T and -γdV H^T run on wgmma (WG 1, with
-// GDN_BWD_WGMMA=1), and by default also K dH' and K H (WG 2): close to the mma.sync results, not
-// bitwise.
+// GDN_BWD_WGMMA=1), also K dH' and K H (WG 2), and by default also dO Δ^T and dΔ Y^T (WG 3):
+// close to the mma.sync results, not bitwise (WG 3's and WG 2's were bitwise equal on the tests).
 // Tensor cores: mma.sync m16n8k16 bf16 -> fp32; fp32 inputs run the same kernels with operands
 // split into bf16 hi + lo planes (NP = 2). With bf16 inputs (NP = 1) the inputs Q, K, V, dO are
 // exact as one plane, and the intermediates that dg and dbeta rest on are hi + lo planes too
@@ -665,7 +665,8 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
 // wgmma.cuh: one 64-column panel of DKH rows per block, the hi plane in columns 0..31 and the lo
 // plane in 32..63 (VB = 32), so one panel row is one 128-byte line and every k-step a descriptor
 // of its own (K-major: rows = key dims = N). 2: also K dH' and K H, the same panels read N-major
-// (rows = key dims = K, N = 64 = hi | lo).
+// (rows = key dims = K, N = 64 = hi | lo). 3: also dO Δ^T and dΔ Y^T (m64n32 per warpgroup, its
+// 32 token columns), with Y and Δ as C-row panels (hi | lo) instead of padded planes.
 template <int DK, int NP, int WG = 0>
 struct final_layout {
     // Value columns stream in sub-blocks of VB, each staged raw (cp.async) while the one before
@@ -697,12 +698,14 @@ struct final_layout {
     // (red: the 8 warp sums of <H, dH'>; the rest is unused)
     static constexpr int R = SMALL + (18 * C + 256) * 4;
     // Region R, phase 1 (each value sub-block of a pass): planes converted from the staging
-    static constexpr int Y = R;                                   // Y = V - KHg (2 planes)
-    static constexpr int DO = Y + 2 * V_PL;
+    // (WG 3: Y and Δ are swizzled panels after the dH' panel instead, see YW below)
+    static constexpr bool WP = WG >= 3;
+    static constexpr int Y0 = R;                                  // Y = V - KHg (2 planes)
+    static constexpr int DO = Y0 + (WP ? 0 : 2 * V_PL);
     static constexpr int DD = DO + NP * V_PL;                     // dΔ (2)
-    static constexpr int DL = DD + 2 * V_PL;                      // Δ (2; NP planes of V when
+    static constexpr int DL0 = DD + 2 * V_PL;                     // Δ (2; NP planes of V when
                                                                   // delta is off)
-    static constexpr int DH = DL + 2 * V_PL;                      // diag(hdec) Δ (2)
+    static constexpr int DH = DL0 + (WP ? 0 : 2 * V_PL);          // diag(hdec) Δ (2)
     static constexpr int DVG = DH + 2 * V_PL;                     // -diag(gamma) dV, PAIR slots
     // WG: both blocks as swizzled panels (hi | lo in one 128-byte line), 1024-byte aligned
     // (the kernel rebases sm to a 1024-byte boundary; BYTES has the slack)
@@ -713,7 +716,12 @@ struct final_layout {
                                                                   // slots (slot = place in VG)
     static constexpr int HB_SLOT = WG ? HW_PL : 2 * HB_PL;        // bytes per slot
     static constexpr int DHB = HB + PAIR * HB_SLOT;               // dH' block (2)
-    static constexpr int END1 = DHB + (WG ? HW_PL : 2 * HB_PL);
+    // WG 3: Y and Δ as C-row panels (hi | lo, as the H panels), B of dT += dΔ Y^T and dP += dO
+    // Δ^T on wgmma (K-major: rows = tokens = N); 1024-aligned as DHB and HW_PL are
+    static constexpr int YW_PL = C * 128;
+    static constexpr int YW = DHB + (WG ? HW_PL : 2 * HB_PL), DLW = YW + YW_PL;
+    static constexpr int Y = WP ? YW : Y0, DL = WP ? DLW : DL0;
+    static constexpr int END1 = YW + (WP ? 2 * YW_PL : 0);
     // phase 2 (after the value sub-blocks of a pass): its Q, K columns and the C x C work (RC:
     // K is resident; Q is here in the setup too)
     static constexpr int QH = R, KH = RC ? KR : QH + NP * QH_PL;
@@ -736,6 +744,7 @@ struct final_layout {
     static constexpr int BYTES = SDH + DKH * VB * 4 + (WG ? 1024 : 0);  // WG: alignment slack
     static_assert(BYTES <= SMEM_MAX, "final shared memory");
     static_assert(!WG || (HB % 1024 == 0 && HW_PL % 1024 == 0), "final: WG panels 1024-aligned");
+    static_assert(!WP || (YW % 1024 == 0 && YW_PL % 1024 == 0), "final: WG 3 panels 1024-aligned");
     static_assert(SV % 16 == 0 && PBV % 16 == 0, "final: cp.async staging alignment");
 };
 
@@ -777,17 +786,28 @@ __device__ __forceinline__ void st4_panel(unsigned char *sm, int base, int r, in
     *(uint2 *)(sm + base + 2 * wgm::sw128<R>(r, c)) = make_uint2(hi[0], hi[1]);
     *(uint2 *)(sm + base + 2 * wgm::sw128<R>(r, c + 32)) = make_uint2(lo[0], lo[1]);
 }
-// wmm<1, false, true, NT, 2> with B (k = key rows, n = the sub-block's value columns) read from
+// WG 3: st_pair<2> of (x0, x1) at row r, columns c, c + 1 (c even, c < 32) of an R-row panel:
+// hi at column c, lo at 32 + c (the same plane bits as st_pair<2>).
+template <int R>
+__device__ __forceinline__ void st_pair_panel(unsigned char *sm, int base, int r, int c, float x0,
+                                              float x1) {
+    uint32_t hi, lo;
+    split2(x0, x1, hi, lo);
+    *(uint32_t *)(sm + base + 2 * wgm::sw128<R>(r, c)) = hi;
+    *(uint32_t *)(sm + base + 2 * wgm::sw128<R>(r, c + 32)) = lo;
+}
+// wmm<NPA, false, true, NT, 2> with B (k = key rows, n = the sub-block's value columns) read from
 // an R-row panel at shared address bp: ldmatrix.trans of the same 8-element runs (each a 16-byte
 // chunk of the swizzled line; the 8 rows of one 8x8 matrix land in 8 distinct chunks, so no bank
-// conflict) and the same mma order as wmm: the same bits as the padded layout gave.
-template <int R, int NT>
+// conflict) and the same mma order as wmm: the same bits as the padded layout gave. (WG 3 also
+// reads the Y panel so, k = token rows, with A = T of 2 planes.)
+template <int R, int NT, int NPA = 1>
 __device__ __forceinline__ void wmm_bpanel(float (&acc)[NT][4], smat a, uint32_t bp, int m0,
                                            int n0, int k0, int k1, int lane) {
     static_assert(NT % 2 == 0, "B fragments come in pairs of n-tiles");
     for (int k = k0; k < k1; k += 16) {
-        uint32_t fa[1][4];
-        lda<1>(fa, a, m0, k, lane);
+        uint32_t fa[NPA][4];
+        lda<NPA>(fa, a, m0, k, lane);
         const int r = k + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
@@ -796,8 +816,8 @@ __device__ __forceinline__ void wmm_bpanel(float (&acc)[NT][4], smat a, uint32_t
 #pragma unroll
             for (int pl = 0; pl < 2; ++pl)
                 ldsm4t(fb[pl], bp + 2u * (uint32_t)wgm::sw128<R>(r, c + 32 * pl));
-            mma_p<0, 1, 2>(acc[2 * np], fa, fb);
-            mma_p<1, 1, 2>(acc[2 * np + 1], fa, fb);
+            mma_p<0, NPA, 2>(acc[2 * np], fa, fb);
+            mma_p<1, NPA, 2>(acc[2 * np + 1], fa, fb);
         }
     }
 }
@@ -822,20 +842,32 @@ __device__ __forceinline__ void wg_fence_proxy() {
 // differently from mma.sync: the results are close, not bitwise. One wgmma group, issued before
 // `between` (the C x C products' mma.sync work, which overlaps it) and waited for after it:
 // nothing stays in flight past the sub-block (the next one rewrites the panels and A planes).
-template <class F>
+// FG (WG 3): the C x C products too, in the same group (`between` is then empty): for this
+// warpgroup's 32 token columns n0.. of the C x C accumulators (aP, aT in the mma.sync tiling are
+// its m64n32 accumulators element for element: column n0 + 8 nt + 2 t + (e & 1)), aP += dO Δ^T
+// (A = the dO fragments above, B = the Δ panel at dlp) and aT += dΔ Y^T (A = dΔ, 2 planes, from
+// sDD; B = the Y panel at yp), both K-major C-row panels (hi | lo) read at rows n0.., k-step
+// 2 pl + s as for H.
+template <bool FG, class F>
 __device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8][4], smat sDO,
                                                smat sDH, smat sG, uint32_t hbe, uint32_t dhb,
-                                               int m0, int q0, int lane, F between) {
+                                               int m0, int q0, int lane, F between,
+                                               float (&aP)[4][4], float (&aT)[4][4], smat sDD,
+                                               uint32_t dlp, uint32_t yp, int n0) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int R = 128;  // DKH
     float(&q32)[32] = reinterpret_cast<float(&)[32]>(aQ);
     float(&k32)[32] = reinterpret_cast<float(&)[32]>(aK);
+    float(&p16)[16] = reinterpret_cast<float(&)[16]>(aP);
+    float(&t16)[16] = reinterpret_cast<float(&)[16]>(aT);
     uint32_t fo[2][1][4], fd[2][2][4], fg[2][1][4];  // [k-step][plane][fragment]
+    uint32_t fe[2][2][4];                             // FG: dΔ
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
         lda<1>(fo[s], sDO, m0, 16 * s, lane);
         lda<2>(fd[s], sDH, m0, 16 * s, lane);
         lda<1>(fg[s], sG, m0, 16 * s, lane);
+        if constexpr (FG) lda<2>(fe[s], sDD, m0, 16 * s, lane);
     }
     // the A fragments and accumulators written before the fence (wgmma.cuh: fence_regs)
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fo));
@@ -843,6 +875,11 @@ __device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8]
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fg));
     wgm::fence_regs(q32);
     wgm::fence_regs(k32);
+    if constexpr (FG) {
+        wgm::fence_regs(reinterpret_cast<uint32_t(&)[16]>(fe));
+        wgm::fence_regs(p16);
+        wgm::fence_regs(t16);
+    }
     wgm::fence();
     // k-step s of plane pl of a panel: columns 32 pl + 16 s, i.e. desc_k's k-step 2 pl + s
 #pragma unroll
@@ -861,6 +898,19 @@ __device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8]
         wgm::mma_rs<64, 0>(k32, fg[s][0], wgm::desc_k<R>(hbe, q0, 2 + s), 1);
         wgm::mma_rs<64, 0>(k32, fg[s][0], wgm::desc_k<R>(hbe, q0, s), 1);
     }
+    if constexpr (FG) {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {  // dO Δ^T
+            wgm::mma_rs<32, 0>(p16, fo[s][0], wgm::desc_k<C>(dlp, n0, 2 + s), 1);
+            wgm::mma_rs<32, 0>(p16, fo[s][0], wgm::desc_k<C>(dlp, n0, s), 1);
+        }
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {  // dΔ Y^T
+            wgm::mma_rs<32, 0>(t16, fe[s][1], wgm::desc_k<C>(yp, n0, s), 1);
+            wgm::mma_rs<32, 0>(t16, fe[s][0], wgm::desc_k<C>(yp, n0, 2 + s), 1);
+            wgm::mma_rs<32, 0>(t16, fe[s][0], wgm::desc_k<C>(yp, n0, s), 1);
+        }
+    }
     wgm::commit();
     between();
     wgm::wait<0>();
@@ -870,6 +920,11 @@ __device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8]
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fo));
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[16]>(fd));
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fg));
+    if constexpr (FG) {
+        wgm::fence_regs(p16);
+        wgm::fence_regs(t16);
+        wgm::fence_regs(reinterpret_cast<uint32_t(&)[16]>(fe));
+    }
 #else
     __trap();  // launched only where the sm_90a image exists (final_wgmma_level checks)
 #endif
@@ -1136,11 +1191,16 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                                 x[nt][2 * hr] *= gam[i];
                                 x[nt][2 * hr + 1] *= gam[i];
                                 const float2 v = ld_in2<NP>(sm + L::SV, (size_t)i * VB + j);
-                                st_pair<2>(sm, L::Y + i * L::PBV + j * 2, L::V_PL,
-                                           v.x - x[nt][2 * hr], v.y - x[nt][2 * hr + 1]);
+                                if constexpr (L::WP)  // the Y panel (wgmma's B of dΔ Y^T)
+                                    st_pair_panel<C>(sm, L::Y, i, j, v.x - x[nt][2 * hr],
+                                                     v.y - x[nt][2 * hr + 1]);
+                                else
+                                    st_pair<2>(sm, L::Y + i * L::PBV + j * 2, L::V_PL,
+                                               v.x - x[nt][2 * hr], v.y - x[nt][2 * hr + 1]);
                             }
                             khs[nt * 128] = make_float4(x[nt][0], x[nt][1], x[nt][2], x[nt][3]);
                         }
+                        if constexpr (L::WP) wg_fence_proxy();  // published by the barrier below
                     }
                 } else
 #pragma unroll 1
@@ -1192,12 +1252,19 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             if (delta) {
                 if (ch == 0) {  // Δ = T Y (T lower: k up to this row block)
                     float acc[NTV][4] = {};
-                    wmm<2, false, true, NTV>(acc, sT, sY, m0, 0, 0, m0 + 16, lane);
+                    if constexpr (L::WP)  // Y from its panel: the same bits
+                        wmm_bpanel<C, NTV, 2>(acc, sT, sb + L::Y, m0, 0, 0, m0 + 16, lane);
+                    else
+                        wmm<2, false, true, NTV>(acc, sT, sY, m0, 0, 0, m0 + 16, lane);
                     frag_each<NTV>(acc, m0, 0, lane, [&](int i, int j, float x0, float x1) {
-                        st_pair<2>(sm, L::DL + i * L::PBV + j * 2, L::V_PL, x0, x1);
+                        if constexpr (L::WP)  // the Δ panel (wgmma's B of dO Δ^T)
+                            st_pair_panel<C>(sm, L::DL, i, j, x0, x1);
+                        else
+                            st_pair<2>(sm, L::DL + i * L::PBV + j * 2, L::V_PL, x0, x1);
                         st_pair<2>(sm, L::DH + i * L::PBV + j * 2, L::V_PL, hdec[i] * x0,
                                    hdec[i] * x1);
                     });
+                    if constexpr (L::WP) wg_fence_proxy();  // published by the barrier below
                 } else {  // dV = T^T dΔ (k from this row block on)
                     float av[NTV][4] = {};
                     wmm<2, true, true, NTV>(av, sT, sDD, m0, 0, m0, C, lane);
@@ -1247,13 +1314,20 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
 
             if constexpr (WG != 0) {  // the H products on wgmma, the C x C ones while they run
                 const smat sG{sb + (uint32_t)dvo, L::PBV, L::V_PL};
-                final_wg_hprod(aQ, aK, sDO, sDH, sG, sb + (uint32_t)hbo, sb + L::DHB, m0, q0, lane,
-                               [&] {  // (NKH = 1 and delta on: kh = 0)
-                                   wmm<NP, false, false, 4, 2>(aP, sDO, sDL, m0, ch * 32, 0, VB,
-                                                               lane);  // dO Δ^T
-                                   wmm<2, false, false, 4>(aT, sDD, sY, m0, ch * 32, 0, VB,
-                                                           lane);  // dΔ Y^T
-                               });
+                if constexpr (L::WP)  // WG 3: dO Δ^T, dΔ Y^T in the group too
+                    final_wg_hprod<true>(aQ, aK, sDO, sDH, sG, sb + (uint32_t)hbo, sb + L::DHB, m0,
+                                         q0, lane, [] {}, aP, aT, sDD, sb + L::DL, sb + L::Y,
+                                         ch * 32);
+                else
+                    final_wg_hprod<false>(
+                        aQ, aK, sDO, sDH, sG, sb + (uint32_t)hbo, sb + L::DHB, m0, q0, lane,
+                        [&] {  // (NKH = 1 and delta on: kh = 0)
+                            wmm<NP, false, false, 4, 2>(aP, sDO, sDL, m0, ch * 32, 0, VB,
+                                                        lane);  // dO Δ^T
+                            wmm<2, false, false, 4>(aT, sDD, sY, m0, ch * 32, 0, VB,
+                                                    lane);  // dΔ Y^T
+                        },
+                        aP, aT, sDD, 0u, 0u, 0);
             } else {
                 if (kh == 0) {
                     if (delta) {  // dO Δ^T, dΔ Y^T
@@ -1642,8 +1716,10 @@ void gdn_bwd_final_launch_w(const bwd_args &a) {
     CUDA_CHECK_LAUNCH();
 }
 // Which final kernel runs for bf16 with Dk = 128 and delta on (read once): GDN_BWD_WGMMA = 0: the
-// mma.sync kernel; 1: WG 1; else (unset, 2): WG 2 (session 8, one H200: 6% faster than the
-// mma.sync kernel's backward, WG 1 3%; bench/gdn_bwd.md); 0 on a device without an sm_90a image. Dk 64
+// mma.sync kernel; 1: WG 1; 2: WG 2; else (unset, 3): WG 3 = WG 2 + dO Δ^T and dΔ Y^T on wgmma
+// (one H200: WG 2 6% faster than the mma.sync kernel's backward in session 8, WG 3 another ~1%
+// in session 9 with all 101 test_gdn_bwd gradient hashes bitwise WG 2's; bench/gdn_bwd.md);
+// 0 on a device without an sm_90a image. Dk 64
 // (its 32 key columns per warpgroup would need m64n32), Dk 256, fp32 and delta off (no -γdV)
 // always take the mma.sync kernel (cuda_check.h, cuda_sm90a_image_runs: a build without the
 // sm_90a image would run the compute_80 PTX, JIT-compiled to the trap).
@@ -1651,7 +1727,10 @@ int final_wgmma_level() {
     static int env = -1, image = -1;  // concurrent first calls store the same values
     if (env < 0) {
         const char *s = getenv("GDN_BWD_WGMMA");
-        env = s && strcmp(s, "0") == 0 ? 0 : s && strcmp(s, "1") == 0 ? 1 : 2;
+        env = s && strcmp(s, "0") == 0   ? 0
+              : s && strcmp(s, "1") == 0 ? 1
+              : s && strcmp(s, "2") == 0 ? 2
+                                         : 3;
     }
     return env && cuda_sm90a_image_runs(gdn_bwd_final_kernel<128, 1, 1>, &image) ? env : 0;
 }
@@ -1665,6 +1744,10 @@ void gdn_bwd_final_launch(const bwd_args &a) {
         }
         if (wg == 2) {
             gdn_bwd_final_launch_w<DK, NP, 2>(a);
+            return;
+        }
+        if (wg == 3) {
+            gdn_bwd_final_launch_w<DK, NP, 3>(a);
             return;
         }
     }

@@ -11,7 +11,7 @@
 // softmax run. At D = 128 this also removed 48 bytes of register spill (255 registers, 0 spill).
 // Saved for the backward: lse_i = ln 2 * (m_i + log2 l_i) (attention_bwd recomputes P from it).
 // bf16 on sm_90a (the default there; GDN_ATTN_WGMMA=0 keeps the kernel above): the same walk and
-// softmax on wgmma.mma_async, two warpgroups of 64 query rows per CTA (attention_fwd_wgmma_kernel
+// softmax on wgmma.mma_async, two warpgroups of 64 query rows per CTA (attention_fwd_wgmma2_kernel
 // below).
 // fp32: one warp per query row, 32 keys at a time (lane = key for the scores, lane = head
 // dim for the output), plain fp32 FMA and expf: slower, exact to ~1e-6.
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
     }
 }
 
-// ---- Hopper path (sm_90a, opt-in: attention_fwd_wgmma_selected) -----------------------------
+// ---- Hopper path (sm_90a, the default there: attention_fwd_wgmma_selected) ------------------
 // Same block walk, masking, log2-domain online softmax and lse as the kernel above, on
 // wgmma.mma_async (flash-attention 3's operand placement; no producer warp, no TMA): a CTA of two
 // warpgroups owns WG_BQ = 128 query rows of one (b, h), each warpgroup 64 of them. Per key block
@@ -241,177 +241,14 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
 // O (64 x D) += P V with P from registers (the accumulator fragment of S is, pairwise packed to
 // bf16, the A fragment of the k-steps, as with mma.sync) and V from shared memory N-major
 // (imm-trans-b = 1: V stays [keys][dims] as loaded). Q, K and V tiles are copied by cp.async into
-// 64-column panels (wgmma.cuh); K and V double-buffered in separate groups as above. Each wgmma
-// group is waited for at once (wait_group 0): the async path here replaces ldmatrix + mma.sync,
-// the overlap of softmax with the next block's matrix products is a later step.
+// 64-column panels (wgmma.cuh). attention_fwd_wgmma2_kernel below overlaps the softmax of one
+// block with the matrix products of the next, with no CTA-wide barrier in the loop.
 constexpr int WG_BQ = 128, WG_BK = 128, WG_THREADS = 256;
 
-template <int D>
-constexpr int fwd_wgmma_smem_bytes() {
-    return (WG_BQ * D + 4 * WG_BK * D) * 2 + 1024;  // Q + 2 x (K, V), + slack to align to 1024
-}
-
-template <int D>
-__global__ void __launch_bounds__(WG_THREADS, 1) attention_fwd_wgmma_kernel(const __grid_constant__ fwd_kparams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BQ = WG_BQ, BK = WG_BK, NT = WG_THREADS;
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    // every panel must start on a 1024-byte boundary (wgmma.cuh): align the base at run time
-    const uint32_t raw_s = gdnk::smem_u32(smem_raw);
-    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(smem_raw + (((raw_s + 1023u) & ~1023u) - raw_s));
-    __nv_bfloat16 *Ks = Qs + BQ * D;      // 2 x (BK x D), sw128<BK>
-    __nv_bfloat16 *Vs = Ks + 2 * BK * D;  // 2 x (BK x D), sw128<BK>
-
-    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const int m = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, H = p.H, W = p.window;
-    const float c2 = p.scale_log2;
-    const int q0 = m * BQ;
-    const int wq0 = q0 + 64 * wg;  // first query row of this warpgroup
-    const int j_hi = min(T - 1, q0 + BQ - 1);
-    const int j_lo = max(0, q0 - W + 1);
-    const int n_hi = j_hi / BK, n_lo = j_lo / BK;
-
-    attn_load_tile<BQ, D, NT, true>(Qs, p.q, b, h, q0, T, H, tid);
-    attn_load_tile<BK, D, NT, true>(Ks, p.k, b, h, n_hi * BK, T, H, tid);
-    attn_cp_async_commit();  // group: Q, K
-    attn_load_tile<BK, D, NT, true>(Vs, p.v, b, h, n_hi * BK, T, H, tid);
-    attn_cp_async_commit();  // group: V
-
-    // O: o[4 j + e] = row 16 w + g + 8 (e >> 1) of this warpgroup, column 8 j + 2 t4 + (e & 1)
-    float o[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};  // rows g, g + 8 of warp w
-    const uint32_t qs = gdnk::smem_u32(Qs);
-
-    for (int n = n_hi, it = 0; n >= n_lo; n--, it++) {
-        // pending groups: K_n, V_n (oldest first)
-        attn_cp_async_wait<1>();
-        wgm::fence_proxy_async();
-        __syncthreads();  // K tile n visible to wgmma; both warpgroups are done with buffers (it+1)&1
-        const bool pre = n > n_lo;
-        if (pre) {
-            const int nb = (it + 1) & 1;
-            attn_load_tile<BK, D, NT, true>(Ks + nb * BK * D, p.k, b, h, (n - 1) * BK, T, H, tid);
-            attn_cp_async_commit();
-            attn_load_tile<BK, D, NT, true>(Vs + nb * BK * D, p.v, b, h, (n - 1) * BK, T, H, tid);
-            attn_cp_async_commit();
-        }
-        const uint32_t ks = gdnk::smem_u32(Ks + (it & 1) * BK * D), vs = gdnk::smem_u32(Vs + (it & 1) * BK * D);
-
-        // S = Q K^T: s[4 j + e] = row 16 w + g + 8 (e >> 1), key 8 j + 2 t4 + (e & 1)
-        float s[BK / 2];
-#pragma unroll
-        for (int i = 0; i < BK / 2; i++) s[i] = 0.f;
-        wgm::fence_regs(s);
-        wgm::fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgm::mma_ss<BK, 0>(s, wgm::desc_k<BQ>(qs, 64 * wg, kk), wgm::desc_k<BK>(ks, 0, kk), 1);
-        wgm::commit();
-        wgm::wait<0>();
-        wgm::fence_regs(s);
-
-        // mask only on blocks that straddle the diagonal or the window edge for this warpgroup
-        const int k0 = n * BK;
-        if ((k0 + BK - 1 > wq0) || (k0 <= wq0 + 63 - W)) {
-#pragma unroll
-            for (int j = 0; j < BK / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int i = wq0 + 16 * w + g + ((e >> 1) << 3);
-                    const int key = k0 + 8 * j + 2 * t4 + (e & 1);
-                    if (key > i || key <= i - W) s[4 * j + e] = -INFINITY;
-                }
-        }
-
-        // online softmax per row (a row's keys are spread over the 4 threads of a quad)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = mrow[r];
-#pragma unroll
-            for (int j = 0; j < BK / 8; j++) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float ms = mx == -INFINITY ? 0.f : mx * c2;  // fully masked so far: p = 0
-            const float corr = attn_ex2(mrow[r] * c2 - ms);
-            mrow[r] = mx;
-            float sum = 0.f;
-#pragma unroll
-            for (int j = 0; j < BK / 8; j++) {
-                const float p0 = attn_ex2(fmaf(s[4 * j + 2 * r], c2, -ms));
-                const float p1 = attn_ex2(fmaf(s[4 * j + 2 * r + 1], c2, -ms));
-                s[4 * j + 2 * r] = p0;
-                s[4 * j + 2 * r + 1] = p1;
-                sum += p0 + p1;
-            }
-            lrow[r] = lrow[r] * corr + sum;
-#pragma unroll
-            for (int j = 0; j < D / 8; j++) {
-                o[4 * j + 2 * r] *= corr;
-                o[4 * j + 2 * r + 1] *= corr;
-            }
-        }
-        // P as bf16 A fragments: k-step kk = key tiles 2 kk (a0, a1) and 2 kk + 1 (a2, a3)
-        uint32_t pa[BK / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) pa[kk][q] = gdnk::pack_bf16(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
-
-        // pending groups: V_n (, K_n-1, V_n-1)
-        if (pre) attn_cp_async_wait<2>();
-        else attn_cp_async_wait_all();
-        wgm::fence_proxy_async();
-        __syncthreads();  // V tile n visible to wgmma
-        wgm::fence_regs(o);
-        wgm::fence();
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) wgm::mma_rs<D, 1>(o, pa[kk], wgm::desc_n<BK>(vs, kk), 1);
-        wgm::commit();
-        wgm::wait<0>();
-        wgm::fence_regs(o);
-    }
-
-    // epilogue: o = O / l (bf16, staged through this warpgroup's own Q rows, which only its own,
-    // completed, wgmma read), lse = ln2 (m c2 + log2 l)
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int row = 64 * wg + 16 * w + g + 8 * r;  // inside the tile
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            *reinterpret_cast<uint32_t *>(Qs + wgm::sw128<BQ>(row, 8 * j + 2 * t4)) =
-                gdnk::pack_bf16(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-        const int i = q0 + row;
-        if (t4 == 0 && i < T) p.lse[((size_t)b * H + h) * T + i] = ATTN_LN2 * (mrow[r] * c2 + log2f(l));
-    }
-    // the 128 threads of this warpgroup only (named barrier 1 + wg; 0 is __syncthreads);
-    // immediate ids, so ptxas reserves 3 barriers, not all 16
-    if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
-    else asm volatile("bar.sync 2, 128;\n" ::: "memory");
-    constexpr int CPR = D / 8;
-#pragma unroll
-    for (int c = tid & 127; c < 64 * CPR; c += 128) {
-        const int row = 64 * wg + c / CPR, ch = c % CPR, i = q0 + row;
-        if (i < T)
-            *reinterpret_cast<uint4 *>(p.o + (((size_t)b * T + i) * H + h) * D + ch * 8) =
-                *reinterpret_cast<const uint4 *>(Qs + wgm::sw128<BQ>(row, ch * 8));
-    }
-#else
-    __trap();  // launched only where the sm_90a image exists (attention_fwd_launch_wgmma checks)
-#endif
-}
-
-// ---- Hopper path, second version (the sm_90a default; GDN_ATTN_WGMMA_FWD2=0 keeps the above) --
-// Same tiles, walk, masking, softmax, lse and epilogue as attention_fwd_wgmma_kernel, and per
-// block the same arithmetic in the same order (S from zero, o = o * corr_u + P_u V_u), so o and
-// lse match it. What changes is the schedule:
+// attention_fwd_wgmma2_kernel (session 8 deleted the first version, which ran the same arithmetic with each wgmma group waited
+// for at once and K/V double-buffered behind CTA barriers: git history, and bench/attention.md
+// for its A/B). Per block the arithmetic and its order are fixed (S from zero, o = o * corr_u +
+// P_u V_u); what the schedule does:
 // (1) Inside a warpgroup (flash-attention 3's intra-warpgroup overlap): S_{u+1} = Q K_{u+1}^T and
 //     O += P_u V_u are issued back to back as two wgmma groups, S first; wait_group 1 returns
 //     once S_{u+1} is done and its mask and softmax run while P_u V_u is still on the tensor
@@ -440,8 +277,7 @@ constexpr int fwd_wgmma2_smem_bytes() {
 }
 static_assert(fwd_wgmma2_smem_bytes<128, 3>() <= 227 * 1024, "wgmma2: 3 stages exceed sm_90's 227 KiB");
 
-// Mask and online softmax of one score block of a warpgroup, as in attention_fwd_wgmma_kernel's
-// loop: s (64 x BK, the S accumulator) -> p = 2^(s c2 - m c2); m, l updated; corr = the factor o
+// Mask and online softmax of one score block of a warpgroup: s (64 x BK, the S accumulator) -> p = 2^(s c2 - m c2); m, l updated; corr = the factor o
 // must be multiplied by. Rows i0 (r = 0) and i0 + 8 (r = 1), keys k0 + 8 j + 2 t4 + (e & 1).
 template <int BK>
 __device__ __forceinline__ void wg2_softmax(float (&s)[BK / 2], float (&mrow)[2], float (&lrow)[2], float (&corr)[2],
@@ -632,7 +468,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attention_fwd_wgmma2_kernel(con
     wgm::wait<0>();
     wgm::fence_regs(o);
 
-    // epilogue as attention_fwd_wgmma_kernel: o = O / l staged through this warpgroup's own Q
+    // epilogue: o = O / l staged through this warpgroup's own Q
     // rows (only its own, retired, wgmma read them; the other warpgroup's rows are disjoint),
     // lse = ln2 (m c2 + log2 l)
 #pragma unroll
@@ -757,35 +593,28 @@ void attention_fwd_launch_bf16(const attn_params *p, int W) {
     fwd_launch(attention_fwd_kernel<D>, fwd_smem_bytes<D>(), FWD_BQ, FWD_THREADS, p, W);
 }
 
-template <int D>
-void attention_fwd_launch_wgmma(const attn_params *p, int W) {
-    fwd_launch(attention_fwd_wgmma_kernel<D>, fwd_wgmma_smem_bytes<D>(), WG_BQ, WG_THREADS, p, W);
-}
-
 template <int D, int NS>
 void attention_fwd_launch_wgmma2(const attn_params *p, int W) {
     fwd_launch(attention_fwd_wgmma2_kernel<D, NS>, fwd_wgmma2_smem_bytes<D, NS>(), WG_BQ, WG_THREADS, p, W);
 }
 
-// Which wgmma forward runs (read once): GDN_ATTN_WGMMA_FWD2 = 0: attention_fwd_wgmma_kernel (the
-// first version, for A/B); 3: attention_fwd_wgmma2_kernel with 3 K/V stages; unset or anything
-// else: attention_fwd_wgmma2_kernel with 2 stages (0.5-1.6% faster than 3 on an H200, session 7).
+// K/V stages of the wgmma forward (read once): GDN_ATTN_WGMMA_FWD2 = 3: 3 stages; unset or
+// anything else: 2 (0.5-1.6% faster than 3 on an H200, session 7).
 int attention_fwd_wgmma_version() {
     static int v = -1;  // concurrent first calls store the same value
     if (v < 0) {
         const char *s = getenv("GDN_ATTN_WGMMA_FWD2");
-        v = s && strcmp(s, "0") == 0 ? 0 : s && strcmp(s, "3") == 0 ? 3 : 2;
+        v = s && strcmp(s, "3") == 0 ? 3 : 2;
     }
     return v;
 }
 
 template <int D>
 void attention_fwd_launch_wgmma_any(const attn_params *p, int W) {
-    switch (attention_fwd_wgmma_version()) {
-    case 0: attention_fwd_launch_wgmma<D>(p, W); break;
-    case 3: attention_fwd_launch_wgmma2<D, 3>(p, W); break;
-    default: attention_fwd_launch_wgmma2<D, 2>(p, W); break;
-    }
+    if (attention_fwd_wgmma_version() == 3)
+        attention_fwd_launch_wgmma2<D, 3>(p, W);
+    else
+        attention_fwd_launch_wgmma2<D, 2>(p, W);
 }
 
 template <int D>
@@ -818,14 +647,12 @@ extern "C" void attention_fwd(const attn_params *p) {
 }
 
 extern "C" const char *attention_fwd_wgmma_version_name(void) {
-    switch (attention_fwd_wgmma_version()) {
-    case 0: return "attention_fwd_wgmma_kernel, first version (GDN_ATTN_WGMMA_FWD2=0)";
-    case 3: return "attention_fwd_wgmma2_kernel, 3 K/V stages (GDN_ATTN_WGMMA_FWD2=3)";
-    default: return "attention_fwd_wgmma2_kernel, 2 K/V stages (default; GDN_ATTN_WGMMA_FWD2=0: first version, 3: 3 stages)";
-    }
+    return attention_fwd_wgmma_version() == 3
+               ? "attention_fwd_wgmma2_kernel, 3 K/V stages (GDN_ATTN_WGMMA_FWD2=3)"
+               : "attention_fwd_wgmma2_kernel, 2 K/V stages (default; GDN_ATTN_WGMMA_FWD2=3: 3 stages)";
 }
 
 extern "C" int attention_fwd_wgmma_selected(void) {
     static int env = -1, image = -1;
-    return attn_wgmma_selected("GDN_ATTN_WGMMA", attention_fwd_wgmma_kernel<128>, &env, &image);
+    return attn_wgmma_selected("GDN_ATTN_WGMMA", attention_fwd_wgmma2_kernel<128, 2>, &env, &image);
 }

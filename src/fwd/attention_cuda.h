@@ -61,8 +61,8 @@ void attention_bwd(const attn_params *p);  // reads q, k, v, o, lse, dO; writes 
 // unless GDN_ATTN_WGMMA=0 is in the environment (read once; keeps the mma.sync kernel, for
 // comparisons). Measured on an H200: bench/attention.md, session 6.
 int attention_fwd_wgmma_selected(void);
-// Which of the wgmma forwards runs (GDN_ATTN_WGMMA_FWD2: unset = the overlapped kernel with 2 K/V
-// stages, 3 = with 3 stages, 0 = the first version), in words for test and bench logs.
+// How the wgmma forward runs (GDN_ATTN_WGMMA_FWD2: unset = the overlapped kernel with 2 K/V
+// stages, 3 = with 3 stages), in words for test and bench logs.
 const char *attention_fwd_wgmma_version_name(void);
 // The same for attention_bwd (bf16): 1 when it runs the Hopper dK/dV and dQ kernels (wgmma, both
 // modes) on a compute capability 9.x device with the sm_90a image; GDN_ATTN_WGMMA_BWD=0 keeps the

@@ -96,8 +96,10 @@ __device__ __forceinline__ void fence_regs(uint32_t (&a)[NR]) {
 #define WGM_D8(i)                                                                                              \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
         "+f"(d[i + 7])
+#define WGM_D16 WGM_D8(0), WGM_D8(8)
 #define WGM_D32 WGM_D8(0), WGM_D8(8), WGM_D8(16), WGM_D8(24)
 #define WGM_D64 WGM_D32, WGM_D8(32), WGM_D8(40), WGM_D8(48), WGM_D8(56)
+#define WGM_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define WGM_R32                                                                                                \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"                                   \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -121,10 +123,17 @@ __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t da, uint64_t 
                      : WGM_D64
                      : "l"(da), "l"(db), "r"(acc), "n"(TB));
 }
+// mma_rs also takes N = 32 (m64n32k16: 16 accumulators, the layout above with j < 4).
 template <int N, int TB>
 __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int acc) {
-    static_assert(N == 64 || N == 128, "wgmma: N 64 or 128");
-    if constexpr (N == 64)
+    static_assert(N == 32 || N == 64 || N == 128, "wgmma: N 32, 64 or 128");
+    if constexpr (N == 32)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " WGM_R16
+                     ", {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+                     : WGM_D16
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+    else if constexpr (N == 64)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGM_R32
                      ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
@@ -138,8 +147,10 @@ __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4]
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
 #undef WGM_D8
+#undef WGM_D16
 #undef WGM_D32
 #undef WGM_D64
+#undef WGM_R16
 #undef WGM_R32
 #undef WGM_R64
 

@@ -3,8 +3,8 @@
 // true fp32). W is (out, in) row-major as in PyTorch; x, y, dx, dy are token-major (N rows).
 // One cuBLASLt handle and one 32 MiB workspace for the process, created by cuda_linear_init;
 // the algorithm of each (shape, dtype, alignment) is chosen once at its first use and cached:
-// the heuristic's first one, or for beta = 0 the fastest of its candidates that compute the
-// same bits (linear_cuda.cu: timed on that call's operands), so results are bitwise those of
+// the heuristic's first one, or for beta = 0 the fastest of its candidates whose output on that
+// call's operands is bitwise the first one's (linear_cuda.cu), so results are bitwise those of
 // the heuristic's first choice and repeatable from step to step and run to run.
 #pragma once
 #include <stddef.h>
@@ -20,6 +20,12 @@ void cuda_linear_init(void);
 // Algorithm tuning on (1), off (0: the heuristic's first choice) or as GDN_GEMM_TUNE says (-1,
 // the default: on unless it is "0"); drops the cached plans (tests compare the two).
 void cuda_linear_set_tune(int on);
+// What tuning did so far: plans tuned, candidates run besides each first choice, and of those
+// the ones dropped because their output differed from the first choice's.
+typedef struct {
+    int plans, candidates, dropped;
+} cuda_linear_tune_stats;
+cuda_linear_tune_stats cuda_linear_get_tune_stats(void);
 // y (N,out) = x (N,in) W^T, W (out,in); x, W, y in dt.
 void cuda_linear_fwd(cuda_dtype dt, void *y, const void *x, const void *W, int N, int in, int out,
                      cudaStream_t s);

@@ -1131,32 +1131,42 @@ static void test_linear(cuda_dtype dt, rng_t *r) {
 // GEMM algorithm tuning (linear_cuda.cu tune_plan) must not change a bit: y = x W^T and dx = dy W
 // (the beta = 0 GEMMs it tunes) with the heuristic's first algorithm and with the tuned one, at
 // the model's shapes (fla-220m's, N cut to 4096 / 2048) and small ones. Each side starts from an
-// empty plan cache (cuda_linear_set_tune drops it), so each picks and runs its own algorithm.
+// empty plan cache (cuda_linear_set_tune drops it), picks its algorithm on a first call (tuning
+// compares candidates on that call's operands), and is then compared on other operands, which
+// the choice never saw.
 static void test_linear_tune(cuda_dtype dt, rng_t *r) {
     const int shapes[][3] = {{4096, 1024, 1024}, {4096, 1024, 2816}, {4096, 2816, 1024},
-                             {2048, 1024, 3080}, {2048, 1024, 32000}, {300, 256, 520}, {65, 128, 4}};
+                             {2048, 1024, 3080}, {2048, 1024, 32000}, {300, 256, 520}, {128, 64, 192},
+                             {128, 192, 64}, {65, 128, 4}};
     for (const auto &sh : shapes) {
         const int N = sh[0], in = sh[1], out = sh[2];
         const size_t nx = (size_t)N * in, ny = (size_t)N * out, nw = (size_t)out * in;
         dten x = dput(randn(r, nx, 1.0, dt), dt), W = dput(randn(r, nw, 0.1, dt), dt);
         dten g = dput(randn(r, ny, 1.0, dt), dt), y = dempty(ny, dt), dx = dempty(nx, dt);
+        dten x2 = dput(randn(r, nx, 1.0, dt), dt), W2 = dput(randn(r, nw, 0.1, dt), dt);
+        dten g2 = dput(randn(r, ny, 1.0, dt), dt);
         std::vector<unsigned char> yb[2], dxb[2];
         for (int tune = 0; tune < 2; tune++) {
             cuda_linear_set_tune(tune);
+            cuda_linear_fwd(dt, y.d, x.d, W.d, N, in, out, 0);  // picks the algorithms
+            cuda_linear_bwd(dt, dx.d, NULL, g.d, x.d, W.d, N, in, out, false, 0);
             poison(y);
             poison(dx);
-            cuda_linear_fwd(dt, y.d, x.d, W.d, N, in, out, 0);
-            cuda_linear_bwd(dt, dx.d, NULL, g.d, x.d, W.d, N, in, out, false, 0);
+            cuda_linear_fwd(dt, y.d, x2.d, W2.d, N, in, out, 0);
+            cuda_linear_bwd(dt, dx.d, NULL, g2.d, x2.d, W2.d, N, in, out, false, 0);
             CUDA_CHECK(cudaDeviceSynchronize());
             yb[tune] = raw(y);
             dxb[tune] = raw(dx);
         }
         char op[80];
         snprintf(op, sizeof op, "linear tuned N%d in%d out%d", N, in, out);
-        row_bool(op, dt == CUDA_BF16 ? "bf16" : "fp32", "y = untuned y", yb[0] == yb[1]);
-        row_bool(op, dt == CUDA_BF16 ? "bf16" : "fp32", "dx = untuned dx", dxb[0] == dxb[1]);
+        row_bool(op, dt == CUDA_BF16 ? "bf16" : "fp32", "y = untuned y (new operands)", yb[0] == yb[1]);
+        row_bool(op, dt == CUDA_BF16 ? "bf16" : "fp32", "dx = untuned dx (new operands)", dxb[0] == dxb[1]);
     }
     cuda_linear_set_tune(-1);
+    cuda_linear_tune_stats st = cuda_linear_get_tune_stats();
+    printf("GEMM tuning so far: %d plans tuned, %d candidates run besides the first choices, %d of "
+           "them dropped (output bits differed)\n", st.plans, st.candidates, st.dropped);
 }
 
 int main() {

@@ -12,6 +12,8 @@
 // and with A taken from rows 64..127 of a 128-row tile (a second warpgroup's rows): ss_k N 128
 // (the forward's and the dQ pass's Q rows), ss_k N 64 K 128 (the backward dK/dV pass's K / V
 // rows at D = 128) and ss_n N 64 K 128 (its nondeterministic dQ product at D = 64, A = dS).
+// Also rs_k with N = 32 (m64n32k16, K 16 and 64: the GDN backward's dO Δ^T and dΔ Y^T at
+// GDN_BWD_WGMMA=3, whose B is a 32-row half of a 64-row panel).
 // Every case runs accumulating onto a random C (scale-d = 1) and with scale-d = 0 on the first
 // k-step (C must be ignored). Inputs are random bf16, never 0 (+-[0.25, 1]), so every misplaced
 // element shows. Pass: |D - ref| <= 1e-5 (|C| + sum_k |A B|) per element. A failing case prints
@@ -77,7 +79,7 @@ __global__ void __launch_bounds__(128) wgmma_case_kernel(const __nv_bfloat16 *A,
                             : swap_nb ? wgm::desc(bs + 2u * (uint32_t)wgm::sw128<K>(16 * s, 0), 1024u, K * 128u)
                                       : wgm::desc_n<K>(bs, s);
         const int acc = !(zero_first && s == 0);
-        if (AREG) wgm::mma_rs<N, TB>(d, a[s], db, acc);
+        if constexpr (AREG) wgm::mma_rs<N, TB>(d, a[s], db, acc);
         else wgm::mma_ss<N, TB>(d, wgm::desc_k<AR>(as, R0, s), db, acc);
     }
     wgm::commit();
@@ -227,6 +229,8 @@ int main() {
     // kernels use them
     const int upper = run_case<128, 64, 128, MODE_SS_K>(&r) + run_case<128, 128, 128, MODE_SS_K>(&r) +
                       run_case<64, 128, 128, MODE_SS_K>(&r) + run_case<64, 128, 128, MODE_SS_N>(&r);
+    // m64n32 (rs_k only: mma_ss takes N 64 / 128)
+    const int n32 = run_case<32, 16, 64, MODE_RS_K>(&r) + run_case<32, 64, 64, MODE_RS_K>(&r);
 
     // Where a failure points, from which K first fails per form (same N).
     printf("\nsummary per form and N (K = 16 / 64 / 128):\n");
@@ -242,5 +246,7 @@ int main() {
         }
     printf("  ss_k, ss_n A rows 64-127 of a 128-row tile: %s\n",
            upper ? "FAIL (the row offset of the A descriptor; rows 0-63 pass above?)" : "ok");
+    printf("  rs_k N 32 (m64n32k16), K 16 / 64: %s\n",
+           n32 ? "FAIL (wgmma.cuh's N = 32 form: accumulator list or operand numbering)" : "ok");
     return gc_finish("test_wgmma");
 }
