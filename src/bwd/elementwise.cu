@@ -100,6 +100,29 @@ struct dw_dst {
     __device__ __forceinline__ float *dst(int c) const { return dw + c; }
 };
 
+// The (gated) RMSNorm backward's per-element arithmetic, every rounding explicit (the _rn
+// intrinsics are never contracted into FMAs): the kernel instances with and without the
+// recompute output (Y) must agree bit for bit (train.recompute = light == off), and with plain
+// operators the compiler fused differently per instance once unrelated code around them changed
+// (test_cuda_ops "others as without it", session 9). q = z sigmoid(z), or 1 without the gate.
+//   ux term  ((g w) q) x, added to ux by one FMA
+//   dx       ((r g) w) q - c x
+//   dw term  ((g x) r) q
+//   dz       ((((g x) r) w) s) (1 + z (1 - s))
+__device__ __forceinline__ float norm_ux_add(float ux, float g, float w, float q, float x) {
+    return __fmaf_rn(__fmul_rn(__fmul_rn(g, w), q), x, ux);
+}
+__device__ __forceinline__ float norm_dx(float r, float g, float w, float q, float c, float x) {
+    return __fmaf_rn(-c, x, __fmul_rn(__fmul_rn(__fmul_rn(r, g), w), q));
+}
+__device__ __forceinline__ float norm_dw_term(float g, float x, float r, float q) {
+    return __fmul_rn(__fmul_rn(__fmul_rn(g, x), r), q);
+}
+__device__ __forceinline__ float norm_dz(float g, float x, float r, float w, float z, float s) {
+    return __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(g, x), r), w), s),
+                     __fmaf_rn(z, __fsub_rn(1.f, s), 1.f));
+}
+
 // dw[i] += sum_n dy[n,i] x[n,i] rstd[n]
 template <typename T> struct rmsnorm_dw_term {
     const T *dy, *x;
@@ -108,7 +131,7 @@ template <typename T> struct rmsnorm_dw_term {
     int d;
     __device__ __forceinline__ float term(size_t r, int c) const {
         const size_t i = r * d + c;
-        return to_f(dy[i]) * to_f(x[i]) * rstd[r];
+        return norm_dw_term(to_f(dy[i]), to_f(x[i]), rstd[r], 1.f);
     }
     __device__ __forceinline__ float *dst(int c) const { return dw + c; }
 };
@@ -121,10 +144,9 @@ template <typename T> struct gated_dw_term {
     size_t zld;
     __device__ __forceinline__ float term(size_t r, int c) const {
         const size_t i = r * D + c;
-        const float v = to_f(dy[i]) * to_f(x[i]) * rstd[r];
-        if (!z) return v;
+        if (!z) return norm_dw_term(to_f(dy[i]), to_f(x[i]), rstd[r], 1.f);
         const float zi = to_f(z[(r / zh) * zld + (r % zh) * D + c]);
-        return v * (zi * sigmoid_f(zi));
+        return norm_dw_term(to_f(dy[i]), to_f(x[i]), rstd[r], __fmul_rn(zi, sigmoid_fast(zi)));
     }
     __device__ __forceinline__ float *dst(int c) const { return dw + c; }
 };
@@ -155,7 +177,7 @@ template <typename T> struct gates_dparam_term {
         if (!dg) return 0.f;
         const float u = to_f(a[r * ld + h]) + to_f(dt_bias[h]), up = dg[i], e = expf(to_f(A_log[h]));
         if (col < H) return up * (-e * (u > 20.f ? u : log1pf(expf(u))));
-        return -e * (u > 20.f ? 1.f : sigmoid_f(u)) * up;
+        return -e * (u > 20.f ? 1.f : sigmoid_fast(u)) * up;
     }
     __device__ __forceinline__ float *dst(int col) const { return col < H ? dA_log + col : ddt_bias + (col - H); }
 };
@@ -238,7 +260,7 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_kernel(const norm_bwd
         load_pack<T, W>(gr + k * W, g);
         load_pack<T, W>(w + k * W, wv);
 #pragma unroll
-        for (int j = 0; j < W; j++) ux += wv[j] * g[j] * a[j];
+        for (int j = 0; j < W; j++) ux = norm_ux_add(ux, g[j], wv[j], 1.f, a[j]);
     }
     ux = warp_sum(ux);
     const float r = p.rstd[row], c = r * r * r * ux / (float)d;
@@ -250,7 +272,7 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_kernel(const norm_bwd
         if (p.acc) load_pack<T, W>(dxr + k * W, o);
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            const float v = r * wv[j] * g[j] - c * a[j];
+            const float v = norm_dx(r, g[j], wv[j], 1.f, c, a[j]);
             o[j] = p.acc ? o[j] + v : v;
         }
         store_pack<T, W>(dxr + k * W, o);
@@ -279,10 +301,10 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const no
         if (z) {
             load_pack<T, W>(z + oz + k * W, zv);
 #pragma unroll
-            for (int j = 0; j < W; j++) ux += g[j] * wv[j] * (zv[j] * sigmoid_f(zv[j])) * a[j];
+            for (int j = 0; j < W; j++) ux = norm_ux_add(ux, g[j], wv[j], __fmul_rn(zv[j], sigmoid_fast(zv[j])), a[j]);
         } else {
 #pragma unroll
-            for (int j = 0; j < W; j++) ux += g[j] * wv[j] * a[j];
+            for (int j = 0; j < W; j++) ux = norm_ux_add(ux, g[j], wv[j], 1.f, a[j]);
         }
     }
     ux = warp_sum(ux);
@@ -297,9 +319,9 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const no
             float dzv[W];
 #pragma unroll
             for (int j = 0; j < W; j++) {
-                const float s = sigmoid_f(zv[j]);
-                q[j] = zv[j] * s;
-                dzv[j] = g[j] * a[j] * rs * wv[j] * s * (1.f + zv[j] * (1.f - s));
+                const float s = sigmoid_fast(zv[j]);
+                q[j] = __fmul_rn(zv[j], s);
+                dzv[j] = norm_dz(g[j], a[j], rs, wv[j], zv[j], s);
                 if (Y) yv[j] = gated_rmsnorm_y(a[j], rs, wv[j], zv[j], s);
             }
             if (p.dz) store_pack<T, W>(p.dz + oz + k * W, dzv);
@@ -312,7 +334,7 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_bwd_kernel(const no
         }
         if (Y) store_pack<T, W>(p.y + o + k * W, yv);
 #pragma unroll
-        for (int j = 0; j < W; j++) a[j] = rs * g[j] * wv[j] * q[j] - c * a[j];
+        for (int j = 0; j < W; j++) a[j] = norm_dx(rs, g[j], wv[j], q[j], c, a[j]);
         store_pack<T, W>(p.dx + o + k * W, a);
     }
 }
@@ -389,7 +411,7 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_fused_kernel(const no
                 load_pack<T, W>(gr + k * W, g);
                 load_pack<T, W>(p.w + k * W, wv);
 #pragma unroll
-                for (int j = 0; j < W; j++) ux += wv[j] * g[j] * a[j];
+                for (int j = 0; j < W; j++) ux = norm_ux_add(ux, g[j], wv[j], 1.f, a[j]);
                 if (Y) {  // y again, here where x and w are at hand (r is known)
                     float yv[W];
 #pragma unroll
@@ -410,9 +432,9 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_bwd_fused_kernel(const no
                 if (p.acc) load_pack<T, W>(dxr + k * W, o);
 #pragma unroll
                 for (int j = 0; j < W; j++) {
-                    const float v = r * wv[j] * g[j] - c * a[j];
+                    const float v = norm_dx(r, g[j], wv[j], 1.f, c, a[j]);
                     o[j] = p.acc ? o[j] + v : v;
-                    t[j] = g[j] * a[j] * r;
+                    t[j] = norm_dw_term(g[j], a[j], r, 1.f);
                 }
                 store_pack<T, W>(dxr + k * W, o);
                 add_to_f4<W>(acc + k * W, t);
@@ -451,14 +473,14 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
                     load_pack<T, W>(z + oz + (size_t)(lane + 32 * i) * W, zv);
 #pragma unroll
                     for (int j = 0; j < W; j++) {
-                        sg[i][j] = sigmoid_f(zv[j]);
-                        ux += g[j] * wv[j] * (zv[j] * sg[i][j]) * a[j];
+                        sg[i][j] = sigmoid_fast(zv[j]);
+                        ux = norm_ux_add(ux, g[j], wv[j], __fmul_rn(zv[j], sg[i][j]), a[j]);
                         if (Y) yv[j] = gated_rmsnorm_y(a[j], rs, wv[j], zv[j], sg[i][j]);
                     }
                 } else {
 #pragma unroll
                     for (int j = 0; j < W; j++) {
-                        ux += g[j] * wv[j] * a[j];
+                        ux = norm_ux_add(ux, g[j], wv[j], 1.f, a[j]);
                         if (Y) yv[j] = rmsnorm_y(a[j], rs, wv[j]);
                     }
                 }
@@ -481,8 +503,8 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
 #pragma unroll
                     for (int j = 0; j < W; j++) {
                         const float s = sg[i][j];
-                        q[j] = zv[j] * s;
-                        dzv[j] = g[j] * a[j] * rs * wv[j] * s * (1.f + zv[j] * (1.f - s));
+                        q[j] = __fmul_rn(zv[j], s);
+                        dzv[j] = norm_dz(g[j], a[j], rs, wv[j], zv[j], s);
                     }
                     if (p.dz) store_pack<T, W>(p.dz + ez, dzv);
                 } else {
@@ -491,8 +513,8 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
                 }
 #pragma unroll
                 for (int j = 0; j < W; j++) {
-                    t[j] = z ? g[j] * a[j] * rs * q[j] : g[j] * a[j] * rs;
-                    a[j] = rs * g[j] * wv[j] * q[j] - c * a[j];
+                    t[j] = norm_dw_term(g[j], a[j], rs, q[j]);  // q = 1 without z
+                    a[j] = norm_dx(rs, g[j], wv[j], q[j], c, a[j]);
                 }
                 store_pack<T, W>(p.dx + e, a);
                 add_to_f4<W>(acc + (lane + 32 * i) * W, t);
@@ -531,10 +553,10 @@ __global__ void __launch_bounds__(EW_THREADS)
         if (mode.gate && da) {
             const float u = to_f(a[j]) + to_f(dt_bias[h]), up = dg ? dg[i] : 0.f;
             const float e = expf(to_f(A_log[h]));
-            da[j] = from_f<T>(-e * (u > 20.f ? 1.f : sigmoid_f(u)) * up);
+            da[j] = from_f<T>(-e * (u > 20.f ? 1.f : sigmoid_fast(u)) * up);
         }
         if (mode.delta && db) {
-            const float s = sigmoid_f(to_f(b[j]));
+            const float s = sigmoid_fast(to_f(b[j]));
             db[j] = from_f<T>((dbeta ? dbeta[i] : 0.f) * cc * s * (1.f - s));
         }
     }
@@ -550,7 +572,7 @@ template <typename T> struct silu_bwd_op {
         load_pack<T, W>(x + i, a);
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            const float s = sigmoid_f(a[j]);
+            const float s = sigmoid_fast(a[j]);
             g[j] = g[j] * s * (1.f + a[j] * (1.f - s));
         }
         store_pack<T, W>(dx + i, g);
@@ -568,9 +590,10 @@ template <typename T, bool H> struct swiglu_bwd_op {
         load_pack<T, W>(up + i, u);
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            const float s = sigmoid_f(g[j]);
-            dg[j] = d[j] * u[j] * s * (1.f + g[j] * (1.f - s));
-            du[j] = d[j] * g[j] * s;
+            const float s = sigmoid_fast(g[j]);
+            // every rounding explicit, as the norms' (norm_dx): the H and plain instances agree
+            dg[j] = __fmul_rn(__fmul_rn(__fmul_rn(d[j], u[j]), s), __fmaf_rn(g[j], __fsub_rn(1.f, s), 1.f));
+            du[j] = __fmul_rn(__fmul_rn(d[j], g[j]), s);
             if (H) hv[j] = swiglu_h(g[j], s, u[j]);
         }
         store_pack<T, W>(dgate + i, dg);

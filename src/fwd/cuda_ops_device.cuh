@@ -67,19 +67,11 @@ template <typename T> constexpr int vec_width() { return 16 / (int)sizeof(T); }
 constexpr int CONV_KMAX = 8;
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-// 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below (never overflows). Written without the
-// branch: both sides take e = expf(-|x|) and divide by 1 + e, only the numerator differs, so the
-// value is bitwise that of the two-branch form (also at -0, +-inf and NaN), while a warp whose
-// lanes disagree on the sign no longer runs both sides.
-__device__ __forceinline__ float sigmoid_f(float x) {
-    const float e = expf(-fabsf(x));
-    return (x >= 0.f ? 1.f : e) / (1.f + e);
-}
 // The forward outputs that a backward writes again (train.recompute = light: rmsnorm_bwd,
 // gated_rmsnorm_bwd, swiglu_bwd with their extra output), one definition each for the forward
 // kernel and the backward: from the same fp32 inputs (the saved rstd, the loaded x, w, z, gate,
 // up) the same bits. Products left to right, each rounded (__fmul_rn: the compiler may not fuse
-// one into an FMA, whatever surrounds the call); s = sigmoid_f(z) or sigmoid_f(gate).
+// one into an FMA, whatever surrounds the call); s = sigmoid_fast(z) or sigmoid_fast(gate).
 //   RMSNorm:        y = (x r) w
 //   gated RMSNorm:  y = ((x r) w) (z s)          (no gate: (x r) w)
 //   SwiGLU:         h = (g s) u
@@ -90,8 +82,9 @@ __device__ __forceinline__ float gated_rmsnorm_y(float x, float r, float w, floa
 __device__ __forceinline__ float swiglu_h(float g, float s, float u) { return __fmul_rn(__fmul_rn(g, s), u); }
 // sigmoid by the fast intrinsics: 1 / (1 + e^-x) with MUFU ex2 and rcp (limits exact: e^-x =
 // inf -> 0, e^-x = 0 -> 1); ~2 ulp + 1e-7 |x| relative, far below the fp32 and bf16
-// tolerances. The conv + SiLU kernels (src/*/conv_silu.cu) use it: with IEEE division they were
-// compute-bound (~2x slower at the model's shapes).
+// tolerances. Every GPU sigmoid uses it (SiLU in the conv kernels, SwiGLU, the gated norm, the
+// GDN gates): with expf and IEEE division the conv + SiLU kernels were compute-bound (~2x slower
+// at the model's shapes), and the gated norm's backward issue-bound (ncu, session 9).
 __device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
 
 // Sum over the 32 lanes by xor butterfly: every lane ends with the same, fixed-order value

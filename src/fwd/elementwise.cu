@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_fwd_kernel(T *y, fl
         if (z) {
             load_pack<T, W>(z + (row / zh) * zld + (row % zh) * D + k * W, zv);
 #pragma unroll
-            for (int j = 0; j < W; j++) a[j] = gated_rmsnorm_y(a[j], rs, wv[j], zv[j], sigmoid_f(zv[j]));
+            for (int j = 0; j < W; j++) a[j] = gated_rmsnorm_y(a[j], rs, wv[j], zv[j], sigmoid_fast(zv[j]));
         } else {
 #pragma unroll
             for (int j = 0; j < W; j++) a[j] = rmsnorm_y(a[j], rs, wv[j]);
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(EW_THREADS) gdn_gates_fwd_kernel(float *g, flo
         } else {
             g[i] = 0.f;
         }
-        if (mode.delta) beta[i] = c * sigmoid_f(to_f(b[j]));
+        if (mode.delta) beta[i] = c * sigmoid_fast(to_f(b[j]));
     }
 }
 
@@ -250,7 +250,7 @@ template <typename T> struct silu_fwd_op {
         float a[W];
         load_pack<T, W>(x + i, a);
 #pragma unroll
-        for (int j = 0; j < W; j++) a[j] = a[j] * sigmoid_f(a[j]);
+        for (int j = 0; j < W; j++) a[j] = a[j] * sigmoid_fast(a[j]);
         store_pack<T, W>(y + i, a);
     }
 };
@@ -262,7 +262,7 @@ template <typename T> struct swiglu_fwd_op {
         load_pack<T, W>(gate + i, g);
         load_pack<T, W>(up + i, u);
 #pragma unroll
-        for (int j = 0; j < W; j++) g[j] = swiglu_h(g[j], sigmoid_f(g[j]), u[j]);  // swiglu_bwd's h: the same
+        for (int j = 0; j < W; j++) g[j] = swiglu_h(g[j], sigmoid_fast(g[j]), u[j]);  // swiglu_bwd's h: the same
         store_pack<T, W>(h + i, g);
     }
 };
