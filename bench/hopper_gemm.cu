@@ -11,7 +11,11 @@
 // src/model/linear_cuda.cu), rel-L2 of ours against cuBLASLt's output over the whole matrix
 // (must be < 1e-3; different accumulation orders only flip a few bf16 roundings), plus a fp32
 // dot-product check of both at 4096 sampled elements, and the median of 15 timed calls after 3
-// (CUDA events). One RESULT line per shape and tile.
+// (CUDA events). One RESULT line per shape and variant.
+// Variants (v2): c256 / c128 are the first kernel below (hgemm_kernel); t*, p*, m* are
+// hgemm2_kernel (further down: TMA-store epilogue, pingpong consumers, 2-CTA clusters with W
+// multicast). HGEMM_VARIANTS=c256,t256,... runs only those (in that order; default: all);
+// HGEMM_TILE=256 or 128 keeps only the variants of that tile width. ALL OK only if every line is OK.
 //
 // Kernel (hgemm_kernel<BN, STAGES>): persistent, one CTA per SM, 384 threads = 3 warpgroups.
 //   warpgroup 0 = producer: setmaxnreg.dec to 40; one thread issues, per 64-wide k-block, two TMA
@@ -53,6 +57,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 #include <cublasLt.h>
 #include <cuda.h>
@@ -271,6 +276,325 @@ __global__ void __launch_bounds__(NTHREADS, 1)
 #endif
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// v2 kernels (hgemm2_kernel<BN, STAGES, TMA_ST, PP, CL, SPLIT>): the same producer / ring / wgmma
+// mainloop, plus three independent options (see bench/hopper_gemm.md, "v2"):
+//  TMA_ST: epilogue through shared memory + TMA store. Each consumer warpgroup owns a dedicated
+//    buffer of its rows x BN bf16 (32 KiB at BN 256 / 128-row pingpong, 16 KiB at coop BN 128),
+//    laid out as 64 x 64 chunks (8 KiB, 1024-aligned) in the 128-byte swizzle of the output
+//    tensor map (box 64 cols x 64 rows, SWIZZLE_128B). Per tile: the elected thread (thread 0 of
+//    the warpgroup, the only one that commits bulk groups) waits cp.async.bulk.wait_group.read 0
+//    (the previous tile's store has finished reading the buffer), named barrier; all 128 threads
+//    st.shared their bf16 pairs (conflict-free: 16-byte unit j ^ (row & 7) = j ^ g); every
+//    writer fence.proxy.async.shared::cta; named barrier; the elected thread issues one
+//    cp.async.bulk.tensor.2d.global.shared::cta store per in-range chunk and commits the group.
+//    The TMA unit clips rows >= M and cols >= N (chunks entirely outside are not issued).
+//    SPLIT = 2: a buffer of half the columns, filled and stored twice per tile (the second fill
+//    waits wait_group.read 0 on the first store), so that 128x256 keeps 4 stages.
+//    Before exit: cp.async.bulk.wait_group 0.
+//  PP: pingpong. Consumer warpgroup c computes whole tiles (TM x BN, TM = 64 at BN 256 with one
+//    m64n256 per k-step, TM = 128 at BN 128 with two m64n128 per k-step): local tile i belongs to
+//    warpgroup i & 1, so one warpgroup's epilogue overlaps the other's mainloop. The ring is
+//    shared in tile order; ring position of local tile i = i * nk. Ordering barrier ord[c]
+//    (count 4: lane 0 of each warp of the other warpgroup): before its mainloop of local tile
+//    i >= 1, warpgroup c waits ord[c] phase (i - 1) / 2, which warpgroup 1 - c completes right
+//    after the k-loop of tile i - 1 (after its last full-barrier wait). This (a) alternates the
+//    mainloops (CUTLASS's math ordering) and (b) guarantees that no waiter runs more than one
+//    phase ahead on full[s] (a try_wait.parity two phases early would succeed wrongly).
+//  CL = 2: thread-block cluster of 2 along M. The two CTAs of a cluster do the m-tiles 2 u and
+//    2 u + 1 of the same n-tile (a "unit"), in lockstep (same loop counts). Each CTA loads its X
+//    tile itself and half of the W tile (BN / 2 rows) with .multicast::cluster (ctaMask 0b11)
+//    into the same offset of both CTAs; full[s] expects the whole stage (its A + both B halves)
+//    from its own producer's arrive.expect_tx. empty[s] counts the consumer warps of BOTH CTAs
+//    (a stage of CTA r is written by both producers): each releasing warp arrives locally and,
+//    through mapa + mbarrier.arrive.release.cluster.shared::cluster, on the peer's empty[s]; the
+//    producer waits empty with acquire.cluster. barrier.cluster arrive.release / wait.acquire
+//    after the barrier inits (the peer's barriers exist before any multicast / remote arrive)
+//    and at the very end (no CTA exits while its peer may still arrive on its barriers).
+//    Fully out-of-range m-tiles (odd tile counts: lm head M = 8320) load a clamped, valid X tile
+//    and store nothing.
+template <int BN, int STAGES, bool TMA_ST, bool PP, int CL, int SPLIT = 1>
+struct Cfg2 {
+    static_assert(BN == 128 || BN == 256, "BN 128 or 256");
+    static_assert(CL == 1 || CL == 2, "cluster 1 or 2");
+    static constexpr int WG_ROWS = PP ? (BN == 256 ? 64 : 128) : 64;  // rows of one consumer warpgroup
+    static constexpr int TM = PP ? WG_ROWS : 128;                       // rows of a tile (X box)
+    static constexpr int MS = WG_ROWS / 64;                             // m64 wgmmas per k-step
+    static constexpr int A_BYTES = TM * BK * 2;
+    static constexpr int B_BYTES = BN * BK * 2;
+    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+    static_assert(SPLIT == 1 || (TMA_ST && SPLIT == 2), "SPLIT 2: the epilogue in two column halves");
+    static constexpr int QP = BN / 64 / SPLIT;                          // 64-col chunks per pass per m64
+    static constexpr int EPI_WG = TMA_ST ? WG_ROWS * BN * 2 / SPLIT : 0;  // epilogue buffer of one warpgroup
+    static constexpr int ARRIVERS = PP ? 4 : 8;                         // releasing warps per CTA per stage
+    static constexpr int NBAR = 2 * STAGES + 2;                         // full, empty, ord[2]
+    static constexpr int SMEM = STAGES * STAGE_BYTES + 2 * EPI_WG + 1024 + 8 * NBAR;
+    static constexpr int GROUP = 2048 / (TM * CL) > 0 ? 2048 / (TM * CL) : 1;  // units per raster group
+    static_assert(A_BYTES % 1024 == 0 && (B_BYTES / 2) % 1024 == 0, "1024-aligned panels");
+    static_assert(SMEM <= 227 * 1024, "exceeds sm_90's 227 KiB of shared memory per block");
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// bar_wait with the scope as a parameter: CLUSTER = acquire.cluster (barriers that receive remote
+// arrivals from the peer CTA), else acquire.cta (the default of the plain form).
+template <bool WARP, bool CLUSTER>
+__device__ __forceinline__ void bar_wait2(uint32_t bar, uint32_t parity) {
+    if constexpr (!CLUSTER) {
+        bar_wait<WARP>(bar, parity);
+    } else {
+        uint32_t done;
+#ifdef HGEMM_WATCHDOG
+        uint32_t tries = 0;
+        do {
+            asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done)
+                         : "r"(bar), "r"(parity)
+                         : "memory");
+            if (!done && ++tries >= (1u << 30)) __trap();
+        } while (!done);
+#else
+        do {
+            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done)
+                         : "r"(bar), "r"(parity)
+                         : "memory");
+        } while (!done);
+#endif
+        if (WARP) __syncwarp();
+    }
+}
+// 2-D TMA load multicast to the CTAs of `mask` (same CTA-relative offsets of dst and bar in each)
+__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
+                                               uint16_t mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(
+            dst),
+        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+        : "memory");
+}
+// 2-D TMA store of the box at (c0, c1) from shared memory; bulk async-group completion
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, int c0, int c1, uint32_t src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"((uint64_t)map),
+                 "r"(c0), "r"(c1), "r"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// named barrier 1 + c of consumer warpgroup c's 128 threads (barrier 0 is __syncthreads'); immediate
+// ids so that ptxas reserves only barriers 0-2
+__device__ __forceinline__ void named_sync_wg(int c) {
+    if (c == 0)
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    else
+        asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+__device__ __forceinline__ void st_shared_u32(uint32_t a, uint32_t v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync_all() {  // every thread of both CTAs (non-.aligned forms)
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// arrive on the mbarrier at the same CTA-relative address in CTA `rank` of the cluster
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t rank) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(
+                     bar),
+                 "r"(rank)
+                 : "memory");
+}
+__device__ __forceinline__ uint32_t pack_bf162(float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+#endif
+
+__device__ __forceinline__ void tile_coords_g(int t, int ntm, int ntn, int group, int &tm, int &tn) {
+    const int per_group = group * ntn;
+    const int grp = t / per_group, first = grp * group;
+    const int gsize = min(ntm - first, group);
+    const int r = t - grp * per_group;
+    tm = first + r % gsize;
+    tn = r / gsize;
+}
+
+template <int BN, int STAGES, bool TMA_ST, bool PP, int CL, int SPLIT>
+__global__ void __launch_bounds__(NTHREADS, 1)
+    hgemm2_kernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW,
+                  const __grid_constant__ CUtensorMap tmY, __nv_bfloat16 *__restrict__ Y, int M, int N, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using C = Cfg2<BN, STAGES, TMA_ST, PP, CL, SPLIT>;
+    constexpr int TM = C::TM, MS = C::MS, QP = C::QP;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    // ring (STAGES x [A TM x 128 B | B BN x 128 B]), then the epilogue buffers (2 x EPI_WG), then
+    // the barriers full[STAGES], empty[STAGES], ord[2]. The dynamic shared memory starts at the
+    // same offset in every CTA of the kernel, so `base` and all offsets agree between the two
+    // CTAs of a cluster (multicast and remote arrivals use CTA-relative offsets).
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t epi = base + STAGES * C::STAGE_BYTES;
+    const uint32_t full = epi + 2 * C::EPI_WG, empty = full + 8 * STAGES, ord = empty + 8 * STAGES;
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const uint32_t rank = CL > 1 ? cluster_rank() : 0u;
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            wgm::mbar_init(full + 8 * s, 1);
+            wgm::mbar_init(empty + 8 * s, C::ARRIVERS * CL);
+        }
+        wgm::mbar_init(ord, 4);
+        wgm::mbar_init(ord + 8, 4);
+        wgm::mbar_init_fence();
+    }
+    if (tid == 32) {
+        prefetch_map(&tmX);
+        prefetch_map(&tmW);
+        if (TMA_ST) prefetch_map(&tmY);
+    }
+    if constexpr (CL > 1)
+        cluster_sync_all();  // also a CTA barrier: the inits are visible to both CTAs before any use
+    else
+        __syncthreads();
+    const int ntm = (M + TM - 1) / TM, ntn = (N + BN - 1) / BN, nk = (K + BK - 1) / BK;
+    const int ntm_u = (ntm + CL - 1) / CL, nunits = ntm_u * ntn;
+    const int unit0 = blockIdx.x / CL, uslots = gridDim.x / CL;
+
+    if (wg == 0) {  // producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) {
+            int stage = 0;
+            uint32_t phase = 0;
+            for (int u = unit0; u < nunits; u += uslots) {
+                int tmu, tn;
+                tile_coords_g(u, ntm_u, ntn, C::GROUP, tmu, tn);
+                const int tm = min(tmu * CL + (int)rank, ntm - 1);  // clamped: see the header
+                for (int kb = 0; kb < nk; kb++) {
+                    bar_wait2<false, (CL > 1)>(empty + 8 * stage, phase ^ 1);
+                    const uint32_t fb = full + 8 * stage, sa = base + stage * C::STAGE_BYTES;
+                    bar_expect_tx(fb, C::STAGE_BYTES);
+                    tma_load_2d(sa, &tmX, kb * BK, tm * TM, fb);
+                    if constexpr (CL == 1)
+                        tma_load_2d(sa + C::A_BYTES, &tmW, kb * BK, tn * BN, fb);
+                    else
+                        tma_load_2d_mc(sa + C::A_BYTES + rank * (C::B_BYTES / 2), &tmW, kb * BK,
+                                       tn * BN + (int)rank * (BN / 2), fb, (uint16_t)0x3);
+                    if (++stage == STAGES) stage = 0, phase ^= 1;
+                }
+            }
+        }
+    } else {  // consumers
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int c = wg - 1, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+        const int rowoff = PP ? 0 : 64 * c;  // this warpgroup's first row in the tile
+        float d[MS][BN / 2];
+#pragma unroll
+        for (int m = 0; m < MS; m++)
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++) d[m][i] = 0.f;
+        int i = 0;
+        for (int u = unit0; u < nunits; u += uslots, i++) {
+            if (PP && (i & 1) != c) continue;
+            int tmu, tn;
+            tile_coords_g(u, ntm_u, ntn, C::GROUP, tmu, tn);
+            const int tm = tmu * CL + (int)rank;  // unclamped: >= ntm stores nothing
+            if (PP && i > 0) bar_wait2<true, false>(ord + 8 * c, (uint32_t)((i - 1) >> 1) & 1u);
+            const int it0 = i * nk;
+            int stage = it0 % STAGES;
+            uint32_t phase = (uint32_t)(it0 / STAGES) & 1u;
+            int prev = 0;
+            for (int kb = 0; kb < nk; kb++) {
+                bar_wait2<true, false>(full + 8 * stage, phase);
+                const uint32_t sa = base + stage * C::STAGE_BYTES, sb = sa + C::A_BYTES;
+                wgm::fence();
+#pragma unroll
+                for (int s = 0; s < BK / 16; s++)
+#pragma unroll
+                    for (int m = 0; m < MS; m++)
+                        mma<BN>(d[m], wgm::desc_k<TM>(sa, rowoff + 64 * m, s), wgm::desc_k<BN>(sb, 0, s), (kb | s) != 0);
+                wgm::commit();
+                if (kb > 0) {  // k-block kb - 1's wgmmas are done: release its stage (both CTAs)
+                    wgm::wait<1>();
+                    if (lane == 0) {
+                        wgm::mbar_arrive(empty + 8 * prev);
+                        if (CL > 1) mbar_arrive_remote(empty + 8 * prev, rank ^ 1u);
+                    }
+                }
+                prev = stage;
+                if (++stage == STAGES) stage = 0, phase ^= 1;
+            }
+            if (PP && lane == 0) wgm::mbar_arrive(ord + 8 * (c ^ 1));  // the other warpgroup may start
+            wgm::wait<0>();
+#pragma unroll
+            for (int m = 0; m < MS; m++) wgm::fence_regs(d[m]);
+            if (lane == 0) {
+                wgm::mbar_arrive(empty + 8 * prev);
+                if (CL > 1) mbar_arrive_remote(empty + 8 * prev, rank ^ 1u);
+            }
+            if constexpr (TMA_ST) {
+                const uint32_t buf = epi + c * C::EPI_WG;
+                const bool leader = (tid & 127) == 0;
+#pragma unroll
+                for (int p = 0; p < SPLIT; p++) {   // SPLIT 2: columns [0, BN/2), then [BN/2, BN)
+                    if (leader) bulk_wait_read0();  // the previous store from the buffer has read it
+                    named_sync_wg(c);
+#pragma unroll
+                    for (int m = 0; m < MS; m++)
+#pragma unroll
+                        for (int jj = 0; jj < 8 * QP; jj++)
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const int j = p * 8 * QP + jj;  // accumulator column group (8 columns)
+                                const int r = 16 * w + g + 8 * h;  // row in the 64-row chunk; r & 7 == g
+                                const uint32_t a = buf + (uint32_t)(m * QP + (jj >> 3)) * 8192u + (uint32_t)r * 128u +
+                                                   ((uint32_t)((jj & 7) ^ g) << 4) + 4u * t4;
+                                st_shared_u32(a, pack_bf162(d[m][4 * j + 2 * h], d[m][4 * j + 2 * h + 1]));
+                            }
+                    wgm::fence_proxy_async();  // each writer: its st.shared before the async proxy's reads
+                    named_sync_wg(c);
+                    if (leader) {
+#pragma unroll
+                        for (int m = 0; m < MS; m++)
+#pragma unroll
+                            for (int ql = 0; ql < QP; ql++) {
+                                const int c0 = tn * BN + 64 * (p * QP + ql), c1 = tm * TM + rowoff + 64 * m;
+                                if (c0 < N && c1 < M) tma_store_2d(&tmY, c0, c1, buf + (uint32_t)(m * QP + ql) * 8192u);
+                            }
+                        bulk_commit();
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int m = 0; m < MS; m++) {
+                    const int row0 = tm * TM + rowoff + 64 * m + 16 * w + g;
+#pragma unroll
+                    for (int j = 0; j < BN / 8; j++) {
+                        const int col = tn * BN + 8 * j + 2 * t4;
+                        if (col < N) {
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const int row = row0 + 8 * h;
+                                if (row < M)
+                                    *reinterpret_cast<__nv_bfloat162 *>(Y + (size_t)row * N + col) =
+                                        __floats2bfloat162_rn(d[m][4 * j + 2 * h], d[m][4 * j + 2 * h + 1]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if (TMA_ST && (tid & 127) == 0) bulk_wait0();  // all stores done before the CTA may exit
+    }
+    if constexpr (CL > 1) cluster_sync_all();  // no CTA exits while its peer may still arrive remotely
+#else
+    if (threadIdx.x == 0 && blockIdx.x == 0) printf("hgemm2_kernel: built without sm_90a\n");
+    __trap();
+#endif
+}
+
 }  // namespace hg
 
 // ---------------------------------------------------------------------------------------------
@@ -308,6 +632,7 @@ static int num_sms;
 
 template <int BN, int STAGES>
 struct Ours {
+    static constexpr int BN_ = BN, STAGES_ = STAGES, TM_ = hg::BM, CL_ = 1, SMEM_ = hg::Cfg<BN, STAGES>::SMEM;
     CUtensorMap mx, mw;
     __nv_bfloat16 *y;
     int M, N, K, grid;
@@ -326,6 +651,66 @@ struct Ours {
     void operator()() {
         hg::hgemm_kernel<BN, STAGES><<<grid, hg::NTHREADS, hg::Cfg<BN, STAGES>::SMEM>>>(mx, mw, y, M, N, K);
         CK(cudaGetLastError());
+    }
+};
+
+// v2 kernels. TMA_ST needs N % 8 == 0 (the output map's row stride a multiple of 16 bytes).
+// CL = 2: launched with cudaLaunchKernelEx and a cluster-dimension attribute (2, 1, 1); the grid is
+// 2 x min(units, cudaOccupancyMaxActiveClusters) (some GPCs may not fit an even number of CTAs).
+template <int BN, int STAGES, bool TMA_ST, bool PP, int CL, int SPLIT = 1>
+struct Ours2 {
+    using C = hg::Cfg2<BN, STAGES, TMA_ST, PP, CL, SPLIT>;
+    static constexpr int BN_ = BN, STAGES_ = STAGES, TM_ = C::TM, CL_ = CL, SMEM_ = C::SMEM;
+    CUtensorMap mx, mw, my;
+    __nv_bfloat16 *y;
+    int M, N, K, grid;
+    static void launch_cfg(cudaLaunchConfig_t &cfg, cudaLaunchAttribute &attr, int grid) {
+        memset(&cfg, 0, sizeof cfg);
+        memset(&attr, 0, sizeof attr);
+        cfg.gridDim = dim3((unsigned)grid, 1, 1);
+        cfg.blockDim = dim3(hg::NTHREADS, 1, 1);
+        cfg.dynamicSmemBytes = C::SMEM;
+        cfg.stream = 0;
+        if (CL > 1) {
+            attr.id = cudaLaunchAttributeClusterDimension;
+            attr.val.clusterDim.x = CL;
+            attr.val.clusterDim.y = 1;
+            attr.val.clusterDim.z = 1;
+            cfg.attrs = &attr;
+            cfg.numAttrs = 1;
+        }
+    }
+    Ours2(const void *x, const void *w, void *y_, int M_, int N_, int K_) : y((__nv_bfloat16 *)y_), M(M_), N(N_), K(K_) {
+        if (K % 8 || N % 2 || (TMA_ST && N % 8)) {
+            fprintf(stderr, "hopper_gemm: needs K %% 8 == 0 and N even (N %% 8 == 0 for the TMA-store variants)\n");
+            exit(1);
+        }
+        mx = make_map(x, M, K, C::TM);
+        mw = make_map(w, N, K, CL > 1 ? BN / 2 : BN);
+        my = TMA_ST ? make_map(y, M, N, 64) : mx;  // output: boxes of 64 x 64, 128B swizzle (unused without TMA_ST)
+        CK(cudaFuncSetAttribute(hg::hgemm2_kernel<BN, STAGES, TMA_ST, PP, CL, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                C::SMEM));
+        const int units = (((M + C::TM - 1) / C::TM + CL - 1) / CL) * ((N + BN - 1) / BN);
+        int slots = num_sms / CL;
+        if (CL > 1) {
+            cudaLaunchConfig_t cfg;
+            cudaLaunchAttribute attr;
+            launch_cfg(cfg, attr, CL * slots);
+            int ncl = 0;
+            CK(cudaOccupancyMaxActiveClusters(&ncl, hg::hgemm2_kernel<BN, STAGES, TMA_ST, PP, CL, SPLIT>, &cfg));
+            if (ncl < 1) {
+                fprintf(stderr, "hopper_gemm: no cluster of %d CTAs with %d B of shared memory fits\n", CL, C::SMEM);
+                exit(1);
+            }
+            slots = std::min(slots, ncl);
+        }
+        grid = CL * std::min(units, slots);
+    }
+    void operator()() {
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute attr;
+        launch_cfg(cfg, attr, grid);
+        CK(cudaLaunchKernelEx(&cfg, hg::hgemm2_kernel<BN, STAGES, TMA_ST, PP, CL, SPLIT>, mx, mw, my, y, M, N, K));
     }
 };
 
@@ -446,11 +831,11 @@ static float median_ms(F &&f) {
 
 static bool all_ok = true;
 
-template <int BN, int STAGES>
-static void run_shape(const char *name, int M, int N, int K) {
+template <class O>
+static void run_shape(const char *vname, const char *name, int M, int N, int K) {
     void *x = gemm_dev_random((size_t)M * K * 2), *w = gemm_dev_random((size_t)N * K * 2);
     void *ya = gemm_dev_random((size_t)M * N * 2), *yb = gemm_dev_random((size_t)M * N * 2);  // garbage before the calls
-    Ours<BN, STAGES> ours(x, w, ya, M, N, K);
+    O ours(x, w, ya, M, N, K);
     Lt ref(x, w, yb, M, N, K);
     ours();
     CK(cudaDeviceSynchronize());
@@ -484,9 +869,9 @@ static void run_shape(const char *name, int M, int N, int K) {
     // speed
     const float t_ours = median_ms([&] { ours(); }), t_ref = median_ms([&] { ref(); });
     const double f = 2.0 * M * N * K;
-    printf("RESULT %-14s tile 128x%d st %d  M %5d K %5d N %5d  ours %.4f ms (%3.0f TFLOP/s)  cublasLt %.4f ms (%3.0f "
+    printf("RESULT %-14s %-6s tile %dx%d st %d cl %d grid %3d  M %5d K %5d N %5d  ours %.4f ms (%3.0f TFLOP/s)  cublasLt %.4f ms (%3.0f "
            "TFLOP/s)  ratio %.3f  rel-L2 %.2e  max|d| %.3g  max rel(|ref|>=1) %.3g  sampled fp32: ours %.2e lt %.2e  %s\n",
-           name, BN, STAGES, M, K, N, t_ours, f / t_ours * 1e-9, t_ref, f / t_ref * 1e-9, t_ref / t_ours, rel, hmx[0],
+           name, vname, O::TM_, O::BN_, O::STAGES_, O::CL_, ours.grid, M, K, N, t_ours, f / t_ours * 1e-9, t_ref, f / t_ref * 1e-9, t_ref / t_ours, rel, hmx[0],
            hmx[1], so, sr, ok ? "OK" : "FAIL");
     fflush(stdout);
     for (void *p : {x, w, ya, yb, (void *)acc, (void *)mx, (void *)smp}) CK(cudaFree(p));
@@ -506,15 +891,57 @@ int main(int argc, char **argv) {
     get_encode();
     LK(cublasLtCreate(&lt));
     CK(cudaMalloc(&ws, WS));
-    // HGEMM_TILE=256 or 128: only that tile width (default both)
+    // Variants (HGEMM_VARIANTS=a,b,... selects and orders them; default: all, in this order).
+    // HGEMM_TILE=256 or 128 (as before) keeps only the variants of that tile width.
+    struct variant { const char *name; int bn; void (*run)(const char *, const char *, int, int, int); const char *what; };
+    const variant variants[] = {
+        {"c256", 256, run_shape<Ours<256, 4>>, "v1 cooperative 128x256, 4 stages, direct stores"},
+        {"c128", 128, run_shape<Ours<128, 6>>, "v1 cooperative 128x128, 6 stages, direct stores"},
+        {"t256", 256, run_shape<Ours2<256, 3, true, false, 1>>, "cooperative 128x256, 3 stages, smem + TMA store"},
+        {"t256s", 256, run_shape<Ours2<256, 4, true, false, 1, 2>>, "cooperative 128x256, 4 stages, TMA store in 2 halves"},
+        {"t128", 128, run_shape<Ours2<128, 6, true, false, 1>>, "cooperative 128x128, 6 stages, smem + TMA store"},
+        {"p256", 256, run_shape<Ours2<256, 4, true, true, 1>>, "pingpong 64x256 per warpgroup, 4 stages, TMA store"},
+        {"p128", 128, run_shape<Ours2<128, 5, true, true, 1>>, "pingpong 128x128 per warpgroup, 5 stages, TMA store"},
+        {"p256d", 256, run_shape<Ours2<256, 5, false, true, 1>>, "pingpong 64x256 per warpgroup, 5 stages, direct stores"},
+        {"m256", 256, run_shape<Ours2<256, 3, true, false, 2>>, "cluster 2x1 (W multicast), cooperative 128x256, 3 st, TMA store"},
+        {"m256s", 256, run_shape<Ours2<256, 4, true, false, 2, 2>>, "cluster 2x1 (W multicast), cooperative 128x256, 4 st, TMA store in 2 halves"},
+        {"m256d", 256, run_shape<Ours2<256, 4, false, false, 2>>, "cluster 2x1 (W multicast), cooperative 128x256, 4 st, direct"},
+        {"mp256", 256, run_shape<Ours2<256, 4, true, true, 2>>, "cluster 2x1 (W multicast), pingpong 64x256, 4 st, TMA store"},
+        {"mp128", 128, run_shape<Ours2<128, 5, true, true, 2>>, "cluster 2x1 (W multicast), pingpong 128x128, 5 st, TMA store"},
+    };
+    const int nvar = (int)(sizeof variants / sizeof variants[0]);
     const int only = getenv("HGEMM_TILE") ? atoi(getenv("HGEMM_TILE")) : 0;
+    std::vector<int> sel;
+    if (const char *v = getenv("HGEMM_VARIANTS")) {
+        std::string s(v);
+        size_t p = 0;
+        while (p <= s.size()) {
+            const size_t q = std::min(s.find(',', p), s.size());
+            const std::string nm = s.substr(p, q - p);
+            p = q + 1;
+            if (nm.empty()) continue;
+            int k = -1;
+            for (int j = 0; j < nvar; j++)
+                if (nm == variants[j].name) k = j;
+            if (k < 0) {
+                fprintf(stderr, "hopper_gemm: unknown variant '%s' (known:", nm.c_str());
+                for (const variant &x : variants) fprintf(stderr, " %s", x.name);
+                fprintf(stderr, ")\n");
+                return 1;
+            }
+            sel.push_back(k);
+        }
+    } else {
+        for (int j = 0; j < nvar; j++) sel.push_back(j);
+    }
+    for (int k : sel)
+        if (only == 0 || only == variants[k].bn) printf("variant %-6s %s\n", variants[k].name, variants[k].what);
     struct shape { const char *name; int M, K, N; } shapes[] = {
         {"mlp gate/up", 32768, 1024, 2816}, {"gdn in-proj", 32768, 1024, 3080}, {"o-proj", 32768, 1024, 1024},
         {"mlp down", 32768, 2816, 1024},    {"lm head chunk", 8320, 1024, 32000}};
-    for (const shape &s : shapes) {
-        if (only != 128) run_shape<256, 4>(s.name, s.M, s.N, s.K);
-        if (only != 256) run_shape<128, 6>(s.name, s.M, s.N, s.K);
-    }
+    for (const shape &s : shapes)
+        for (int k : sel)
+            if (only == 0 || only == variants[k].bn) variants[k].run(variants[k].name, s.name, s.M, s.N, s.K);
     LK(cublasLtDestroy(lt));
     CK(cudaFree(ws));
     printf("%s\n", all_ok ? "ALL OK" : "SOME FAILED");

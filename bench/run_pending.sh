@@ -77,7 +77,7 @@ gdn_levels() {
     done
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(mainchecks gdnfg attnclean hgemm)
+[ ${#sections[@]} -eq 0 ] && sections=(mainchecks hgemm)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -142,12 +142,20 @@ for sec in "${sections[@]}"; do
         timeout 60 "$B/gdnfg/test_wgmma" >"$out/test_wgmma-fg.log" 2>&1
         echo "test_wgmma (with m64n32): exit $?; $(tail -1 "$out/test_wgmma-fg.log")"
         gdn_levels gdnfg "2 3" ;;  # level 2: hashes identical to main's; 3: dv, dh0 never move
-    hgemm)  # session 8 patch: a standalone Hopper GEMM (TMA + wgmma) against cuBLASLt, bench only
-        timeout 120 "$B/hgemm/hopper_gemm-wd" >"$out/hgemm-wd.log" 2>&1
-        echo "hopper_gemm (watchdog build): exit $?"; grep -E "^RESULT|ALL OK|SOME FAILED|error" "$out/hgemm-wd.log" | head -12
-        if grep -q "ALL OK" "$out/hgemm-wd.log"; then  # the timing build only once the checks pass (no hang risk)
-            timeout 240 "$B/hgemm/hopper_gemm" >"$out/hgemm.log" 2>&1
-            echo "hopper_gemm: exit $?"; grep -E "^RESULT|ALL OK|SOME FAILED|error" "$out/hgemm.log" | head -12
+    hgemm)  # bench/hopper_gemm.cu (13 variants x 5 shapes; + a pending patch to it if any), bench only.
+        # The watchdog build first, one process per variant (a trap ends only that variant's run),
+        # then the timing build on the variants whose checks all passed, in one process.
+        okv=()
+        for v in c256 c128 t256 t256s t128 p256 p128 p256d m256 m256s m256d mp256 mp128; do
+            HGEMM_VARIANTS=$v timeout 40 "$B/hgemm/hopper_gemm-wd" >"$out/hgemm-wd-$v.log" 2>&1
+            rc=$?
+            echo "hopper_gemm-wd $v: exit $rc; $(grep -c '^RESULT.* OK$' "$out/hgemm-wd-$v.log") of 5 OK; $(tail -1 "$out/hgemm-wd-$v.log")"
+            grep -E "^RESULT.*FAIL$|error|failure" "$out/hgemm-wd-$v.log" | head -3
+            [ $rc -eq 0 ] && grep -q "ALL OK" "$out/hgemm-wd-$v.log" && okv+=("$v")
+        done
+        if [ ${#okv[@]} -gt 0 ]; then  # the timing build only on variants that passed (no hang risk)
+            HGEMM_VARIANTS=$(IFS=,; echo "${okv[*]}") timeout 300 "$B/hgemm/hopper_gemm" >"$out/hgemm.log" 2>&1
+            echo "hopper_gemm (${okv[*]}): exit $?"; grep -E "^RESULT|ALL OK|SOME FAILED|error|failure" "$out/hgemm.log" | head -70
         fi ;;
     attnclean)  # session 8 patch: the first wgmma attention forward deleted (the kernels left: PTX identical)
         timeout 120 "$B/attnclean/test_attention" >"$out/ta-clean.log" 2>&1
