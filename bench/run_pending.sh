@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: mainchecks, main; gdnfg, attnclean, hgemm (session 8's pending
+#   bench/run_pending.sh [SECTION...]      sections: hgemmlin (session 9's pending patch, the default), hgemm
+#   (bench/hopper_gemm.cu), mainchecks, main; gdnfg, attnclean (session 8's pending
 #   patches); gdnwgmma (session 7's patch, run in session 8; attnwin's section left with its
 #   patch, in git history), gdnprefetch (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
 #   sessions' patches, in git history)
@@ -77,7 +78,7 @@ gdn_levels() {
     done
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(mainchecks hgemm)
+[ ${#sections[@]} -eq 0 ] && sections=(hgemmlin)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -124,8 +125,8 @@ for sec in "${sections[@]}"; do
                 grep '^RESULT' "$out/gdn_bwd_bench-$v-$r.log" | cut -c1-150 | sed "s/^/$v round $r: /"
             done
         done ;;
-    mainchecks)  # main's GPU tests whose code changed without a GPU run (session 8: the shared sm_90a check,
-        # cuda_sm90a_image_runs: attention and GDN must still pick wgmma; S1 recompute bwd ~3.71 ms, not ~3.95)
+    mainchecks)  # main's GPU tests and the GDN backward's speed (attention and GDN must pick wgmma;
+        # session 9: S1 recompute bwd ~3.66 ms at GDN_BWD_WGMMA level 3, the default)
         synth
         timeout 200 "$B/main/test_model_cuda" >"$out/tmc-main.log" 2>&1
         echo "test_model_cuda (main): exit $?; $(tail -1 "$out/tmc-main.log")"; grep FAIL "$out/tmc-main.log" | head -3
@@ -142,6 +143,18 @@ for sec in "${sections[@]}"; do
         timeout 60 "$B/gdnfg/test_wgmma" >"$out/test_wgmma-fg.log" 2>&1
         echo "test_wgmma (with m64n32): exit $?; $(tail -1 "$out/test_wgmma-fg.log")"
         gdn_levels gdnfg "2 3" ;;  # level 2: hashes identical to main's; 3: dv, dh0 never move
+    hgemmlin)  # session 9 patch (helper): our GEMM in linear_cuda (GDN_HGEMM=1), SwiGLU in its epilogue
+        synth
+        timeout 300 "$B/hgemmlin/test_cuda_ops" >"$out/tco-hg.log" 2>&1
+        echo "test_cuda_ops (hgemmlin): exit $?; $(tail -1 "$out/tco-hg.log")"
+        grep -E "path: |FAIL" "$out/tco-hg.log" | head -24
+        timeout 300 "$B/hgemmlin/test_model_cuda" >"$out/tmc-hg.log" 2>&1
+        echo "test_model_cuda (hgemmlin): exit $?; $(tail -1 "$out/tmc-hg.log")"; grep -E "hgemm|FAIL" "$out/tmc-hg.log" | head -8
+        for m in 0 1; do
+            printf '#!/bin/sh\nGDN_HGEMM=%s exec %s "$@"\n' $m "$B/hgemmlin/gdn-train" >"$out/hg$m.sh"
+            chmod +x "$out/hg$m.sh"
+        done
+        bash bench/ab_model.sh "$out/hg0.sh" "$out/hg1.sh" 2 2>&1 | tail -4 ;;
     hgemm)  # bench/hopper_gemm.cu (13 variants x 5 shapes; + a pending patch to it if any), bench only.
         # The watchdog build first, one process per variant (a trap ends only that variant's run),
         # then the timing build on the variants whose checks all passed, in one process.
