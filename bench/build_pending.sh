@@ -65,6 +65,10 @@ variant main - test_gdn_bwd gdn_bwd_bench test_model_cuda test_wgmma attention_b
     variant gdnfg docs/pending/gdn_bwd_wgmma_fg.patch test_gdn_bwd gdn_bwd_bench test_wgmma
 [ -f docs/pending/attention_fwd_first_delete.patch ] &&
     variant attnclean docs/pending/attention_fwd_first_delete.patch test_attention test_model_cuda
+[ -f docs/pending/attention_fwd_tma.patch ] &&
+    variant attntma docs/pending/attention_fwd_tma.patch attention_bench
+[ -f docs/pending/attention_fwd_tma.patch ] &&
+    arch="$arch -DGDN_MBAR_WATCHDOG" variant attntma-wd docs/pending/attention_fwd_tma.patch attention_bench
 [ -f docs/pending/hgemm_linear.patch ] &&
     variant hgemmlin docs/pending/hgemm_linear.patch gdn-train test_cuda_ops test_model_cuda
 # the standalone Hopper GEMM bench (bench/hopper_gemm.cu, on main since session 9; a pending

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: hgemmlin (session 9's pending patch, the default), hgemm
+#   bench/run_pending.sh [SECTION...]      sections: hgemmlin (the default), attntma (session 9's pending patches), hgemm
 #   (bench/hopper_gemm.cu), mainchecks, main; gdnfg, attnclean (session 8's pending
 #   patches); gdnwgmma (session 7's patch, run in session 8; attnwin's section left with its
 #   patch, in git history), gdnprefetch (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
@@ -155,6 +155,23 @@ for sec in "${sections[@]}"; do
             chmod +x "$out/hg$m.sh"
         done
         bash bench/ab_model.sh "$out/hg0.sh" "$out/hg1.sh" 2 2>&1 | tail -4 ;;
+    attntma)  # session 9 patch (helper): the wgmma attention forward with a TMA producer warpgroup
+        # (GDN_ATTN_WGMMA_FWD3 = 1 / 3 stages / pp / pp3 ping-pong; default off). The watchdog build first (a
+        # stuck barrier traps), then the release build: 200/200 with =0, 248/248 with the others (48 bf16
+        # forwards bitwise wgmma2's); a "GDN_ATTN_WGMMA_FWD3 ignored" line means it fell back: a failure.
+        for w in attntma-wd attntma; do
+            for v in 0 1 3 pp pp3; do
+                [ $w = attntma-wd ] && [ $v = 0 ] && continue
+                GDN_ATTN_WGMMA_FWD3=$v timeout 150 "$B/$w/test_attention" >"$out/ta-$w-$v.log" 2>&1
+                echo "test_attention ($w, FWD3=$v): exit $?; $(tail -1 "$out/ta-$w-$v.log")" \
+                    "$(grep -c 'FWD3 ignored' "$out/ta-$w-$v.log") fallbacks; $(grep -m1 -E 'bitwise|equal' "$out/ta-$w-$v.log")"
+                grep -m3 FAIL "$out/ta-$w-$v.log"
+            done
+        done
+        for v in ${ATTN_TMA_AB:-1 pp}; do  # each A/B ~3x a plain bench run; ATTN_TMA_AB="1 pp 3 pp3" for all
+            ATTN_BENCH_FWD3_AB=$v timeout 200 "$B/attntma/attention_bench" >"$out/ab-tma-$v.log" 2>&1
+            echo "attention_bench FWD3_AB=$v: exit $?"; grep FWD3_AB "$out/ab-tma-$v.log"
+        done ;;
     hgemm)  # bench/hopper_gemm.cu (13 variants x 5 shapes; + a pending patch to it if any), bench only.
         # The watchdog build first, one process per variant (a trap ends only that variant's run),
         # then the timing build on the variants whose checks all passed, in one process.
