@@ -16,7 +16,7 @@ tmp=$(mktemp -d /tmp/gdn-pending.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 arch="-gencode=arch=compute_90a,code=sm_90a"
 
-# variant NAME PATCH|- TARGET...: clone, patch, build TARGETs (cmake targets, plus the bench
+# variant NAME PATCH|PATCH+PATCH..|- TARGET...: clone, patch (stacked patches in order), build TARGETs (cmake targets, plus the bench
 # programs gdn_bwd_bench / attention_bench by name), gzip them into $out/NAME
 variant() {
     local name=$1 patch=$2 src=$tmp/$1 t
@@ -24,9 +24,14 @@ variant() {
     if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
     rm -rf "${out:?}/$name"
     git clone -q "$root" "$src" || return 1
-    if [ "$patch" != - ] && ! git -C "$src" apply "$root/$patch"; then
-        echo "build_pending: $patch does not apply to HEAD: $name skipped"
-        return 1
+    local p1
+    if [ "$patch" != - ]; then
+        for p1 in ${patch//+/ }; do  # A+B: stacked patches, applied in that order
+            if ! git -C "$src" apply "$root/$p1"; then
+                echo "build_pending: $p1 does not apply (after the ones before it in $patch): $name skipped"
+                return 1
+            fi
+        done
     fi
     local cm=() extra=()
     for t in "$@"; do
@@ -52,7 +57,7 @@ variant() {
     for t in "$@" $([[ " $* " == *" attention_bench "* ]] && echo test_attention); do
         gzip -1 -c "$src/build/$t" >"$out/$name/$t.gz" || return 1
     done
-    [ "$patch" != - ] && cp "$root/$patch" "$out/$name/"
+    [ "$patch" != - ] && for p1 in ${patch//+/ }; do cp "$root/$p1" "$out/$name/"; done
     [ "$name" = attention ] && cp "$src/bench/attention_torch.py" "$out/$name/"
     echo "build_pending: $name: $(ls "$out/$name" | tr '\n' ' ')"
     rm -rf "$src"
@@ -71,6 +76,8 @@ variant main - test_gdn_bwd gdn_bwd_bench test_model_cuda test_wgmma attention_b
     arch="$arch -DGDN_MBAR_WATCHDOG" variant attntma-wd docs/pending/attention_fwd_tma.patch attention_bench
 [ -f docs/pending/hgemm_linear.patch ] &&
     variant hgemmlin docs/pending/hgemm_linear.patch gdn-train test_cuda_ops test_model_cuda
+[ -f docs/pending/hgemm_dx.patch ] &&  # stacked on hgemm_linear.patch
+    variant hgemmdx docs/pending/hgemm_linear.patch+docs/pending/hgemm_dx.patch gdn-train test_cuda_ops test_model_cuda
 # the standalone Hopper GEMM bench (bench/hopper_gemm.cu, on main since session 9; a pending
 # patch to it, docs/pending/hopper_gemm*.patch, is applied to a clone first): one nvcc, no CMake
 if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" hgemm "* ]]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: hgemmlin (the default), attntma (session 9's pending patches), hgemm
+#   bench/run_pending.sh [SECTION...]      sections: hgemmlin (the default), hgemmdx, attntma (session 9's pending
+#   patches), hgemm
 #   (bench/hopper_gemm.cu), mainchecks, main; gdnfg, attnclean (session 8's pending
 #   patches); gdnwgmma (session 7's patch, run in session 8; attnwin's section left with its
 #   patch, in git history), gdnprefetch (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
@@ -143,18 +144,21 @@ for sec in "${sections[@]}"; do
         timeout 60 "$B/gdnfg/test_wgmma" >"$out/test_wgmma-fg.log" 2>&1
         echo "test_wgmma (with m64n32): exit $?; $(tail -1 "$out/test_wgmma-fg.log")"
         gdn_levels gdnfg "2 3" ;;  # level 2: hashes identical to main's; 3: dv, dh0 never move
-    hgemmlin)  # session 9 patch (helper): our GEMM in linear_cuda (GDN_HGEMM=1), SwiGLU in its epilogue
+    hgemmlin | hgemmdx)  # session 9 patches (helpers): our GEMM in linear_cuda (GDN_HGEMM=1) with SwiGLU in
+        # the gate/up epilogue (hgemmlin); + the backward's dx on it with SwiGLU's backward in the down
+        # projection's dx epilogue (hgemmdx, stacked). Every check of main's test_cuda_ops must still pass.
+        v=$sec
         synth
-        timeout 300 "$B/hgemmlin/test_cuda_ops" >"$out/tco-hg.log" 2>&1
-        echo "test_cuda_ops (hgemmlin): exit $?; $(tail -1 "$out/tco-hg.log")"
-        grep -E "path: |FAIL" "$out/tco-hg.log" | head -24
-        timeout 300 "$B/hgemmlin/test_model_cuda" >"$out/tmc-hg.log" 2>&1
-        echo "test_model_cuda (hgemmlin): exit $?; $(tail -1 "$out/tmc-hg.log")"; grep -E "hgemm|FAIL" "$out/tmc-hg.log" | head -8
+        timeout 300 "$B/$v/test_cuda_ops" >"$out/tco-$v.log" 2>&1
+        echo "test_cuda_ops ($v): exit $?; $(tail -1 "$out/tco-$v.log")"
+        grep -E "path: |FAIL" "$out/tco-$v.log" | head -40
+        timeout 300 "$B/$v/test_model_cuda" >"$out/tmc-$v.log" 2>&1
+        echo "test_model_cuda ($v): exit $?; $(tail -1 "$out/tmc-$v.log")"; grep -E "hgemm|FAIL" "$out/tmc-$v.log" | head -8
         for m in 0 1; do
-            printf '#!/bin/sh\nGDN_HGEMM=%s exec %s "$@"\n' $m "$B/hgemmlin/gdn-train" >"$out/hg$m.sh"
-            chmod +x "$out/hg$m.sh"
+            printf '#!/bin/sh\nGDN_HGEMM=%s exec %s "$@"\n' $m "$B/$v/gdn-train" >"$out/$v$m.sh"
+            chmod +x "$out/$v$m.sh"
         done
-        bash bench/ab_model.sh "$out/hg0.sh" "$out/hg1.sh" 2 2>&1 | tail -4 ;;
+        bash bench/ab_model.sh "$out/${v}0.sh" "$out/${v}1.sh" 2 2>&1 | tail -4 ;;
     attntma)  # session 9 patch (helper): the wgmma attention forward with a TMA producer warpgroup
         # (GDN_ATTN_WGMMA_FWD3 = 1 / 3 stages / pp / pp3 ping-pong; default off). The watchdog build first (a
         # stuck barrier traps), then the release build: 200/200 with =0, 248/248 with the others (48 bf16
