@@ -87,29 +87,46 @@ struct Cfg {
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarrier wait until the phase of `parity` has completed (acquire, CTA scope). WARP: called by
-// whole warps (the consumers): __syncwarp() after the spin, since wgmma's .aligned instructions
-// follow; the producer's lone thread calls it with WARP = false (its warp's other lanes exited).
+// One probe of the phase: test_wait under HGEMM_WATCHDOG, else try_wait; acquire at cluster scope
+// when CLUSTER (barriers that receive remote arrivals from the peer CTA), else acquire.cta (the
+// default of the plain form).
+template <bool CLUSTER>
+__device__ __forceinline__ uint32_t bar_probe(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+#ifdef HGEMM_WATCHDOG
+    if constexpr (CLUSTER)
+        asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    else
+        asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+#else
+    if constexpr (CLUSTER)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    else
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+#endif
+    return done;
+}
+// mbarrier wait until the phase of `parity` has completed. WARP: called by whole warps (the
+// consumers): __syncwarp() after the spin, since wgmma's .aligned instructions follow; the
+// producer's lone thread calls it with WARP = false (its warp's other lanes exited).
 // -DHGEMM_WATCHDOG: spin on the non-suspending test_wait instead of try_wait (whose suspend time
 // is implementation-defined) and trap after 2^30 failed tries (seconds to tens of seconds).
-template <bool WARP>
+template <bool WARP, bool CLUSTER = false>
 __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done;
 #ifdef HGEMM_WATCHDOG
     uint32_t tries = 0;
     do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
+        done = bar_probe<CLUSTER>(bar, parity);
         if (!done && ++tries >= (1u << 30)) __trap();  // no printf: a call here would serialise wgmma (C7510)
     } while (!done);
 #else
     do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
+        done = bar_probe<CLUSTER>(bar, parity);
     } while (!done);
 #endif
     if (WARP) __syncwarp();
@@ -336,34 +353,6 @@ struct Cfg2 {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// bar_wait with the scope as a parameter: CLUSTER = acquire.cluster (barriers that receive remote
-// arrivals from the peer CTA), else acquire.cta (the default of the plain form).
-template <bool WARP, bool CLUSTER>
-__device__ __forceinline__ void bar_wait2(uint32_t bar, uint32_t parity) {
-    if constexpr (!CLUSTER) {
-        bar_wait<WARP>(bar, parity);
-    } else {
-        uint32_t done;
-#ifdef HGEMM_WATCHDOG
-        uint32_t tries = 0;
-        do {
-            asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                         : "=r"(done)
-                         : "r"(bar), "r"(parity)
-                         : "memory");
-            if (!done && ++tries >= (1u << 30)) __trap();
-        } while (!done);
-#else
-        do {
-            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                         : "=r"(done)
-                         : "r"(bar), "r"(parity)
-                         : "memory");
-        } while (!done);
-#endif
-        if (WARP) __syncwarp();
-    }
-}
 // 2-D TMA load multicast to the CTAs of `mask` (same CTA-relative offsets of dst and bar in each)
 __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
                                                uint16_t mask) {
@@ -473,7 +462,7 @@ __global__ void __launch_bounds__(NTHREADS, 1)
                 tile_coords_g(u, ntm_u, ntn, C::GROUP, tmu, tn);
                 const int tm = min(tmu * CL + (int)rank, ntm - 1);  // clamped: see the header
                 for (int kb = 0; kb < nk; kb++) {
-                    bar_wait2<false, (CL > 1)>(empty + 8 * stage, phase ^ 1);
+                    bar_wait<false, (CL > 1)>(empty + 8 * stage, phase ^ 1);
                     const uint32_t fb = full + 8 * stage, sa = base + stage * C::STAGE_BYTES;
                     bar_expect_tx(fb, C::STAGE_BYTES);
                     tma_load_2d(sa, &tmX, kb * BK, tm * TM, fb);
@@ -501,13 +490,13 @@ __global__ void __launch_bounds__(NTHREADS, 1)
             int tmu, tn;
             tile_coords_g(u, ntm_u, ntn, C::GROUP, tmu, tn);
             const int tm = tmu * CL + (int)rank;  // unclamped: >= ntm stores nothing
-            if (PP && i > 0) bar_wait2<true, false>(ord + 8 * c, (uint32_t)((i - 1) >> 1) & 1u);
+            if (PP && i > 0) bar_wait<true, false>(ord + 8 * c, (uint32_t)((i - 1) >> 1) & 1u);
             const int it0 = i * nk;
             int stage = it0 % STAGES;
             uint32_t phase = (uint32_t)(it0 / STAGES) & 1u;
             int prev = 0;
             for (int kb = 0; kb < nk; kb++) {
-                bar_wait2<true, false>(full + 8 * stage, phase);
+                bar_wait<true, false>(full + 8 * stage, phase);
                 const uint32_t sa = base + stage * C::STAGE_BYTES, sb = sa + C::A_BYTES;
                 wgm::fence();
 #pragma unroll
