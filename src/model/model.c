@@ -670,9 +670,9 @@ static void *residual_bwd(model *m, int l, int br, bool train) {
                                                                                        : m->dx;
 }
 
-// train.recompute = light: the weight-gradient GEMMs of the linears that read a shared norm
-// output (xn1, xn2), put off until the norm's backward has written that output again
-// (dw_later_run). Each job's dy must stay untouched until then: the callers keep them in buffers
+// train.recompute = light: the weight-gradient GEMMs of the linears that read a shared output
+// (xn1, xn2 of the norms, m_h of SwiGLU), put off until the backward kernel that reads its inputs
+// has written that output again (dw_later_run). Each job's dy must stay untouched until then: the callers keep them in buffers
 // nothing else writes before it (gdn_mixer_bwd routes q, k, v for this).
 enum { DW_LATER_MAX = 6 };  // GDN unfused: q, k, v, a, b, z
 typedef struct {
@@ -697,7 +697,7 @@ static void linear_bwd_acc(model *m, void *dxn, bool first, int w, const void *d
     later->job[later->n++] = (dw_job){w, out, dy};
     m->be->linear_bwd(dxn, NULL, dy, NULL, P(w), m->N, in, out, !first);
 }
-// The queued weight gradients, now that xn (N, in) holds the norm output again; empties the queue.
+// The queued weight gradients, now that xn (N, in) holds the shared output again; empties the queue.
 static void dw_later_run(model *m, dw_later *later, const void *xn, int in) {
     for (int i = 0; i < later->n; i++) {
         const dw_job *j = &later->job[i];
@@ -895,11 +895,10 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
         if (m->cfg.recompute == RECOMPUTE_FULL && l < m->L - 1) recompute_layer(m, l);
         // MLP branch: dx holds d x_out (light: wdown's gradient once swiglu_bwd has written h)
         const void *dbr = residual_bwd(m, l, 1, train);
-        be->linear_bwd(m->dbig[0], light ? NULL : G(lp->wdown), dbr, a->m_h, P(lp->wdown), N, F, d,
-                       false);
+        linear_bwd_acc(m, m->dbig[0], true, lp->wdown, dbr, a->m_h, F, d, lt);
         be->swiglu_bwd(m->dbig[1], m->dbig[2], light ? a->m_h : NULL, m->dbig[0], a->m_gate,
                        a->m_up, (size_t)N * F);
-        if (light) be->linear_bwd(NULL, G(lp->wdown), dbr, a->m_h, P(lp->wdown), N, F, d, false);
+        if (light) dw_later_run(m, &later, a->m_h, F);                 // wdown
         linear_bwd_acc(m, m->dxn, true, lp->wgate, m->dbig[1], a->xn2, d, F, lt);
         linear_bwd_acc(m, m->dxn, false, lp->wup, m->dbig[2], a->xn2, d, F, lt);
         be->rmsnorm_bwd(m->dx, G(lp->norm2), light ? a->xn2 : NULL, m->dxn, a->x_mid, P(lp->norm2),
