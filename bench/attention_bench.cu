@@ -10,10 +10,16 @@
 // fwd+bwd is timed in both backward modes (attn_params.nondeterministic = 0 "det", 1 "nondet").
 // Prints one "RESULT name mode ... fwd_ms fwdbwd_ms fwd_tflops fwdbwd_tflops" line per case and
 // mode (fwd_ms is the same forward in both lines).
+// ATTN_BENCH_FWD3_AB=1 (or 3, pp, pp3): A/B of the forward kernels in one process: each case runs with
+// GDN_ATTN_WGMMA_FWD3=0 (attention_fwd_wgmma2_kernel) under its name, then with
+// GDN_ATTN_WGMMA_FWD3 = that value (attention_fwd_wgmma3_kernel: 2 or 3 K/V stages, pp = ping-pong;
+// the variable is read per call) as "NAME+fwd3", then once more with 0 (drift check); one "FWD3_AB" line per case.
 #include "../src/core/cuda_check.h"
 #include "../src/fwd/attention_cuda.h"
 #include <algorithm>
+#include <stdlib.h>
 #include <string.h>
+#include <string>
 #include <vector>
 
 __global__ void fill_kernel(__nv_bfloat16 *x, size_t n, uint32_t seed) {
@@ -34,7 +40,8 @@ static float median(std::vector<float> v) {
     return v[v.size() / 2];
 }
 
-static void run_case(const char *name, int B, int T, int H, int D, int W) {
+// returns the forward's time (ms, the better of its two medians)
+static float run_case(const char *name, int B, int T, int H, int D, int W) {
     if (attention_fwd_wgmma_selected()) printf("%s: bf16 forward %s\n", name, attention_fwd_wgmma_version_name());
     const size_t n = (size_t)B * T * H * D;
     attn_params p = {};
@@ -102,6 +109,26 @@ static void run_case(const char *name, int B, int T, int H, int D, int W) {
     }
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
+    return f;
+}
+
+// ATTN_BENCH_FWD3_AB: wgmma2, wgmma3, wgmma2 again on one case (header)
+static void run_ab(const char *ab, const char *name, int B, int T, int H, int D, int W) {
+    const std::string n3 = std::string(name) + "+fwd3", n2b = std::string(name) + "+again";
+    setenv("GDN_ATTN_WGMMA_FWD3", "0", 1);
+    const unsigned long n0 = attention_fwd_wgmma3_launches();
+    const float f2 = run_case(name, B, T, H, D, W);
+    const unsigned long n1 = attention_fwd_wgmma3_launches();
+    setenv("GDN_ATTN_WGMMA_FWD3", ab, 1);
+    const float f3 = run_case(n3.c_str(), B, T, H, D, W);
+    const unsigned long n2 = attention_fwd_wgmma3_launches();
+    setenv("GDN_ATTN_WGMMA_FWD3", "0", 1);
+    const float f2b = run_case(n2b.c_str(), B, T, H, D, W);
+    // the "wgmma3" timing is wgmma3's only if every forward of that run launched it (no fallback)
+    const bool valid = n1 == n0 && n2 > n1 && attention_fwd_wgmma3_launches() == n2;
+    printf("FWD3_AB %s B%d T%d H%d D%d W%d fwd_ms wgmma2 %.3f wgmma3 %.3f wgmma2_again %.3f wgmma3/wgmma2 %.3f%s\n", name,
+           B, T, H, D, W, f2, f3, f2b, f3 / std::min(f2, f2b),
+           valid ? "" : " INVALID (wgmma3 did not run: fell back to wgmma2, see stderr)");
 }
 
 int main() {
@@ -110,6 +137,12 @@ int main() {
     printf("attention_bench on %s (%d SMs), bf16 forward: %s, backward: %s\n", prop.name, prop.multiProcessorCount,
            attention_fwd_wgmma_selected() ? "wgmma kernel (GDN_ATTN_WGMMA=0: mma.sync)" : "mma.sync kernel",
            attention_bwd_wgmma_selected() ? "wgmma kernels (GDN_ATTN_WGMMA_BWD=0: mma.sync)" : "mma.sync kernels");
+    const char *ab = getenv("ATTN_BENCH_FWD3_AB");
+    if (ab && strcmp(ab, "0") != 0 && attention_fwd_wgmma_selected()) {
+        run_ab(ab, "full", 8, 4096, 16, 128, 4096);
+        run_ab(ab, "window", 2, 16384, 16, 128, 2048);
+        return 0;
+    }
     run_case("full", 8, 4096, 16, 128, 4096);
     run_case("window", 2, 16384, 16, 128, 2048);
     return 0;

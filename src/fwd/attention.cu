@@ -12,10 +12,15 @@
 // Saved for the backward: lse_i = ln 2 * (m_i + log2 l_i) (attention_bwd recomputes P from it).
 // bf16 on sm_90a (the default there; GDN_ATTN_WGMMA=0 keeps the kernel above): the same walk and
 // softmax on wgmma.mma_async, two warpgroups of 64 query rows per CTA (attention_fwd_wgmma2_kernel
-// below).
+// below). By default (GDN_ATTN_WGMMA_FWD3 unset or pp; read per call) the same consumer arithmetic
+// is fed by a TMA producer warpgroup, flash-attention 3's warp specialisation, with the two
+// consumer warpgroups in ping-pong (attention_fwd_wgmma3_kernel; =1: without ping-pong, =3 / pp3:
+// 3 K/V stages, =0: wgmma2 itself). Bitwise wgmma2's o and lse.
 // fp32: one warp per query row, 32 keys at a time (lane = key for the scores, lane = head
 // dim for the output), plain fp32 FMA and expf: slower, exact to ~1e-6.
 #include "../core/cuda_check.h"
+#include <cuda.h>          // CUtensorMap (types only: the encoder is found at run time, no -lcuda)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #define ATTN_DEVICE_HELPERS
 #include "attention_cuda.h"
 #include <math.h>
@@ -501,6 +506,271 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attention_fwd_wgmma2_kernel(con
 #endif
 }
 
+// ---- Hopper path with a TMA producer warpgroup (GDN_ATTN_WGMMA_FWD3, the default) --------------
+// attention_fwd_wgmma3_kernel: flash-attention 3's producer/consumer split around the same
+// consumer arithmetic as attention_fwd_wgmma2_kernel. A CTA of 3 warpgroups (384 threads) owns
+// WG_BQ = 128 query rows of one (b, h):
+//   warpgroup 0 = producer: setmaxnreg.dec to WG3_PRODUCER_REGS; lane 0 of its first warp issues
+//     every load as TMA (cp.async.bulk.tensor.4d from the tensor maps of q, k, v: dims (D, H, T,
+//     B), box 64 columns x 1 x 128 rows x 1 with 128-byte swizzle, which lands exactly as one
+//     64-column panel of the wgmma layout, wgmma.cuh; two boxes per tile at D = 128, one at 64;
+//     rows >= T are outside the map and written as zeros, as attn_load_tile's zero fill).
+//     Warps 1-3 of the producer warpgroup exit after setmaxnreg.
+//   warpgroups 1, 2 = consumers (64 query rows each): setmaxnreg.inc to WG3_CONSUMER_REGS; per
+//     key block exactly the code of wgmma2 (S from zero, mask only on straddling blocks, wg2_softmax,
+//     o = o * corr + P V, S_{u+1} issued with P_u V_u, the same epilogue through Q's rows), so
+//     o and lse are expected to be bitwise those of wgmma2 (same smem contents, same products in
+//     the same order; test_attention compares them under GDN_ATTN_WGMMA_FWD3).
+// Barriers (shared memory after the tiles): q_full (count 1); per stage s < NS: k_full[s],
+// v_full[s] (count 1: the producer's arrive.expect_tx, completed by the TMA bytes), k_empty[s],
+// v_empty[s] (count 8: lane 0 of each consumer warp after the wait_group that retires the last
+// wgmma reading the stage). Tile u (u-th block visited, key block n_hi - u) lives in stage u % NS,
+// fill number u / NS: consumers wait full with parity (u / NS) & 1; the producer refills a stage
+// for tile u >= NS after the (u / NS - 1)-th completion of its empty barrier, parity
+// (u / NS - 1) & 1. Producer order: Q, K_0, then for j = 0 .. nb - 1: K_{j+1}, V_j (consumers
+// need K_{u+1} and V_u together in block u; K runs a block ahead as in wgmma2). Every wait the
+// producer makes is released by a consumer step of an earlier block, so the order cannot
+// deadlock; every TMA load issued is waited for by both consumers before the CTA exits.
+// PP (ping-pong, flash-attention 3 section 3.1, its "warp scheduler barrier"): the consumers take
+// turns to issue their wgmma groups, so that one's softmax runs while the other's products
+// occupy the tensor cores. Named barrier 3 + c (256 threads: consumer c's 128 bar.sync + the
+// other's 128 bar.arrive) is consumer c's turn. Consumer 1 arrives on barrier 3 once at the start
+// (consumer 0 goes first); at each of its nb + 1 issue points (S_0; S_{u+1} with P_u V_u; the
+// last P V) a consumer syncs on its own barrier before wgmma.fence and, after the commits,
+// arrives on the other's; consumer 1 skips that arrival after its last issue (consumer 0 has no
+// issue left), so both barriers end balanced. The arithmetic is unchanged.
+// Registers: __launch_bounds__(384, 1) gives 168 a thread at launch (ptxas -v reports that);
+// setmaxnreg moves 144 x 128 of them from the producer (24) to the consumers (240), and ptxas
+// compiles the consumer branch against 240 (it uses about 194, as wgmma2's 189-193; no spill).
+// -DGDN_MBAR_WATCHDOG: the waits are wgmma.cuh's mbar_wait(bar, parity, failed), which trap only
+// at the kernel's end (a trap inside a setmaxnreg region costs the region its register budget).
+constexpr int WG3_THREADS = 384, WG3_PRODUCER_REGS = 24, WG3_CONSUMER_REGS = 240;
+static_assert(128 * WG3_PRODUCER_REGS + 256 * WG3_CONSUMER_REGS <= 65536, "wgmma3: setmaxnreg exceeds the SM's registers");
+
+template <int D, int NS>
+constexpr int fwd_wgmma3_smem_bytes() {
+    // Q + NS x (K, V), + slack to align to 1024, + 1 + 4 NS mbarriers (Q full, full K, full V, empty K, empty V)
+    return (WG_BQ * D + 2 * NS * WG_BK * D) * 2 + 1024 + (1 + 4 * NS) * 8;
+}
+static_assert(fwd_wgmma3_smem_bytes<128, 3>() <= 227 * 1024, "wgmma3: 3 stages exceed sm_90's 227 KiB");
+
+template <int D, int NS, bool PP>
+__global__ void __launch_bounds__(WG3_THREADS, 1)
+    attention_fwd_wgmma3_kernel(const __grid_constant__ fwd_kparams p, const __grid_constant__ CUtensorMap tmq,
+                                const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BQ = WG_BQ, BK = WG_BK, NC = 256;  // NC consumer threads
+    static_assert(NS >= 2, "wgmma3: K_{u+1} and V_u are read together");
+    static_assert(BQ == BK, "wgmma3: Q, K and V tiles share the box of the tensor maps");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    // every panel must start on a 1024-byte boundary (wgmma.cuh, and TMA's 128-byte swizzle)
+    const uint32_t raw_s = gdnk::smem_u32(smem_raw);
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(smem_raw + (((raw_s + 1023u) & ~1023u) - raw_s));
+    __nv_bfloat16 *Ks = Qs + BQ * D;       // NS x (BK x D), sw128<BK>
+    __nv_bfloat16 *Vs = Ks + NS * BK * D;  // NS x (BK x D), sw128<BK>
+    const uint32_t q_full = gdnk::smem_u32(Vs + NS * BK * D), k_full = q_full + 8, v_full = k_full + 8 * NS;
+    const uint32_t k_empty = v_full + 8 * NS, v_empty = k_empty + 8 * NS;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int m = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, W = p.window;
+    const int q0 = m * BQ;
+    const int j_hi = min(T - 1, q0 + BQ - 1);
+    const int j_lo = max(0, q0 - W + 1);
+    const int n_hi = j_hi / BK, nb = n_hi - j_lo / BK + 1;  // tile u = key block n_hi - u, u < nb
+
+    if (tid == 0) {
+        wgm::mbar_init(q_full, 1);
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            wgm::mbar_init(k_full + 8 * s, 1);
+            wgm::mbar_init(v_full + 8 * s, 1);
+            wgm::mbar_init(k_empty + 8 * s, NC / 32);
+            wgm::mbar_init(v_empty + 8 * s, NC / 32);
+        }
+        wgm::mbar_init_fence();
+    }
+    if (tid == 32) {
+        wgm::prefetch_tensormap(&tmq);
+        wgm::prefetch_tensormap(&tmk);
+        wgm::prefetch_tensormap(&tmv);
+    }
+    __syncthreads();  // barriers initialised before any arrival; the only CTA-wide barrier
+    bool wd_failed = false;  // -DGDN_MBAR_WATCHDOG: a wait timed out (wgmma.cuh; trap at the end)
+
+    const uint32_t qs = gdnk::smem_u32(Qs), ks0 = gdnk::smem_u32(Ks), vs0 = gdnk::smem_u32(Vs);
+    constexpr uint32_t TILE = 2u * BK * D;  // bytes per Q, K or V tile (BQ == BK)
+    constexpr uint32_t PANEL = 2u * BK * 64;  // bytes per 64-column panel of a tile
+
+    if (tid < 128) {  // ---- producer warpgroup
+        wgm::setmaxnreg_dec<WG3_PRODUCER_REGS>();
+        if (tid < 32) {
+            // one tile: rows row0 .. row0 + 127 of head (b, h), D / 64 boxes, on `bar`
+            auto load = [&](const CUtensorMap *map, uint32_t dst, int row0, uint32_t bar) {
+                if (lane == 0) {
+                    wgm::mbar_arrive_expect_tx(bar, TILE);
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++) wgm::tma_load_4d(dst + c * PANEL, map, 64 * c, h, row0, b, bar);
+                }
+                __syncwarp();
+            };
+            load(&tmq, qs, q0, q_full);
+            load(&tmk, ks0, n_hi * BK, k_full);
+            for (int j = 0; j < nb; j++) {
+                if (j + 1 < nb) {  // K_{j+1}: its stage was read last by S_{j+1-NS}
+                    const int u = j + 1, st = u % NS;
+                    if (u >= NS) wgm::mbar_wait(k_empty + 8 * st, (u / NS - 1) & 1, wd_failed);
+                    load(&tmk, ks0 + st * TILE, (n_hi - u) * BK, k_full + 8 * st);
+                }
+                {  // V_j: its stage was read last by P_{j-NS} V_{j-NS}
+                    const int st = j % NS;
+                    if (j >= NS) wgm::mbar_wait(v_empty + 8 * st, (j / NS - 1) & 1, wd_failed);
+                    load(&tmv, vs0 + st * TILE, (n_hi - j) * BK, v_full + 8 * st);
+                }
+            }
+        }
+    } else {  // ---- consumer warpgroups: wgmma2's per-block code
+        wgm::setmaxnreg_inc<WG3_CONSUMER_REGS>();
+        const int wg = (tid >> 7) - 1, w = (tid >> 5) & 3;
+        const int g = lane >> 2, t4 = lane & 3;
+        const float c2 = p.scale_log2;
+        const int wq0 = q0 + 64 * wg;     // first query row of this warpgroup
+        const int i0 = wq0 + 16 * w + g;  // this thread's rows: i0, i0 + 8
+
+        float o[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+        float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f}, corr[2];
+        float s[BK / 2];
+        uint32_t pa[BK / 16][4];
+        auto pack_p = [&]() {
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) pa[kk][q] = gdnk::pack_bf16(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
+        };
+        auto straddles = [&](int k0) { return (k0 + BK - 1 > wq0) || (k0 <= wq0 + 63 - W); };
+        auto release = [&](uint32_t bar) {
+            if (lane == 0) wgm::mbar_arrive(bar);
+        };
+        // PP: wait for this consumer's turn to issue / hand the turn to the other (header)
+        auto turn_wait = [&]() {
+            if constexpr (PP) {
+                if (wg == 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+                else asm volatile("bar.sync 4, 256;\n" ::: "memory");
+            }
+        };
+        auto turn_pass = [&]() {
+            if constexpr (PP) {
+                if (wg == 0) asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+                else asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+            }
+        };
+        if constexpr (PP)
+            if (wg == 1) asm volatile("bar.arrive 3, 256;\n" ::: "memory");  // consumer 0 issues first
+
+        // block 0: S_0, softmax (o is 0: no rescale), P_0. TMA writes through the async proxy,
+        // as wgmma reads: the mbarrier wait alone orders them (no proxy fence).
+        wgm::mbar_wait(q_full, 0, wd_failed);
+        wgm::mbar_wait(k_full, 0, wd_failed);
+        turn_wait();
+        wgm::fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            wgm::mma_ss<BK, 0>(s, wgm::desc_k<BQ>(qs, 64 * wg, kk), wgm::desc_k<BK>(ks0, 0, kk), kk > 0);
+        wgm::commit();
+        turn_pass();
+        wgm::wait<0>();
+        wgm::fence_regs(s);
+        release(k_empty);
+        wg2_softmax<BK>(s, mrow, lrow, corr, straddles(n_hi * BK), i0, n_hi * BK, t4, W, c2);
+        pack_p();
+
+        for (int u = 0; u + 1 < nb; u++) {
+            const int sn = (u + 1) % NS, sc = u % NS;  // stages of K_{u+1} and V_u
+            wgm::mbar_wait(k_full + 8 * sn, ((u + 1) / NS) & 1, wd_failed);
+            wgm::mbar_wait(v_full + 8 * sc, (u / NS) & 1, wd_failed);
+            wgm::fence_regs(s);
+            wgm::fence_regs(o);
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) wgm::fence_regs(pa[kk]);
+            turn_wait();
+            wgm::fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wgm::mma_ss<BK, 0>(s, wgm::desc_k<BQ>(qs, 64 * wg, kk), wgm::desc_k<BK>(ks0 + sn * TILE, 0, kk), kk > 0);
+            wgm::commit();  // group: S_{u+1}
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) wgm::mma_rs<D, 1>(o, pa[kk], wgm::desc_n<BK>(vs0 + sc * TILE, kk), 1);
+            wgm::commit();   // group: O += P_u V_u
+            turn_pass();
+            wgm::wait<1>();  // S_{u+1} done; o and pa stay untouched until wait<0>
+            wgm::fence_regs(s);
+            release(k_empty + 8 * sn);
+            const int k0 = (n_hi - u - 1) * BK;
+            wg2_softmax<BK>(s, mrow, lrow, corr, straddles(k0), i0, k0, t4, W, c2);
+            wgm::wait<0>();  // P_u V_u done
+            wgm::fence_regs(o);
+            release(v_empty + 8 * sc);
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                o[4 * j] *= corr[0];
+                o[4 * j + 1] *= corr[0];
+                o[4 * j + 2] *= corr[1];
+                o[4 * j + 3] *= corr[1];
+            }
+            pack_p();
+        }
+
+        // last block: O += P V (the producer loads nothing after V_{nb-1}: no release)
+        wgm::mbar_wait(v_full + 8 * ((nb - 1) % NS), ((nb - 1) / NS) & 1, wd_failed);
+        wgm::fence_regs(o);
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) wgm::fence_regs(pa[kk]);
+        turn_wait();
+        wgm::fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++)
+            wgm::mma_rs<D, 1>(o, pa[kk], wgm::desc_n<BK>(vs0 + ((nb - 1) % NS) * TILE, kk), 1);
+        wgm::commit();
+        if (wg == 0) turn_pass();  // consumer 1's last issue follows; nothing follows consumer 1's
+        wgm::wait<0>();
+        wgm::fence_regs(o);
+
+        // epilogue (wgmma2's): o = O / l staged through this warpgroup's own Q rows (written by
+        // TMA, read only by this warpgroup's retired wgmma), lse = ln2 (m c2 + log2 l)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float l = lrow[r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const int row = 64 * wg + 16 * w + g + 8 * r;  // inside the tile
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<uint32_t *>(Qs + wgm::sw128<BQ>(row, 8 * j + 2 * t4)) =
+                    gdnk::pack_bf16(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+            const int i = q0 + row;
+            if (t4 == 0 && i < T) p.lse[((size_t)b * H + h) * T + i] = ATTN_LN2 * (mrow[r] * c2 + log2f(l));
+        }
+        // the 128 threads of this consumer warpgroup only (named barrier 1 + wg)
+        if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+        constexpr int CPR = D / 8;
+#pragma unroll
+        for (int c = tid & 127; c < 64 * CPR; c += 128) {
+            const int row = 64 * wg + c / CPR, ch = c % CPR, i = q0 + row;
+            if (i < T)
+                *reinterpret_cast<uint4 *>(p.o + (((size_t)b * T + i) * H + h) * D + ch * 8) =
+                    *reinterpret_cast<const uint4 *>(Qs + wgm::sw128<BQ>(row, ch * 8));
+        }
+    }
+    wgm::mbar_watchdog_check(wd_failed);  // outside the setmaxnreg regions (wgmma.cuh)
+#else
+    __trap();  // launched only where the sm_90a image exists (attention_fwd_wgmma_selected checks)
+#endif
+}
+
 // fp32: one warp per query row (b, i, h); 4 warps per block.
 template <int D>
 __global__ void __launch_bounds__(128) attention_fwd_f32_kernel(int B, int T, int H, int W, float scale,
@@ -598,6 +868,116 @@ void attention_fwd_launch_wgmma2(const attn_params *p, int W) {
     fwd_launch(attention_fwd_wgmma2_kernel<D, NS>, fwd_wgmma2_smem_bytes<D, NS>(), WG_BQ, WG_THREADS, p, W);
 }
 
+// GDN_ATTN_WGMMA_FWD3 (attention_fwd_wgmma3_kernel; read on every call, so that one process can
+// A/B it against wgmma2 by setenv): unset (the default), "pp" or "pp2": 2 K/V stages with the
+// consumers' ping-pong; "1" or "2": 2 stages, "3": 3 stages, "pp3": 3 stages with ping-pong; "0"
+// or anything else: off (attention_fwd_wgmma2_kernel). Returns the stages (0: off), + 10 with
+// ping-pong. The default since session 10: bitwise wgmma2's o and lse, 0.57-0.58x its time on an
+// H200 (bench/attention.md, "Session 10").
+int attention_fwd_wgmma3_mode() {
+    const char *s = getenv("GDN_ATTN_WGMMA_FWD3");
+    if (!s) return 12;
+    if (strcmp(s, "1") == 0 || strcmp(s, "2") == 0) return 2;
+    if (strcmp(s, "3") == 0) return 3;
+    if (strcmp(s, "pp") == 0 || strcmp(s, "pp2") == 0) return 12;
+    return strcmp(s, "pp3") == 0 ? 13 : 0;
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda); NULL with *why set
+// when it cannot be had (asked once; concurrent first calls store the same values). A failed
+// query is cleared from the runtime's last error, so that the next launch check does not see it.
+PFN_cuTensorMapEncodeTiled_v12000 fwd3_encoder(const char **why) {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+    static const char *reason = nullptr;
+    static int asked = 0;
+    if (!asked) {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+        const cudaError_t rc =
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
+#else
+        const cudaError_t rc = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &f, cudaEnableDefault, &q);
+#endif
+        if (rc != cudaSuccess) {
+            reason = cudaGetErrorString(rc);
+            (void)cudaGetLastError();
+        } else if (q != cudaDriverEntryPointSuccess || !f) {
+            reason = "the driver does not export cuTensorMapEncodeTiled (version 12000)";
+        } else {
+            fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+        }
+        asked = 1;
+    }
+    *why = reason;
+    return fn;
+}
+
+// Tensor map of a (B,T,H,D) bf16 tensor as 4-D (D, H, T, B) (dimension 0 innermost), box 64
+// columns x 1 head x WG_BK rows x 1 batch, 128-byte swizzle (one wgmma panel per box), rows >= T
+// out of range (zero-filled). Returns NULL on success, else why the map cannot be encoded.
+const char *fwd3_encode(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *map, const void *x, const attn_params *p) {
+    const cuuint64_t es = 2;
+    const cuuint64_t dims[4] = {(cuuint64_t)p->D, (cuuint64_t)p->H, (cuuint64_t)p->T, (cuuint64_t)p->B};
+    // byte strides of dimensions 1..3: multiples of 16 and < 2^40 (cuTensorMapEncodeTiled)
+    const cuuint64_t strides[3] = {dims[0] * es, dims[0] * dims[1] * es, dims[0] * dims[1] * dims[2] * es};
+    for (cuuint64_t st : strides)
+        if (st % 16 || st >= (1ull << 40)) return "a row pitch is not a multiple of 16 bytes or exceeds 2^40";
+    if ((uintptr_t)x % 16) return "a tensor is not 16-byte aligned";
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)WG_BK, 1}, estr[4] = {1, 1, 1, 1};
+    const CUresult rc = enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void *>(x), dims, strides, box, estr,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (rc == CUDA_SUCCESS) return nullptr;
+    static char msg[64];  // host, the caller prints it at once
+    snprintf(msg, sizeof msg, "cuTensorMapEncodeTiled returned CUresult %d", (int)rc);
+    return msg;
+}
+
+// wgmma3 launches so far (attention_fwd_wgmma3_launches: test_attention checks that a forward
+// under GDN_ATTN_WGMMA_FWD3 really ran wgmma3 and did not fall back to wgmma2)
+unsigned long fwd3_launches = 0;
+
+// Launches attention_fwd_wgmma3_kernel<D, NS, PP>; returns 0 (nothing launched, the reason printed
+// once to stderr) when the tensor maps cannot be made, so that the caller runs wgmma2 instead.
+template <int D, int NS, bool PP>
+int attention_fwd_launch_wgmma3(const attn_params *p, int W) {
+    static int warned = 0;
+    // setmaxnreg moves registers inside the CTA's launch allocation: the consumers' setmaxnreg.inc
+    // (256 x 240) can only be served if ptxas gave the kernel >= 168 registers a thread (384 x 168
+    // = 128 x 24 + 256 x 240); with fewer it would block forever. ptxas reports 168 (launch bound);
+    // checked once per instance, a fallback instead of a hang if a compiler ever differs.
+    static int regs_ok = -1;
+    if (regs_ok < 0) {
+        cudaFuncAttributes fa;
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_fwd_wgmma3_kernel<D, NS, PP>));
+        regs_ok = fa.numRegs * WG3_THREADS >= 128 * WG3_PRODUCER_REGS + 256 * WG3_CONSUMER_REGS;
+    }
+    const char *why = regs_ok ? nullptr : "the kernel has fewer than 168 registers a thread: setmaxnreg.inc would hang";
+    CUtensorMap mq, mk, mv;
+    PFN_cuTensorMapEncodeTiled_v12000 enc = why ? nullptr : fwd3_encoder(&why);
+    if (!why) why = fwd3_encode(enc, &mq, p->q, p);
+    if (!why) why = fwd3_encode(enc, &mk, p->k, p);
+    if (!why) why = fwd3_encode(enc, &mv, p->v, p);
+    if (why) {
+        if (!warned) {
+            fprintf(stderr, "attention_fwd: GDN_ATTN_WGMMA_FWD3 ignored (%s; B %d T %d H %d D %d): running "
+                            "attention_fwd_wgmma2_kernel\n", why, p->B, p->T, p->H, p->D);
+            warned = 1;
+        }
+        return 0;
+    }
+    const fwd_kparams kp = fwd_make_kparams(p, W);
+    constexpr int smem = fwd_wgmma3_smem_bytes<D, NS>();
+    CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_wgmma3_kernel<D, NS, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem));
+    dim3 grid(GDN_CDIV(p->T, WG_BQ), p->H, p->B);
+    attention_fwd_wgmma3_kernel<D, NS, PP><<<grid, WG3_THREADS, smem, p->stream>>>(kp, mq, mk, mv);
+    CUDA_CHECK_LAUNCH();
+    fwd3_launches++;  // plain counter (diagnostics; the test calls attention_fwd from one thread)
+    return 1;
+}
+
 // K/V stages of the wgmma forward (read once): GDN_ATTN_WGMMA_FWD2 = 3: 3 stages; unset or
 // anything else: 2 (0.5-1.6% faster than 3 on an H200, session 7).
 int attention_fwd_wgmma_version() {
@@ -611,6 +991,11 @@ int attention_fwd_wgmma_version() {
 
 template <int D>
 void attention_fwd_launch_wgmma_any(const attn_params *p, int W) {
+    const int m3 = attention_fwd_wgmma3_mode();
+    if (m3 == 2 && attention_fwd_launch_wgmma3<D, 2, false>(p, W)) return;
+    if (m3 == 3 && attention_fwd_launch_wgmma3<D, 3, false>(p, W)) return;
+    if (m3 == 12 && attention_fwd_launch_wgmma3<D, 2, true>(p, W)) return;
+    if (m3 == 13 && attention_fwd_launch_wgmma3<D, 3, true>(p, W)) return;
     if (attention_fwd_wgmma_version() == 3)
         attention_fwd_launch_wgmma2<D, 3>(p, W);
     else
@@ -647,10 +1032,25 @@ extern "C" void attention_fwd(const attn_params *p) {
 }
 
 extern "C" const char *attention_fwd_wgmma_version_name(void) {
+    switch (attention_fwd_wgmma3_mode()) {
+    case 2: return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 2 K/V stages (GDN_ATTN_WGMMA_FWD3=1)";
+    case 3: return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 3 K/V stages (GDN_ATTN_WGMMA_FWD3=3)";
+    case 12:
+        return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 2 K/V stages, consumer ping-pong "
+               "(default; GDN_ATTN_WGMMA_FWD3=0: wgmma2)";
+    case 13:
+        return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 3 K/V stages, consumer ping-pong "
+               "(GDN_ATTN_WGMMA_FWD3=pp3)";
+    default: break;
+    }
     return attention_fwd_wgmma_version() == 3
                ? "attention_fwd_wgmma2_kernel, 3 K/V stages (GDN_ATTN_WGMMA_FWD2=3)"
                : "attention_fwd_wgmma2_kernel, 2 K/V stages (default; GDN_ATTN_WGMMA_FWD2=3: 3 stages)";
 }
+
+extern "C" unsigned long attention_fwd_wgmma3_launches(void) { return fwd3_launches; }
+
+extern "C" int attention_fwd_wgmma3_selected(void) { return attention_fwd_wgmma3_mode() != 0; }
 
 extern "C" int attention_fwd_wgmma_selected(void) {
     static int env = -1, image = -1;

@@ -62,8 +62,17 @@ void attention_bwd(const attn_params *p);  // reads q, k, v, o, lse, dO; writes 
 // comparisons). Measured on an H200: bench/attention.md, session 6.
 int attention_fwd_wgmma_selected(void);
 // How the wgmma forward runs (GDN_ATTN_WGMMA_FWD2: unset = the overlapped kernel with 2 K/V
-// stages, 3 = with 3 stages), in words for test and bench logs.
+// stages, 3 = with 3 stages, used when GDN_ATTN_WGMMA_FWD3=0; GDN_ATTN_WGMMA_FWD3 unset, pp, 1, 3
+// or pp3, read on every call: the TMA producer kernel attention_fwd_wgmma3_kernel, unset = pp),
+// in words for test and bench logs.
 const char *attention_fwd_wgmma_version_name(void);
+// How many times attention_fwd has launched attention_fwd_wgmma3_kernel (GDN_ATTN_WGMMA_FWD3) in
+// this process; a call that fell back to wgmma2 (stderr: "GDN_ATTN_WGMMA_FWD3 ignored") does not
+// count. test_attention checks it, so that a silent fallback cannot pass the wgmma3 vs wgmma2 check.
+unsigned long attention_fwd_wgmma3_launches(void);
+// 1 when GDN_ATTN_WGMMA_FWD3 (read now) selects attention_fwd_wgmma3_kernel for the bf16 wgmma
+// forward: unset (the default), 1, 2, 3, pp, pp2 or pp3.
+int attention_fwd_wgmma3_selected(void);
 // The same for attention_bwd (bf16): 1 when it runs the Hopper dK/dV and dQ kernels (wgmma, both
 // modes) on a compute capability 9.x device with the sm_90a image; GDN_ATTN_WGMMA_BWD=0 keeps the
 // mma.sync backward (read once).

@@ -199,4 +199,80 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
     __syncwarp();  // callers are whole warps, and wgmma's .aligned instructions follow
 }
 
+// mbar_wait for warp-specialised kernels (setmaxnreg; attention_fwd_wgmma3_kernel). Under
+// -DGDN_MBAR_WATCHDOG a trap inside the code that follows a setmaxnreg makes ptxas (CUDA 13.0)
+// drop that region's register budget back to the launch bound's (168 at 384 threads): wgmma
+// serialised (C7512) and spills. So this wait does not trap: once it has failed for 2 s it sets
+// `failed` and returns, every later wait of the thread with `failed` set returns at once (the
+// kernel runs to its end on garbage instead of hanging), and the kernel calls
+// mbar_watchdog_check(failed) after its warpgroups' branches have joined, which traps there.
+// Without the watchdog it is mbar_wait above and `failed` stays false.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity, bool &failed) {
+#ifdef GDN_MBAR_WATCHDOG
+    uint32_t done;
+    uint64_t t0 = 0;
+    if (failed) return;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+        if (!done) {
+            uint64_t t;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            if (t0 == 0) t0 = t;
+            else if (t - t0 > 2000000000ull) failed = true, done = 1;
+        }
+    } while (!done);
+    __syncwarp();
+#else
+    (void)failed;
+    mbar_wait(bar, parity);
+#endif
+}
+__device__ __forceinline__ void mbar_watchdog_check(bool failed) {
+#ifdef GDN_MBAR_WATCHDOG
+    if (failed) __trap();
+#else
+    (void)failed;
+#endif
+}
+
+// ---- TMA (cp.async.bulk.tensor) and register reallocation, for warp-specialised kernels with a
+// producer warpgroup (attention_fwd_wgmma3_kernel; bench/hopper_gemm.cu has the same patterns).
+// The producer's arrival on a "full" barrier: one arrival (count it at init) that also raises the
+// phase's expected transaction count by `bytes`; the phase completes once the arrivals are in and
+// the TMA loads completing on the barrier have delivered that many bytes (PTX ISA 9.7.13.15.11).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// 4-D TMA load of the box at coordinates (c0 innermost .. c3) of the tensor map at `map` (a
+// __grid_constant__ kernel parameter's address) into shared memory at `dst` (1024-byte aligned for
+// SWIZZLE_128B), completing on the mbarrier `bar` with the box's bytes (out-of-range elements
+// are written as zeros and still counted). A CTA launched without a cluster is a cluster of one,
+// so its shared::cta addresses are valid shared::cluster addresses.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *map, int c0, int c1, int c2, int c3,
+                                            uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void prefetch_tensormap(const void *map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
+}
+// setmaxnreg (PTX ISA 9.7.19.8): executed by every thread of a warpgroup; N a multiple of 8 in
+// [24, 256]. dec releases registers to the CTA's pool, inc waits until it can take them.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg: multiple of 8 in [24, 256]");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg: multiple of 8 in [24, 256]");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
+}
+
 }  // namespace wgm

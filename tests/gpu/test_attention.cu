@@ -15,9 +15,17 @@
 // backward its wgmma kernels unless GDN_ATTN_WGMMA_BWD=0 (the header lines say which paths ran;
 // run all); the backward always reads the forward's o and lse, so every row also checks the
 // backward on them.
+// The bf16 forward runs on attention_fwd_wgmma3_kernel (TMA producer warpgroup) unless
+// GDN_ATTN_WGMMA_FWD3=0 (unset = pp; or 1, 3, pp3); then every bf16 forward also runs once more with GDN_ATTN_WGMMA_FWD3=0
+// (attention_fwd_wgmma2_kernel, read per call) and o and lse must match it byte for byte (the
+// consumers run wgmma2's arithmetic in its order): one more check per bf16 config; the oracle
+// rows and the backward then run on wgmma3's o and lse (copied back).
 // The oracle runs on all CPU cores, one task per (config, head).
 #include "gputest.h"
 #include <atomic>
+#include <stdlib.h>
+#include <string.h>
+#include <string>
 #include <thread>
 #include <vector>
 #include <unistd.h>
@@ -132,6 +140,11 @@ int main() {
         }
 
     if (attention_fwd_wgmma_selected()) printf("bf16 wgmma forward: %s\n", attention_fwd_wgmma_version_name());
+    // wgmma3 selected (GDN_ATTN_WGMMA_FWD3 unset, or not "0"): compare each bf16 forward with wgmma2's, bitwise
+    const char *fwd3_env = getenv("GDN_ATTN_WGMMA_FWD3");
+    const std::string fwd3_val = fwd3_env ? fwd3_env : "";
+    const bool fwd3_ab = attention_fwd_wgmma_selected() && attention_fwd_wgmma3_selected();
+    int fwd3_checks = 0, fwd3_same = 0;
     // oracle on every core, biggest tasks first
     double t0 = gdn_now();
     std::vector<std::pair<cfg *, int>> tasks;
@@ -173,8 +186,44 @@ int main() {
             CUDA_CHECK(cudaMemset(d.lse, 0xff, nl * 4));
             p.q = d.q; p.k = d.k; p.v = d.v; p.o = d.o; p.lse = d.lse;
             p.dO = d.dO; p.dq = d.dq; p.dk = d.dk; p.dv = d.dv; p.workspace = d.ws;
+            const unsigned long fwd3_n0 = attention_fwd_wgmma3_launches();
             attention_fwd(&p);
             CUDA_CHECK(cudaDeviceSynchronize());
+            if (fwd3_ab && dt == ATTN_DTYPE_BF16) {  // the same forward on wgmma2, poisoned first
+                // hard check: the forward above launched wgmma3 (a fallback to wgmma2, or a value of
+                // GDN_ATTN_WGMMA_FWD3 that selects nothing, would compare wgmma2 with itself)
+                const bool ran3 = attention_fwd_wgmma3_launches() == fwd3_n0 + 1;
+                std::vector<unsigned char> a(n * es + nl * 4), bb(n * es + nl * 4);
+                CUDA_CHECK(cudaMemcpy(a.data(), d.o, n * es, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemcpy(a.data() + n * es, d.lse, nl * 4, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemset(d.o, 0xff, n * es));
+                CUDA_CHECK(cudaMemset(d.lse, 0xff, nl * 4));
+                setenv("GDN_ATTN_WGMMA_FWD3", "0", 1);
+                attention_fwd(&p);
+                if (fwd3_env)
+                    setenv("GDN_ATTN_WGMMA_FWD3", fwd3_val.c_str(), 1);
+                else
+                    unsetenv("GDN_ATTN_WGMMA_FWD3");
+                CUDA_CHECK(cudaDeviceSynchronize());
+                CUDA_CHECK(cudaMemcpy(bb.data(), d.o, n * es, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemcpy(bb.data() + n * es, d.lse, nl * 4, cudaMemcpyDeviceToHost));
+                // ... and the rerun with GDN_ATTN_WGMMA_FWD3=0 launched no wgmma3
+                const bool ran2 = attention_fwd_wgmma3_launches() == fwd3_n0 + 1;
+                const bool same = ran3 && ran2 && memcmp(a.data(), bb.data(), a.size()) == 0;
+                // wgmma3's o and lse back: the oracle rows and the backward below check them
+                CUDA_CHECK(cudaMemcpy(d.o, a.data(), n * es, cudaMemcpyHostToDevice));
+                CUDA_CHECK(cudaMemcpy(d.lse, a.data() + n * es, nl * 4, cudaMemcpyHostToDevice));
+                fwd3_checks++;
+                fwd3_same += same;
+                gc_checks++;
+                if (!same) {
+                    gc_failures++;
+                    printf("      forward wgmma3 vs wgmma2 (T %d window %d D %d): %s: FAIL\n", c->T, c->W, c->D,
+                           !ran3   ? "wgmma3 did not run (fell back to wgmma2, stderr says why)"
+                           : !ran2 ? "the GDN_ATTN_WGMMA_FWD3=0 rerun launched wgmma3"
+                                   : "o, lse differ");
+                }
+            }
             std::vector<float> lsef(nl);
             CUDA_CHECK(cudaMemcpy(lsef.data(), d.lse, nl * 4, cudaMemcpyDeviceToHost));
             std::vector<double> lse(lsef.begin(), lsef.end());
@@ -223,6 +272,9 @@ int main() {
             for (void *x : {d.q, d.k, d.v, d.o, d.dO, d.dq, d.dk, d.dv, d.ws}) CUDA_CHECK(cudaFree(x));
             CUDA_CHECK(cudaFree(d.lse));
         }
+    if (fwd3_ab)
+        printf("forward wgmma3 vs wgmma2, o and lse bitwise: %d of %d bf16 configs equal: %s\n", fwd3_same, fwd3_checks,
+               fwd3_same == fwd3_checks ? "pass" : "FAIL");
     printf("GPU runs and checks: %.1f s\n", gdn_now() - t0);
     for (cfg *c : cfgs) delete c;
     return gc_finish("test_attention");
