@@ -14,6 +14,12 @@
 // GDN_ATTN_WGMMA_FWD3=0 (attention_fwd_wgmma2_kernel) under its name, then with
 // GDN_ATTN_WGMMA_FWD3 = that value (attention_fwd_wgmma3_kernel: 2 or 3 K/V stages, pp = ping-pong;
 // the variable is read per call) as "NAME+fwd3", then once more with 0 (drift check); one "FWD3_AB" line per case.
+// ATTN_BENCH_BWD3_AB=1 (or 2, 3, pp, pp3): A/B of the backward kernels in one process: each case
+// runs with GDN_ATTN_WGMMA_BWD3=0 (the wgmma kernels), then = that value (the TMA producer
+// kernels attention_bwd_*_wgmma3_kernel, 2 or 3 stages, pp = ping-pong; read per call) as
+// "NAME+bwd3", then with 0 again (drift check), each also timing attention_bwd alone ("bwd"
+// lines; the forward's o and lse of both input sets are in place); one "BWD3_AB" line per case
+// with the backward's ms, det and nondet.
 #include "../src/core/cuda_check.h"
 #include "../src/fwd/attention_cuda.h"
 #include <algorithm>
@@ -40,8 +46,14 @@ static float median(std::vector<float> v) {
     return v[v.size() / 2];
 }
 
-// returns the forward's time (ms, the better of its two medians)
-static float run_case(const char *name, int B, int T, int H, int D, int W) {
+constexpr int warm = 3, reps = 25;  // calls per timing: warm-ups, then the timed ones
+
+// ms, the better of two medians each; bwd_*: only when run_case's bwd_alone is set
+struct times {
+    float fwd, fwdbwd_det, fwdbwd_nondet, bwd_det, bwd_nondet;
+};
+
+static times run_case(const char *name, int B, int T, int H, int D, int W, bool bwd_alone = false) {
     if (attention_fwd_wgmma_selected()) printf("%s: bf16 forward %s\n", name, attention_fwd_wgmma_version_name());
     const size_t n = (size_t)B * T * H * D;
     attn_params p = {};
@@ -73,17 +85,19 @@ static float run_case(const char *name, int B, int T, int H, int D, int W) {
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
-    const int warm = 3, reps = 25;
-    const char *mode_name[3] = {"fwd", "fwd+bwd", "fwd+bwd"}, *bwd_name[3] = {"", "det", "nondet"};
-    float res[3][2];  // [fwd, fwd+bwd det, fwd+bwd nondet][first, second timing]
-    for (int mode = 0; mode < 3; mode++)
+    const char *mode_name[5] = {"fwd", "fwd+bwd", "fwd+bwd", "bwd", "bwd"};
+    const char *bwd_name[5] = {"", "det", "nondet", "det", "nondet"};
+    // [fwd, fwd+bwd det, fwd+bwd nondet, bwd det, bwd nondet (bwd_alone)][first, second timing];
+    // the bwd-alone modes read the o and lse that the earlier modes left in both input sets
+    float res[5][2] = {};
+    for (int mode = 0; mode < (bwd_alone ? 5 : 3); mode++)
         for (int twice = 0; twice < 2; twice++) {
             std::vector<float> ts;
-            p.nondeterministic = mode == 2;
+            p.nondeterministic = mode == 2 || mode == 4;
             for (int r = 0; r < warm + reps; r++) {
                 bind(r & 1);
                 CUDA_CHECK(cudaEventRecord(e0, 0));
-                attention_fwd(&p);
+                if (mode <= 2) attention_fwd(&p);
                 if (mode >= 1) attention_bwd(&p);
                 CUDA_CHECK(cudaEventRecord(e1, 0));
                 CUDA_CHECK(cudaEventSynchronize(e1));
@@ -109,7 +123,8 @@ static float run_case(const char *name, int B, int T, int H, int D, int W) {
     }
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
-    return f;
+    auto best = [&](int mode) { return std::min(res[mode][0], res[mode][1]); };
+    return {f, best(1), best(2), best(3), best(4)};
 }
 
 // ATTN_BENCH_FWD3_AB: wgmma2, wgmma3, wgmma2 again on one case (header)
@@ -117,18 +132,43 @@ static void run_ab(const char *ab, const char *name, int B, int T, int H, int D,
     const std::string n3 = std::string(name) + "+fwd3", n2b = std::string(name) + "+again";
     setenv("GDN_ATTN_WGMMA_FWD3", "0", 1);
     const unsigned long n0 = attention_fwd_wgmma3_launches();
-    const float f2 = run_case(name, B, T, H, D, W);
+    const float f2 = run_case(name, B, T, H, D, W).fwd;
     const unsigned long n1 = attention_fwd_wgmma3_launches();
     setenv("GDN_ATTN_WGMMA_FWD3", ab, 1);
-    const float f3 = run_case(n3.c_str(), B, T, H, D, W);
+    const float f3 = run_case(n3.c_str(), B, T, H, D, W).fwd;
     const unsigned long n2 = attention_fwd_wgmma3_launches();
     setenv("GDN_ATTN_WGMMA_FWD3", "0", 1);
-    const float f2b = run_case(n2b.c_str(), B, T, H, D, W);
+    const float f2b = run_case(n2b.c_str(), B, T, H, D, W).fwd;
     // the "wgmma3" timing is wgmma3's only if every forward of that run launched it (no fallback)
     const bool valid = n1 == n0 && n2 > n1 && attention_fwd_wgmma3_launches() == n2;
     printf("FWD3_AB %s B%d T%d H%d D%d W%d fwd_ms wgmma2 %.3f wgmma3 %.3f wgmma2_again %.3f wgmma3/wgmma2 %.3f%s\n", name,
            B, T, H, D, W, f2, f3, f2b, f3 / std::min(f2, f2b),
            valid ? "" : " INVALID (wgmma3 did not run: fell back to wgmma2, see stderr)");
+}
+
+// ATTN_BENCH_BWD3_AB: the wgmma backward, wgmma3, the wgmma backward again on one case (header)
+static void run_bwd_ab(const char *ab, const char *name, int B, int T, int H, int D, int W) {
+    const std::string n3 = std::string(name) + "+bwd3", nb = std::string(name) + "+again";
+    setenv("GDN_ATTN_WGMMA_BWD3", "0", 1);
+    const unsigned long n0 = attention_bwd_wgmma3_launches();
+    const times a = run_case(name, B, T, H, D, W, true);
+    const unsigned long n1 = attention_bwd_wgmma3_launches();
+    setenv("GDN_ATTN_WGMMA_BWD3", ab, 1);
+    const times c = run_case(n3.c_str(), B, T, H, D, W, true);
+    const unsigned long n2 = attention_bwd_wgmma3_launches();
+    setenv("GDN_ATTN_WGMMA_BWD3", "0", 1);
+    const times a2 = run_case(nb.c_str(), B, T, H, D, W, true);
+    // run_case makes 2 x (warm + reps) backward calls in each of its 4 backward modes: 2 det ones
+    // (2 launches a call), 2 nondet ones (1); the "wgmma3" timings are wgmma3's only if every call
+    // launched it
+    const bool valid =
+        n1 == n0 && n2 - n1 == 2ul * (warm + reps) * (2 * 2 + 2 * 1) && attention_bwd_wgmma3_launches() == n2;
+    printf("BWD3_AB %s B%d T%d H%d D%d W%d bwd_ms det: wgmma %.3f wgmma3 %.3f wgmma_again %.3f wgmma3/wgmma %.3f | "
+           "nondet: wgmma %.3f wgmma3 %.3f wgmma_again %.3f wgmma3/wgmma %.3f | fwd+bwd det ms: wgmma %.3f wgmma3 %.3f%s\n",
+           name, B, T, H, D, W, a.bwd_det, c.bwd_det, a2.bwd_det, c.bwd_det / std::min(a.bwd_det, a2.bwd_det),
+           a.bwd_nondet, c.bwd_nondet, a2.bwd_nondet, c.bwd_nondet / std::min(a.bwd_nondet, a2.bwd_nondet),
+           std::min(a.fwdbwd_det, a2.fwdbwd_det), c.fwdbwd_det,
+           valid ? "" : " INVALID (wgmma3 did not run everywhere: fell back, see stderr)");
 }
 
 int main() {
@@ -141,6 +181,12 @@ int main() {
     if (ab && strcmp(ab, "0") != 0 && attention_fwd_wgmma_selected()) {
         run_ab(ab, "full", 8, 4096, 16, 128, 4096);
         run_ab(ab, "window", 2, 16384, 16, 128, 2048);
+        return 0;
+    }
+    const char *bab = getenv("ATTN_BENCH_BWD3_AB");
+    if (bab && strcmp(bab, "0") != 0 && attention_bwd_wgmma_selected()) {
+        run_bwd_ab(bab, "full", 8, 4096, 16, 128, 4096);
+        run_bwd_ab(bab, "window", 2, 16384, 16, 128, 2048);
         return 0;
     }
     run_case("full", 8, 4096, 16, 128, 4096);

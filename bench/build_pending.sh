@@ -74,6 +74,10 @@ variant main - test_gdn_bwd gdn_bwd_bench test_model_cuda test_wgmma attention_b
     variant attntma docs/pending/attention_fwd_tma.patch attention_bench
 [ -f docs/pending/attention_fwd_tma.patch ] &&
     arch="$arch -DGDN_MBAR_WATCHDOG" variant attntma-wd docs/pending/attention_fwd_tma.patch attention_bench
+[ -f docs/pending/attention_bwd_tma.patch ] &&
+    variant attnbwd3 docs/pending/attention_bwd_tma.patch attention_bench
+[ -f docs/pending/attention_bwd_tma.patch ] &&
+    arch="$arch -DGDN_MBAR_WATCHDOG" variant attnbwd3-wd docs/pending/attention_bwd_tma.patch attention_bench
 [ -f docs/pending/hgemm_linear.patch ] &&
     variant hgemmlin docs/pending/hgemm_linear.patch gdn-train test_cuda_ops test_model_cuda
 [ -f docs/pending/hgemm_dx.patch ] &&  # stacked on hgemm_linear.patch

@@ -176,6 +176,23 @@ for sec in "${sections[@]}"; do
             ATTN_BENCH_FWD3_AB=$v timeout 200 "$B/attntma/attention_bench" >"$out/ab-tma-$v.log" 2>&1
             echo "attention_bench FWD3_AB=$v: exit $?"; grep FWD3_AB "$out/ab-tma-$v.log"
         done ;;
+    attnbwd3)  # session 10 patch (helper): both wgmma backward passes fed by a TMA producer warpgroup
+        # (GDN_ATTN_WGMMA_BWD3 = 1 / 3 / pp / pp3; default off). The watchdog build first, then the release
+        # build: 248/248 with =0, 344/344 with the others (every bf16 backward's dq, dk, dv bitwise the old
+        # kernels'; nondet: dk, dv); a "GDN_ATTN_WGMMA_BWD3 ignored" line means it fell back: a failure.
+        for w in attnbwd3-wd attnbwd3; do
+            for v in 0 1 3 pp pp3; do
+                [ $w = attnbwd3-wd ] && [ $v = 0 ] && continue
+                GDN_ATTN_WGMMA_BWD3=$v timeout 150 "$B/$w/test_attention" >"$out/tb-$w-$v.log" 2>&1
+                echo "test_attention ($w, BWD3=$v): exit $?; $(tail -1 "$out/tb-$w-$v.log")" \
+                    "$(grep -c 'BWD3 ignored' "$out/tb-$w-$v.log") fallbacks; $(grep -m1 'backward wgmma3 vs' "$out/tb-$w-$v.log")"
+                grep -m3 FAIL "$out/tb-$w-$v.log"
+            done
+        done
+        for v in ${ATTN_BWD3_AB:-1 pp}; do
+            ATTN_BENCH_BWD3_AB=$v timeout 200 "$B/attnbwd3/attention_bench" >"$out/ab-bwd3-$v.log" 2>&1
+            echo "attention_bench BWD3_AB=$v: exit $?"; grep BWD3_AB "$out/ab-bwd3-$v.log"
+        done ;;
     hgemm)  # bench/hopper_gemm.cu (13 variants x 5 shapes; + a pending patch to it if any), bench only.
         # The watchdog build first, one process per variant (a trap ends only that variant's run),
         # then the timing build on the variants whose checks all passed, in one process.

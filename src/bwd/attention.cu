@@ -28,7 +28,9 @@
 // no pass 2. The accumulator is zeroed by cudaMemsetAsync first.
 // bf16 on sm_90a (the default there; GDN_ATTN_WGMMA_BWD=0 keeps the kernels above): the same
 // passes and modes on wgmma.mma_async, two warpgroups per CTA (attention_bwd_dkdv_wgmma_kernel,
-// attention_bwd_dq_wgmma_kernel below).
+// attention_bwd_dq_wgmma_kernel below). By default (GDN_ATTN_WGMMA_BWD3 unset or 1; =0 keeps those
+// kernels) their consumer code is fed by a TMA producer warpgroup, flash-attention 3's warp
+// specialisation (attention_bwd_*_wgmma3_kernel): bitwise their dq, dk, dv, 0.75-0.77x their time.
 // fp32: the same passes with one warp per row and plain fp32 FMA (slower; for checks).
 #include "../core/cuda_check.h"
 #define ATTN_DEVICE_HELPERS
@@ -806,6 +808,534 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attention_bwd_dq_wgmma_kernel(c
 #endif
 }
 
+// ---- Hopper path with a TMA producer warpgroup (GDN_ATTN_WGMMA_BWD3; the default) ---------------
+// attention_bwd_dkdv_wgmma3_kernel, attention_bwd_dq_wgmma3_kernel: flash-attention 3's producer /
+// consumer split around exactly the consumer arithmetic of the two kernels above (same wgmma
+// groups on the same shared-memory bytes in the same order, same epilogues), so dq, dk, dv are
+// expected to be bitwise theirs (test_attention compares them under GDN_ATTN_WGMMA_BWD3). A CTA is
+// 3 warpgroups (384 threads) over the same grid as the kernel it replaces:
+//   warpgroup 0 = producer: setmaxnreg.dec to BW3_PRODUCER_REGS; its first warp issues the loads
+//     (lane 0: TMA, cp.async.bulk.tensor.4d with the forward's tensor maps, box 64 columns x rows,
+//     128-byte swizzle = one wgmma panel; rows >= T zero-filled as attn_load_tile's); warps 1-3
+//     exit after setmaxnreg.
+//   warpgroups 1, 2 = consumers, the old kernel's warpgroups 0, 1 (setmaxnreg.inc to
+//     BW3_CONSUMER_REGS): no cp.async, no CTA-wide barrier in the loop; a tile is waited for on its
+//     stage's full mbarrier and handed back on its empty mbarrier (count 8: lane 0 of each
+//     consumer warp, after the wait_group that retires the last wgmma reading the stage).
+// Stage protocol (as attention_fwd_wgmma3_kernel): tile u (the u-th block visited) lives in stage
+// u % NS, fill u / NS; consumers wait full with parity (u / NS) & 1, the producer refills the
+// stage for tile u >= NS after the (u / NS - 1)-th completion of its empty barrier, parity
+// (u / NS - 1) & 1. Every producer wait is released by consumer work on an earlier tile, so the
+// order cannot deadlock; every load issued is waited for by both consumers before they exit.
+// TMA writes through the async proxy, as wgmma reads: the mbarrier wait alone orders them.
+// Registers: __launch_bounds__(384, 1) gives 168 a thread at launch; setmaxnreg moves 144 x 128
+// of them from the producer (24) to the consumers (240), and ptxas compiles the consumer branches
+// against 240: their SASS uses up to 185-238 registers (the old kernels 229-250, with the cp.async
+// address arithmetic), no spill (CUDA 13.0).
+// -DGDN_MBAR_WATCHDOG: the waits are wgmma.cuh's mbar_wait(bar, parity, failed).
+constexpr int BW3_THREADS = 384, BW3_PRODUCER_REGS = 24, BW3_CONSUMER_REGS = 240;
+static_assert(128 * BW3_PRODUCER_REGS + 256 * BW3_CONSUMER_REGS <= 168 * BW3_THREADS,
+              "bwd wgmma3: setmaxnreg exceeds the launch allocation (168 a thread at 384 threads)");
+
+// PP (optional, as the forward's: flash-attention 3's "warp scheduler barrier"): the two consumers
+// take turns to issue their wgmma groups, so that one's elementwise work (P, dS: MUFU and FMA)
+// runs while the other's products occupy the tensor cores. Named barrier 4 + c (256 threads:
+// consumer c's 128 bar.sync + the other's 128 bar.arrive) is consumer c's turn; consumer 1
+// arrives on barrier 4 once at the start (consumer 0 goes first). Each consumer has 2 issue points
+// per tile (the S/dP products; the dV/dK or dQ products): it syncs on its own barrier before
+// wgmma.fence and arrives on the other's after the commit; consumer 1 skips that arrival after its
+// last issue point (consumer 0 has none left), so both barriers end balanced. Arithmetic unchanged.
+// The nondeterministic dK/dV pass (DQA) has no PP: its consumers would need more than 240
+// registers at D = 64 (ptxas spilled 8 bytes).
+// Named barriers of these kernels: 0 (the start), 1 (both consumers, DQA), 2 + c (consumer c's
+// epilogue), 4 + c (PP turns).
+template <bool PP>
+__device__ __forceinline__ void bw3_turn_wait(int wg) {
+    if constexpr (PP) {
+        if (wg == 0) asm volatile("bar.sync 4, 256;\n" ::: "memory");
+        else asm volatile("bar.sync 5, 256;\n" ::: "memory");
+    }
+}
+template <bool PP>
+__device__ __forceinline__ void bw3_turn_pass(int wg) {
+    if constexpr (PP) {
+        if (wg == 0) asm volatile("bar.arrive 5, 256;\n" ::: "memory");
+        else asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+    }
+}
+
+// dK/dV pass (attention_bwd_dkdv_wgmma_kernel's consumers). Shared memory: K, V (loaded once),
+// NS stages of (Q, dO) tiles and of the (lse2, D) rows of their BQ queries, with DQA two dS tiles
+// (by iteration parity: a consumer writes dS of tile u + 1 while the other may still read dS of
+// tile u in its dQ product), mbarriers. The producer's warp fills a stage's rows (lse2 = lse *
+// log2 e, rows >= T: +inf and 0, as attn_load_rowstats) with plain stores; the stage's full
+// barrier counts its 32 lanes' arrivals after those stores (release) plus lane 0's
+// arrive.expect_tx for the TMA bytes: 33.
+template <int D, bool DQA, int NS>
+constexpr int wkv3_smem_bytes() {
+    return (2 * WKV_BK * D + 2 * NS * wkv_bq<D>() * D + (DQA ? 2 * wkv_bq<D>() * WKV_BK : 0)) * 2 +
+           2 * NS * wkv_bq<D>() * 4 + 1024 + (1 + 2 * NS) * 8;
+}
+static_assert(wkv3_smem_bytes<128, true, 3>() <= 227 * 1024 && wkv3_smem_bytes<64, true, 3>() <= 227 * 1024,
+              "bwd wgmma3: 3 stages exceed sm_90's 227 KiB");
+
+template <int D, bool DQA, int NS, bool PP>
+__global__ void __launch_bounds__(BW3_THREADS, 1)
+    attention_bwd_dkdv_wgmma3_kernel(const __grid_constant__ bwd_kparams p, const __grid_constant__ CUtensorMap tmq,
+                                     const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
+                                     const __grid_constant__ CUtensorMap tmdo) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BK = WKV_BK, BQ = wkv_bq<D>();
+    static_assert(NS >= 2, "bwd wgmma3: tile u + 1 loads while tile u is read");
+    static_assert(!(DQA && PP), "bwd wgmma3: no ping-pong with DQA (ptxas spills at D = 64)");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __nv_bfloat16 *Ks = attn_smem_1024(smem_raw);  // BK x D, sw128<BK>
+    __nv_bfloat16 *Vs = Ks + BK * D;                // BK x D, sw128<BK>
+    __nv_bfloat16 *Qs = Vs + BK * D;                // NS x (BQ x D), sw128<BQ>
+    __nv_bfloat16 *dOs = Qs + NS * BQ * D;          // NS x (BQ x D), sw128<BQ>
+    __nv_bfloat16 *dSs = dOs + NS * BQ * D;         // DQA: 2 x (BQ queries x BK keys), sw128<BQ>
+    float *lse2s = reinterpret_cast<float *>(dSs + (DQA ? 2 * BQ * BK : 0));  // NS x BQ (log2 domain)
+    float *Dss = lse2s + NS * BQ;                                              // NS x BQ
+    const uint32_t kv_full = gdnk::smem_u32(Dss + NS * BQ), full = kv_full + 8, empty = full + 8 * NS;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, W = p.window;
+    const int k0 = n * BK;
+    // query rows that see some key of [k0, k0 + BK): k0 <= i <= k0 + BK - 1 + W - 1
+    const int i_hi = min(T - 1, k0 + BK - 2 + W);
+    const int m_lo = k0 / BQ, m_hi = i_hi / BQ;
+    const size_t sbase = ((size_t)b * H + h) * T;
+
+    if (tid == 0) {
+        wgm::mbar_init(kv_full, 1);
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            wgm::mbar_init(full + 8 * s, 33);
+            wgm::mbar_init(empty + 8 * s, 8);
+        }
+        wgm::mbar_init_fence();
+    }
+    if (tid == 32) {
+        wgm::prefetch_tensormap(&tmq);
+        wgm::prefetch_tensormap(&tmk);
+        wgm::prefetch_tensormap(&tmv);
+        wgm::prefetch_tensormap(&tmdo);
+    }
+    __syncthreads();         // barriers initialised before any arrival; the only CTA-wide barrier
+    bool wd_failed = false;  // -DGDN_MBAR_WATCHDOG (wgmma.cuh; trap at the end)
+
+    constexpr uint32_t KTILE = 2u * BK * D, QTILE = 2u * BQ * D;  // bytes of a K (V), a Q (dO) tile
+    constexpr uint32_t KPANEL = 2u * BK * 64, QPANEL = 2u * BQ * 64;  // bytes of one 64-column panel
+
+    if (tid < 128) {  // ---- producer warpgroup
+        wgm::setmaxnreg_dec<BW3_PRODUCER_REGS>();
+        if (tid < 32) {
+            const uint32_t ks0 = gdnk::smem_u32(Ks), vs0 = gdnk::smem_u32(Vs);
+            const uint32_t qs0 = gdnk::smem_u32(Qs), dos0 = gdnk::smem_u32(dOs);
+            if (lane == 0) {
+                wgm::mbar_arrive_expect_tx(kv_full, 2 * KTILE);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++) {
+                    wgm::tma_load_4d(ks0 + c * KPANEL, &tmk, 64 * c, h, k0, b, kv_full);
+                    wgm::tma_load_4d(vs0 + c * KPANEL, &tmv, 64 * c, h, k0, b, kv_full);
+                }
+            }
+            for (int m = m_lo, u = 0; m <= m_hi; m++, u++) {
+                const int st = u % NS;
+                if (u >= NS) wgm::mbar_wait(empty + 8 * st, (u / NS - 1) & 1, wd_failed);
+                const uint32_t bar = full + 8 * st;
+                if (lane == 0) {
+                    wgm::mbar_arrive_expect_tx(bar, 2 * QTILE);
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++) {
+                        wgm::tma_load_4d(qs0 + st * QTILE + c * QPANEL, &tmq, 64 * c, h, m * BQ, b, bar);
+                        wgm::tma_load_4d(dos0 + st * QTILE + c * QPANEL, &tmdo, 64 * c, h, m * BQ, b, bar);
+                    }
+                }
+#pragma unroll
+                for (int r = lane; r < BQ; r += 32) {
+                    const int i = m * BQ + r;
+                    lse2s[st * BQ + r] = i < T ? p.lse[sbase + i] * ATTN_LOG2E : INFINITY;
+                    Dss[st * BQ + r] = i < T ? p.Dd[sbase + i] : 0.f;
+                }
+                wgm::mbar_arrive(bar);  // release: this lane's rows are in shared memory
+            }
+        }
+    } else {  // ---- consumer warpgroups: attention_bwd_dkdv_wgmma_kernel's per-tile code
+        wgm::setmaxnreg_inc<BW3_CONSUMER_REGS>();
+        const int wg = (tid >> 7) - 1, w = (tid >> 5) & 3;
+        const int g = lane >> 2, t4 = lane & 3;
+        const float c2 = p.scale_log2;
+        const int kw0 = k0 + 64 * wg;  // first key of this warpgroup
+
+        // dk[4 j + e], dv[4 j + e]: key kw0 + 16 w + g + 8 (e >> 1), column 8 j + 2 t4 + (e & 1)
+        float dk[D / 2], dv[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
+        const uint32_t ks = gdnk::smem_u32(Ks), vs = gdnk::smem_u32(Vs);
+        if constexpr (PP)
+            if (wg == 1) asm volatile("bar.arrive 4, 256;\n" ::: "memory");  // consumer 0 issues first
+        wgm::mbar_wait(kv_full, 0, wd_failed);
+
+        for (int m = m_lo, u = 0; m <= m_hi; m++, u++) {
+            const int cb = u % NS;
+            wgm::mbar_wait(full + 8 * cb, (u / NS) & 1, wd_failed);
+            const uint32_t qs = gdnk::smem_u32(Qs + cb * BQ * D), dos = gdnk::smem_u32(dOs + cb * BQ * D);
+            const float *l2 = lse2s + cb * BQ, *Dq = Dss + cb * BQ;
+            const int q0 = m * BQ;
+
+            // st[4 j + e] = S^T[key kw0 + 16 w + g + 8 (e >> 1)][query q0 + 8 j + 2 t4 + (e & 1)], dpt alike
+            float st[BQ / 2], dpt[BQ / 2];
+#pragma unroll
+            for (int i = 0; i < BQ / 2; i++) st[i] = dpt[i] = 0.f;
+            wgm::fence_regs(st);
+            wgm::fence_regs(dpt);
+            bw3_turn_wait<PP>(wg);
+            wgm::fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wgm::mma_ss<BQ, 0>(st, wgm::desc_k<BK>(ks, 64 * wg, kk), wgm::desc_k<BQ>(qs, 0, kk), 1);
+            wgm::commit();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wgm::mma_ss<BQ, 0>(dpt, wgm::desc_k<BK>(vs, 64 * wg, kk), wgm::desc_k<BQ>(dos, 0, kk), 1);
+            wgm::commit();
+            bw3_turn_pass<PP>(wg);
+            wgm::wait<1>();
+            wgm::fence_regs(st);
+
+            const bool need_mask = (kw0 + 63 > q0) || (kw0 <= q0 + BQ - 1 - W);
+#pragma unroll
+            for (int j = 0; j < BQ / 8; j++) {
+                const float2 lq = *reinterpret_cast<const float2 *>(l2 + 8 * j + 2 * t4);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float pv = attn_ex2(fmaf(st[4 * j + e], c2, -((e & 1) ? lq.y : lq.x)));
+                    if (need_mask) {
+                        const int key = kw0 + 16 * w + g + 8 * (e >> 1), i = q0 + 8 * j + 2 * t4 + (e & 1);
+                        if (key > i || key <= i - W) pv = 0.f;
+                    }
+                    st[4 * j + e] = pv;
+                }
+            }
+            wgm::wait<0>();
+            wgm::fence_regs(dpt);
+#pragma unroll
+            for (int j = 0; j < BQ / 8; j++) {
+                const float2 dq = *reinterpret_cast<const float2 *>(Dq + 8 * j + 2 * t4);
+#pragma unroll
+                for (int e = 0; e < 4; e++) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? dq.y : dq.x));
+            }
+            uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    pa[kk][q] = gdnk::pack_bf16(st[8 * kk + 2 * q], st[8 * kk + 2 * q + 1]);
+                    da[kk][q] = gdnk::pack_bf16(dpt[8 * kk + 2 * q], dpt[8 * kk + 2 * q + 1]);
+                }
+
+            wgm::fence_regs(dv);
+            wgm::fence_regs(dk);
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {
+                wgm::fence_regs(pa[kk]);
+                wgm::fence_regs(da[kk]);
+            }
+            bw3_turn_wait<PP>(wg);
+            wgm::fence();
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {
+                wgm::mma_rs<D, 1>(dv, pa[kk], wgm::desc_n<BQ>(dos, kk), 1);
+                wgm::mma_rs<D, 1>(dk, da[kk], wgm::desc_n<BQ>(qs, kk), 1);
+            }
+            wgm::commit();
+            if (!(wg == 1 && m == m_hi)) bw3_turn_pass<PP>(wg);  // consumer 1's last issue: no one waits
+            const int dsb = (u & 1) * BQ * BK;  // DQA: this tile's dS buffer, dSs + dsb
+            if constexpr (DQA) {
+                // dS^T -> dSs + dsb [query][key] as the old kernel (its comment says why there is no
+                // bank conflict). The last readers of this buffer (dQ product of tile u - 2) passed
+                // the consumers' barrier of tile u - 1 before this thread could.
+#pragma unroll
+                for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const int key = 64 * wg + 16 * w + g + 8 * (q & 1), qr = 16 * kk + 2 * t4 + 8 * (q >> 1);
+                        reinterpret_cast<uint16_t *>(dSs + dsb)[wgm::sw128<BQ>(qr, key)] = (uint16_t)(da[kk][q] & 0xFFFFu);
+                        reinterpret_cast<uint16_t *>(dSs + dsb)[wgm::sw128<BQ>(qr + 1, key)] = (uint16_t)(da[kk][q] >> 16);
+                    }
+                wgm::fence_proxy_async();
+            }
+            wgm::wait<0>();
+            wgm::fence_regs(dv);
+            wgm::fence_regs(dk);
+            // Q, dO, lse2, D of this stage read: the warp's lse2 / D loads (generic proxy, every
+            // lane) are ordered before lane 0's release by the warp barrier
+            __syncwarp();
+            if (lane == 0) wgm::mbar_arrive(empty + 8 * cb);
+
+            if constexpr (DQA) {
+                asm volatile("bar.sync 1, 256;\n" ::: "memory");  // both consumers' dS in dSs + dsb, visible to wgmma
+                constexpr int QUARTER_ROWS = BQ == 128;
+                const int r0 = QUARTER_ROWS ? 64 * wg : 0, cp = QUARTER_ROWS ? 0 : wg;
+                const uint32_t kp = ks + (uint32_t)cp * (BK * 64 * 2);
+                const uint32_t dss = gdnk::smem_u32(dSs + dsb);
+                float acc[32];
+#pragma unroll
+                for (int i = 0; i < 32; i++) acc[i] = 0.f;
+                wgm::fence_regs(acc);
+                wgm::fence();
+#pragma unroll
+                for (int s = 0; s < BK / 16; s++)
+                    wgm::mma_ss<64, 1>(acc, wgm::desc_k<BQ>(dss, r0, s), wgm::desc_n<BK>(kp, s), 1);
+                wgm::commit();
+                wgm::wait<0>();
+                wgm::fence_regs(acc);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int i = q0 + r0 + 16 * w + g + 8 * r;
+                    if (i < T) {
+                        float *dst = p.dqacc + (((size_t)b * T + i) * H + h) * D + 64 * cp + 2 * t4;
+#pragma unroll
+                        for (int j = 0; j < 8; j++) attn_red_add2(dst + 8 * j, acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
+                    }
+                }
+            }
+        }
+
+        // epilogue (the old kernel's bytes): dK (x scale) staged in K, dV in V, each consumer its
+        // own 64 rows (written by TMA, read only by retired wgmma), then its rows stored
+        // DQA: the other consumer's last dQ product read every K row
+        if constexpr (DQA) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 64 * wg + 16 * w + g + 8 * r;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                const int off = wgm::sw128<BK>(row, 8 * j + 2 * t4);
+                *reinterpret_cast<uint32_t *>(Ks + off) = gdnk::pack_bf16(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
+                *reinterpret_cast<uint32_t *>(Vs + off) = gdnk::pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+            }
+        }
+        // the 128 threads of this consumer only (named barrier 2 + wg)
+        if (wg == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory");
+        else asm volatile("bar.sync 3, 128;\n" ::: "memory");
+        constexpr int CPR = D / 8;
+#pragma unroll
+        for (int c = tid & 127; c < 64 * CPR; c += 128) {
+            const int row = 64 * wg + c / CPR, ch = c % CPR, j = k0 + row;
+            if (j < T) {
+                const size_t go = (((size_t)b * T + j) * H + h) * D + ch * 8;
+                *reinterpret_cast<uint4 *>(p.dk + go) = *reinterpret_cast<const uint4 *>(Ks + wgm::sw128<BK>(row, ch * 8));
+                *reinterpret_cast<uint4 *>(p.dv + go) = *reinterpret_cast<const uint4 *>(Vs + wgm::sw128<BK>(row, ch * 8));
+            }
+        }
+    }
+    wgm::mbar_watchdog_check(wd_failed);  // outside the setmaxnreg regions (wgmma.cuh)
+#else
+    __trap();  // launched only where the sm_90a image exists (attention_bwd_wgmma_selected checks)
+#endif
+}
+
+// dQ pass (attention_bwd_dq_wgmma_kernel's consumers): Q, dO loaded once (one barrier), NS stages
+// of (K, V) tiles, each on one full barrier (count 1: the producer's arrive.expect_tx) and one
+// empty barrier (released after dQ += dS K, the last wgmma reading K; V is read before it). The
+// consumers read lse and D of their rows from global memory as the old kernel does.
+template <int D, int NS>
+constexpr int wdq3_smem_bytes() {
+    return (2 * WDQ_BQ * D + 2 * NS * WDQ_BK * D) * 2 + 1024 + (1 + 2 * NS) * 8;
+}
+// 3 stages fit at D = 64 only (D = 128: 64 + 3 x 64 KiB); the dQ pass runs 2 there (attn_bwd3_dq)
+static_assert(wdq3_smem_bytes<128, 2>() <= 227 * 1024 && wdq3_smem_bytes<64, 3>() <= 227 * 1024,
+              "bwd wgmma3: the dQ pass's stages exceed sm_90's 227 KiB");
+
+template <int D, int NS, bool PP>
+__global__ void __launch_bounds__(BW3_THREADS, 1)
+    attention_bwd_dq_wgmma3_kernel(const __grid_constant__ bwd_kparams p, const __grid_constant__ CUtensorMap tmq,
+                                   const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
+                                   const __grid_constant__ CUtensorMap tmdo) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BQ = WDQ_BQ, BK = WDQ_BK;
+    static_assert(NS >= 2, "bwd wgmma3: tile u + 1 loads while tile u is read");
+    static_assert(BQ == BK, "bwd wgmma3: Q, dO, K and V tiles share the box of the tensor maps");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __nv_bfloat16 *Qs = attn_smem_1024(smem_raw);  // BQ x D, sw128<BQ>
+    __nv_bfloat16 *dOs = Qs + BQ * D;               // BQ x D, sw128<BQ>
+    __nv_bfloat16 *Ks = dOs + BQ * D;               // NS x (BK x D), sw128<BK>
+    __nv_bfloat16 *Vs = Ks + NS * BK * D;           // NS x (BK x D), sw128<BK>
+    const uint32_t q_full = gdnk::smem_u32(Vs + NS * BK * D), full = q_full + 8, empty = full + 8 * NS;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int m = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, W = p.window;
+    const int q0 = m * BQ;
+    const int j_hi = min(T - 1, q0 + BQ - 1), j_lo = max(0, q0 - W + 1);
+    const int n_hi = j_hi / BK, n_lo = j_lo / BK;
+
+    if (tid == 0) {
+        wgm::mbar_init(q_full, 1);
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            wgm::mbar_init(full + 8 * s, 1);
+            wgm::mbar_init(empty + 8 * s, 8);
+        }
+        wgm::mbar_init_fence();
+    }
+    if (tid == 32) {
+        wgm::prefetch_tensormap(&tmq);
+        wgm::prefetch_tensormap(&tmk);
+        wgm::prefetch_tensormap(&tmv);
+        wgm::prefetch_tensormap(&tmdo);
+    }
+    __syncthreads();         // barriers initialised before any arrival; the only CTA-wide barrier
+    bool wd_failed = false;  // -DGDN_MBAR_WATCHDOG (wgmma.cuh; trap at the end)
+
+    constexpr uint32_t TILE = 2u * BK * D, PANEL = 2u * BK * 64;  // bytes of a tile, of a 64-column panel
+
+    if (tid < 128) {  // ---- producer warpgroup: its first warp waits, lane 0 issues every TMA
+        wgm::setmaxnreg_dec<BW3_PRODUCER_REGS>();
+        if (tid < 32) {
+            const uint32_t qs0 = gdnk::smem_u32(Qs), dos0 = gdnk::smem_u32(dOs);
+            const uint32_t ks0 = gdnk::smem_u32(Ks), vs0 = gdnk::smem_u32(Vs);
+            if (lane == 0) {
+                wgm::mbar_arrive_expect_tx(q_full, 2 * TILE);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++) {
+                    wgm::tma_load_4d(qs0 + c * PANEL, &tmq, 64 * c, h, q0, b, q_full);
+                    wgm::tma_load_4d(dos0 + c * PANEL, &tmdo, 64 * c, h, q0, b, q_full);
+                }
+            }
+            for (int n = n_hi, u = 0; n >= n_lo; n--, u++) {
+                const int st = u % NS;
+                if (u >= NS) wgm::mbar_wait(empty + 8 * st, (u / NS - 1) & 1, wd_failed);
+                const uint32_t bar = full + 8 * st;
+                if (lane == 0) {
+                    wgm::mbar_arrive_expect_tx(bar, 2 * TILE);
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++) {
+                        wgm::tma_load_4d(ks0 + st * TILE + c * PANEL, &tmk, 64 * c, h, n * BK, b, bar);
+                        wgm::tma_load_4d(vs0 + st * TILE + c * PANEL, &tmv, 64 * c, h, n * BK, b, bar);
+                    }
+                }
+                __syncwarp();
+            }
+        }
+    } else {  // ---- consumer warpgroups: attention_bwd_dq_wgmma_kernel's per-tile code
+        wgm::setmaxnreg_inc<BW3_CONSUMER_REGS>();
+        const int wg = (tid >> 7) - 1, w = (tid >> 5) & 3;
+        const int g = lane >> 2, t4 = lane & 3;
+        const float c2 = p.scale_log2;
+        const int wq0 = q0 + 64 * wg;  // first query row of this warpgroup
+
+        float lse2[2], Drow[2];  // rows wq0 + 16 w + g, + 8
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = wq0 + 16 * w + g + 8 * r;
+            const size_t si = ((size_t)b * H + h) * T + i;
+            lse2[r] = i < T ? p.lse[si] * ATTN_LOG2E : INFINITY;
+            Drow[r] = i < T ? p.Dd[si] : 0.f;
+        }
+        // dq[4 j + e]: row wq0 + 16 w + g + 8 (e >> 1), column 8 j + 2 t4 + (e & 1)
+        float dq[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) dq[i] = 0.f;
+        const uint32_t qs = gdnk::smem_u32(Qs), dos = gdnk::smem_u32(dOs);
+        if constexpr (PP)
+            if (wg == 1) asm volatile("bar.arrive 4, 256;\n" ::: "memory");  // consumer 0 issues first
+        wgm::mbar_wait(q_full, 0, wd_failed);
+
+        for (int n = n_hi, u = 0; n >= n_lo; n--, u++) {
+            const int cb = u % NS;
+            wgm::mbar_wait(full + 8 * cb, (u / NS) & 1, wd_failed);
+            const uint32_t ks = gdnk::smem_u32(Ks + cb * BK * D), vs = gdnk::smem_u32(Vs + cb * BK * D);
+            const int k0 = n * BK;
+
+            float s[BK / 2], dp[BK / 2];
+#pragma unroll
+            for (int i = 0; i < BK / 2; i++) s[i] = dp[i] = 0.f;
+            wgm::fence_regs(s);
+            wgm::fence_regs(dp);
+            bw3_turn_wait<PP>(wg);
+            wgm::fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wgm::mma_ss<BK, 0>(s, wgm::desc_k<BQ>(qs, 64 * wg, kk), wgm::desc_k<BK>(ks, 0, kk), 1);
+            wgm::commit();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wgm::mma_ss<BK, 0>(dp, wgm::desc_k<BQ>(dos, 64 * wg, kk), wgm::desc_k<BK>(vs, 0, kk), 1);
+            wgm::commit();
+            bw3_turn_pass<PP>(wg);
+            wgm::wait<1>();
+            wgm::fence_regs(s);
+
+            const bool need_mask = (k0 + BK - 1 > wq0) || (k0 <= wq0 + 63 - W);
+#pragma unroll
+            for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e >> 1;
+                    float pv = attn_ex2(fmaf(s[4 * j + e], c2, -lse2[r]));
+                    if (need_mask) {
+                        const int i = wq0 + 16 * w + g + 8 * r, key = k0 + 8 * j + 2 * t4 + (e & 1);
+                        if (key > i || key <= i - W) pv = 0.f;
+                    }
+                    s[4 * j + e] = pv;
+                }
+            wgm::wait<0>();
+            wgm::fence_regs(dp);
+#pragma unroll
+            for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - Drow[e >> 1]);
+            uint32_t da[BK / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) da[kk][q] = gdnk::pack_bf16(dp[8 * kk + 2 * q], dp[8 * kk + 2 * q + 1]);
+
+            wgm::fence_regs(dq);
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) wgm::fence_regs(da[kk]);
+            bw3_turn_wait<PP>(wg);
+            wgm::fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) wgm::mma_rs<D, 1>(dq, da[kk], wgm::desc_n<BK>(ks, kk), 1);
+            wgm::commit();
+            if (!(wg == 1 && n == n_lo)) bw3_turn_pass<PP>(wg);  // consumer 1's last issue: no one waits
+            wgm::wait<0>();
+            wgm::fence_regs(dq);
+            if (lane == 0) wgm::mbar_arrive(empty + 8 * cb);  // K, V of this stage read
+        }
+
+        // epilogue (the old kernel's bytes): dq = scale * acc staged in this consumer's own Q rows
+        // (written by TMA, read only by its retired wgmma), then its rows stored
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 64 * wg + 16 * w + g + 8 * r;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<uint32_t *>(Qs + wgm::sw128<BQ>(row, 8 * j + 2 * t4)) =
+                    gdnk::pack_bf16(dq[4 * j + 2 * r] * p.scale, dq[4 * j + 2 * r + 1] * p.scale);
+        }
+        if (wg == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory");
+        else asm volatile("bar.sync 3, 128;\n" ::: "memory");
+        constexpr int CPR = D / 8;
+#pragma unroll
+        for (int c = tid & 127; c < 64 * CPR; c += 128) {
+            const int row = 64 * wg + c / CPR, ch = c % CPR, i = q0 + row;
+            if (i < T)
+                *reinterpret_cast<uint4 *>(p.dq + (((size_t)b * T + i) * H + h) * D + ch * 8) =
+                    *reinterpret_cast<const uint4 *>(Qs + wgm::sw128<BQ>(row, ch * 8));
+        }
+    }
+    wgm::mbar_watchdog_check(wd_failed);  // outside the setmaxnreg regions (wgmma.cuh)
+#else
+    __trap();  // launched only where the sm_90a image exists (attention_bwd_wgmma_selected checks)
+#endif
+}
+
 // ---- nondeterministic mode: dq = bf16(scale * acc), 4 elements per thread -----------------------
 __global__ void __launch_bounds__(256) attention_bwd_dq_convert_kernel(const float4 *__restrict__ acc,
                                                                        uint2 *__restrict__ dq, size_t n4, float scale) {
@@ -938,6 +1468,102 @@ void attn_bwd_launch(void (*fn)(bwd_kparams), int smem, dim3 grid, const bwd_kpa
     CUDA_CHECK_LAUNCH();
 }
 
+// GDN_ATTN_WGMMA_BWD3 (the TMA-producer kernels attention_bwd_*_wgmma3_kernel in place of the
+// wgmma kernels; read on every call, so that one process can A/B them by setenv): "1" or "2": 2
+// Q/dO (dK/dV pass) and K/V (dQ pass) stages, "3": 3 stages (the dQ pass keeps 2 at D = 128),
+// "pp" or "pp2" / "pp3": the same with the consumers' ping-pong; unset: "1" (the default since
+// session 10: bitwise the wgmma kernels' dq, dk, dv in 0.75-0.77x their time on an H200, ping-pong
+// no faster; bench/attention.md); "0" or anything else: off (the wgmma kernels).
+// Returns the stages (0: off), + 10 with ping-pong.
+int attention_bwd_wgmma3_mode() {
+    const char *s = getenv("GDN_ATTN_WGMMA_BWD3");
+    if (!s) return 2;
+    if (strcmp(s, "1") == 0 || strcmp(s, "2") == 0) return 2;
+    if (strcmp(s, "3") == 0) return 3;
+    if (strcmp(s, "pp") == 0 || strcmp(s, "pp2") == 0) return 12;
+    return strcmp(s, "pp3") == 0 ? 13 : 0;
+}
+
+// wgmma3 kernel launches so far (attention_bwd_wgmma3_launches: test_attention checks that a
+// backward under GDN_ATTN_WGMMA_BWD3 really ran them and did not fall back)
+unsigned long bwd3_launches = 0;
+
+typedef void (*bwd3_kernel)(bwd_kparams, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap);
+
+// Launches the wgmma3 kernel fn (384 threads, smem bytes) with the tensor maps of q and dO (box
+// qrows rows) and k and v (krows rows); returns 0 (nothing launched; why printed once to stderr)
+// when the maps cannot be made or fn has too few registers for its setmaxnreg, so that the caller
+// runs the old kernel instead. setmaxnreg moves registers inside the CTA's launch allocation: the
+// consumers' setmaxnreg.inc (256 x 240) can only be served if ptxas gave the kernel >= 168
+// registers a thread (384 x 168 >= 128 x 24 + 256 x 240); with fewer it would block forever.
+// ptxas reports 168 (the launch bound); checked once per kernel (*regs_ok, the caller's static).
+int attn_bwd3_launch(bwd3_kernel fn, int smem, dim3 grid, const bwd_kparams &kp, const attn_params *p, int qrows,
+                     int krows, int *regs_ok, const char *name) {
+    static int warned = 0;
+    if (*regs_ok < 0) {
+        cudaFuncAttributes fa;
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, fn));
+        *regs_ok = fa.numRegs * BW3_THREADS >= 128 * BW3_PRODUCER_REGS + 256 * BW3_CONSUMER_REGS;
+    }
+    const char *why = *regs_ok ? nullptr : "the kernel has fewer than 168 registers a thread: setmaxnreg.inc would hang";
+    CUtensorMap mq, mk, mv, mdo;
+    if (!why) why = attn_tma_map_bf16(&mq, p->q, p, qrows);
+    if (!why) why = attn_tma_map_bf16(&mdo, p->dO, p, qrows);
+    if (!why) why = attn_tma_map_bf16(&mk, p->k, p, krows);
+    if (!why) why = attn_tma_map_bf16(&mv, p->v, p, krows);
+    if (why) {
+        if (!warned) {
+            fprintf(stderr, "attention_bwd: GDN_ATTN_WGMMA_BWD3 ignored for %s (%s; B %d T %d H %d D %d): running the "
+                            "wgmma kernel it replaces\n", name, why, p->B, p->T, p->H, p->D);
+            warned = 1;
+        }
+        return 0;
+    }
+    CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    fn<<<grid, BW3_THREADS, smem, p->stream>>>(kp, mq, mk, mv, mdo);
+    CUDA_CHECK_LAUNCH();
+    bwd3_launches++;  // plain counter (diagnostics; the test calls attention_bwd from one thread)
+    return 1;
+}
+
+// attention_bwd_dkdv_wgmma3_kernel<D, DQA, NS, PP> / attention_bwd_dq_wgmma3_kernel<D, NS, PP> for
+// mode = attention_bwd_wgmma3_mode(); 0 when nothing was launched (mode 0, or the fallback above)
+template <int D, bool DQA, int NS, bool PP>
+int attn_bwd3_dkdv_ns(const attn_params *p, const bwd_kparams &kp, dim3 grid) {
+    static int regs_ok = -1;
+    return attn_bwd3_launch(attention_bwd_dkdv_wgmma3_kernel<D, DQA, NS, PP>, wkv3_smem_bytes<D, DQA, NS>(), grid, kp, p,
+                            wkv_bq<D>(), WKV_BK, &regs_ok, "attention_bwd_dkdv_wgmma3_kernel");
+}
+// (the nondeterministic pass, DQA, runs without ping-pong: with it ptxas spilled at D = 64)
+template <int D, bool DQA>
+int attn_bwd3_dkdv(int mode, const attn_params *p, const bwd_kparams &kp, dim3 grid) {
+    switch (mode) {
+    case 2: return attn_bwd3_dkdv_ns<D, DQA, 2, false>(p, kp, grid);
+    case 3: return attn_bwd3_dkdv_ns<D, DQA, 3, false>(p, kp, grid);
+    case 12: return attn_bwd3_dkdv_ns<D, DQA, 2, !DQA>(p, kp, grid);
+    case 13: return attn_bwd3_dkdv_ns<D, DQA, 3, !DQA>(p, kp, grid);
+    default: return 0;
+    }
+}
+template <int D, int NS, bool PP>
+int attn_bwd3_dq_ns(const attn_params *p, const bwd_kparams &kp, dim3 grid) {
+    static int regs_ok = -1;
+    return attn_bwd3_launch(attention_bwd_dq_wgmma3_kernel<D, NS, PP>, wdq3_smem_bytes<D, NS>(), grid, kp, p, WDQ_BQ,
+                            WDQ_BK, &regs_ok, "attention_bwd_dq_wgmma3_kernel");
+}
+// (3 stages of K and V do not fit at D = 128: 2 there)
+template <int D>
+int attn_bwd3_dq(int mode, const attn_params *p, const bwd_kparams &kp, dim3 grid) {
+    constexpr int NS3 = wdq3_smem_bytes<D, 3>() <= 227 * 1024 ? 3 : 2;
+    switch (mode) {
+    case 2: return attn_bwd3_dq_ns<D, 2, false>(p, kp, grid);
+    case 3: return attn_bwd3_dq_ns<D, NS3, false>(p, kp, grid);
+    case 12: return attn_bwd3_dq_ns<D, 2, true>(p, kp, grid);
+    case 13: return attn_bwd3_dq_ns<D, NS3, true>(p, kp, grid);
+    default: return 0;
+    }
+}
+
 // dqacc: NULL = deterministic two passes; else the zeroed fp32 accumulator (nondeterministic).
 // wgmma: the Hopper kernels (attention_bwd_wgmma_selected), else mma.sync.
 template <int D>
@@ -957,9 +1583,14 @@ void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, flo
     kp.dv = static_cast<__nv_bfloat16 *>(p->dv);
     kp.dqacc = dqacc;
     const dim3 kv_grid(GDN_CDIV(p->T, KV_BK), p->H, p->B), dq_grid(GDN_CDIV(p->T, DQ_BQ), p->H, p->B);
+    const int mode3 = wgmma ? attention_bwd_wgmma3_mode() : 0;  // wgmma3 stages (+ 10: PP), 0: the wgmma kernels
     if (dqacc) {
-        if (wgmma) attn_bwd_launch(attention_bwd_dkdv_wgmma_kernel<D, true>, wkv_smem_bytes<D, true>(), kv_grid, kp, p->stream);
-        else attn_bwd_launch(attention_bwd_dkdv_kernel<D, true>, kv_smem_bytes<D, true>(), kv_grid, kp, p->stream);
+        if (wgmma) {
+            if (!attn_bwd3_dkdv<D, true>(mode3, p, kp, kv_grid))
+                attn_bwd_launch(attention_bwd_dkdv_wgmma_kernel<D, true>, wkv_smem_bytes<D, true>(), kv_grid, kp, p->stream);
+        } else {
+            attn_bwd_launch(attention_bwd_dkdv_kernel<D, true>, kv_smem_bytes<D, true>(), kv_grid, kp, p->stream);
+        }
         const size_t n4 = (size_t)p->B * p->T * p->H * D / 4;
         const unsigned blocks = (unsigned)(GDN_CDIV(n4, (size_t)256) < 4096 ? GDN_CDIV(n4, (size_t)256) : 4096);
         attention_bwd_dq_convert_kernel<<<blocks, 256, 0, p->stream>>>(reinterpret_cast<const float4 *>(dqacc),
@@ -968,8 +1599,10 @@ void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, flo
         return;
     }
     if (wgmma) {
-        attn_bwd_launch(attention_bwd_dkdv_wgmma_kernel<D, false>, wkv_smem_bytes<D, false>(), kv_grid, kp, p->stream);
-        attn_bwd_launch(attention_bwd_dq_wgmma_kernel<D>, wdq_smem_bytes<D>(), dq_grid, kp, p->stream);
+        if (!attn_bwd3_dkdv<D, false>(mode3, p, kp, kv_grid))
+            attn_bwd_launch(attention_bwd_dkdv_wgmma_kernel<D, false>, wkv_smem_bytes<D, false>(), kv_grid, kp, p->stream);
+        if (!attn_bwd3_dq<D>(mode3, p, kp, dq_grid))
+            attn_bwd_launch(attention_bwd_dq_wgmma_kernel<D>, wdq_smem_bytes<D>(), dq_grid, kp, p->stream);
     } else {
         attn_bwd_launch(attention_bwd_dkdv_kernel<D, false>, kv_smem_bytes<D, false>(), kv_grid, kp, p->stream);
         attn_bwd_launch(attention_bwd_dq_kernel<D>, dq_smem_bytes<D>(), dq_grid, kp, p->stream);
@@ -1047,6 +1680,10 @@ extern "C" void attention_bwd(const attn_params *p) {
     default: gdn_die("%s: head dim %d not supported", who, p->D);
     }
 }
+
+extern "C" unsigned long attention_bwd_wgmma3_launches(void) { return bwd3_launches; }
+
+extern "C" int attention_bwd_wgmma3_selected(void) { return attention_bwd_wgmma3_mode(); }
 
 extern "C" int attention_bwd_wgmma_selected(void) {
     static int env = -1, image = -1;

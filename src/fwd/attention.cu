@@ -914,9 +914,10 @@ PFN_cuTensorMapEncodeTiled_v12000 fwd3_encoder(const char **why) {
 }
 
 // Tensor map of a (B,T,H,D) bf16 tensor as 4-D (D, H, T, B) (dimension 0 innermost), box 64
-// columns x 1 head x WG_BK rows x 1 batch, 128-byte swizzle (one wgmma panel per box), rows >= T
+// columns x 1 head x `rows` rows x 1 batch, 128-byte swizzle (one wgmma panel per box), rows >= T
 // out of range (zero-filled). Returns NULL on success, else why the map cannot be encoded.
-const char *fwd3_encode(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *map, const void *x, const attn_params *p) {
+const char *fwd3_encode(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *map, const void *x, const attn_params *p,
+                        int rows) {
     const cuuint64_t es = 2;
     const cuuint64_t dims[4] = {(cuuint64_t)p->D, (cuuint64_t)p->H, (cuuint64_t)p->T, (cuuint64_t)p->B};
     // byte strides of dimensions 1..3: multiples of 16 and < 2^40 (cuTensorMapEncodeTiled)
@@ -924,7 +925,7 @@ const char *fwd3_encode(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *map,
     for (cuuint64_t st : strides)
         if (st % 16 || st >= (1ull << 40)) return "a row pitch is not a multiple of 16 bytes or exceeds 2^40";
     if ((uintptr_t)x % 16) return "a tensor is not 16-byte aligned";
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)WG_BK, 1}, estr[4] = {1, 1, 1, 1};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, estr[4] = {1, 1, 1, 1};
     const CUresult rc = enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void *>(x), dims, strides, box, estr,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -956,9 +957,9 @@ int attention_fwd_launch_wgmma3(const attn_params *p, int W) {
     const char *why = regs_ok ? nullptr : "the kernel has fewer than 168 registers a thread: setmaxnreg.inc would hang";
     CUtensorMap mq, mk, mv;
     PFN_cuTensorMapEncodeTiled_v12000 enc = why ? nullptr : fwd3_encoder(&why);
-    if (!why) why = fwd3_encode(enc, &mq, p->q, p);
-    if (!why) why = fwd3_encode(enc, &mk, p->k, p);
-    if (!why) why = fwd3_encode(enc, &mv, p->v, p);
+    if (!why) why = fwd3_encode(enc, &mq, p->q, p, WG_BK);
+    if (!why) why = fwd3_encode(enc, &mk, p->k, p, WG_BK);
+    if (!why) why = fwd3_encode(enc, &mv, p->v, p, WG_BK);
     if (why) {
         if (!warned) {
             fprintf(stderr, "attention_fwd: GDN_ATTN_WGMMA_FWD3 ignored (%s; B %d T %d H %d D %d): running "
@@ -1012,6 +1013,12 @@ void attention_fwd_launch_f32(const attn_params *p, int W) {
 }
 
 }  // namespace
+
+const char *attn_tma_map_bf16(CUtensorMap *map, const void *x, const attn_params *p, int rows) {
+    const char *why = nullptr;
+    PFN_cuTensorMapEncodeTiled_v12000 enc = fwd3_encoder(&why);
+    return why ? why : fwd3_encode(enc, map, x, p, rows);
+}
 
 extern "C" void attention_fwd(const attn_params *p) {
     attn_check_common(p, "attention_fwd");

@@ -77,6 +77,16 @@ int attention_fwd_wgmma3_selected(void);
 // modes) on a compute capability 9.x device with the sm_90a image; GDN_ATTN_WGMMA_BWD=0 keeps the
 // mma.sync backward (read once).
 int attention_bwd_wgmma_selected(void);
+// GDN_ATTN_WGMMA_BWD3 (read on every call; unset = "1", "0" = off): "1" (or "2") / "3": the bf16 wgmma
+// backward runs the TMA-producer kernels attention_bwd_dkdv_wgmma3_kernel and
+// attention_bwd_dq_wgmma3_kernel with 2 / 3 stages, "pp" (or "pp2") / "pp3": the same with the
+// consumer warpgroups in ping-pong (bitwise the dq, dk, dv of the wgmma kernels they replace).
+// Returns the stages now (+ 10 with ping-pong), 0 when off.
+int attention_bwd_wgmma3_selected(void);
+// How many wgmma3 backward kernels attention_bwd has launched in this process (2 per
+// deterministic call, 1 per nondeterministic one); a pass that fell back to the old kernel
+// (stderr: "GDN_ATTN_WGMMA_BWD3 ignored") does not count. test_attention checks it.
+unsigned long attention_bwd_wgmma3_launches(void);
 
 #ifdef __cplusplus
 }
@@ -88,6 +98,13 @@ int attention_bwd_wgmma_selected(void);
 #include <cuda_bf16.h>
 #include "gdn_chunk_common.cuh"  // PTX wrappers: smem_u32, cp_async16 (0 bytes: zero fill), ldsm4(t), pack_bf16
 #include "wgmma.cuh"             // sw128 (the wgmma path's tile layout) and the wgmma wrappers
+#include <cuda.h>                // CUtensorMap (types only)
+
+// src/fwd/attention.cu: the TMA tensor map of a (B,T,H,D) bf16 tensor x of p's shape, 4-D (D, H,
+// T, B), box 64 columns x 1 x `rows` rows x 1, 128-byte swizzle (one box = one 64-column panel of
+// wgmma.cuh's layout; rows >= T zero-filled, as attn_load_tile's zero fill). NULL on success,
+// else why it cannot be made (no driver entry point, a pitch or pointer TMA cannot take).
+const char *attn_tma_map_bf16(CUtensorMap *map, const void *x, const attn_params *p, int rows);
 
 #define ATTN_LOG2E 1.4426950408889634f
 #define ATTN_LN2 0.6931471805599453f

@@ -20,6 +20,12 @@
 // (attention_fwd_wgmma2_kernel, read per call) and o and lse must match it byte for byte (the
 // consumers run wgmma2's arithmetic in its order): one more check per bf16 config; the oracle
 // rows and the backward then run on wgmma3's o and lse (copied back).
+// GDN_ATTN_WGMMA_BWD3 unset or 1 (or 2, 3, pp, pp2, pp3; =0: off) runs the bf16 wgmma backward on
+// the TMA producer kernels (attention_bwd_*_wgmma3_kernel); then every bf16 backward also runs once more with
+// GDN_ATTN_WGMMA_BWD3=0 (the wgmma kernels, read per call) and must match it byte for byte: dq,
+// dk, dv in the deterministic mode, dk and dv in the nondeterministic one (its dq sums by atomics
+// in a varying order); the launch counter must show the new kernels ran (2 launches per
+// deterministic backward, 1 per nondeterministic), so that a silent fallback fails.
 // The oracle runs on all CPU cores, one task per (config, head).
 #include "gputest.h"
 #include <atomic>
@@ -145,6 +151,16 @@ int main() {
     const std::string fwd3_val = fwd3_env ? fwd3_env : "";
     const bool fwd3_ab = attention_fwd_wgmma_selected() && attention_fwd_wgmma3_selected();
     int fwd3_checks = 0, fwd3_same = 0;
+    // backward wgmma3 selected (GDN_ATTN_WGMMA_BWD3 unset, 1, 2, 3, pp, pp2, pp3): compare each bf16
+    // backward with the wgmma kernels' bitwise
+    const char *bwd3_env = getenv("GDN_ATTN_WGMMA_BWD3");
+    const std::string bwd3_val = bwd3_env ? bwd3_env : "";
+    const bool bwd3_ab = attention_bwd_wgmma_selected() && attention_bwd_wgmma3_selected();
+    if (bwd3_ab)
+        printf("bf16 wgmma backward: TMA producer kernels, %d stages%s (GDN_ATTN_WGMMA_BWD3=%s)\n",
+               attention_bwd_wgmma3_selected() % 10, attention_bwd_wgmma3_selected() > 10 ? ", ping-pong" : "",
+               bwd3_env ? bwd3_val.c_str() : "unset: the default");
+    int bwd3_checks = 0, bwd3_same = 0;
     // oracle on every core, biggest tasks first
     double t0 = gdn_now();
     std::vector<std::pair<cfg *, int>> tasks;
@@ -246,7 +262,9 @@ int main() {
             };
             for (int nondet = 0; nondet < 2; nondet++) {
                 const char *mode = nondet ? "nondet" : "det";
+                const unsigned long bwd3_n0 = attention_bwd_wgmma3_launches();
                 const std::vector<unsigned char> a = run_bwd(nondet);
+                const unsigned long bwd3_n1 = attention_bwd_wgmma3_launches();
                 const double e_dq = rel_err(download(d.dq, n, dt), c->dq, dvn);
                 const double e_dk = rel_err(download(d.dk, n, dt), c->dk, dvn);
                 const double e_dv = rel_err(download(d.dv, n, dt), c->dv, dvn);
@@ -255,6 +273,34 @@ int main() {
                        dt == ATTN_DTYPE_BF16 ? "bf16" : "fp32", mode, e_o, e_l, e_dq, e_dk, e_dv, ok ? "pass" : "FAIL");
                 gc_checks++;
                 if (!ok) gc_failures++;
+
+                if (bwd3_ab && dt == ATTN_DTYPE_BF16) {  // the same backward on the wgmma kernels
+                    // hard check: the backward above launched the wgmma3 kernels (both passes when
+                    // deterministic), and the GDN_ATTN_WGMMA_BWD3=0 rerun launched none
+                    const bool ran3 = bwd3_n1 == bwd3_n0 + (nondet ? 1 : 2);
+                    setenv("GDN_ATTN_WGMMA_BWD3", "0", 1);
+                    const std::vector<unsigned char> bb = run_bwd(nondet);
+                    if (bwd3_env)
+                        setenv("GDN_ATTN_WGMMA_BWD3", bwd3_val.c_str(), 1);
+                    else
+                        unsetenv("GDN_ATTN_WGMMA_BWD3");
+                    const bool ran2 = attention_bwd_wgmma3_launches() == bwd3_n1;
+                    const size_t from = nondet ? n * es : 0;  // nondet: dk, dv (dq by atomics)
+                    const bool same = ran3 && ran2 && memcmp(a.data() + from, bb.data() + from, a.size() - from) == 0;
+                    bwd3_checks++;
+                    bwd3_same += same;
+                    gc_checks++;
+                    if (!same) {
+                        gc_failures++;
+                        size_t first = from;  // the first differing byte
+                        while (first < a.size() && a[first] == bb[first]) first++;
+                        const char *what = first < n * es ? "dq" : first < 2 * n * es ? "dk" : "dv";
+                        printf("      backward wgmma3 vs wgmma (T %d window %d D %d %s): ", c->T, c->W, c->D, mode);
+                        if (!ran3) printf("the wgmma3 kernels did not run (fell back, stderr says why): FAIL\n");
+                        else if (!ran2) printf("the GDN_ATTN_WGMMA_BWD3=0 rerun launched wgmma3: FAIL\n");
+                        else printf("%s differs first at element %zu: FAIL\n", what, (first % (n * es)) / es);
+                    }
+                }
 
                 // reproducibility: rerun the backward (poisoned again) and compare bytes; all of
                 // dq, dk, dv in the deterministic mode, dk and dv in the nondeterministic one
@@ -275,6 +321,9 @@ int main() {
     if (fwd3_ab)
         printf("forward wgmma3 vs wgmma2, o and lse bitwise: %d of %d bf16 configs equal: %s\n", fwd3_same, fwd3_checks,
                fwd3_same == fwd3_checks ? "pass" : "FAIL");
+    if (bwd3_ab)
+        printf("backward wgmma3 vs wgmma, dq dk dv bitwise (nondet: dk dv): %d of %d bf16 runs equal: %s\n", bwd3_same,
+               bwd3_checks, bwd3_same == bwd3_checks ? "pass" : "FAIL");
     printf("GPU runs and checks: %.1f s\n", gdn_now() - t0);
     for (cfg *c : cfgs) delete c;
     return gc_finish("test_attention");
