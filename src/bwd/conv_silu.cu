@@ -23,6 +23,10 @@
 // conv_silu_dw_final_kernel adds the gridDim.y partials of each element in a fixed order and
 // adds that to dw. The order depends on the
 // shape only, so dw is bitwise the same run after run and on any device.
+// v2 (GDN_CONV_SILU_V2 unset or 1, read on every call; the default; =0: v1): the tiled kernel's threads, sums
+// and partials, x and dy staged in shared memory by cp.async first and d_pre computed once per
+// token (no recomputed halo but the K-1 tokens after each block); dx and dw bitwise the tiled
+// kernel's (conv_silu_bwd_v2_kernel).
 // Other shapes (C off the pack, misaligned pointers, K > 4): per-element dx, and dw by slices
 // of rows summed in order, both recomputing d_pre where they need it; same final kernel.
 // Sizes (H200, bf16, B 16, T 2048, K 4; bench variants W 1/2/4/8, U 2/4/8, TT 8/16/32, a
@@ -169,6 +173,162 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_bwd_tiled_kernel(
     }
 }
 
+// v2 (GDN_CONV_SILU_V2): the tiled kernel's threads, sums and partials, the loads staged in
+// shared memory and d_pre computed once per token. Block = CONV_SILU_ROWS tiles of TT tokens
+// (rows rg ROWS + warp, rg = blockIdx.y + k gridDim.y: the tiled kernel's rows, warps and
+// blocks) x 32 W channels. Per group of rows:
+//   stage: x for the K-1 tokens before the first tile, the ROWS TT tokens and K-1 after the
+//     last (NX rows), dy for the ROWS TT + K-1 tokens (ND rows), every cp.async in flight
+//     together (CB bytes each: 16 where rows, segments and pointers allow);
+//   phase 1: warp w walks its tile with the x window: d_pre[t] (0 at t >= T) into shared memory
+//     in place of its dy, and dw += d_pre[t] x-window in the tiled kernel's order; the last warp
+//     also computes d_pre of the K-1 tokens after its tile (the next block's first tile
+//     recomputes them as its own, from the same inputs by the same operations: the same bits);
+//   phase 2: warp w forms dx[t0 .. t0+TT-1] from d_pre[t0 .. t0+TT+K-2] (the K-1 after its tile
+//     are the next warp's, or 0 where t >= T: a tile's successor row is the next tile of its
+//     sequence whenever t0 + TT < T).
+// d_pre sits where its dy was: fp32 over fp32 in place; bf16: plane A holds channel c0 of a
+// lane's pair on the 4 bytes of its dy pair, plane B channel c0 + 1, so a lane only ever
+// overwrites its own dy. dx, dw: bitwise the tiled kernel's (the same final kernel and part).
+constexpr int CONV_SILU_V2_BLOCKS = 4;  // blocks per SM: registers held to 64
+template <typename T, int K, int CB>
+__global__ void __launch_bounds__(CONV_SILU_THREADS, CONV_SILU_V2_BLOCKS)
+    conv_silu_bwd_v2_kernel(const conv_silu_bwd_params<T> p) {
+    constexpr int W = CONV_SILU_W, TT = CONV_SILU_TT, ROWS = CONV_SILU_ROWS;
+    constexpr int CG = CONV_SILU_LANES * W, RB = CG * (int)sizeof(T);  // channels, bytes per staged row
+    constexpr int NX = ROWS * TT + 2 * (K - 1), ND = ROWS * TT + K - 1;
+    constexpr int RF = RB / 4, LF = W * (int)sizeof(T) / 4;  // plane row and lane offset in floats
+    static_assert(W == 2, "plane A / B: a lane's pair of d_pre over its pair of dy");
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ int s_t0[ROWS], s_bt[ROWS];
+    unsigned char *const xsm = smem, *const dsm = smem + NX * RB;
+    float *const dpa = (float *)dsm, *const dpb = (float *)(dsm + ND * RB);  // dpb: bf16 only
+    const int lane = threadIdx.x % CONV_SILU_LANES, warp = threadIdx.x / CONV_SILU_LANES;
+    const int C = p.C, P = C / W, cp = blockIdx.x * CONV_SILU_LANES + lane, c0 = cp * W, cg0 = blockIdx.x * CG;
+    const bool live = cp < P;
+    float wr[K][W], dwp[K][W];
+#pragma unroll
+    for (int j = 0; j < K; j++)
+#pragma unroll
+        for (int i = 0; i < W; i++) {
+            wr[j][i] = live ? to_f(p.w[(size_t)(c0 + i) * K + j]) : 0.f;
+            dwp[j][i] = 0.f;
+        }
+    const size_t ld = p.ld;
+    const T *const x = p.x;
+    const conv_segs seg = p.seg;
+    const T *const dy0 = p.dys[0], *const dy1 = p.dys[1], *const dy2 = p.dys[2];
+    auto xat = [x, ld](int tok, int c) { return x + (size_t)tok * ld + c; };
+    auto dyat = [seg, dy0, dy1, dy2](int tok, int c) { return seg.at(dy0, dy1, dy2, (size_t)tok, c); };
+    const T *xl = (const T *)xsm + lane * W, *gl = (const T *)dsm + lane * W;  // row 0, this lane
+    for (int rg = blockIdx.y; rg * ROWS < p.rows; rg += gridDim.y) {
+        conv_v2_rows<ROWS, TT>(s_t0, s_bt, rg, p.rows, p.tiles, p.T_);
+        __syncthreads();
+        conv_v2_stage<T, CG, CB, NX, -(K - 1), ROWS, TT, CONV_SILU_THREADS>(xsm, xat, x, cg0, C, p.T_, s_t0, s_bt);
+        conv_v2_stage<T, CG, CB, ND, 0, ROWS, TT, CONV_SILU_THREADS>(dsm, dyat, x, cg0, C, p.T_, s_t0, s_bt);
+        cp_async_wait_all();
+        __syncthreads();
+        const int t0 = s_t0[warp];
+        const bool run = live && t0 >= 0;
+        if (run) {  // phase 1
+            const int r0 = warp * TT;  // staged row of x[t0 - (K-1)], of dy[t0]
+            float xw[K][W];  // before token t: xw[m] = x[t-(K-1)+m], m < K-1
+#pragma unroll
+            for (int m = 0; m < K - 1; m++) {
+                unpack<T, W>(ld_pack<T, W>(xl + (r0 + m) * CG), xw[m]);
+#pragma unroll
+                for (int i = 0; i < W; i++) xw[m][i] = t0 - (K - 1) + m >= 0 ? xw[m][i] : 0.f;
+            }
+            // one token: d_pre as the tiled kernel (own: its dw terms), stored over its dy
+            auto step = [&](int u, bool own) {
+                const int t = t0 + u, r = r0 + u;
+                float g[W], dp[W];
+                unpack<T, W>(ld_pack<T, W>(xl + (r + K - 1) * CG), xw[K - 1]);
+                unpack<T, W>(ld_pack<T, W>(gl + r * CG), g);
+#pragma unroll
+                for (int i = 0; i < W; i++) {
+                    float pre = 0.f;
+#pragma unroll
+                    for (int j = 0; j < K; j++) pre += wr[j][i] * xw[j][i];
+                    dp[i] = t < p.T_ ? dsilu_f(g[i], pre) : 0.f;  // 0 past the end
+                }
+                if (own)
+#pragma unroll
+                    for (int j = 0; j < K; j++)
+#pragma unroll
+                        for (int i = 0; i < W; i++) dwp[j][i] += dp[i] * xw[j][i];
+                if constexpr (sizeof(T) == 4) {
+                    *(float2 *)(dpa + r * RF + lane * LF) = make_float2(dp[0], dp[1]);
+                } else {
+                    dpa[r * RF + lane] = dp[0];
+                    dpb[r * RF + lane] = dp[1];
+                }
+#pragma unroll
+                for (int m = 0; m < K - 1; m++)
+#pragma unroll
+                    for (int i = 0; i < W; i++) xw[m][i] = xw[m + 1][i];
+            };
+#pragma unroll
+            for (int u = 0; u < TT; u++) step(u, true);
+            if (warp == ROWS - 1)
+#pragma unroll
+                for (int u = TT; u < TT + K - 1; u++) step(u, false);
+        }
+        __syncthreads();
+        if (run) {  // phase 2: dx[s] = sum_j w[j] d_pre[s+K-1-j], s = t0 .. t0+TT-1
+            const int r0 = warp * TT;
+            T *dxb = p.dx + ((size_t)s_bt[warp] + t0) * ld + c0;
+            auto dpre = [&](int u, float (&d)[W]) {  // d_pre[t0 + u], 0 at t >= T
+                const bool in = u < TT || t0 + u < p.T_;  // the tile's own rows hold 0 there
+                if constexpr (sizeof(T) == 4) {
+                    const float2 v = *(const float2 *)(dpa + (r0 + u) * RF + lane * LF);
+                    d[0] = in ? v.x : 0.f;
+                    d[1] = in ? v.y : 0.f;
+                } else {
+                    const float a = dpa[(r0 + u) * RF + lane], b = dpb[(r0 + u) * RF + lane];
+                    d[0] = in ? a : 0.f;
+                    d[1] = in ? b : 0.f;
+                }
+            };
+            float dpw[K][W];
+#pragma unroll
+            for (int m = 0; m < K - 1; m++) dpre(m, dpw[m]);
+#pragma unroll
+            for (int u = 0; u < TT; u++) {
+                dpre(u + K - 1, dpw[K - 1]);
+                float acc[W];
+#pragma unroll
+                for (int i = 0; i < W; i++) {
+                    acc[i] = 0.f;
+#pragma unroll
+                    for (int j = 0; j < K; j++) acc[i] += wr[j][i] * dpw[K - 1 - j][i];
+                }
+                if (t0 + u < p.T_) store_pack<T, W>(dxb + (size_t)u * ld, acc);
+#pragma unroll
+                for (int m = 0; m < K - 1; m++)
+#pragma unroll
+                    for (int i = 0; i < W; i++) dpw[m][i] = dpw[m + 1][i];
+            }
+        }
+        __syncthreads();  // the tiles and s_t0 are rewritten by the next group of rows
+    }
+    // block partial of dw, as the tiled kernel: warps added in order 0..7 for each element
+    float *const red = (float *)smem;  // [ROWS][K W][32]
+#pragma unroll
+    for (int j = 0; j < K; j++)
+#pragma unroll
+        for (int i = 0; i < W; i++) red[(warp * K * W + j * W + i) * CONV_SILU_LANES + lane] = dwp[j][i];
+    __syncthreads();
+    if (!live) return;
+    float *pb = p.part + (size_t)blockIdx.y * C * K;
+    for (int e = warp; e < K * W; e += CONV_SILU_ROWS) {
+        float s = 0.f;
+#pragma unroll
+        for (int r = 0; r < CONV_SILU_ROWS; r++) s += red[(r * K * W + e) * CONV_SILU_LANES + lane];
+        pb[(size_t)e * P + cp] = s;
+    }
+}
+
 // dw[c * K + j] += sum_{s < S} part[s][col] (col = e P + cp, e = j W + i, c = cp W + i): a block
 // takes 32 columns; warp k adds slices k, k + 8, ... in order, then lane l of warp 0 adds the 8
 // warp sums in order. Fixed order for a given S.
@@ -232,15 +392,33 @@ __global__ void __launch_bounds__(EW_THREADS)
 }
 
 // ---- launchers --------------------------------------------------------------------------------
+template <typename T, int K, int CB>
+void conv_silu_bwd_v2_launch(const conv_silu_bwd_params<T> &p, dim3 grid, cudaStream_t s) {
+    constexpr int RB = CONV_SILU_LANES * CONV_SILU_W * (int)sizeof(T);
+    constexpr int NX = CONV_SILU_ROWS * CONV_SILU_TT + 2 * (K - 1), ND = CONV_SILU_ROWS * CONV_SILU_TT + K - 1;
+    constexpr size_t smem = (size_t)(NX + ND * (sizeof(T) == 2 ? 2 : 1)) * RB;  // x; dy and d_pre
+    static_assert(smem >= sizeof(float) * CONV_SILU_ROWS * K * CONV_SILU_W * CONV_SILU_LANES, "room for dw's sum");
+    auto kern = conv_silu_bwd_v2_kernel<T, K, CB>;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kern<<<grid, CONV_SILU_THREADS, smem, s>>>(p);
+    conv_silu_v2_count();
+}
+
+// v2: the staged kernel, v16: by 16-byte chunks (else by packs of W)
 template <typename T, int W, int K, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
-void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, cudaStream_t s) {
+void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, bool v2, bool v16, cudaStream_t s) {
     const int P = p.C / W, cols = p.C * K;
     p.tiles = (int)GDN_CDIV(p.T_, TT);
     p.rows = B * p.tiles;
     const unsigned gx = (unsigned)GDN_CDIV(P, CONV_SILU_LANES);
     const int S = GDN_MIN((int)GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
     p.part = colsum_scratch((size_t)S * cols);
-    conv_silu_bwd_tiled_kernel<T, W, K, TT, U><<<dim3(gx, (unsigned)S), CONV_SILU_THREADS, 0, s>>>(p);
+    if (v2 && v16)
+        conv_silu_bwd_v2_launch<T, K, 16>(p, dim3(gx, (unsigned)S), s);
+    else if (v2)
+        conv_silu_bwd_v2_launch<T, K, (int)sizeof(T) * W>(p, dim3(gx, (unsigned)S), s);
+    else
+        conv_silu_bwd_tiled_kernel<T, W, K, TT, U><<<dim3(gx, (unsigned)S), CONV_SILU_THREADS, 0, s>>>(p);
     CUDA_CHECK_LAUNCH();
     conv_silu_dw_final_kernel<<<(unsigned)GDN_CDIV(cols, 32), CONV_SILU_FINAL_WARPS * 32, 0, s>>>(dw, p.part, cols,
                                                                                                 S, P, W, K);
@@ -258,11 +436,16 @@ void conv_silu_bwd_launch(T *dx, float *dw, const T *const dys[3], const int cw[
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
     if (seg.packed(dys, W, pack) && ld % W == 0 && (((uintptr_t)dx | (uintptr_t)x) & pack) == 0 &&
         K <= CONV_SILU_KMAX) {
+        // v2's 16-byte staging: x's rows, C, every dy segment and the x and dy pointers on 16
+        // bytes (dx is stored by packs of W as before)
+        constexpr int E = 16 / (int)sizeof(T);
+        const bool v2 = conv_silu_v2_on(), v16 = ld % E == 0 && C % E == 0 && seg.packed(dys, E, 15) &&
+                                                  ((uintptr_t)x & 15) == 0;
         switch (K) {  // the one place that picks a tap count
-        case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, s); break;
-        case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, s); break;
-        case 3: conv_silu_bwd_tiled_launch<T, W, 3>(p, dw, B, s); break;
-        case 4: conv_silu_bwd_tiled_launch<T, W, 4>(p, dw, B, s); break;
+        case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, v2, v16, s); break;
+        case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, v2, v16, s); break;
+        case 3: conv_silu_bwd_tiled_launch<T, W, 3>(p, dw, B, v2, v16, s); break;
+        case 4: conv_silu_bwd_tiled_launch<T, W, 4>(p, dw, B, v2, v16, s); break;
         default: gdn_die("cuda conv_silu_bwd: K = %d > %d in the tiled path", K, CONV_SILU_KMAX);
         }
         return;

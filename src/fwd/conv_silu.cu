@@ -16,6 +16,10 @@
 // 23.7 us, C 1024 42 us, against 75.6 / 123 us for conv1d_fwd + silu_fwd and 18.6 / 34.8 us
 // for a device copy of x. W 8 needs ~130 registers (2 blocks per SM) and was 15-20% slower.
 // Other shapes: one thread per output element.
+// v2 (GDN_CONV_SILU_V2 unset or 1, read on every call; the default; =0: v1): the tiled kernel's threads and
+// arithmetic with the block's x tile staged in shared memory by cp.async first (many loads in
+// flight, 16-byte chunks, no per-token global address arithmetic); y and rn bitwise the tiled
+// kernel's (conv_silu_fwd_v2_kernel).
 // x's rows have stride ld >= C (ld = C: packed; larger: q, k or v as columns of the fused input
 // projection's output, model.c); y is packed (B,T,C). Segments (cuda_conv_silu3_fwd): the C
 // channels split at cs[1], cs[2] into up to three outputs ys[s], each packed (B,T,cs[s+1]-cs[s])
@@ -163,6 +167,115 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(
     }
 }
 
+// v2 (GDN_CONV_SILU_V2): the tiled kernel's threads and arithmetic, the loads first staged in
+// shared memory. Block = CONV_SILU_ROWS tiles of TT tokens (rows rg ROWS .. + ROWS-1, one per
+// warp, rg = blockIdx.y + k gridDim.y as the tiled kernel's rows) x 32 W channels; its x tile
+// (the K-1 tokens before the first tile, then the ROWS TT tokens: NV rows of 32 W elements) is
+// loaded by cp.async of CB bytes (16 where x's row stride, C and pointer allow), every load of
+// the tile in flight together, then each warp walks its tile out of shared memory with the same
+// window, sums and stores as conv_silu_fwd_tiled_kernel: y, rn bitwise its outputs. A tile whose
+// previous tile is of another sequence (t0 = 0) masks its halo as the tiled kernel does.
+constexpr int CONV_SILU_V2_U = 2;     // NORM: tokens whose butterflies interleave (registers)
+// blocks per SM the registers are held to: 4 (<= 64 registers), NORM 3 (<= 80; at 64 it spills)
+constexpr int conv_silu_v2_blocks(bool norm) { return norm ? 3 : 4; }
+template <typename T, int K, bool NORM, int CB>
+__global__ void __launch_bounds__(CONV_SILU_THREADS, conv_silu_v2_blocks(NORM))
+    conv_silu_fwd_v2_kernel(const conv_silu_fwd_params<T> p) {
+    constexpr int W = CONV_SILU_W, TT = CONV_SILU_TT, U = NORM ? CONV_SILU_V2_U : CONV_SILU_U, ROWS = CONV_SILU_ROWS;
+    constexpr int CG = CONV_SILU_LANES * W, NV = ROWS * TT + K - 1;
+    constexpr int RE = CG;  // elements per staged row
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ int s_t0[ROWS], s_bt[ROWS];
+    const int lane = threadIdx.x % CONV_SILU_LANES, warp = threadIdx.x / CONV_SILU_LANES;
+    const int cg0 = blockIdx.x * CG, c0 = cg0 + lane * W, C = p.C;
+    const bool live = c0 < C;  // dead lanes stay for the block's barriers (NORM: none dead)
+    const int s = c0 >= p.seg.cs[2] ? 2 : c0 >= p.seg.cs[1] ? 1 : 0, cs0 = s == 2 ? p.seg.cs[2] : s ? p.seg.cs[1] : 0;
+    const bool lead = NORM && s < 2 && (c0 - cs0) % p.nd == 0;
+    const int heads = NORM && s < 2 ? (s ? p.seg.cs[2] - p.seg.cs[1] : p.seg.cs[1]) / p.nd : 0;
+    const int head = NORM ? (c0 - cs0) / p.nd : 0;
+    float *const rnp = s ? p.rn[1] : p.rn[0];
+    const float sc = s ? p.sc[1] : p.sc[0];
+    const int cw = live ? p.width(c0) : 0;  // y's row stride
+    float wr[K][W];
+#pragma unroll
+    for (int j = 0; j < K; j++)
+#pragma unroll
+        for (int i = 0; i < W; i++) wr[j][i] = live ? to_f(p.w[(size_t)(c0 + i) * K + j]) : 0.f;
+    const T *xs = (const T *)smem + lane * W;  // this lane's channels of staged row 0
+    const size_t ld = p.ld;
+    const T *const x = p.x;
+    auto at = [x, ld](int tok, int c) { return x + (size_t)tok * ld + c; };
+    for (int rg = blockIdx.y; rg * ROWS < p.rows; rg += gridDim.y) {
+        conv_v2_rows<ROWS, TT>(s_t0, s_bt, rg, p.rows, p.tiles, p.T_);
+        __syncthreads();
+        conv_v2_stage<T, CG, CB, NV, -(K - 1), ROWS, TT, CONV_SILU_THREADS>(smem, at, x, cg0, C, p.T_, s_t0, s_bt);
+        cp_async_wait_all();
+        __syncthreads();
+        const int t0 = s_t0[warp];
+        if (live && t0 >= 0) {
+            const int bt = s_bt[warp];
+            T *yb = p.yrow((size_t)bt, c0);
+            const T *xr = xs + (size_t)warp * TT * RE;  // staged row of token t0 - (K-1)
+            float xw[K][W];  // before token t: xw[m] = x[t - (K-1) + m], m < K-1; xw[K-1] = x[t]
+#pragma unroll
+            for (int m = 0; m < K - 1; m++) {
+                unpack<T, W>(ld_pack<T, W>(xr + m * RE), xw[m]);
+#pragma unroll
+                for (int i = 0; i < W; i++) xw[m][i] = t0 - (K - 1) + m >= 0 ? xw[m][i] : 0.f;
+            }
+            xr += (K - 1) * RE;  // token t0
+#pragma unroll
+            for (int u0 = 0; u0 < TT; u0 += U) {
+                pack_t<T, W> xp[U];
+#pragma unroll
+                for (int v = 0; v < U; v++) xp[v] = ld_pack<T, W>(xr + (u0 + v) * RE);
+                if constexpr (!NORM) {
+#pragma unroll
+                    for (int v = 0; v < U; v++) {
+                        const int t = t0 + u0 + v;
+                        unpack<T, W>(xp[v], xw[K - 1]);
+                        float o[W];
+                        conv_silu_token<W, K>(wr, xw, o);
+                        if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o);
+                    }
+                } else {  // as the tiled kernel: all lanes, the chunk's U butterflies interleaved
+                    float o[U][W];
+#pragma unroll
+                    for (int v = 0; v < U; v++) {
+                        unpack<T, W>(xp[v], xw[K - 1]);
+                        conv_silu_token<W, K>(wr, xw, o[v]);
+                    }
+                    float ss[U];
+#pragma unroll
+                    for (int v = 0; v < U; v++) {
+                        ss[v] = 0.f;
+#pragma unroll
+                        for (int i = 0; i < W; i++) ss[v] += o[v][i] * o[v][i];
+                    }
+                    for (int off = p.nd / (2 * W); off > 0; off >>= 1)
+#pragma unroll
+                        for (int v = 0; v < U; v++) ss[v] += __shfl_xor_sync(0xffffffffu, ss[v], off);
+#pragma unroll
+                    for (int v = 0; v < U; v++) {
+                        const int t = t0 + u0 + v;
+                        if (s == 2) continue;
+                        const float rn = 1.f / sqrtf(ss[v] + p.eps);
+#pragma unroll
+                        for (int i = 0; i < W; i++) o[v][i] = sc * o[v][i] * rn;
+                        if (lead && t < p.T_) rnp[((size_t)bt + t) * heads + head] = rn;
+                    }
+#pragma unroll
+                    for (int v = 0; v < U; v++) {
+                        const int t = t0 + u0 + v;
+                        if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o[v]);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the tile and s_t0 are rewritten by the next group of rows
+    }
+}
+
 // Any shape: one thread per output element, the sum in the same order.
 template <typename T>
 __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_silu_fwd_params<T> p, size_t total) {
@@ -178,13 +291,29 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_si
     }
 }
 
+template <typename T, int K, bool NORM, int CB>
+void conv_silu_fwd_v2_launch(const conv_silu_fwd_params<T> &p, dim3 grid, cudaStream_t s) {
+    constexpr int W = CONV_SILU_W;
+    const size_t smem = (size_t)(CONV_SILU_ROWS * CONV_SILU_TT + K - 1) * CONV_SILU_LANES * W * sizeof(T);
+    auto kern = conv_silu_fwd_v2_kernel<T, K, NORM, CB>;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kern<<<grid, CONV_SILU_THREADS, smem, s>>>(p);
+    conv_silu_v2_count();
+}
+
+// v16: the v2 kernel may stage by 16-byte chunks (else by packs of W).
 template <typename T, int W, int K, bool NORM, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
-void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
+void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, bool v2, bool v16, cudaStream_t s) {
     p.tiles = (int)GDN_CDIV(p.T_, TT);
     p.rows = B * p.tiles;
     const unsigned gx = (unsigned)GDN_CDIV(p.C / W, CONV_SILU_LANES);
     const unsigned gy = (unsigned)GDN_MIN(GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
-    conv_silu_fwd_tiled_kernel<T, W, K, TT, U, NORM><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
+    if (v2 && v16)
+        conv_silu_fwd_v2_launch<T, K, NORM, 16>(p, dim3(gx, gy), s);
+    else if (v2)
+        conv_silu_fwd_v2_launch<T, K, NORM, (int)sizeof(T) * W>(p, dim3(gx, gy), s);
+    else
+        conv_silu_fwd_tiled_kernel<T, W, K, TT, U, NORM><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
 }
 
 // p.rn[0] set: normalise segments 0 and 1 in the kernel (the caller checked norm_fits).
@@ -196,16 +325,19 @@ bool conv_silu_fwd_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
     const bool norm = p.rn[0] != nullptr;
     bool tiled = p.seg.packed(p.ys, W, pack) && p.ld % W == 0 && ((uintptr_t)p.x & pack) == 0 && p.K <= CONV_SILU_KMAX;
+    // v2's 16-byte staging: x's rows and pointer on 16 bytes (y is stored by packs of W as before)
+    const bool v2 = tiled && conv_silu_v2_on();
+    const bool v16 = p.ld % (16 / sizeof(T)) == 0 && p.C % (16 / sizeof(T)) == 0 && ((uintptr_t)p.x & 15) == 0;
     if (tiled) {
         switch (p.K * 2 + norm) {  // the one place that picks a tap count
-        case 2: conv_silu_fwd_tiled_launch<T, W, 1, false>(p, B, s); break;
-        case 3: conv_silu_fwd_tiled_launch<T, W, 1, true>(p, B, s); break;
-        case 4: conv_silu_fwd_tiled_launch<T, W, 2, false>(p, B, s); break;
-        case 5: conv_silu_fwd_tiled_launch<T, W, 2, true>(p, B, s); break;
-        case 6: conv_silu_fwd_tiled_launch<T, W, 3, false>(p, B, s); break;
-        case 7: conv_silu_fwd_tiled_launch<T, W, 3, true>(p, B, s); break;
-        case 8: conv_silu_fwd_tiled_launch<T, W, 4, false>(p, B, s); break;
-        case 9: conv_silu_fwd_tiled_launch<T, W, 4, true>(p, B, s); break;
+        case 2: conv_silu_fwd_tiled_launch<T, W, 1, false>(p, B, v2, v16, s); break;
+        case 3: conv_silu_fwd_tiled_launch<T, W, 1, true>(p, B, v2, v16, s); break;
+        case 4: conv_silu_fwd_tiled_launch<T, W, 2, false>(p, B, v2, v16, s); break;
+        case 5: conv_silu_fwd_tiled_launch<T, W, 2, true>(p, B, v2, v16, s); break;
+        case 6: conv_silu_fwd_tiled_launch<T, W, 3, false>(p, B, v2, v16, s); break;
+        case 7: conv_silu_fwd_tiled_launch<T, W, 3, true>(p, B, v2, v16, s); break;
+        case 8: conv_silu_fwd_tiled_launch<T, W, 4, false>(p, B, v2, v16, s); break;
+        case 9: conv_silu_fwd_tiled_launch<T, W, 4, true>(p, B, v2, v16, s); break;
         default: gdn_die("cuda conv_silu_fwd: K = %d > %d in the tiled path", p.K, CONV_SILU_KMAX);
         }
     } else if (!norm) {
@@ -250,6 +382,12 @@ void check_shape(const char *who, int B, int T, const int cw[3], int K, size_t l
 }  // namespace
 
 // ---- public entry point (cuda_ops.h) --------------------------------------------------------
+static unsigned long conv_silu_v2_launches = 0;  // host side, counted at launch
+void conv_silu_v2_count() { __atomic_add_fetch(&conv_silu_v2_launches, 1, __ATOMIC_RELAXED); }
+extern "C" unsigned long cuda_conv_silu_v2_launches(void) {
+    return __atomic_load_n(&conv_silu_v2_launches, __ATOMIC_RELAXED);
+}
+
 extern "C" void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void *x, const void *w, int B,
                                     int T, int C0, int C1, int C2, int K, size_t ld, cudaStream_t s) {
     const int cw[3] = {C0, C1, C2};

@@ -7,6 +7,7 @@
 #pragma once
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "../core/cuda_check.h"
@@ -242,9 +243,83 @@ struct conv_segs {
     }
 };
 
+// ---- conv + SiLU v2 kernels (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu) ------------------------
+// GDN_CONV_SILU_V2, read on every call (one process can A/B them by setenv): unset (the default
+// since session 10: bitwise v1's outputs, backward 0.71x / forward with the L2 norm 0.85x v1's
+// time on an H200, bench/model_gpu.md) or anything but "0": the tiled forward and backward stage
+// their token rows in shared memory by cp.async first (conv_silu_fwd_v2_kernel,
+// conv_silu_bwd_v2_kernel); "0": the register-window kernels (v1).
+inline bool conv_silu_v2_on() {
+    const char *e = getenv("GDN_CONV_SILU_V2");
+    return !e || !(e[0] == '0' && e[1] == 0);
+}
+// BYTES (4, 8 or 16) from global src to shared dst, asynchronously; !valid: dst zero-filled and
+// nothing read (src must still be a BYTES-aligned global address). sm_80+; older devices load
+// and store synchronously.
+template <int BYTES> __device__ __forceinline__ void cp_async_zfill(void *dst, const void *src, bool valid) {
+    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async moves 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    const int n = valid ? BYTES : 0;
+    if constexpr (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(BYTES), "r"(n)
+                     : "memory");
+#else
+    struct alignas(BYTES) chunk { unsigned char b[BYTES]; };
+    chunk c = {};
+    if (valid) c = *(const chunk *)src;
+    *(chunk *)dst = c;
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+// One group of rows of a v2 block: ROWS tiles of TT tokens, tile w = row rg ROWS + w of the
+// (B, tiles) grid = (b, t0). s_t0[w] = t0 (negative: past the last row), s_bt[w] = b T.
+// Virtual token v (v >= -(K-1)): tile w = clamp(v / TT, 0, ROWS - 1), token t0[w] + v - w TT, so
+// tiles that follow each other in one sequence (the common case) give consecutive tokens, and
+// the tokens before tile 0 and after tile ROWS - 1 are its halos.
+constexpr int CONV_V2_NOROW = -(1 << 30);
+template <int ROWS, int TT>
+__device__ __forceinline__ void conv_v2_rows(int *s_t0, int *s_bt, int rg, int rows, int tiles, int T_) {
+    if (threadIdx.x < ROWS) {
+        const int r = rg * ROWS + (int)threadIdx.x, b = r / tiles;
+        s_t0[threadIdx.x] = r < rows ? (r - b * tiles) * TT : CONV_V2_NOROW;
+        s_bt[threadIdx.x] = r < rows ? b * T_ : 0;
+    }
+}
+// Stages virtual tokens V0 .. V0 + NV - 1, channels [cg0, cg0 + CG), into dst: row i = v - V0 at
+// i CG sizeof(T) bytes, CB bytes per cp.async (coalesced: NQ = CG sizeof(T) / CB consecutive
+// threads take one row). Tokens outside [0, T) and channels >= C are zero-filled, nothing read.
+// at(tok, c): the global address of channel c of token row tok = b T + t; safe: any CB-aligned
+// global address (the unread source of zero fills).
+template <typename T, int CG, int CB, int NV, int V0, int ROWS, int TT, int THREADS, class At>
+__device__ __forceinline__ void conv_v2_stage(unsigned char *dst, const At &at, const void *safe, int cg0, int C,
+                                              int T_, const int *s_t0, const int *s_bt) {
+    constexpr int E = CB / (int)sizeof(T), NQ = CG / E, STEP = THREADS / NQ;
+    static_assert(CG % E == 0 && THREADS % NQ == 0, "a row of the tile is whole chunks, rows whole thread groups");
+    const int q = (int)threadIdx.x % NQ, c = cg0 + q * E;
+    const bool cok = c < C;
+#pragma unroll 4
+    for (int i = (int)threadIdx.x / NQ; i < NV; i += STEP) {
+        const int v = i + V0, w = min((int)((unsigned)max(v, 0) / TT), ROWS - 1);
+        const int t = s_t0[w] + v - w * TT;
+        const bool ok = cok && t >= 0 && t < T_;
+        cp_async_zfill<CB>(dst + (size_t)i * (CG * sizeof(T)) + q * CB, ok ? (const void *)at(s_bt[w] + t, c) : safe,
+                           ok);
+    }
+}
+
 }  // namespace
 
 // Not in the anonymous namespace (one definition, in src/bwd/elementwise.cu): at least nfloats
 // of device scratch for deterministic partial sums, one buffer per device, reused by every
 // reduction-bearing backward launched on its stream (colsum_launch, the norm and conv backwards).
 float *colsum_scratch(size_t nfloats);
+// Counts a launch of a conv + SiLU v2 kernel (one definition, in src/fwd/conv_silu.cu;
+// cuda_conv_silu_v2_launches reads the count).
+void conv_silu_v2_count();

@@ -20,12 +20,17 @@
 // reduction-bearing op run twice gives bitwise equal outputs, and the extra outputs of the
 // RMSNorm, gated RMSNorm and SwiGLU backwards (train.recompute = light) are bitwise the forward
 // kernels' outputs on the same inputs, the backwards' other outputs bitwise as without them.
+// Every conv_silu row also runs its call with the v2 kernels off and on (GDN_CONV_SILU_V2):
+// outputs byte for byte the same, and v2 launched where the tiled path applies; the rest of the
+// table runs v2 (the default) against the float64 oracle, or v1 with GDN_CONV_SILU_V2=0.
 // Exit 77 (skipped) without a GPU.
 #include "gputest.h"
 #include <cmath>
 #include <functional>
 #include <vector>
 #include <algorithm>
+#include <string>
+#include <stdlib.h>
 extern "C" {
 #include "../../src/bwd/bwd_cpu.h"
 #include "../../src/model/backend.h"
@@ -401,6 +406,44 @@ static void test_conv1d(cuda_dtype dt, rng_t *r) {
     }
 }
 
+// GDN_CONV_SILU_V2 (read by the conv + SiLU launchers on every call): fn runs with the v2
+// kernels off, then on, from the same starting outputs (NaN-filled, or init for the accumulating
+// ones), and every output must be the same byte for byte; where the tiled path applies (tiled)
+// the v2 kernels must have launched. The variable is restored after, so every other conv_silu
+// row of the table (and of the other tests) runs v2 unless GDN_CONV_SILU_V2=0.
+static void conv_v2_row(const char *op, cuda_dtype dt, const std::function<void()> &fn,
+                        const std::vector<out_check> &outs, bool tiled) {
+    const char *e = getenv("GDN_CONV_SILU_V2");
+    const std::string saved = e ? e : "";
+    std::vector<std::vector<unsigned char>> got[2];
+    unsigned long ran = 0;
+    for (int v = 0; v < 2; v++) {
+        setenv("GDN_CONV_SILU_V2", v ? "1" : "0", 1);
+        for (const auto &o : outs) {
+            if (o.init.empty())
+                poison(o.t);
+            else
+                upload(o.t, o.init);
+        }
+        const unsigned long n0 = cuda_conv_silu_v2_launches();
+        fn();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        if (v) ran = cuda_conv_silu_v2_launches() - n0;
+        for (const auto &o : outs) got[v].push_back(raw(o.t));
+    }
+    if (e)
+        setenv("GDN_CONV_SILU_V2", saved.c_str(), 1);
+    else
+        unsetenv("GDN_CONV_SILU_V2");
+    if (tiled) row_bool(op, dtn(dt), "v2 kernels launched", ran > 0);
+    row_bool(op, dtn(dt), tiled ? "v2 = v1 bitwise" : "v2 = v1 bitwise (untiled)", got[0] == got[1]);
+}
+// whether the tiled conv + SiLU kernels take a call: W = 4 (forward) or 2 (backward), x, dx at
+// element col + off of a cudaMalloc'd buffer
+static bool conv_tiled(int W, const int cw[3], int K, size_t ld, size_t col, size_t off) {
+    return cw[0] % W == 0 && cw[1] % W == 0 && cw[2] % W == 0 && ld % W == 0 && col % W == 0 && off == 0 && K <= 4;
+}
+
 // Fused conv1d + SiLU against conv_silu_fwd_cpu / conv_silu_bwd_cpu. Tiled path: C a multiple
 // of the pack (8, 24, 512, 1000 with dead lanes in the last block, 1024), K = 1..4, T = 1, 63,
 // 64, 65, 300 (tiles of 16 cut mid-sequence, halos across tiles and sequences), and one
@@ -421,6 +464,9 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "conv_silu_fwd B%d T%d C%d K%d%s", B, T, C, K, off ? " unal" : "");
         run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
                    {{"y", dy_, y, {}, {}}}, false);
+        const int cw1[3] = {C, 0, 0};
+        conv_v2_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
+                    {{"y", dy_, y, {}, {}}}, conv_tiled(4, cw1, K, C, 0, off));
         vec g = randn(r, n, 1.0, dt), dxw(n), init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
         vec dw = plus_twice(init, [&](double *acc) {
             conv_silu_bwd_cpu(dxw.data(), acc, g.data(), x.data(), w.data(), B, T, C, K, C);
@@ -430,12 +476,18 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt,
                    [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
                    {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
+        conv_v2_row(op, dt,
+                    [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
+                    {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, conv_tiled(2, cw1, K, C, 0, off));
     }
     // strided x and dx (the model's fused input projection): columns [col, col + C) of rows of
     // ld; dx's other columns hold random values that must stay. fla-220m's q (ld 3080, col 0)
-    // and v (C 1024, col 1024) on the tiled path, and an ld off the pack (fallback path).
+    // and v (C 1024, col 1024) on the tiled path, and an ld off the pack (fallback path); v2's
+    // staging by packs instead of 16 bytes: x at col 2 (the tiled backward; the forward falls
+    // back) and an ld of 44 (the tiled forward, bf16).
     const int strided[][7] = {  // B, T, C, K, ld, col
-        {2, 300, 512, 4, 3080, 0, 0}, {1, 65, 1024, 4, 3080, 1024, 0}, {2, 63, 24, 3, 37, 5, 0}};
+        {2, 300, 512, 4, 3080, 0, 0}, {1, 65, 1024, 4, 3080, 1024, 0}, {2, 63, 24, 3, 37, 5, 0},
+        {2, 63, 24, 3, 38, 2, 0},     {2, 65, 40, 4, 44, 4, 0}};
     for (const auto &sh : strided) {
         const int B = sh[0], T = sh[1], C = sh[2], K = sh[3];
         const size_t ld = sh[4], col = sh[5], rows = (size_t)B * T, n = rows * C, nw = rows * ld;
@@ -447,6 +499,9 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "conv_silu_fwd B%d T%d C%d K%d ld%zu", B, T, C, K, ld);
         run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
                    {{"y", dy_, y, {}, {}}}, false);
+        const int cw1[3] = {C, 0, 0};
+        conv_v2_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
+                    {{"y", dy_, y, {}, {}}}, conv_tiled(4, cw1, K, ld, col, 0));
         vec g = randn(r, n, 1.0, dt), dx_init = randn(r, nw, 1.0, dt), dx_want = dx_init;
         vec init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
         vec dw = plus_twice(init, [&](double *acc) {
@@ -460,6 +515,13 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
                                           C, K, ld, 0);
                    },
                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
+        conv_v2_row(op, dt,
+                    [&]() {
+                        cuda_conv_silu_bwd(dt, (char *)ddxw.d + col * esz(dt), (float *)ddw.d, dg.d, xp, dw_.d, B,
+                                           T, C, K, ld, 0);
+                    },
+                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
+                    conv_tiled(2, cw1, K, ld, col, 0));
     }
     // conv_silu3: q, k, v (C0 + C1 + C2 channels of strided rows) in one call, outputs and output
     // gradients in three packed buffers: against the CPU per range, and bitwise against three
@@ -487,6 +549,8 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         };
         run_checks(op, dt, fwd3, {{"y0", dy0, y[0], {}, {}}, {"y1", dy1, y[1], {}, {}}, {"y2", dy2, y[2], {}, {}}},
                    false);
+        conv_v2_row(op, dt, fwd3, {{"y0", dy0, y[0], {}, {}}, {"y1", dy1, y[1], {}, {}}, {"y2", dy2, y[2], {}, {}}},
+                    conv_tiled(4, cw, K, ld, col, 0));
         dten e0 = dempty(rows * cw[0], dt), e1 = dempty(rows * cw[1], dt), e2 = dempty(rows * cw[2], dt);
         dten *es3[3] = {&e0, &e1, &e2}, *ds3[3] = {&dy0, &dy1, &dy2};
         for (int i = 0; i < 3; i++)
@@ -513,6 +577,9 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         };
         run_checks(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
+        conv_v2_row(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
+                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
+                    conv_tiled(2, cw, K, ld, col, 0));
         // bitwise against three calls, from the same starting dx and dw
         dten ddxw2 = dput(dx_init, dt), ddw2 = dput(init, CUDA_F32), ddxw3 = dput(dx_init, dt), ddw3 = dput(init, CUDA_F32);
         const void *dg3[3] = {dg0.d, dg1.d, dg2.d};
@@ -666,6 +733,18 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
                     {"rnorm q", dr0, rn[0], {}, {}},
                     {"rnorm k", dr1, rn[1], {}, {}}},
                    true);
+        conv_v2_row(op, dt,
+                    [&]() {
+                        cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d,
+                                               (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, nd,
+                                               eps, s0, 1.0, 0);
+                    },
+                    {{"q = y0 normed", dy0, y[0], {}, {}},
+                     {"k = y1 normed", dy1, y[1], {}, {}},
+                     {"v = y2", dy2, y[2], {}, {}},
+                     {"rnorm q", dr0, rn[0], {}, {}},
+                     {"rnorm k", dr1, rn[1], {}, {}}},
+                    conv_tiled(4, cw, K, ld, col, 0));
         if (fused) continue;
         dten e0 = dempty(rows * C0, dt), e1 = dempty(rows * C0, dt), e2 = dempty(rows * C2, dt);
         dten f0 = dempty(nh, CUDA_F32), f1 = dempty(nh, CUDA_F32);

@@ -1,0 +1,183 @@
+// conv_silu_bench.cu — the fused short convolution + SiLU of GDN's q, k, v (src/fwd/conv_silu.cu,
+// src/bwd/conv_silu.cu) at fla-220m's shapes: bf16, B*T = 32768 tokens (B 8 T 4096 and
+// B 16 T 2048), q, k, v = 512 + 512 + 1024 channels read as columns of the fused input
+// projection's output (row stride ld 3080, as model.c), K 4, heads of 128 for the L2 norm.
+// Times the register-window kernels (GDN_CONV_SILU_V2=0) and the shared-memory staged ones
+// (GDN_CONV_SILU_V2=1) in one process: conv_silu3_fwd, conv_silu3_l2_fwd (the model's forward)
+// and conv_silu3_bwd (the model's backward, its dw final kernel included), two rounds of 20
+// back-to-back launches per variant between CUDA events (each tensor > 2x the 60 MB L2), us per
+// call and the GB/s of the bytes that must move (x and y; x, dy and dx), next to a strided device
+// copy of x's C columns (the forward's bytes: its practical floor). Then the bitwise check:
+// every output of v2 (y; y, rnorm; dx, dw) against v1 from the same inputs and starting values.
+// Prints "RESULT op shape v1|v2 us_round1 us_round2 GB/s" and "BITWISE op shape out equal|DIFFER";
+// exits 1 if anything differs.
+// Build (repo root, after building the libraries; or the CMake target conv_silu_bench):
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc \
+//        bench/conv_silu_bench.cu BUILD/libgdn_cuda.a BUILD/libgdn.a -Xcompiler -fopenmp -lgomp \
+//        -lcublasLt -lcublas -lpthread -lm -o conv_silu_bench
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <functional>
+#include <vector>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
+#include "model/cuda_ops.h"
+#include "gdn_bench_common.cuh"
+
+__global__ void gen_bf16(__nv_bfloat16 *x, size_t n, uint64_t seed, float scale) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __float2bfloat16_rn(scale * normal(seed, i));
+}
+static void fill(__nv_bfloat16 *x, size_t n, uint64_t seed, float scale) {
+    gen_bf16<<<(unsigned)((n + 255) / 256), 256>>>(x, n, seed, scale);
+    CUDA_CHECK_LAUNCH();
+}
+template <typename T> static T *dalloc(size_t n) {
+    void *p;
+    CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+    return (T *)p;
+}
+static std::vector<unsigned char> bytes(const void *d, size_t n) {
+    std::vector<unsigned char> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), d, n, cudaMemcpyDeviceToHost));
+    return h;
+}
+static void v2(int on) { setenv("GDN_CONV_SILU_V2", on ? "1" : "0", 1); }
+
+static int failures = 0;
+static void bitwise(const char *op, const char *shape, const char *out, const std::vector<unsigned char> &a,
+                    const std::vector<unsigned char> &b) {
+    const bool eq = a == b;
+    size_t nd = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); i++) nd += a[i] != b[i];
+    printf("BITWISE %-6s %-14s %-4s %s (%zu bytes differ of %zu)\n", op, shape, out, eq ? "equal" : "DIFFER", nd,
+           a.size());
+    if (!eq) failures++;
+}
+
+// us per call of fn: 20 launches between two events, after 3 warm-up calls
+template <class F> static double time_us(const F &fn) {
+    for (int i = 0; i < 3; i++) fn();
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    const int n = 20;
+    CUDA_CHECK(cudaEventRecord(e0, 0));
+    for (int i = 0; i < n; i++) fn();
+    CUDA_CHECK(cudaEventRecord(e1, 0));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    return 1e3 * ms / n;
+}
+
+int main() {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("conv_silu_bench: no GPU\n");
+        return 77;
+    }
+    const int C0 = 512, C1 = 512, C2 = 1024, C = C0 + C1 + C2, K = 4, nd = 128;
+    const size_t ld = 3080;
+    const double eps = 1e-6, s0 = 1.0 / sqrt((double)nd), s1 = 1.0;
+    const int shapes[][2] = {{8, 4096}, {16, 2048}};
+    const size_t N = 32768;  // tokens of every shape
+    __nv_bfloat16 *x = dalloc<__nv_bfloat16>(N * ld), *w = dalloc<__nv_bfloat16>((size_t)C * K);
+    __nv_bfloat16 *y[3], *dy[3], *dx = dalloc<__nv_bfloat16>(N * ld);
+    const int cw[3] = {C0, C1, C2};
+    for (int i = 0; i < 3; i++) {
+        y[i] = dalloc<__nv_bfloat16>(N * cw[i]);
+        dy[i] = dalloc<__nv_bfloat16>(N * cw[i]);
+        fill(dy[i], N * cw[i], 11 + i, 1.f);
+    }
+    float *rn0 = dalloc<float>(N * (C0 / nd)), *rn1 = dalloc<float>(N * (C1 / nd)), *dw = dalloc<float>((size_t)C * K);
+    fill(x, N * ld, 1, 1.f);
+    fill(w, (size_t)C * K, 2, 0.5f);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const double mb_fwd = 2.0 * N * C * 2 / 1e6, mb_bwd = 3.0 * N * C * 2 / 1e6;  // MB that must move
+    printf("conv_silu_bench: bf16, C %d+%d+%d (ld %zu), K %d, %zu tokens; GB/s of %.0f MB (forward: x, y) and "
+           "%.0f MB (backward: x, dy, dx)\n", C0, C1, C2, ld, K, N, mb_fwd, mb_bwd);
+    {  // the practical floor: x's C columns copied to a packed buffer (the forward's bytes)
+        __nv_bfloat16 *yc = dalloc<__nv_bfloat16>(N * C);
+        double us[2];
+        for (int r = 0; r < 2; r++)
+            us[r] = time_us([&]() {
+                CUDA_CHECK(cudaMemcpy2DAsync(yc, (size_t)C * 2, x, ld * 2, (size_t)C * 2, N, cudaMemcpyDeviceToDevice, 0));
+            });
+        printf("COPY   x[:, :%d] -> packed     %8.1f %8.1f  %6.0f GB/s (floor: forward ~ this, backward ~ 1.5x)\n", C,
+               us[0], us[1], mb_fwd / 1e3 / (std::min(us[0], us[1]) * 1e-6));
+        CUDA_CHECK(cudaFree(yc));
+    }
+    for (const auto &sh : shapes) {
+        const int B = sh[0], T = sh[1];
+        char shape[32];
+        snprintf(shape, sizeof shape, "B%d_T%d", B, T);
+        auto fwd = [&]() { cuda_conv_silu3_fwd(CUDA_BF16, y[0], y[1], y[2], x, w, B, T, C0, C1, C2, K, ld, 0); };
+        auto l2 = [&]() {
+            cuda_conv_silu3_l2_fwd(CUDA_BF16, y[0], y[1], y[2], rn0, rn1, x, w, B, T, C0, C1, C2, K, ld, nd, eps, s0,
+                                   s1, 0);
+        };
+        auto bwd = [&]() {
+            cuda_conv_silu3_bwd(CUDA_BF16, dx, dw, dy[0], dy[1], dy[2], x, w, B, T, C0, C1, C2, K, ld, 0);
+        };
+        struct {
+            const char *name;
+            std::function<void()> fn;
+            double mb;
+        } ops[3] = {{"fwd", fwd, mb_fwd}, {"l2fwd", l2, mb_fwd}, {"bwd", bwd, mb_bwd}};
+        for (auto &op : ops) {
+            double us[2][2];
+            for (int r = 0; r < 2; r++)
+                for (int v = 0; v < 2; v++) {
+                    v2(v);
+                    us[v][r] = time_us(op.fn);
+                }
+            for (int v = 0; v < 2; v++)
+                printf("RESULT %-6s %-14s %s %8.1f %8.1f  %6.0f GB/s\n", op.name, shape, v ? "v2" : "v1", us[v][0],
+                       us[v][1], op.mb / 1e3 / (std::min(us[v][0], us[v][1]) * 1e-6));
+        }
+        // bitwise: v1 then v2 from the same starting outputs
+        std::vector<unsigned char> got[2][5];
+        for (int v = 0; v < 2; v++) {
+            v2(v);
+            for (int i = 0; i < 3; i++) CUDA_CHECK(cudaMemset(y[i], 0xff, N * cw[i] * 2));
+            fwd();
+            CUDA_CHECK(cudaDeviceSynchronize());
+            for (int i = 0; i < 3; i++) got[v][i] = bytes(y[i], N * cw[i] * 2);
+        }
+        for (int i = 0; i < 3; i++) bitwise("fwd", shape, i == 0 ? "y0" : i == 1 ? "y1" : "y2", got[0][i], got[1][i]);
+        for (int v = 0; v < 2; v++) {
+            v2(v);
+            for (int i = 0; i < 3; i++) CUDA_CHECK(cudaMemset(y[i], 0xff, N * cw[i] * 2));
+            CUDA_CHECK(cudaMemset(rn0, 0xff, N * (C0 / nd) * 4));
+            CUDA_CHECK(cudaMemset(rn1, 0xff, N * (C1 / nd) * 4));
+            l2();
+            CUDA_CHECK(cudaDeviceSynchronize());
+            for (int i = 0; i < 3; i++) got[v][i] = bytes(y[i], N * cw[i] * 2);
+            got[v][3] = bytes(rn0, N * (C0 / nd) * 4);
+            got[v][4] = bytes(rn1, N * (C1 / nd) * 4);
+        }
+        const char *l2n[5] = {"y0", "y1", "y2", "rn0", "rn1"};
+        for (int i = 0; i < 5; i++) bitwise("l2fwd", shape, l2n[i], got[0][i], got[1][i]);
+        for (int v = 0; v < 2; v++) {
+            v2(v);
+            CUDA_CHECK(cudaMemset(dx, 0, N * ld * 2));
+            CUDA_CHECK(cudaMemset(dw, 0, (size_t)C * K * 4));
+            bwd();
+            CUDA_CHECK(cudaDeviceSynchronize());
+            got[v][0] = bytes(dx, N * ld * 2);
+            got[v][1] = bytes(dw, (size_t)C * K * 4);
+        }
+        bitwise("bwd", shape, "dx", got[0][0], got[1][0]);
+        bitwise("bwd", shape, "dw", got[0][1], got[1][1]);
+    }
+    printf("v2 launches: %lu\n", cuda_conv_silu_v2_launches());
+    printf("%s\n", failures ? "conv_silu_bench: v2 DIFFERS from v1" : "conv_silu_bench: v2 bitwise v1 everywhere");
+    return failures ? 1 : 0;
+}
