@@ -66,22 +66,13 @@ variant() {
 # main with only the test's per-gradient hash lines (ghash) of the kernel patch: the base
 # (main also carries what the next session's first call runs on main itself: run_pending.sh mainchecks)
 variant main - test_gdn_bwd gdn_bwd_bench test_model_cuda test_wgmma attention_bench
+[ -f docs/pending/gdn_bwd_defaults_on.patch ] &&  # session 10's GDN backward patches, stacked, defaults on
+    variant gdn10 docs/pending/gdn_bwd_tma.patch+docs/pending/gdn_bwd_scanprep.patch+docs/pending/gdn_bwd_defaults_on.patch \
+        test_model_cuda test_gdn_bwd gdn-train gdn_bwd_bench
 [ -f docs/pending/gdn_bwd_wgmma_fg.patch ] &&
     variant gdnfg docs/pending/gdn_bwd_wgmma_fg.patch test_gdn_bwd gdn_bwd_bench test_wgmma
 [ -f docs/pending/attention_fwd_first_delete.patch ] &&
     variant attnclean docs/pending/attention_fwd_first_delete.patch test_attention test_model_cuda
-[ -f docs/pending/attention_fwd_tma.patch ] &&
-    variant attntma docs/pending/attention_fwd_tma.patch attention_bench
-[ -f docs/pending/attention_fwd_tma.patch ] &&
-    arch="$arch -DGDN_MBAR_WATCHDOG" variant attntma-wd docs/pending/attention_fwd_tma.patch attention_bench
-[ -f docs/pending/attention_bwd_tma.patch ] &&
-    variant attnbwd3 docs/pending/attention_bwd_tma.patch attention_bench
-[ -f docs/pending/attention_bwd_tma.patch ] &&
-    arch="$arch -DGDN_MBAR_WATCHDOG" variant attnbwd3-wd docs/pending/attention_bwd_tma.patch attention_bench
-[ -f docs/pending/hgemm_linear.patch ] &&
-    variant hgemmlin docs/pending/hgemm_linear.patch gdn-train test_cuda_ops test_model_cuda
-[ -f docs/pending/hgemm_dx.patch ] &&  # stacked on hgemm_linear.patch
-    variant hgemmdx docs/pending/hgemm_linear.patch+docs/pending/hgemm_dx.patch gdn-train test_cuda_ops test_model_cuda
 # the standalone Hopper GEMM bench (bench/hopper_gemm.cu, on main since session 9; a pending
 # patch to it, docs/pending/hopper_gemm*.patch, is applied to a clone first): one nvcc, no CMake
 if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" hgemm "* ]]; then

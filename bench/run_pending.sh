@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # run_pending.sh — on the GPU machine: validate main and the docs/pending patches from the
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
-#   bench/run_pending.sh [SECTION...]      sections: hgemmlin (the default), hgemmdx, attntma (session 9's pending
-#   patches), hgemm
-#   (bench/hopper_gemm.cu), mainchecks, main; gdnfg, attnclean (session 8's pending
-#   patches); gdnwgmma (session 7's patch, run in session 8; attnwin's section left with its
-#   patch, in git history), gdnprefetch (session 6), gdnfinal, gdnscan (session 5) and residual, narrow, attention (session 4) need those
-#   sessions' patches, in git history)
+#   bench/run_pending.sh [SECTION...]      sections: mainchecks (the default), main, hgemm
+#   (bench/hopper_gemm.cu); the others need their sessions' patches, in git history: hgemmlin,
+#   hgemmdx, attntma, attnbwd3 (session 10, at de27b4a), gdnfg, attnclean (session 8), gdnwgmma
+#   (session 7), gdnprefetch (session 6), gdnfinal, gdnscan (session 5), residual, narrow,
+#   attention (session 4)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
 # one H200: main ~3.5 min, residual ~2.5 min, narrow ~2.5 min, gdnfinal ~5 min, attention ~3 min;
 # a call is at most 10 min, so run two sections per call.
@@ -79,7 +78,7 @@ gdn_levels() {
     done
 }
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(hgemmlin)
+[ ${#sections[@]} -eq 0 ] && sections=(mainchecks)
 for sec in "${sections[@]}"; do
     echo "== $sec ($(date -u +%H:%M:%S))"
     case $sec in
@@ -144,55 +143,6 @@ for sec in "${sections[@]}"; do
         timeout 60 "$B/gdnfg/test_wgmma" >"$out/test_wgmma-fg.log" 2>&1
         echo "test_wgmma (with m64n32): exit $?; $(tail -1 "$out/test_wgmma-fg.log")"
         gdn_levels gdnfg "2 3" ;;  # level 2: hashes identical to main's; 3: dv, dh0 never move
-    hgemmlin | hgemmdx)  # session 9 patches (helpers): our GEMM in linear_cuda (GDN_HGEMM=1) with SwiGLU in
-        # the gate/up epilogue (hgemmlin); + the backward's dx on it with SwiGLU's backward in the down
-        # projection's dx epilogue (hgemmdx, stacked). Every check of main's test_cuda_ops must still pass.
-        v=$sec
-        synth
-        timeout 300 "$B/$v/test_cuda_ops" >"$out/tco-$v.log" 2>&1
-        echo "test_cuda_ops ($v): exit $?; $(tail -1 "$out/tco-$v.log")"
-        grep -E "path: |FAIL" "$out/tco-$v.log" | head -40
-        timeout 300 "$B/$v/test_model_cuda" >"$out/tmc-$v.log" 2>&1
-        echo "test_model_cuda ($v): exit $?; $(tail -1 "$out/tmc-$v.log")"; grep -E "hgemm|FAIL" "$out/tmc-$v.log" | head -8
-        for m in 0 1; do
-            printf '#!/bin/sh\nGDN_HGEMM=%s exec %s "$@"\n' $m "$B/$v/gdn-train" >"$out/$v$m.sh"
-            chmod +x "$out/$v$m.sh"
-        done
-        bash bench/ab_model.sh "$out/${v}0.sh" "$out/${v}1.sh" 2 2>&1 | tail -4 ;;
-    attntma)  # session 9 patch (helper): the wgmma attention forward with a TMA producer warpgroup
-        # (GDN_ATTN_WGMMA_FWD3 = 1 / 3 stages / pp / pp3 ping-pong; default off). The watchdog build first (a
-        # stuck barrier traps), then the release build: 200/200 with =0, 248/248 with the others (48 bf16
-        # forwards bitwise wgmma2's); a "GDN_ATTN_WGMMA_FWD3 ignored" line means it fell back: a failure.
-        for w in attntma-wd attntma; do
-            for v in 0 1 3 pp pp3; do
-                [ $w = attntma-wd ] && [ $v = 0 ] && continue
-                GDN_ATTN_WGMMA_FWD3=$v timeout 150 "$B/$w/test_attention" >"$out/ta-$w-$v.log" 2>&1
-                echo "test_attention ($w, FWD3=$v): exit $?; $(tail -1 "$out/ta-$w-$v.log")" \
-                    "$(grep -c 'FWD3 ignored' "$out/ta-$w-$v.log") fallbacks; $(grep -m1 -E 'bitwise|equal' "$out/ta-$w-$v.log")"
-                grep -m3 FAIL "$out/ta-$w-$v.log"
-            done
-        done
-        for v in ${ATTN_TMA_AB:-1 pp}; do  # each A/B ~3x a plain bench run; ATTN_TMA_AB="1 pp 3 pp3" for all
-            ATTN_BENCH_FWD3_AB=$v timeout 200 "$B/attntma/attention_bench" >"$out/ab-tma-$v.log" 2>&1
-            echo "attention_bench FWD3_AB=$v: exit $?"; grep FWD3_AB "$out/ab-tma-$v.log"
-        done ;;
-    attnbwd3)  # session 10 patch (helper): both wgmma backward passes fed by a TMA producer warpgroup
-        # (GDN_ATTN_WGMMA_BWD3 = 1 / 3 / pp / pp3; default off). The watchdog build first, then the release
-        # build: 248/248 with =0, 344/344 with the others (every bf16 backward's dq, dk, dv bitwise the old
-        # kernels'; nondet: dk, dv); a "GDN_ATTN_WGMMA_BWD3 ignored" line means it fell back: a failure.
-        for w in attnbwd3-wd attnbwd3; do
-            for v in 0 1 3 pp pp3; do
-                [ $w = attnbwd3-wd ] && [ $v = 0 ] && continue
-                GDN_ATTN_WGMMA_BWD3=$v timeout 150 "$B/$w/test_attention" >"$out/tb-$w-$v.log" 2>&1
-                echo "test_attention ($w, BWD3=$v): exit $?; $(tail -1 "$out/tb-$w-$v.log")" \
-                    "$(grep -c 'BWD3 ignored' "$out/tb-$w-$v.log") fallbacks; $(grep -m1 'backward wgmma3 vs' "$out/tb-$w-$v.log")"
-                grep -m3 FAIL "$out/tb-$w-$v.log"
-            done
-        done
-        for v in ${ATTN_BWD3_AB:-1 pp}; do
-            ATTN_BENCH_BWD3_AB=$v timeout 200 "$B/attnbwd3/attention_bench" >"$out/ab-bwd3-$v.log" 2>&1
-            echo "attention_bench BWD3_AB=$v: exit $?"; grep BWD3_AB "$out/ab-bwd3-$v.log"
-        done ;;
     hgemm)  # bench/hopper_gemm.cu (13 variants x 5 shapes; + a pending patch to it if any), bench only.
         # The watchdog build first, one process per variant (a trap ends only that variant's run),
         # then the timing build on the variants whose checks all passed, in one process.
