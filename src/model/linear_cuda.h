@@ -21,9 +21,10 @@ void cuda_linear_init(void);
 // the default: on unless it is "0"); drops the cached plans (tests compare the two).
 void cuda_linear_set_tune(int on);
 // What tuning did so far: plans tuned, candidates run besides each first choice, and of those
-// the ones dropped because their output differed from the first choice's.
+// the ones dropped because their output differed from the first choice's, and plans whose
+// algorithm is not the first choice.
 typedef struct {
-    int plans, candidates, dropped;
+    int plans, candidates, dropped, changed;
 } cuda_linear_tune_stats;
 cuda_linear_tune_stats cuda_linear_get_tune_stats(void);
 // y (N,out) = x (N,in) W^T, W (out,in); x, W, y in dt.

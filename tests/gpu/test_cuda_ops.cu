@@ -1245,7 +1245,8 @@ static void test_linear_tune(cuda_dtype dt, rng_t *r) {
     cuda_linear_set_tune(-1);
     cuda_linear_tune_stats st = cuda_linear_get_tune_stats();
     printf("GEMM tuning so far: %d plans tuned, %d candidates run besides the first choices, %d of "
-           "them dropped (output bits differed)\n", st.plans, st.candidates, st.dropped);
+           "them dropped (output bits differed), %d plans not on the first choice\n", st.plans,
+           st.candidates, st.dropped, st.changed);
 }
 
 int main() {

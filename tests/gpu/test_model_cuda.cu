@@ -247,8 +247,10 @@ int main() {
         bool v_w = same_bits(gu.master, g1.master) && same_bits(gu.params, g1.params);
         cuda_linear_tune_stats st = cuda_linear_get_tune_stats();
         printf("  GEMM algorithms untuned == tuned, bitwise: losses %s, final weights %s (tuning so "
-               "far: %d plans, %d candidates besides the first choices, %d dropped for other bits)\n",
-               v_loss ? "pass" : "FAIL", v_w ? "pass" : "FAIL", st.plans, st.candidates, st.dropped);
+               "far: %d plans, %d candidates besides the first choices, %d dropped for other bits, "
+               "%d plans not on the first choice)\n",
+               v_loss ? "pass" : "FAIL", v_w ? "pass" : "FAIL", st.plans, st.candidates, st.dropped,
+               st.changed);
         gc_checks += 2;
         gc_failures += !v_loss + !v_w;
     }
