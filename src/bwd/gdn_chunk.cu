@@ -47,6 +47,9 @@
 // mma.sync kernel), the final kernel's dO H^T, Δh dH'^T and -γdV H^T run on wgmma (WG 1, with
 // GDN_BWD_WGMMA=1), also K dH' and K H (WG 2), and by default also dO Δ^T and dΔ Y^T (WG 3):
 // close to the mma.sync results, not bitwise (WG 3's and WG 2's were bitwise equal on the tests).
+// By default (GDN_BWD_FINAL_EARLY unset or 1; =0: WG 3 itself) WG 4 runs where WG 3 would run: WG 3's arithmetic, with each value
+// sub-block's staging -> planes conversion under the previous sub-block's wgmma group (two dH'
+// panel slots) and the loads issued a phase earlier (final_layout::EA); bitwise WG 3.
 // Tensor cores: mma.sync m16n8k16 bf16 -> fp32; fp32 inputs run the same kernels with operands
 // split into bf16 hi + lo planes (NP = 2). With bf16 inputs (NP = 1) the inputs Q, K, V, dO are
 // exact as one plane, and the intermediates that dg and dbeta rest on are hi + lo planes too
@@ -62,6 +65,7 @@
 #include "gdn_bwd_cuda.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <type_traits>
@@ -426,6 +430,197 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
 }
 
 // =============================================================================================
+// prep2 (GDN_BWD_PREP2 unset or 1, the default; the recompute path only: bf16, Dk <= 128): prep's arithmetic in prep's
+// order (bitwise its results) in less shared memory, so that 4 CTAs share an SM at Dk 128 (prep
+// has 72 KB: 3; prep2 55 KB, and __launch_bounds__(128, 4) keeps the registers at <= 128):
+//   - A (fp32 C x C) lives in region 0 once every warp has read Q (one more barrier between the
+//     P/A mma and the A epilogue), not in a region of its own;
+//   - diag(gamma) K is formed in K's own buffer (each thread rewrites the pairs it read; the
+//     recompute path never reads K again), so region 0 is free after the Linv / T loop;
+//   - the dO blocks come by cp.async into two buffers of region 0: blocks 0 and 1 issued before
+//     the W product, block v + 2 while block v + 1 computes; each waited for (wait_group 1)
+//     only at its block, not right after its issue;
+//   - warp 0 forms the gates while Q and K are still in flight (prep waits for them first).
+// =============================================================================================
+template <int DK, int NP>
+struct prep2_layout {
+    static_assert(recompute_path(DK, NP), "prep2: the recompute path only");
+    static constexpr int VB = 64, NB = 2;                  // dO block columns, buffers
+    static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
+    static constexpr int PBC = (C + 8) * 2, CC_PL = C * PBC;
+    static constexpr int PBV = (VB + 8) * 2, DO_PL = C * PBV;
+    static constexpr int PA = C + 4;                       // fp32 pitch of A / Linv
+    // region 0: Q, then A / Linv (fp32), then NB dO blocks
+    static constexpr int R0 = cmax(cmax(NP * QK_PL, C * PA * 4), NB * NP * DO_PL);
+    static constexpr int Q = 0, A = 0, DO = 0;
+    static constexpr int K = R0;                           // K, then diag(gamma) K
+    static constexpr int T = K + NP * QK_PL;
+    static constexpr int P = T + NP * CC_PL;
+    static constexpr int GB = P + NP * CC_PL;              // g[C], beta[C]
+    static constexpr int GS = GB + 2 * C * 4;              // Gh, Gl, gam, hdec [C]
+    static constexpr int BYTES = GS + 4 * C * 4;
+    static_assert(BYTES <= SMEM_MAX, "prep2 shared memory");
+    static_assert(DK > 128 || BYTES + 1024 <= SMEM_SM / 4, "prep2: 4 CTAs per SM");
+};
+
+template <int DK, int NP>
+__global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_constant__ bwd_args a) {
+    using L = prep2_layout<DK, NP>;
+    constexpr int VB = L::VB, NTV = VB / 8;
+    extern __shared__ __align__(128) unsigned char sm[];
+    const gdn_bwd_params &p = a.p;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
+    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
+    const int t0 = n * C, nvalid = min(C, T - t0);
+    const bool delta = p.mode.delta, gate = p.mode.gate;
+    const size_t row0 = ((size_t)b * T + t0) * H + h;  // token row of (b, t0, h)
+    const size_t cix = ((size_t)b * H + h) * NC + n;     // chunk tile index
+    const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
+    const size_t esz = NP == 1 ? 2 : 4;
+    const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;
+    const unsigned char *kg = (const unsigned char *)p.k + row0 * DK * esz;
+    const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz;
+
+    float *gsm = (float *)(sm + L::GB), *bsm = gsm + C;
+    float *Gh = (float *)(sm + L::GS), *Gl = Gh + C, *gam = Gl + C, *hdec = gam + C;
+    float *Asm = (float *)(sm + L::A);
+    const uint32_t sb = smem_u32(sm);
+    const smat sQ{sb + L::Q, L::PBK, L::QK_PL}, sK{sb + L::K, L::PBK, L::QK_PL};
+    const smat sT{sb + L::T, L::PBC, L::CC_PL}, sP{sb + L::P, L::PBC, L::CC_PL};
+
+    load_in_rows<NP>(sm, L::Q, L::PBK, L::QK_PL, qg, rsk, C, DK, nvalid, tid, 128);
+    load_in_rows<NP>(sm, L::K, L::PBK, L::QK_PL, kg, rsk, C, DK, nvalid, tid, 128);
+    cp_async_commit();
+    if (tid < C) {
+        const bool ok = tid < nvalid;
+        gsm[tid] = ok && gate ? p.g[row0 + (size_t)tid * H] : 0.f;
+        bsm[tid] = ok && delta ? p.beta[row0 + (size_t)tid * H] : 0.f;
+    }
+    __syncthreads();  // g, beta are in (Q, K may still be in flight: the gates do not wait)
+    if (warp == 0) gates_warp(gsm, Gh, Gl, gam, hdec, lane);
+    cp_async_wait_all();
+    __syncthreads();
+
+    // ---- P = Gam ⊙ Q K^T (lower), A = strictLower(beta_i Gam ⊙ K K^T) ------------------------
+    {
+        float aq[8][4] = {}, ak[8][4] = {};
+        for (int kk = 0; kk < DK; kk += 16) {
+            uint32_t fq[NP][4], fk[NP][4] = {};
+            lda<NP>(fq, sQ, m0, kk, lane);
+            if (delta) lda<NP>(fk, sK, m0, kk, lane);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                if (np <= warp) {
+                    uint32_t fb[NP][4];
+                    ldb<NP>(fb, sK, np * 16, kk, lane);
+                    mma_p<0, NP>(aq[2 * np], fq, fb);
+                    mma_p<1, NP>(aq[2 * np + 1], fq, fb);
+                    if (delta) {
+                        mma_p<0, NP>(ak[2 * np], fk, fb);
+                        mma_p<1, NP>(ak[2 * np + 1], fk, fb);
+                    }
+                }
+            }
+        }
+        frag_each<8>(aq, m0, 0, lane, [&](int i, int j, float x0, float x1) {
+            const float p0 = x0 * gam_ij(Gh, Gl, i, j), p1 = x1 * gam_ij(Gh, Gl, i, j + 1);
+            st_pair<NP>(sm, L::P + i * L::PBC + j * 2, L::CC_PL, p0, p1);
+        });
+        if (delta) {
+            __syncthreads();  // every warp has read Q: A takes region 0
+            frag_each<8>(ak, m0, 0, lane, [&](int i, int j, float x0, float x1) {
+                const float a0 = j < i ? x0 * gam_ij(Gh, Gl, i, j) : 0.f;
+                const float a1 = j + 1 < i ? x1 * gam_ij(Gh, Gl, i, j + 1) : 0.f;
+                *(float2 *)(Asm + i * L::PA + j) = make_float2(bsm[i] * a0, bsm[i] * a1);
+            });
+        }
+    }
+    __syncthreads();
+
+    if (delta) {
+        // ---- Linv = (I + A)^{-1}: thread c solves column c by forward substitution, fp32 --------
+        float x[C];
+        if (tid < C) {
+#pragma unroll
+            for (int r = 0; r < C; ++r) {
+                const float *Ar = Asm + r * L::PA;
+                float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+                for (int j = 0; j + 3 < r; j += 4) {
+                    const float4 av = *(const float4 *)(Ar + j);
+                    s0 += av.x * x[j];
+                    s1 += av.y * x[j + 1];
+                    s2 += av.z * x[j + 2];
+                    s3 += av.w * x[j + 3];
+                }
+#pragma unroll
+                for (int j = r & ~3; j < r; ++j) s0 += Ar[j] * x[j];
+                x[r] = (r == tid ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
+            }
+        }
+        __syncthreads();  // every read of A is done
+        if (tid < C) {
+#pragma unroll
+            for (int r = 0; r < C; ++r) Asm[r * L::PA + tid] = x[r];
+        }
+        __syncthreads();
+        // Linv -> global (hi + lo); T = Linv diag(beta) -> smem; diag(gamma) K over K
+        bf16 *Lg = a.Lv + cix * 2 * C * C;
+        for (int e = tid; e < C * C / 2; e += 128) {
+            const int i = e / (C / 2), j = (e % (C / 2)) * 2;
+            const float2 l = *(const float2 *)(Asm + i * L::PA + j);
+            stg_pair<2>(Lg, (size_t)C * C, (size_t)i * C + j, l.x, l.y);
+            st_pair<NP>(sm, L::T + i * L::PBC + j * 2, L::CC_PL, l.x * bsm[j], l.y * bsm[j + 1]);
+        }
+        for (int e = tid; e < C * DK / 2; e += 128) {
+            const int i = e / (DK / 2), j = (e % (DK / 2)) * 2;
+            const float2 kv = ld_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL);
+            st_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL, gam[i] * kv.x, gam[i] * kv.y);
+        }
+        __syncthreads();  // T and diag(gamma) K are in; A is no longer read: region 0 is free
+    }
+
+    // dO block vb (columns [vb VB, +VB)) -> buffer vb % NB of region 0; one commit group each,
+    // empty past the last block
+    auto issue_do = [&](int vb) {
+        if (vb * VB < DV)
+            load_in_rows<NP>(sm, L::DO + (vb % L::NB) * NP * L::DO_PL, L::PBV, L::DO_PL,
+                             dog + vb * VB * esz, rsv, C, VB, nvalid, tid, 128);
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int vb = 0; vb < L::NB; ++vb) issue_do(vb);
+
+    if (delta) {
+        // ---- W = T diag(gamma) K -> global planes --------------------------------------------
+        bf16 *Wg = a.Wp + cix * NP * C * DK;
+        for (int cb = 0; cb < DK; cb += 64) {
+            float acc[8][4] = {};
+            wmm<NP, false, true, 8>(acc, sT, sK, m0, cb, 0, m0 + 16, lane);
+            frag_each<8>(acc, m0, cb, lane, [&](int i, int j, float x0, float x1) {
+                stg_pair<NP>(Wg, (size_t)C * DK, (size_t)i * DK + j, x0, x1);
+            });
+        }
+    }
+
+    // ---- per value block: dΔ_loc = P^T dO -> the start of the chunk's dH' slot ----------------
+    float *dDg = a.dHs + cix * DK * DV;  // row stride Dv
+    for (int vb = 0; vb * VB < DV; ++vb) {
+        cp_async_wait_group<L::NB - 1>();  // block vb is in (vb + 1 may be in flight)
+        __syncthreads();
+        const smat sDO{sb + L::DO + (vb % L::NB) * NP * L::DO_PL, L::PBV, L::DO_PL};
+        float acc[NTV][4] = {};
+        wmm<NP, true, true, NTV>(acc, sP, sDO, m0, 0, m0, C, lane);
+        frag_each<NTV>(acc, m0, 0, lane, [&](int i, int j, float x0, float x1) {
+            *(float2 *)(dDg + (size_t)i * DV + vb * VB + j) = make_float2(x0, x1);
+        });
+        __syncthreads();  // buffer vb % NB is no longer read
+        issue_do(vb + L::NB);
+    }
+}
+
+// =============================================================================================
 // scan: per (b, h, block of DVB value columns), 4 warps, chunks in reverse order.
 // dH (Dk x DVB) lives in fp32 accumulators: warp w owns rows [w Dk/4, (w+1) Dk/4).
 // =============================================================================================
@@ -436,12 +631,15 @@ constexpr int scan_ctas(int bytes, int rcta) {
 // SMAX: the most stages (chunk sets in flight) the launcher allows: 2 when the grid leaves SMs
 // idle (one CTA per SM, the next chunk's loads behind this one's work), 1 when the grid is
 // larger than the SMs (70 KB at Dk 128, DVB 64: two CTAs per SM hide each other's latency).
-template <int DK, int DVB, int NP, int SMAX>
+// CW (column warps, GDN_BWD_SCAN2=2): 4 CW warps per CTA, warp w owning rows of group w % 4 and
+// value columns [(w / 4) DVB / CW, +DVB / CW) of the CTA's DVB; CW = 2 runs DVB 128 at one CTA per
+// SM (every (b, h) reads its Q, K, W twice instead of 4 times at DVB 64).
+template <int DK, int DVB, int NP, int SMAX, int CW = 1>
 struct scan_layout {
     static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
     static constexpr int PBV = (DVB + 8) * 2;
     static constexpr int RG_BYTES = NP * PBV * cmax(DK, 2 * C);
-    static constexpr int WG = 4 * 4 * C * 4;                 // per warp: Gh, Gl, gam, hdec
+    static constexpr int WG = CW * 4 * 4 * C * 4;            // per warp: Gh, Gl, gam, hdec
     static constexpr int SET0 = 3 * NP * QK_PL + C * 4;      // Q, K, W planes + g of one chunk
     static constexpr int S = SMAX >= 2 && 2 * SET0 + RG_BYTES + WG <= SMEM_MAX ? 2 : 1;  // stages
     // PF: a chunk's dΔ_loc (fp32) and dO (input dtype) rows of the block come by cp.async into
@@ -453,9 +651,11 @@ struct scan_layout {
     static constexpr int PDD = (DVB + 8) * 4, PDO = (DVB + 8) * 2 * NP;
     static constexpr int XB = C * (PDD + PDO), RCTA = DVB == 64 ? 2 : 8;
     static constexpr int BYTES0 = S * SET0 + RG_BYTES + WG;
-    static constexpr bool PF = S == 2 ? 2 * (SET0 + XB) + RG_BYTES + WG <= SMEM_MAX
-                                      : BYTES0 + XB <= SMEM_MAX &&
-                                            scan_ctas(BYTES0 + XB, RCTA) >= scan_ctas(BYTES0, RCTA);
+    static constexpr bool PF1 = BYTES0 + XB <= SMEM_MAX &&  // one stage, CW = 1
+                                scan_ctas(BYTES0 + XB, RCTA) >= scan_ctas(BYTES0, RCTA);
+    static constexpr bool PF = CW > 1    ? S == 1 && BYTES0 + XB <= SMEM_MAX  // (one CTA per SM)
+                               : S == 2 ? 2 * (SET0 + XB) + RG_BYTES + WG <= SMEM_MAX
+                                        : PF1;
     static constexpr int SET = SET0 + (PF ? XB : 0);
     static constexpr int Q = 0, K = NP * QK_PL, W = 2 * NP * QK_PL, G = SET - C * 4;
     static constexpr int DDR = 3 * NP * QK_PL, DOR = DDR + C * PDD;  // (PF only)
@@ -471,15 +671,36 @@ struct scan_layout {
                   "scan: 16-byte cp.async destinations");
 };
 
-template <int DK, int DVB, int NP, int SMAX>
-__global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant__ bwd_args a) {
-    using L = scan_layout<DK, DVB, NP, SMAX>;
-    constexpr int MT = DK / 64, NTV = DVB / 8, RW = DK / 4;  // m-tiles, n-tiles, rows per warp
+// PIPE (GDN_BWD_SCAN2 unset or 1, the default; one stage with PF, bf16; scan_pipe_ok): the same arithmetic in the same
+// order (bitwise the PIPE = false results), the loads of chunk n - 1 split by when their buffers
+// fall free in chunk n, so that none of them is waited for right after it is issued:
+//   group A: K and g of n - 1, issued after the barrier behind (1) (K dH' and gates_warp are the
+//            only readers of K and g); waited for at the top of n - 1
+//   group B: dΔ_loc and dO of n - 1 (PF), issued after the barrier behind the dΔ epilogue, as
+//            before; waited for at the top of n - 1
+//   group C: Q and W of n - 1, issued after the barrier behind (2) (their only reader); waited
+//            for just before the barrier in front of (2) of n - 1
+// Every iteration commits A, B, C (empty at n = 0), so the pending groups are [A, B, C] at the
+// top (wait_group 1: A and B complete) and [C, A'] before (2) (wait_group 1: C complete).
+// gates_warp runs after (1) is issued (its results are read only by the epilogue of (1)).
+// CW = 2 (GDN_BWD_SCAN2=2, with PIPE): 8 warps, the warp's row group wr = warp % 4 and its
+// value columns from c0 = (warp / 4) DVB / 2; per warp the same products, epilogues and stores as
+// a CW = 1 warp of a DVB / 2 CTA at columns v0 + c0 (each mma n-tile sums over k alone: the same
+// bits).
+template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1>
+__global__ void __launch_bounds__(128 * CW)
+    gdn_bwd_scan_kernel(const __grid_constant__ bwd_args a) {
+    using L = scan_layout<DK, DVB, NP, SMAX, CW>;
+    static_assert(!PIPE || (L::S == 1 && L::PF && NP == 1), "scan PIPE: one stage, PF, bf16");
+    static_assert(CW == 1 || (CW == 2 && PIPE), "scan CW 2: with PIPE");
+    constexpr int NTHR = 128 * CW;
+    constexpr int MT = DK / 64, NTV = DVB / CW / 8, RW = DK / 4;  // m-tiles, n-tiles, rows per warp
     constexpr bool RC = recompute_path(DK, NP);
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_bwd_params &p = a.p;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g4 = lane >> 2, t4 = lane & 3;
+    const int wr = CW == 1 ? warp : warp & 3, c0 = CW == 1 ? 0 : (warp >> 2) * (DVB / CW);
     const int v0 = blockIdx.x * DVB, h = blockIdx.y, b = blockIdx.z;
     const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
     const bool delta = p.mode.delta, gate = p.mode.gate;
@@ -495,19 +716,45 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
     auto stage = [&](int n) { return L::S == 2 ? (n & 1) * L::SET : 0; };
     // chunk ci's dΔ_loc (row stride Dv): its own region, or (RC) the start of its dH' slot
     auto dd_loc = [&](size_t ci) { return RC ? a.dHs + ci * DK * DV : a.dD + ci * C * DV; };
-    auto load_chunk = [&](int n) {
+    // (PIPE) chunk n's K and g (group A), Q and W (group C): the parts of load_chunk, the same
+    // copies
+    auto load_kg = [&](int n) {
+        const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
+        const size_t row0 = ((size_t)b * T + t0) * H + h;
+        load_in_rows<NP>(sm, st + L::K, L::PBK, L::QK_PL,
+                         (const unsigned char *)p.k + row0 * DK * esz, rsk, C, DK, nv, tid, NTHR);
+        if (tid < C) {
+            const bool ok = tid < nv && gate;
+            cp_async4(sb + st + L::G + tid * 4, ok ? p.g + row0 + (size_t)tid * H : RC ? a.dHs : a.dD,
+                      ok ? 4 : 0);
+        }
+    };
+    auto load_qw = [&](int n) {
         const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
         const size_t row0 = ((size_t)b * T + t0) * H + h;
         load_in_rows<NP>(sm, st + L::Q, L::PBK, L::QK_PL,
-                         (const unsigned char *)p.q + row0 * DK * esz, rsk, C, DK, nv, tid, 128);
-        load_in_rows<NP>(sm, st + L::K, L::PBK, L::QK_PL,
-                         (const unsigned char *)p.k + row0 * DK * esz, rsk, C, DK, nv, tid, 128);
+                         (const unsigned char *)p.q + row0 * DK * esz, rsk, C, DK, nv, tid, NTHR);
         if (delta) {
             const bf16 *Wg = a.Wp + (bh * NC + n) * NP * C * DK;
 #pragma unroll
             for (int pl = 0; pl < NP; ++pl)
                 cp_rows_bf16(sb + st + L::W + pl * L::QK_PL, L::PBK, Wg + (size_t)pl * C * DK, DK,
-                             C, DK, C, tid, 128);
+                             C, DK, C, tid, NTHR);
+        }
+    };
+    auto load_chunk = [&](int n) {
+        const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
+        const size_t row0 = ((size_t)b * T + t0) * H + h;
+        load_in_rows<NP>(sm, st + L::Q, L::PBK, L::QK_PL,
+                         (const unsigned char *)p.q + row0 * DK * esz, rsk, C, DK, nv, tid, NTHR);
+        load_in_rows<NP>(sm, st + L::K, L::PBK, L::QK_PL,
+                         (const unsigned char *)p.k + row0 * DK * esz, rsk, C, DK, nv, tid, NTHR);
+        if (delta) {
+            const bf16 *Wg = a.Wp + (bh * NC + n) * NP * C * DK;
+#pragma unroll
+            for (int pl = 0; pl < NP; ++pl)
+                cp_rows_bf16(sb + st + L::W + pl * L::QK_PL, L::PBK, Wg + (size_t)pl * C * DK, DK,
+                             C, DK, C, tid, NTHR);
         }
         if (tid < C) {
             const bool ok = tid < nv && gate;
@@ -520,15 +767,15 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
     auto load_dd_do = [&](int n) {
         const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
         const size_t row0 = ((size_t)b * T + t0) * H + h;
-        cp_rows16<C, DVB * 4, 128>(sb + st + L::DDR, L::PDD,
-                                   (const unsigned char *)(dd_loc(bh * NC + n) + v0),
-                                   (size_t)DV * 4, C, tid);
-        cp_rows16<C, DVB * 2 * NP, 128>(sb + st + L::DOR, L::PDO,
-                                        (const unsigned char *)p.dO + (row0 * DV + v0) * esz,
-                                        rsv * esz, nv, tid);
+        cp_rows16<C, DVB * 4, NTHR>(sb + st + L::DDR, L::PDD,
+                                    (const unsigned char *)(dd_loc(bh * NC + n) + v0),
+                                    (size_t)DV * 4, C, tid);
+        cp_rows16<C, DVB * 2 * NP, NTHR>(sb + st + L::DOR, L::PDO,
+                                         (const unsigned char *)p.dO + (row0 * DV + v0) * esz,
+                                         rsv * esz, nv, tid);
     };
 
-    // dH (rows r = warp RW + mt 16 + g4 (+8), cols c = nt 8 + 2 t4 (+1)), from dht
+    // dH (rows r = wr RW + mt 16 + g4 (+8), cols c = c0 + nt 8 + 2 t4 (+1)), from dht
     float acc[MT][NTV][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -536,7 +783,8 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int r = warp * RW + mt * 16 + g4 + (e >> 1) * 8, c = nt * 8 + 2 * t4 + (e & 1);
+                const int r = wr * RW + mt * 16 + g4 + (e >> 1) * 8;
+                const int c = c0 + nt * 8 + 2 * t4 + (e & 1);
                 acc[mt][nt][e] = p.dht ? p.dht[bh * DK * DV + (size_t)r * DV + v0 + c] : 0.f;
             }
     auto store_dh_planes = [&]() {
@@ -546,7 +794,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
             for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
-                    const int r = warp * RW + mt * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
+                    const int r = wr * RW + mt * 16 + g4 + hr * 8, c = c0 + nt * 8 + 2 * t4;
                     st_pair<NP>(sm, L::DH + r * L::PBV + c * 2, L::DH_PL, acc[mt][nt][2 * hr],
                                 acc[mt][nt][2 * hr + 1]);
                 }
@@ -558,31 +806,43 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
             for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
-                    const int r = warp * RW + mt * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
+                    const int r = wr * RW + mt * 16 + g4 + hr * 8, c = c0 + nt * 8 + 2 * t4;
                     *(float2 *)(dst + (size_t)r * DV + v0 + c) =
                         make_float2(acc[mt][nt][2 * hr], acc[mt][nt][2 * hr + 1]);
                 }
     };
     store_dh_planes();
-    if (NC > 0) {
+    if constexpr (PIPE) {
+        if (NC > 0) {
+            load_kg(NC - 1);
+            cp_async_commit();  // A
+            load_dd_do(NC - 1);
+            cp_async_commit();  // B
+            load_qw(NC - 1);
+            cp_async_commit();  // C
+        }
+    } else if (NC > 0) {
         load_chunk(NC - 1);
         if constexpr (L::PF) load_dd_do(NC - 1);
         cp_async_commit();
     }
 
     for (int n = NC - 1; n >= 0; --n) {
-        cp_async_wait_all();
+        if constexpr (PIPE) cp_async_wait_group<1>();  // A and B of chunk n (C may be in flight)
+        else cp_async_wait_all();
         __syncthreads();  // chunk n's Q, K, W, g (and dΔ_loc, dO) are in; dH' planes are visible
-        if (L::S == 2 && n > 0) {
-            load_chunk(n - 1);
-            if constexpr (L::PF) load_dd_do(n - 1);
+        if constexpr (!PIPE) {
+            if (L::S == 2 && n > 0) {
+                load_chunk(n - 1);
+                if constexpr (L::PF) load_dd_do(n - 1);
+            }
+            cp_async_commit();
         }
-        cp_async_commit();
         const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
         const size_t row0 = ((size_t)b * T + t0) * H + h, cix = bh * NC + n;
         const smat sQ{sb + st + L::Q, L::PBK, L::QK_PL}, sK{sb + st + L::K, L::PBK, L::QK_PL};
         const smat sW{sb + st + L::W, L::PBK, L::QK_PL};
-        // this thread's dΔ_loc and dO pairs (rows 16 warp + g4 (+8), cols nt 8 + 2 t4)
+        // this thread's dΔ_loc and dO pairs (rows 16 wr + g4 (+8), cols c0 + nt 8 + 2 t4)
         float *dDg = dd_loc(cix) + v0;
         // (PF: from the chunk's set, after the barrier below; same values, zero rows included)
         float2 ddl[NTV][2], dov[NTV][2];
@@ -592,7 +852,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
             for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
-                    const int i = warp * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
+                    const int i = wr * 16 + g4 + hr * 8, c = c0 + nt * 8 + 2 * t4;
                     ddl[nt][hr] = *(const float2 *)(dDg + (size_t)i * DV + c);
                     dov[nt][hr] =
                         i < nv ? ld_in2<NP>(dog, (size_t)i * rsv + c) : make_float2(0.f, 0.f);
@@ -603,20 +863,30 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         // slot (the loads stay here: issued before gates_warp they cost registers, 72 -> 126 at
         // <64,16,1,1>, and one CTA per SM)
         if constexpr (!(RC && !L::PF)) store_dh_global(a.dHs + cix * DK * DV);
-        gates_warp((const float *)(sm + st + L::G), Gh, Gl, gam, hdec, lane);
-        __syncwarp();
+        if constexpr (!PIPE) {
+            gates_warp((const float *)(sm + st + L::G), Gh, Gl, gam, hdec, lane);
+            __syncwarp();
+        }
         if constexpr (!L::PF) ld_dd_do();
 
         // (1) dΔ = dΔ_loc + diag(hdec) K dH'
         float a1[NTV][4] = {};
-        wmm<NP, false, true, NTV>(a1, sK, sDH, warp * 16, 0, 0, DK, lane);
+        wmm<NP, false, true, NTV>(a1, sK, sDH, wr * 16, c0, 0, DK, lane);
+        if constexpr (PIPE) {
+            gates_warp((const float *)(sm + st + L::G), Gh, Gl, gam, hdec, lane);
+            __syncwarp();
+        }
         __syncthreads();  // dH' planes are no longer read: the region takes gamma dO and -dΔ
+        if constexpr (PIPE) {  // K and g of this chunk are no longer read
+            if (n > 0) load_kg(n - 1);
+            cp_async_commit();  // A
+        }
         if constexpr (RC && !L::PF) store_dh_global(a.dHs + cix * DK * DV);
 #pragma unroll
         for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
-                const int i = warp * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
+                const int i = wr * 16 + g4 + hr * 8, c = c0 + nt * 8 + 2 * t4;
                 if constexpr (L::PF) {
                     ddl[nt][hr] = ld_f2_once(sm + st + L::DDR + i * L::PDD + c * 4);
                     dov[nt][hr] = ld_in2<NP>(sm + st + L::DOR + i * L::PDO, c);
@@ -628,8 +898,10 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
                 st_pair<NP>(sm, L::DO + i * L::PBV + c * 2, L::DO_PL, gam[i] * dov[nt][hr].x,
                             gam[i] * dov[nt][hr].y);
             }
+        if constexpr (PIPE) cp_async_wait_group<1>();  // C of chunk n (A of n - 1 may be in flight)
         __syncthreads();  // (PF) this chunk's dΔ_loc and dO rows are no longer read
         if (L::PF && L::S == 1 && n > 0) load_dd_do(n - 1);  // committed with load_chunk below
+        if constexpr (PIPE) cp_async_commit();                // (PIPE: on its own) B
 
         // (2) dH = gamma_C dH' + Q^T (diag(gamma) dO) + W^T (-dΔ)
         const float gC = gam[C - 1];
@@ -639,13 +911,16 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
             for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= gC;
-            wmm<NP, true, true, NTV>(acc[mt], sQ, sDO, warp * RW + mt * 16, 0, 0, C, lane);
+            wmm<NP, true, true, NTV>(acc[mt], sQ, sDO, wr * RW + mt * 16, c0, 0, C, lane);
             if (delta)
-                wmm<NP, true, true, NTV>(acc[mt], sW, sDD, warp * RW + mt * 16, 0, 0, C, lane);
+                wmm<NP, true, true, NTV>(acc[mt], sW, sDD, wr * RW + mt * 16, c0, 0, C, lane);
         }
         __syncthreads();  // the region and this chunk's stage are free
         store_dh_planes();
-        if (L::S == 1 && n > 0) {
+        if constexpr (PIPE) {
+            if (n > 0) load_qw(n - 1);
+            cp_async_commit();  // C
+        } else if (L::S == 1 && n > 0) {
             load_chunk(n - 1);
             cp_async_commit();
         }
@@ -700,6 +975,16 @@ struct final_layout {
     // Region R, phase 1 (each value sub-block of a pass): planes converted from the staging
     // (WG 3: Y and Δ are swizzled panels after the dH' panel instead, see YW below)
     static constexpr bool WP = WG >= 3;
+    // WG 4 (GDN_BWD_FINAL_EARLY, the default): WG 3 with the staging and the conversion off the
+    // sub-block chain. The dH' panel has two slots (slot = e, as the H panel's), so sub-block
+    // v + 1's staging -> planes conversion runs while sub-block v's wgmma group (the H products)
+    // is in flight; v + 1's dO, H, dH' are staged right after v's first barrier (the conversion
+    // read them under v - 1's wgmmas), V after Y (which reads it); the RC KHg of warps 4-7 waits
+    // in the DQK | XB region (written only in phase 2) instead of the dH' staging; phase 2's
+    // Linv and Q travel into the dO | H | dH' staging during the last sub-block. The same
+    // arithmetic in the same order as WG 3 (each thread's <H, dH'> terms too): only where and
+    // when copies and conversions run changes.
+    static constexpr bool EA = WG >= 4;
     static constexpr int Y0 = R;                                  // Y = V - KHg (2 planes)
     static constexpr int DO = Y0 + (WP ? 0 : 2 * V_PL);
     static constexpr int DD = DO + NP * V_PL;                     // dΔ (2)
@@ -719,7 +1004,7 @@ struct final_layout {
     // WG 3: Y and Δ as C-row panels (hi | lo, as the H panels), B of dT += dΔ Y^T and dP += dO
     // Δ^T on wgmma (K-major: rows = tokens = N); 1024-aligned as DHB and HW_PL are
     static constexpr int YW_PL = C * 128;
-    static constexpr int YW = DHB + (WG ? HW_PL : 2 * HB_PL), DLW = YW + YW_PL;
+    static constexpr int YW = DHB + (EA ? 2 : 1) * (WG ? HW_PL : 2 * HB_PL), DLW = YW + YW_PL;
     static constexpr int Y = WP ? YW : Y0, DL = WP ? DLW : DL0;
     static constexpr int END1 = YW + (WP ? 2 * YW_PL : 0);
     // phase 2 (after the value sub-blocks of a pass): its Q, K columns and the C x C work (RC:
@@ -728,9 +1013,10 @@ struct final_layout {
     static constexpr int F1 = QH + (RC ? 1 : 2) * NP * QH_PL;    // fp32: dP, then M, prefixes
     static constexpr int DT = F1 + C * PF * 4;                    // dT (lower, 2 planes)
     static constexpr int ZB = DT + 2 * CC_PL;                     // Z = dT T^T (2)
-    static constexpr int LV = ZB + 2 * CC_PL;                     // Linv (2): loaded for T in the
+    static constexpr int LV0 = ZB + 2 * CC_PL;                    // Linv (2): loaded for T in the
                                                                   // setup, again for phase 2
-    static constexpr int END2 = LV + 2 * CC_PL;
+                                                                  // (EA: phase 2's at LVP)
+    static constexpr int END2 = LV0 + 2 * CC_PL;
     // staging (raw, as in global memory), apart from both phases: the next sub-block's, or the
     // next pass's first, travels during phase 2 too
     static constexpr int SV = cmax(END1, END2);                   // V (C x VB inputs)
@@ -741,8 +1027,16 @@ struct final_layout {
     static constexpr int SDD = SK + (RC ? 0 : 2 * V_PL);          // dΔ (fp32 C x VB); not RC
     static constexpr int SH = SDD + (RC ? 0 : C * VB * 4);        // H (fp32 DKH x VB)
     static constexpr int SDH = SH + DKH * VB * 4;                 // dH'
-    static constexpr int BYTES = SDH + DKH * VB * 4 + (WG ? 1024 : 0);  // WG: alignment slack
+    static constexpr int SEND = SDH + DKH * VB * 4;
+    static constexpr int LV = LV0;                                // the setup's Linv (for T)
+    static constexpr int LVP = EA ? SDO : LV0;                    // phase 2's Linv (EA: staging)
+    static constexpr int QP2 = EA ? SDO + 2 * CC_PL : QH;         // phase 2's Q (EA: staging)
+    static constexpr int KHS = EA ? DQK : SDH;                    // RC: KHg of warps 4-7, Y -> dV
+    static constexpr int BYTES = SEND + (WG ? 1024 : 0);          // WG: alignment slack
     static_assert(BYTES <= SMEM_MAX, "final shared memory");
+    static_assert(!EA || (RC && WP && NP == 1 && QP2 + QH_PL <= SEND && SDO % 16 == 0 &&
+                          CC_PL % 16 == 0 && (VB / 8) * 128 * 16 <= XB + NP * CC_PL - DQK),
+                  "final: WG 4 layout (phase 2's Linv, Q in the staging, KHg in DQK | XB)");
     static_assert(!WG || (HB % 1024 == 0 && HW_PL % 1024 == 0), "final: WG panels 1024-aligned");
     static_assert(!WP || (YW % 1024 == 0 && YW_PL % 1024 == 0), "final: WG 3 panels 1024-aligned");
     static_assert(SV % 16 == 0 && PBV % 16 == 0, "final: cp.async staging alignment");
@@ -1009,13 +1303,14 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     float *F1 = (float *)(sm + L::F1);
     const uint32_t sb = smem_u32(sm);
     const smat sQh{sb + L::QH, L::PBH, L::QH_PL}, sKh{sb + L::KH, L::PBH, L::QH_PL};
-    const smat sLv{sb + L::LV, L::PBC, L::CC_PL}, sT{sb + L::TT, L::PBC, L::CC_PL};
+    const smat sLv{sb + L::LVP, L::PBC, L::CC_PL}, sT{sb + L::TT, L::PBC, L::CC_PL};
     const smat sdQK{sb + L::DQK, L::PBC, L::CC_PL}, sX{sb + L::XB, L::PBC, L::CC_PL};
     const smat sDT{sb + L::DT, L::PBC, L::CC_PL}, sZ{sb + L::ZB, L::PBC, L::CC_PL};
     const smat sY{sb + L::Y, L::PBV, L::V_PL}, sDO{sb + L::DO, L::PBV, L::V_PL};
     const smat sDD{sb + L::DD, L::PBV, L::V_PL}, sDL{sb + L::DL, L::PBV, L::V_PL};
     const smat sDH{sb + L::DH, L::PBV, L::V_PL}, sDHB{sb + L::DHB, L::PBV, L::HB_PL};
     const smat sPP{sb + L::PP, L::PBC, L::CC_PL};
+    const smat sQ2{sb + L::QP2, L::PBH, L::QH_PL};  // phase 2's Q (sQh but with WG 4)
 
     // Staging of the value sub-block at columns vn of pass kn. Part 1 (V, dO, dΔ, H, dH') is read
     // only by the conversion at the top of its sub-block; part 2 (KHg) also by the dV epilogue
@@ -1039,6 +1334,19 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                                     (size_t)DV * 4, DKH, tid);
         if constexpr (!RC) cp_dh(kn, vn);
     };
+    // WG 4 (EA, RC only): part A (dO, H, dH': read only by the conversion) right after the
+    // conversion barrier of the sub-block before; part V (V: read by Y = V - KHg) after Y
+    auto stageA = [&](int kn, int vn) {
+        cp_rows16<C, VB * ESZ, 256>(sb + L::SDO, VB * ESZ, dog + vn * esz, rsv * esz, nvalid,
+                                    tid);
+        const size_t ho = cix * DK * DV + (size_t)kn * DKH * DV + vn;
+        cp_rows16<DKH, VB * 4, 256>(sb + L::SH, VB * 4, (const unsigned char *)(a.Hs + ho),
+                                    (size_t)DV * 4, DKH, tid);
+        cp_dh(kn, vn);
+    };
+    auto stageV = [&](int vn) {
+        cp_rows16<C, VB * ESZ, 256>(sb + L::SV, VB * ESZ, vg + vn * esz, rsv * esz, nvalid, tid);
+    };
     auto stage2 = [&](int kn, int vn) {  // KHg: the hi and lo planes as 2C rows (lo follows hi)
         if constexpr (RC)
             cp_dh(kn, vn);
@@ -1049,12 +1357,15 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     };
 
     // ---- setup: gates, Linv, T; the first sub-block's staging meanwhile ----------------------
-    if (tid < C) {
-        const bool ok = tid < nvalid;
-        gsm[tid] = ok && gate ? p.g[row0 + (size_t)tid * H] : 0.f;
-        bsm[tid] = ok && delta ? p.beta[row0 + (size_t)tid * H] : 0.f;
+    // (EA: the copies are issued first and warp 0's gates_warp runs while they travel)
+    if constexpr (!L::EA) {
+        if (tid < C) {
+            const bool ok = tid < nvalid;
+            gsm[tid] = ok && gate ? p.g[row0 + (size_t)tid * H] : 0.f;
+            bsm[tid] = ok && delta ? p.beta[row0 + (size_t)tid * H] : 0.f;
+        }
+        for (int e = tid; e < 2 * C; e += 256) pos1p[e] = tkp[e] = pos2p[e] = dbp[e] = 0.f;
     }
-    for (int e = tid; e < 2 * C; e += 256) pos1p[e] = tkp[e] = pos2p[e] = dbp[e] = 0.f;
     if (delta) {
 #pragma unroll
         for (int pl = 0; pl < 2; ++pl)
@@ -1066,12 +1377,29 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
         load_in_rows<NP>(sm, L::KH, L::PBH, L::QH_PL, kg, rsk, C, DK, nvalid, tid, 256);
     }
     cp_async_commit();
-    stage1(0, 0);
-    stage2(0, 0);
-    cp_async_commit();
-    cp_async_wait_group<1>();  // Linv (RC: and Q, K)
-    __syncthreads();
-    if (warp == 0) gates_warp(gsm, Gh, Gl, gam, hdec, lane);
+    if constexpr (L::EA) {
+        stageA(0, 0);
+        cp_async_commit();
+        stageV(0);
+        cp_async_commit();
+        if (tid < C) {  // as above
+            const bool ok = tid < nvalid;
+            gsm[tid] = ok && gate ? p.g[row0 + (size_t)tid * H] : 0.f;
+            bsm[tid] = ok && delta ? p.beta[row0 + (size_t)tid * H] : 0.f;
+        }
+        for (int e = tid; e < 2 * C; e += 256) pos1p[e] = tkp[e] = pos2p[e] = dbp[e] = 0.f;
+        __syncthreads();  // g, beta
+        if (warp == 0) gates_warp(gsm, Gh, Gl, gam, hdec, lane);
+        cp_async_wait_group<2>();  // Linv, Q, K
+        __syncthreads();
+    } else {
+        stage1(0, 0);
+        stage2(0, 0);
+        cp_async_commit();
+        cp_async_wait_group<1>();  // Linv (RC: and Q, K)
+        __syncthreads();
+        if (warp == 0) gates_warp(gsm, Gh, Gl, gam, hdec, lane);
+    }
     if (delta)
         for (int e = tid; e < C * C / 2; e += 256) {
             const int i = e / (C / 2), j = (e % (C / 2)) * 2;
@@ -1089,6 +1417,42 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
         });
     }
     float hdh = 0.f;  // this thread's part of <H, dH'>
+    // EA: the staged dO, H, dH' of the sub-block at columns v0c -> its dO planes, H panel slot
+    // and dH' panel slot (slot = its place e in the VG group), and its <H, dH'> terms: the
+    // conversion at the top of the sub-block loop below (WG != 0, RC, delta on), line for line
+    auto convert_ea = [&](int v0c) {
+        const int e = (v0c / VB) % PAIR;
+        const int hbo = L::HB + e * L::HB_SLOT, dhbo = L::DHB + e * L::HB_SLOT;
+        const int hq = tid % TPG;
+        if (hq * 4 / VB == e) {
+            const int c = hq * 4 - e * VB;
+#pragma unroll 2  // (the wgmma group's accumulators and A fragments are live: fully unrolled,
+                  // the hoisted loads spill)
+            for (int it = 0; it < NHG; ++it) {
+                const int r = tid / TPG + it * (256 / TPG), so = (r * VB + c) * 4;
+                const float4 hv = *(const float4 *)(sm + L::SH + so);
+                const float4 dv = *(const float4 *)(sm + L::SDH + so);
+                hdh += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
+                const float xh[4] = {hv.x, hv.y, hv.z, hv.w}, xd[4] = {dv.x, dv.y, dv.z, dv.w};
+                st4_panel<DKH>(sm, hbo, r, c, xh);
+                st4_panel<DKH>(sm, dhbo, r, c, xd);
+            }
+            wg_fence_proxy();  // the panels, for wgmma
+        } else {
+            const int u = tid / TPG * (VB / 4) + tid % (VB / 4);  // among these threads
+#pragma unroll
+            for (int k = 0; k < NPC; ++k) {
+                const int pc = u + k * (256 / PAIR), r = pc / (VB / 4), c = (pc % (VB / 4)) * 4;
+                const int po = r * L::PBV + c * 2, si = r * VB + c;  // plane offset; element
+                in4_planes<NP>(sm, L::DO + po, L::V_PL, L::SDO + si * ESZ);
+            }
+        }
+    };
+    if constexpr (L::EA) {  // the first sub-block's conversion (the others: under the wgmmas)
+        cp_async_wait_group<1>();  // dO, H, dH' (V may still travel)
+        __syncthreads();           // everyone's; P's reads of Q (region R) done
+        convert_ea(0);
+    }
 
     for (int kh = 0; kh < NKH; ++kh) {
         const int c0 = kh * DKH, q0 = ch * (DKH / 2);  // pass columns; this warp's half
@@ -1099,6 +1463,8 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             const int hbo = L::HB + e * L::HB_SLOT, dvo = L::DVG + e * NP * L::V_PL;
             cp_async_wait_all();  // this sub-block's staging (the thread's own copies)
             __syncthreads();      // everyone's; the previous sub-block's planes are free
+                                  // (EA: the planes converted under the last wgmmas complete)
+            if constexpr (!L::EA) {
             // Staging -> planes. H, dH' (and <H, dH'>) by the threads whose columns of the VG
             // group lie in this sub-block; Y = V - KHg (fp32, kept as hi + lo planes for Δ = T Y
             // and dT), dΔ, dO and, with delta off, Δ = V (and dV = dΔ) by the others.
@@ -1154,12 +1520,30 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 }
             }
             __syncthreads();  // the planes complete; the staging free but for KHg (RC: V)
+            }  // !EA
             // the next sub-block, or the next pass's first
             const int vn = v0 + VB < DV ? v0 + VB : 0, kn = v0 + VB < DV ? kh : kh + 1;
+            if constexpr (L::EA) {  // the next sub-block's dO, H, dH' (this one's were converted
+                                    // before the barrier above); after the last sub-block,
+                                    // phase 2's Linv and Q into that staging
+                if (kn < NKH) {
+                    stageA(kn, vn);
+                } else {
+#pragma unroll
+                    for (int pl = 0; pl < 2; ++pl)
+                        cp_rows_bf16(sb + L::LVP + pl * L::CC_PL, L::PBC,
+                                     a.Lv + (cix * 2 + pl) * C * C, C, C, C, C, tid, 256);
+                    load_in_rows<NP>(sm, L::QP2, L::PBH, L::QH_PL, qg, rsk, C, DK, nvalid, tid,
+                                     256);
+                }
+                cp_async_commit();
+            }
             // (RC, warps 4-7) KHg at the thread's dV fragment elements: from Y to the dV epilogue
-            // in the dH' staging (read by then), thread-private float4 slots (conflict-free)
-            float4 *khs = (float4 *)(sm + L::SDH) + (tid - 128);
-            static_assert(!RC || NTV * 128 * 16 <= DKH * VB * 4, "final: KHg in the dH' staging");
+            // in the dH' staging (read by then; EA: in DQK | XB), thread-private float4 slots
+            // (conflict-free)
+            float4 *khs = (float4 *)(sm + L::KHS) + (tid - 128);
+            static_assert(!RC || L::EA || NTV * 128 * 16 <= DKH * VB * 4,
+                          "final: KHg in the dH' staging");
             if constexpr (RC) {
                 // dΔ = P^T dO + diag(hdec) K dH' (dH' as hi + lo) by warps 0-3; KHg = diag(gamma)
                 // K H (H as hi + lo, as prep formed it) and Y = V - KHg by warps 4-7; each in
@@ -1167,7 +1551,13 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 // (all VB at once spills: the 96 accumulators of stage B are live here)
                 if constexpr (WG >= 2) {  // warpgroup 0: K dH' (dΔ); 1: K H (KHg); all VB columns
                     float acc[8][4] = {};
-                    final_wg_kpanel(acc, sKh, ch == 0 ? sb + L::DHB : sb + (uint32_t)hbo, m0, lane);
+                    if constexpr (L::EA)
+                        final_wg_kpanel(acc, sKh,  // dH' slot e, as H's
+                                        sb + (uint32_t)(ch == 0 ? L::DHB + e * L::HB_SLOT : hbo),
+                                        m0, lane);
+                    else
+                        final_wg_kpanel(acc, sKh, ch == 0 ? sb + L::DHB : sb + (uint32_t)hbo, m0,
+                                        lane);
                     float x[NTV][4];
 #pragma unroll
                     for (int nt = 0; nt < NTV; ++nt)
@@ -1246,7 +1636,11 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 }
                 __syncthreads();  // dΔ and Y complete; the staging is free
             }
-            if (kn < NKH) stage1(kn, vn);
+            if constexpr (L::EA) {
+                if (kn < NKH) stageV(vn);
+            } else if (kn < NKH) {
+                stage1(kn, vn);
+            }
             cp_async_commit();
 
             if (delta) {
@@ -1309,12 +1703,27 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 }
             }
             __syncthreads();  // Δ, Δh, -γdV complete; KHg read
-            if (kn < NKH) stage2(kn, vn);
-            cp_async_commit();
+            if constexpr (!L::EA) {
+                if (kn < NKH) stage2(kn, vn);
+                cp_async_commit();
+            }
 
             if constexpr (WG != 0) {  // the H products on wgmma, the C x C ones while they run
                 const smat sG{sb + (uint32_t)dvo, L::PBV, L::V_PL};
-                if constexpr (L::WP)  // WG 3: dO Δ^T, dΔ Y^T in the group too
+                if constexpr (L::EA)  // WG 4: the next sub-block's conversion under the wgmmas
+                    final_wg_hprod<true>(
+                        aQ, aK, sDO, sDH, sG, sb + (uint32_t)hbo,
+                        sb + (uint32_t)(L::DHB + e * L::HB_SLOT), m0, q0, lane,
+                        [&] {
+                            if (kn < NKH) {
+                                cp_async_wait_group<1>();  // its dO, H, dH' (V may travel)
+                                __syncthreads();  // everyone's; every warp's A fragments of
+                                                  // this group (dO planes) are loaded
+                                convert_ea(vn);
+                            }
+                        },
+                        aP, aT, sDD, sb + L::DL, sb + L::Y, ch * 32);
+                else if constexpr (L::WP)  // WG 3: dO Δ^T, dΔ Y^T in the group too
                     final_wg_hprod<true>(aQ, aK, sDO, sDH, sG, sb + (uint32_t)hbo, sb + L::DHB, m0,
                                          q0, lane, [] {}, aP, aT, sDD, sb + L::DL, sb + L::Y,
                                          ch * 32);
@@ -1350,14 +1759,16 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             }
         }
         __syncthreads();  // the value-block buffers are dead: region R takes phase 2
-        if (kh == 0 && delta)  // Linv again (phase 1 overwrote the setup's copy), first needed by
-                               // dbd: it travels with the PA loads just below
+        if constexpr (!L::EA) {  // (EA: Linv and Q were staged during the last sub-block)
+            if (kh == 0 && delta)  // Linv again (phase 1 overwrote the setup's copy), first needed
+                                   // by dbd: it travels with the PA loads just below
 #pragma unroll
-            for (int pl = 0; pl < 2; ++pl)
-                cp_rows_bf16(sb + L::LV + pl * L::CC_PL, L::PBC, a.Lv + (cix * 2 + pl) * C * C, C,
-                             C, C, C, tid, 256);
-        if constexpr (RC)  // Q (K is resident): QK^T is formed again just below, with Linv
-            load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg, rsk, C, DK, nvalid, tid, 256);
+                for (int pl = 0; pl < 2; ++pl)
+                    cp_rows_bf16(sb + L::LVP + pl * L::CC_PL, L::PBC,
+                                 a.Lv + (cix * 2 + pl) * C * C, C, C, C, C, tid, 256);
+            if constexpr (RC)  // Q (K is resident): QK^T is formed again just below, with Linv
+                load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg, rsk, C, DK, nvalid, tid, 256);
+        }
         cp_async_commit();
         if constexpr (!RC) {
             load_in_rows<NP>(sm, L::QH, L::PBH, L::QH_PL, qg + c0 * esz, rsk, C, DKH, nvalid, tid,
@@ -1382,7 +1793,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 cp_async_wait_group<1>();  // Linv and Q
                 __syncthreads();
                 float qk[4][4];
-                abt_lower<DKH>(qk, sQh, sKh, m0, ch * 32, lane);
+                abt_lower<DKH>(qk, sQ2, sKh, m0, ch * 32, lane);
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -1425,7 +1836,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
 #pragma unroll 4
                 for (int k = 2 * warp; k < C / 4; ++k) {
                     const int m = 4 * k + q;
-                    const float t = fmaf(ld_one<2>(sm, L::LV + m * L::PBC + i * 2, L::CC_PL),
+                    const float t = fmaf(ld_one<2>(sm, L::LVP + m * L::PBC + i * 2, L::CC_PL),
                                          ld_one<2>(sm, L::DT + m * L::PBC + i * 2, L::CC_PL), s);
                     s = m >= i ? t : s;
                 }
@@ -1561,7 +1972,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     const int i = m0 + g4 + hr * 8, j = q0 + nt * 8 + 2 * t4;
                     aQ[nt][2 * hr] *= gam[i];
                     aQ[nt][2 * hr + 1] *= gam[i];
-                    const float2 qv = ld_pair<NP>(sm, L::QH + i * L::PBH + j * 2, L::QH_PL);
+                    const float2 qv = ld_pair<NP>(sm, L::QP2 + i * L::PBH + j * 2, L::QH_PL);
                     const float2 kv = ld_pair<NP>(sm, L::KH + i * L::PBH + j * 2, L::QH_PL);
                     pq[hr] += qv.x * aQ[nt][2 * hr] + qv.y * aQ[nt][2 * hr + 1];
                     pk[hr] += kv.x * aK[nt][2 * hr] + kv.y * aK[nt][2 * hr + 1];
@@ -1581,7 +1992,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
 
         // ---- dQ = dQp + dQK K;  dK = dKp + dQK^T Q + X K + X^T K  (this pass's columns) --------
         wmm<NP, false, true, NQ>(aQ, sdQK, sKh, m0, q0, 0, m0 + 16, lane);
-        wmm<NP, true, true, NQ>(aK, sdQK, sQh, m0, q0, m0, C, lane);
+        wmm<NP, true, true, NQ>(aK, sdQK, sQ2, m0, q0, m0, C, lane);
         if (delta) {
             wmm<NP, false, true, NQ>(aK, sX, sKh, m0, q0, 0, m0 + 16, lane);
             wmm<NP, true, true, NQ>(aK, sX, sKh, m0, q0, m0, C, lane);
@@ -1649,6 +2060,17 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
 }
 
 // ---- launchers ---------------------------------------------------------------------------------
+// GDN_BWD_SCAN2 = 1: the pipelined scan where it exists (scan_pipe_ok, when one stage is chosen);
+// 2: at DVB 64 the pipelined 8-warp DVB 128 scan where its grid fits the SMs (scan_pipe2_ok),
+// else as 1. GDN_BWD_PREP2 = 1: prep2 (the recompute path: bf16, Dk <= 128). Both 1 by default
+// since session 11 (bitwise the older kernels' results, the backward 3-4% faster at the model's
+// shapes on an H200: bench/gdn_bwd.md); 0 runs the older kernels. Read at every call (one process
+// can switch them between calls).
+int env_level(const char *name, int unset = 0) {
+    const char *s = getenv(name);
+    if (!s) return unset;
+    return s[0] >= '0' && s[0] <= '9' && s[1] == 0 ? s[0] - '0' : 0;
+}
 template <class K>
 void set_smem(K kern, int bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -1663,24 +2085,61 @@ void gdn_bwd_prep_launch(const bwd_args &a) {
         attr_done = true;
     }
     const dim3 grid(a.NC, a.p.H, a.p.B);
+    if constexpr (recompute_path(DK, NP)) {
+        if (env_level("GDN_BWD_PREP2", 1) == 1) {
+            using L2 = prep2_layout<DK, NP>;
+            static bool attr2_done = false;
+            if (!attr2_done) {  // the most shared memory per SM (4 CTAs of 55 KB at Dk 128)
+                set_smem(gdn_bwd_prep2_kernel<DK, NP>, L2::BYTES);
+                CUDA_CHECK(cudaFuncSetAttribute(gdn_bwd_prep2_kernel<DK, NP>,
+                                                cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                (int)cudaSharedmemCarveoutMaxShared));
+                int per_sm = 0;
+                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &per_sm, gdn_bwd_prep2_kernel<DK, NP>, 128, L2::BYTES));
+                if (DK == 128 && per_sm < 4)
+                    fprintf(stderr, "gdn_chunk_bwd: GDN_BWD_PREP2 runs %d CTAs per SM, not 4 "
+                                    "(registers or shared memory): no gain expected\n", per_sm);
+                attr2_done = true;
+            }
+            gdn_bwd_prep2_kernel<DK, NP><<<grid, 128, L2::BYTES, a.p.stream>>>(a);
+            CUDA_CHECK_LAUNCH();
+            return;
+        }
+    }
     gdn_bwd_prep_kernel<DK, NP><<<grid, 128, L::BYTES, a.p.stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
 // the kernel's shared-memory attribute, once per instantiation
-template <int DK, int DVB, int NP, int SMAX>
+template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1>
 void gdn_bwd_scan_attr() {
     static bool attr_done = false;
     if (!attr_done) {
-        set_smem(gdn_bwd_scan_kernel<DK, DVB, NP, SMAX>, scan_layout<DK, DVB, NP, SMAX>::BYTES);
+        set_smem(gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE, CW>,
+                 scan_layout<DK, DVB, NP, SMAX, CW>::BYTES);
         attr_done = true;
     }
 }
-template <int DK, int DVB, int NP, int SMAX>
+template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1>
 void gdn_bwd_scan_launch_s(const bwd_args &a, dim3 grid) {
-    gdn_bwd_scan_attr<DK, DVB, NP, SMAX>();
-    gdn_bwd_scan_kernel<DK, DVB, NP, SMAX>
-        <<<grid, 128, scan_layout<DK, DVB, NP, SMAX>::BYTES, a.p.stream>>>(a);
+    gdn_bwd_scan_attr<DK, DVB, NP, SMAX, PIPE, CW>();
+    gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE, CW>
+        <<<grid, 128 * CW, scan_layout<DK, DVB, NP, SMAX, CW>::BYTES, a.p.stream>>>(a);
     CUDA_CHECK_LAUNCH();
+}
+// The pipelined one-stage scan (gdn_bwd_scan_kernel PIPE) exists where the one-stage kernel
+// stages dΔ_loc and dO by cp.async (PF) and the inputs are bf16
+template <int DK, int DVB, int NP>
+constexpr bool scan_pipe_ok() {
+    return NP == 1 && scan_layout<DK, DVB, NP, 1>::S == 1 && scan_layout<DK, DVB, NP, 1>::PF;
+}
+// ... and its 8-warp DVB 128 form (CW = 2), taken for DVB 64 (bf16, Dk <= 128)
+template <int DK, int NP>
+constexpr bool scan_pipe2_ok() {
+    if constexpr (NP == 1 && DK <= 128)
+        return scan_layout<DK, 128, NP, 1, 2>::S == 1 && scan_layout<DK, 128, NP, 1, 2>::PF;
+    else
+        return false;
 }
 // One stage (two CTAs per SM) when the grid has more CTAs than the device has SMs and two of
 // them fit on an SM; else two stages. Same arithmetic either way (bitwise the same results).
@@ -1698,9 +2157,26 @@ void gdn_bwd_scan_launch(const bwd_args &a) {
         two_fit = per_sm >= 2;
     }
     const int st = a.p.scan_stages;  // checked by gdn_chunk_bwd
-    if (st == 1 || (st == 0 && two_fit && (long)grid.x * grid.y * grid.z > sms))
+    const int lvl = env_level("GDN_BWD_SCAN2", 1);
+    if constexpr (DVB == 64) {
+        if constexpr (scan_pipe2_ok<DK, NP>()) {
+            // one CTA of 8 warps per 128 value columns, one per SM, whatever the stages asked
+            const dim3 g2(a.p.Dv / 128, a.p.H, a.p.B);
+            if (lvl == 2 && a.p.Dv % 128 == 0 && (long)g2.x * g2.y * g2.z <= sms) {
+                gdn_bwd_scan_launch_s<DK, 128, NP, 1, true, 2>(a, g2);
+                return;
+            }
+        }
+    }
+    if (st == 1 || (st == 0 && two_fit && (long)grid.x * grid.y * grid.z > sms)) {
+        if constexpr (scan_pipe_ok<DK, DVB, NP>()) {
+            if (lvl >= 1) {
+                gdn_bwd_scan_launch_s<DK, DVB, NP, 1, true>(a, grid);
+                return;
+            }
+        }
         gdn_bwd_scan_launch_s<DK, DVB, NP, 1>(a, grid);
-    else
+    } else
         gdn_bwd_scan_launch_s<DK, DVB, NP, 2>(a, grid);
 }
 template <int DK, int NP, int WG>
@@ -1734,16 +2210,42 @@ int final_wgmma_level() {
     }
     return env && cuda_sm90a_image_runs(gdn_bwd_final_kernel<128, 1, 1>, &image) ? env : 0;
 }
+// GDN_BWD_FINAL_EARLY (unset or 1: the default since session 11): where level 3 runs, run WG 4
+// instead: the same products in the same order (bitwise level 3's: test_gdn_bwd's 101 hashes on an
+// H200), with each sub-block's staging -> planes conversion under the wgmma group of the one
+// before (two dH' panel slots), the next sub-block's dO, H and dH' staged one phase earlier, and
+// phase 2's Linv and Q staged during the last sub-block (final_layout::EA); 0.2-1.7% off the
+// backward. Read once; "0" (or any other value) keeps level 3. Returns 2 when set to 1 explicitly.
+int final_early() {
+    static int env = -1;  // concurrent first calls store the same value
+    if (env < 0) {
+        const char *s = getenv("GDN_BWD_FINAL_EARLY");
+        env = !s ? 1 : strcmp(s, "1") == 0 ? 2 : 0;
+    }
+    return env;
+}
 template <int DK, int NP>
 void gdn_bwd_final_launch(const bwd_args &a) {
     if constexpr (DK == 128 && NP == 1) {
         const int wg = a.p.mode.delta ? final_wgmma_level() : 0;
+        if (a.p.mode.delta && final_early() == 2 && wg != 3) {
+            static bool warned = false;  // (a race only prints the line twice)
+            if (!warned) {
+                fprintf(stderr, "gdn_chunk_bwd: GDN_BWD_FINAL_EARLY ignored (GDN_BWD_WGMMA level %d, "
+                                "not 3): running level %d\n", wg, wg);
+                warned = true;
+            }
+        }
         if (wg == 1) {
             gdn_bwd_final_launch_w<DK, NP, 1>(a);
             return;
         }
         if (wg == 2) {
             gdn_bwd_final_launch_w<DK, NP, 2>(a);
+            return;
+        }
+        if (wg == 3 && final_early()) {
+            gdn_bwd_final_launch_w<DK, NP, 4>(a);
             return;
         }
         if (wg == 3) {
