@@ -10,16 +10,15 @@
 // fwd+bwd is timed in both backward modes (attn_params.nondeterministic = 0 "det", 1 "nondet").
 // Prints one "RESULT name mode ... fwd_ms fwdbwd_ms fwd_tflops fwdbwd_tflops" line per case and
 // mode (fwd_ms is the same forward in both lines).
-// ATTN_BENCH_FWD3_AB=1 (or 3, pp, pp3): A/B of the forward kernels in one process: each case runs with
-// GDN_ATTN_WGMMA_FWD3=0 (attention_fwd_wgmma2_kernel) under its name, then with
-// GDN_ATTN_WGMMA_FWD3 = that value (attention_fwd_wgmma3_kernel: 2 or 3 K/V stages, pp = ping-pong;
-// the variable is read per call) as "NAME+fwd3", then once more with 0 (drift check); one "FWD3_AB" line per case.
-// ATTN_BENCH_BWD3_AB=1 (or 2, 3, pp, pp3): A/B of the backward kernels in one process: each case
-// runs with GDN_ATTN_WGMMA_BWD3=0 (the wgmma kernels), then = that value (the TMA producer
-// kernels attention_bwd_*_wgmma3_kernel, 2 or 3 stages, pp = ping-pong; read per call) as
-// "NAME+bwd3", then with 0 again (drift check), each also timing attention_bwd alone ("bwd"
-// lines; the forward's o and lse of both input sets are in place); one "BWD3_AB" line per case
-// with the backward's ms, det and nondet.
+// ATTN_BENCH_FWD3_AB=1 (or 3, pp3): A/B of the variants of attention_fwd_wgmma3_kernel in one
+// process: each case runs with GDN_ATTN_WGMMA_FWD3 unset (the default: pp, 2 K/V stages) under its
+// name, then = that value (2 or 3 K/V stages, pp = ping-pong; the variable is read per call) as
+// "NAME+fwd3", then unset again (drift check); one "FWD3_AB" line per case.
+// ATTN_BENCH_BWD3_AB=pp (or 3, pp3): the same for the backward kernels attention_bwd_*_wgmma3_kernel
+// (GDN_ATTN_WGMMA_BWD3; the default: 2 stages, no ping-pong), "NAME+bwd3", each run also timing
+// attention_bwd alone ("bwd" lines; the forward's o and lse of both input sets are in place); one
+// "BWD3_AB" line per case with the backward's ms, det and nondet.
+// (Until session 11 the A/Bs set the base to the older wgmma kernels, deleted since.)
 #include "../src/core/cuda_check.h"
 #include "../src/fwd/attention_cuda.h"
 #include <algorithm>
@@ -127,48 +126,49 @@ static times run_case(const char *name, int B, int T, int H, int D, int W, bool 
     return {f, best(1), best(2), best(3), best(4)};
 }
 
-// ATTN_BENCH_FWD3_AB: wgmma2, wgmma3, wgmma2 again on one case (header)
+// ATTN_BENCH_FWD3_AB: the default forward, the variant ab, the default again on one case (header)
 static void run_ab(const char *ab, const char *name, int B, int T, int H, int D, int W) {
     const std::string n3 = std::string(name) + "+fwd3", n2b = std::string(name) + "+again";
-    setenv("GDN_ATTN_WGMMA_FWD3", "0", 1);
+    unsetenv("GDN_ATTN_WGMMA_FWD3");
     const unsigned long n0 = attention_fwd_wgmma3_launches();
     const float f2 = run_case(name, B, T, H, D, W).fwd;
     const unsigned long n1 = attention_fwd_wgmma3_launches();
     setenv("GDN_ATTN_WGMMA_FWD3", ab, 1);
     const float f3 = run_case(n3.c_str(), B, T, H, D, W).fwd;
     const unsigned long n2 = attention_fwd_wgmma3_launches();
-    setenv("GDN_ATTN_WGMMA_FWD3", "0", 1);
+    unsetenv("GDN_ATTN_WGMMA_FWD3");
     const float f2b = run_case(n2b.c_str(), B, T, H, D, W).fwd;
-    // the "wgmma3" timing is wgmma3's only if every forward of that run launched it (no fallback)
-    const bool valid = n1 == n0 && n2 > n1 && attention_fwd_wgmma3_launches() == n2;
-    printf("FWD3_AB %s B%d T%d H%d D%d W%d fwd_ms wgmma2 %.3f wgmma3 %.3f wgmma2_again %.3f wgmma3/wgmma2 %.3f%s\n", name,
-           B, T, H, D, W, f2, f3, f2b, f3 / std::min(f2, f2b),
-           valid ? "" : " INVALID (wgmma3 did not run: fell back to wgmma2, see stderr)");
+    // run_case makes 3 x 2 x (warm + reps) forward calls; the timings are wgmma3's only if every
+    // call launched it (no fallback to mma.sync)
+    const unsigned long calls = 3ul * 2 * (warm + reps);
+    const bool valid = n1 - n0 == calls && n2 - n1 == calls && attention_fwd_wgmma3_launches() - n2 == calls;
+    printf("FWD3_AB %s B%d T%d H%d D%d W%d fwd_ms default %.3f %s %.3f default_again %.3f %s/default %.3f%s\n", name,
+           B, T, H, D, W, f2, ab, f3, f2b, ab, f3 / std::min(f2, f2b),
+           valid ? "" : " INVALID (wgmma3 did not run everywhere: fell back to mma.sync, see stderr)");
 }
 
-// ATTN_BENCH_BWD3_AB: the wgmma backward, wgmma3, the wgmma backward again on one case (header)
+// ATTN_BENCH_BWD3_AB: the default backward, the variant ab, the default again on one case (header)
 static void run_bwd_ab(const char *ab, const char *name, int B, int T, int H, int D, int W) {
     const std::string n3 = std::string(name) + "+bwd3", nb = std::string(name) + "+again";
-    setenv("GDN_ATTN_WGMMA_BWD3", "0", 1);
+    unsetenv("GDN_ATTN_WGMMA_BWD3");
     const unsigned long n0 = attention_bwd_wgmma3_launches();
     const times a = run_case(name, B, T, H, D, W, true);
     const unsigned long n1 = attention_bwd_wgmma3_launches();
     setenv("GDN_ATTN_WGMMA_BWD3", ab, 1);
     const times c = run_case(n3.c_str(), B, T, H, D, W, true);
     const unsigned long n2 = attention_bwd_wgmma3_launches();
-    setenv("GDN_ATTN_WGMMA_BWD3", "0", 1);
+    unsetenv("GDN_ATTN_WGMMA_BWD3");
     const times a2 = run_case(nb.c_str(), B, T, H, D, W, true);
     // run_case makes 2 x (warm + reps) backward calls in each of its 4 backward modes: 2 det ones
-    // (2 launches a call), 2 nondet ones (1); the "wgmma3" timings are wgmma3's only if every call
-    // launched it
-    const bool valid =
-        n1 == n0 && n2 - n1 == 2ul * (warm + reps) * (2 * 2 + 2 * 1) && attention_bwd_wgmma3_launches() == n2;
-    printf("BWD3_AB %s B%d T%d H%d D%d W%d bwd_ms det: wgmma %.3f wgmma3 %.3f wgmma_again %.3f wgmma3/wgmma %.3f | "
-           "nondet: wgmma %.3f wgmma3 %.3f wgmma_again %.3f wgmma3/wgmma %.3f | fwd+bwd det ms: wgmma %.3f wgmma3 %.3f%s\n",
-           name, B, T, H, D, W, a.bwd_det, c.bwd_det, a2.bwd_det, c.bwd_det / std::min(a.bwd_det, a2.bwd_det),
-           a.bwd_nondet, c.bwd_nondet, a2.bwd_nondet, c.bwd_nondet / std::min(a.bwd_nondet, a2.bwd_nondet),
-           std::min(a.fwdbwd_det, a2.fwdbwd_det), c.fwdbwd_det,
-           valid ? "" : " INVALID (wgmma3 did not run everywhere: fell back, see stderr)");
+    // (2 launches a call), 2 nondet ones (1); the timings are wgmma3's only if every call launched it
+    const unsigned long launches = 2ul * (warm + reps) * (2 * 2 + 2 * 1);
+    const bool valid = n1 - n0 == launches && n2 - n1 == launches && attention_bwd_wgmma3_launches() - n2 == launches;
+    printf("BWD3_AB %s B%d T%d H%d D%d W%d bwd_ms det: default %.3f %s %.3f default_again %.3f %s/default %.3f | "
+           "nondet: default %.3f %s %.3f default_again %.3f %s/default %.3f | fwd+bwd det ms: default %.3f %s %.3f%s\n",
+           name, B, T, H, D, W, a.bwd_det, ab, c.bwd_det, a2.bwd_det, ab, c.bwd_det / std::min(a.bwd_det, a2.bwd_det),
+           a.bwd_nondet, ab, c.bwd_nondet, a2.bwd_nondet, ab, c.bwd_nondet / std::min(a.bwd_nondet, a2.bwd_nondet),
+           std::min(a.fwdbwd_det, a2.fwdbwd_det), ab, c.fwdbwd_det,
+           valid ? "" : " INVALID (wgmma3 did not run everywhere: fell back to mma.sync, see stderr)");
 }
 
 int main() {

@@ -181,28 +181,6 @@ for sec in "${sections[@]}"; do
         synth
         timeout 150 $A/test_model_cuda >"$out/tmc-attnbwd.log" 2>&1
         echo "test_model_cuda (wgmma bwd): exit $?; $(tail -1 "$out/tmc-attnbwd.log")"; grep FAIL "$out/tmc-attnbwd.log" | head -3 ;;
-    attnfwd2)  # the overlapped wgmma forward (session 6 patch): three forwards, tests and benches
-        A=$B/attnfwd2
-        for f in 1 0 2; do  # GDN_ATTN_WGMMA_FWD2: 1 = unset (new, 3 stages), 0 = current kernel, 2 = new, 2 stages
-            if [ $f = 1 ]; then unset GDN_ATTN_WGMMA_FWD2; else export GDN_ATTN_WGMMA_FWD2=$f; fi
-            timeout 60 $A/test_attention >"$out/ta-fwd2-$f.log" 2>&1
-            echo "test_attention (FWD2 ${GDN_ATTN_WGMMA_FWD2-unset}): exit $?; $(tail -1 "$out/ta-fwd2-$f.log")"
-            grep FAIL "$out/ta-fwd2-$f.log" | head -4
-        done
-        # meant bitwise equal to the current kernel: the error columns must match row for row
-        if diff <(grep -E "pass|FAIL" "$out/ta-fwd2-0.log") <(grep -E "pass|FAIL" "$out/ta-fwd2-1.log") >"$out/ta-fwd2-diff.txt"; then
-            echo "test_attention rows: identical (FWD2 0 vs default)"
-        else
-            echo "test_attention rows: $(grep -c '^>' "$out/ta-fwd2-diff.txt") differ (FWD2 0 vs default)"; head -4 "$out/ta-fwd2-diff.txt"
-        fi
-        for r in 1 2; do
-            for f in 0 1 2; do
-                if [ $f = 1 ]; then unset GDN_ATTN_WGMMA_FWD2; else export GDN_ATTN_WGMMA_FWD2=$f; fi
-                timeout 60 $A/attention_bench >"$out/bench-fwd2-$f-$r.log" 2>&1
-                grep '^RESULT' "$out/bench-fwd2-$f-$r.log" | cut -d' ' -f2-9 | sed "s/^/FWD2 ${GDN_ATTN_WGMMA_FWD2-unset}, round $r: /"
-            done
-        done
-        unset GDN_ATTN_WGMMA_FWD2 ;;
     attention)
         for v in main attention; do
             mkdir -p "$out/attn-$v"

@@ -27,10 +27,11 @@
 // A last small kernel writes dq = bf16(scale * acc). 5 matrix products per tile instead of 7,
 // no pass 2. The accumulator is zeroed by cudaMemsetAsync first.
 // bf16 on sm_90a (the default there; GDN_ATTN_WGMMA_BWD=0 keeps the kernels above): the same
-// passes and modes on wgmma.mma_async, two warpgroups per CTA (attention_bwd_dkdv_wgmma_kernel,
-// attention_bwd_dq_wgmma_kernel below). By default (GDN_ATTN_WGMMA_BWD3 unset or 1; =0 keeps those
-// kernels) their consumer code is fed by a TMA producer warpgroup, flash-attention 3's warp
-// specialisation (attention_bwd_*_wgmma3_kernel): bitwise their dq, dk, dv, 0.75-0.77x their time.
+// passes and modes on wgmma.mma_async, each CTA two consumer warpgroups fed by a TMA producer
+// warpgroup, flash-attention 3's warp specialisation (attention_bwd_dkdv_wgmma3_kernel,
+// attention_bwd_dq_wgmma3_kernel; GDN_ATTN_WGMMA_BWD3 picks stages and ping-pong, read per call).
+// A pass whose wgmma3 kernel cannot run (no tensor map, too few registers for setmaxnreg) runs
+// its mma.sync kernel above.
 // fp32: the same passes with one warp per row and plain fp32 FMA (slower; for checks).
 #include "../core/cuda_check.h"
 #define ATTN_DEVICE_HELPERS
@@ -435,13 +436,14 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
 
 // ---- Hopper path (sm_90a; attention_bwd_wgmma_selected) ------------------------------------
 // The same two passes (and the same one-pass nondeterministic variant) on wgmma.mma_async with the
-// primitives of src/fwd/wgmma.cuh, no producer warp, no TMA: a CTA is two warpgroups, operands
-// are copied by cp.async into 128-byte-swizzled 64-column panels and every wgmma group is waited
-// for at once (the async path replaces ldmatrix + mma.sync; overlap is a later step).
+// primitives of src/fwd/wgmma.cuh; operands in 128-byte-swizzled 64-column panels. A CTA's two
+// consumer warpgroups (the producer below) compute:
 // dK/dV pass: a CTA owns WKV_BK = 128 keys, warpgroup wg the 64 keys k0 + 64 wg ... Per query
 // block of BQ (64 at D = 128, 128 at D = 64: the accumulators of S^T, dP^T (BQ / 2 registers
 // each) and dK, dV (D / 2 each) then total 192 registers a thread for both head dims):
-//   S^T = K Q^T, dP^T = V dO^T   A = the warpgroup's K / V rows, B = Q / dO K-major ([query][d])
+//   S^T = K Q^T, dP^T = V dO^T   A = the warpgroup's K / V rows, B = Q / dO K-major ([query][d]);
+//                                 two wgmma groups: P^T is computed while dP^T is still in the
+//                                 tensor cores
 //   dV += P^T dO, dK += dS^T Q    A = P^T / dS^T from registers (the accumulator of S^T, dP^T
 //                                 packed pairwise to bf16, as in the forward's P V), B = dO / Q
 //                                 N-major (imm-trans-b: the same [query][d] tiles)
@@ -453,24 +455,16 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
 // red.global.add as in the mma.sync kernel.
 // dQ pass: a CTA owns WDQ_BQ = 128 query rows, warpgroup wg 64 of them, and walks key blocks of
 // WDQ_BK = 128 (the forward's shape): S = Q K^T, dP = dO V^T (both operands from shared memory,
-// K / V K-major), dQ += dS K (dS from registers, K N-major).
-constexpr int WG_THREADS = 256, WKV_BK = 128, WDQ_BQ = 128, WDQ_BK = 128;
+// K / V K-major; two groups as above), dQ += dS K (dS from registers, K N-major).
+// Session 11 deleted the wgmma kernels without a producer (attention_bwd_dkdv_wgmma_kernel,
+// attention_bwd_dq_wgmma_kernel: cp.async tiles behind CTA barriers), whose dq, dk, dv the wgmma3
+// kernels matched bitwise in 0.75-0.77x their time (git history; bench/attention.md).
+constexpr int WKV_BK = 128, WDQ_BQ = 128, WDQ_BK = 128;
 
 template <int D>
 __host__ __device__ constexpr int wkv_bq() {
     return D == 128 ? 64 : 128;
 }
-// K, V, 2x(Q, dO), with DQA dS (BQ x BKV), 2x(lse, D) fp32, + slack to align the base to 1024
-// (every tile is a multiple of 1024 bytes, so every panel stays 1024-aligned)
-template <int D, bool DQA>
-constexpr int wkv_smem_bytes() {
-    return (2 * WKV_BK * D + 4 * wkv_bq<D>() * D + (DQA ? wkv_bq<D>() * WKV_BK : 0)) * 2 + 4 * wkv_bq<D>() * 4 + 1024;
-}
-template <int D>
-constexpr int wdq_smem_bytes() {
-    return (2 * WDQ_BQ * D + 4 * WDQ_BK * D) * 2 + 1024;  // Q, dO, 2x(K, V)
-}
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The 1024-aligned start of the dynamic shared memory (wgmma.cuh: panels on 1024-byte boundaries).
 __device__ __forceinline__ __nv_bfloat16 *attn_smem_1024(unsigned char *raw) {
@@ -479,346 +473,12 @@ __device__ __forceinline__ __nv_bfloat16 *attn_smem_1024(unsigned char *raw) {
 }
 #endif
 
-// grid (ceil(T/BKV), H, B) as the mma.sync pass 1.
-template <int D, bool DQA>
-__global__ void __launch_bounds__(WG_THREADS, 1) attention_bwd_dkdv_wgmma_kernel(const __grid_constant__ bwd_kparams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BK = WKV_BK, BQ = wkv_bq<D>(), NT = WG_THREADS;
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    __nv_bfloat16 *Ks = attn_smem_1024(smem_raw);  // BK x D, sw128<BK>
-    __nv_bfloat16 *Vs = Ks + BK * D;                // BK x D, sw128<BK>
-    __nv_bfloat16 *Qs = Vs + BK * D;                // 2 x (BQ x D), sw128<BQ>
-    __nv_bfloat16 *dOs = Qs + 2 * BQ * D;           // 2 x (BQ x D), sw128<BQ>
-    __nv_bfloat16 *dSs = dOs + 2 * BQ * D;          // DQA: BQ queries x BK keys, sw128<BQ>
-    float *lse2s = reinterpret_cast<float *>(dSs + (DQA ? BQ * BK : 0));  // 2 x BQ (log2 domain)
-    float *Dss = lse2s + 2 * BQ;                                           // 2 x BQ
-
-    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, H = p.H, W = p.window;
-    const float c2 = p.scale_log2;
-    const int k0 = n * BK, kw0 = k0 + 64 * wg;  // first key of the CTA, of this warpgroup
-    // query rows that see some key of [k0, k0 + BK): k0 <= i <= k0 + BK - 1 + W - 1
-    const int i_hi = min(T - 1, k0 + BK - 2 + W);
-    const int m_lo = k0 / BQ, m_hi = i_hi / BQ;
-    const size_t sbase = ((size_t)b * H + h) * T;
-
-    attn_load_tile<BK, D, NT, true>(Ks, p.k, b, h, k0, T, H, tid);
-    attn_load_tile<BK, D, NT, true>(Vs, p.v, b, h, k0, T, H, tid);
-    attn_load_tile<BQ, D, NT, true>(Qs, p.q, b, h, m_lo * BQ, T, H, tid);
-    attn_load_tile<BQ, D, NT, true>(dOs, p.dO, b, h, m_lo * BQ, T, H, tid);
-    attn_cp_async_commit();
-    attn_load_rowstats(lse2s, Dss, p.lse, p.Dd, sbase, m_lo * BQ, BQ, T, tid);
-
-    // dk[4 j + e], dv[4 j + e]: key kw0 + 16 w + g + 8 (e >> 1), column 8 j + 2 t4 + (e & 1)
-    float dk[D / 2], dv[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
-    const uint32_t ks = gdnk::smem_u32(Ks), vs = gdnk::smem_u32(Vs), dss = gdnk::smem_u32(dSs);
-
-    for (int m = m_lo, it = 0; m <= m_hi; m++, it++) {
-        attn_cp_async_wait_all();
-        wgm::fence_proxy_async();
-        __syncthreads();  // tile m visible to wgmma; both warpgroups are done with buffer (it+1)&1
-        if (m < m_hi) {
-            const int nb = (it + 1) & 1;
-            attn_load_tile<BQ, D, NT, true>(Qs + nb * BQ * D, p.q, b, h, (m + 1) * BQ, T, H, tid);
-            attn_load_tile<BQ, D, NT, true>(dOs + nb * BQ * D, p.dO, b, h, (m + 1) * BQ, T, H, tid);
-            attn_cp_async_commit();
-            attn_load_rowstats(lse2s + nb * BQ, Dss + nb * BQ, p.lse, p.Dd, sbase, (m + 1) * BQ, BQ, T, tid);
-        }
-        const int cb = it & 1;
-        const uint32_t qs = gdnk::smem_u32(Qs + cb * BQ * D), dos = gdnk::smem_u32(dOs + cb * BQ * D);
-        const float *l2 = lse2s + cb * BQ, *Dq = Dss + cb * BQ;
-        const int q0 = m * BQ;
-
-        // st[4 j + e] = S^T[key kw0 + 16 w + g + 8 (e >> 1)][query q0 + 8 j + 2 t4 + (e & 1)], dpt alike
-        float st[BQ / 2], dpt[BQ / 2];
-#pragma unroll
-        for (int i = 0; i < BQ / 2; i++) st[i] = dpt[i] = 0.f;
-        wgm::fence_regs(st);
-        wgm::fence_regs(dpt);
-        wgm::fence();
-        // two groups: P^T is computed while dP^T is still in the tensor cores
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgm::mma_ss<BQ, 0>(st, wgm::desc_k<BK>(ks, 64 * wg, kk), wgm::desc_k<BQ>(qs, 0, kk), 1);
-        wgm::commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgm::mma_ss<BQ, 0>(dpt, wgm::desc_k<BK>(vs, 64 * wg, kk), wgm::desc_k<BQ>(dos, 0, kk), 1);
-        wgm::commit();
-        wgm::wait<1>();  // S^T done (groups complete in order); dpt must not be touched yet
-        wgm::fence_regs(st);
-
-        // P^T = 2^(s scale log2e - lse2), masked entries 0 (rows >= T have lse2 = +inf, so
-        // p = 0; keys >= T are masked: they lie above every row's diagonal)
-        const bool need_mask = (kw0 + 63 > q0) || (kw0 <= q0 + BQ - 1 - W);
-#pragma unroll
-        for (int j = 0; j < BQ / 8; j++) {
-            const float2 lq = *reinterpret_cast<const float2 *>(l2 + 8 * j + 2 * t4);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float pv = attn_ex2(fmaf(st[4 * j + e], c2, -((e & 1) ? lq.y : lq.x)));
-                if (need_mask) {
-                    const int key = kw0 + 16 * w + g + 8 * (e >> 1), i = q0 + 8 * j + 2 * t4 + (e & 1);
-                    if (key > i || key <= i - W) pv = 0.f;
-                }
-                st[4 * j + e] = pv;
-            }
-        }
-        wgm::wait<0>();
-        wgm::fence_regs(dpt);
-        // dS^T = P^T (dP^T - D)
-#pragma unroll
-        for (int j = 0; j < BQ / 8; j++) {
-            const float2 dq = *reinterpret_cast<const float2 *>(Dq + 8 * j + 2 * t4);
-#pragma unroll
-            for (int e = 0; e < 4; e++) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? dq.y : dq.x));
-        }
-        // A fragments of k-step kk (queries 16 kk ..): accumulator tiles 2 kk, 2 kk + 1
-        uint32_t pa[BQ / 16][4], da[BQ / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                pa[kk][q] = gdnk::pack_bf16(st[8 * kk + 2 * q], st[8 * kk + 2 * q + 1]);
-                da[kk][q] = gdnk::pack_bf16(dpt[8 * kk + 2 * q], dpt[8 * kk + 2 * q + 1]);
-            }
-
-        wgm::fence_regs(dv);
-        wgm::fence_regs(dk);
-        wgm::fence();
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            wgm::mma_rs<D, 1>(dv, pa[kk], wgm::desc_n<BQ>(dos, kk), 1);
-            wgm::mma_rs<D, 1>(dk, da[kk], wgm::desc_n<BQ>(qs, kk), 1);
-        }
-        wgm::commit();
-        if constexpr (DQA) {
-            // while dV, dK run: dS^T -> dSs[query][key]. da[kk][q] holds key 16 w + g + 8 (q & 1)
-            // of this warpgroup, queries 16 kk + 2 t4 + 8 (q >> 1) (low half) and + 1 (high half).
-            // The 8 lanes g of a store share one 16-byte chunk, the 4 lanes t4 hit 4 rows whose
-            // swizzled chunks differ: no bank conflict. Readers of the previous dS (the last dQ
-            // product) passed this iteration's first barrier.
-#pragma unroll
-            for (int kk = 0; kk < BQ / 16; kk++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int key = 64 * wg + 16 * w + g + 8 * (q & 1), qr = 16 * kk + 2 * t4 + 8 * (q >> 1);
-                    reinterpret_cast<uint16_t *>(dSs)[wgm::sw128<BQ>(qr, key)] = (uint16_t)(da[kk][q] & 0xFFFFu);
-                    reinterpret_cast<uint16_t *>(dSs)[wgm::sw128<BQ>(qr + 1, key)] = (uint16_t)(da[kk][q] >> 16);
-                }
-            wgm::fence_proxy_async();
-        }
-        wgm::wait<0>();
-        wgm::fence_regs(dv);
-        wgm::fence_regs(dk);
-
-        if constexpr (DQA) {
-            __syncthreads();  // both warpgroups' dS in dSs, visible to wgmma
-            // this warpgroup's 64 x 64 quarter of dQ_tile: query rows r0 .., columns 64 cp ..
-            constexpr int QUARTER_ROWS = BQ == 128;  // D = 64: split the rows; D = 128: the columns
-            const int r0 = QUARTER_ROWS ? 64 * wg : 0, cp = QUARTER_ROWS ? 0 : wg;
-            const uint32_t kp = ks + (uint32_t)cp * (BK * 64 * 2);  // head-dim panel cp of K
-            float acc[32];
-#pragma unroll
-            for (int i = 0; i < 32; i++) acc[i] = 0.f;
-            wgm::fence_regs(acc);
-            wgm::fence();
-#pragma unroll
-            for (int s = 0; s < BK / 16; s++)
-                wgm::mma_ss<64, 1>(acc, wgm::desc_k<BQ>(dss, r0, s), wgm::desc_n<BK>(kp, s), 1);
-            wgm::commit();
-            wgm::wait<0>();
-            wgm::fence_regs(acc);
-            // acc[4 j + e]: row r0 + 16 w + g + 8 (e >> 1), column 64 cp + 8 j + 2 t4 + (e & 1);
-            // rows >= T skipped (their dS is 0; the accumulator has T rows per batch)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int i = q0 + r0 + 16 * w + g + 8 * r;
-                if (i < T) {
-                    float *dst = p.dqacc + (((size_t)b * T + i) * H + h) * D + 64 * cp + 2 * t4;
-#pragma unroll
-                    for (int j = 0; j < 8; j++) attn_red_add2(dst + 8 * j, acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
-                }
-            }
-        }
-    }
-
-    // epilogue: dK (x scale) staged in K, dV in V (each warpgroup its own rows), 16-byte stores
-    __syncthreads();  // DQA: the last dQ product read every K row
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = 64 * wg + 16 * w + g + 8 * r;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            const int off = wgm::sw128<BK>(row, 8 * j + 2 * t4);
-            *reinterpret_cast<uint32_t *>(Ks + off) = gdnk::pack_bf16(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
-            *reinterpret_cast<uint32_t *>(Vs + off) = gdnk::pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
-        }
-    }
-    __syncthreads();
-    constexpr int CPR = D / 8;
-#pragma unroll
-    for (int c = tid; c < BK * CPR; c += NT) {
-        const int row = c / CPR, ch = c % CPR, j = k0 + row;
-        if (j < T) {
-            const size_t go = (((size_t)b * T + j) * H + h) * D + ch * 8;
-            *reinterpret_cast<uint4 *>(p.dk + go) = *reinterpret_cast<const uint4 *>(Ks + wgm::sw128<BK>(row, ch * 8));
-            *reinterpret_cast<uint4 *>(p.dv + go) = *reinterpret_cast<const uint4 *>(Vs + wgm::sw128<BK>(row, ch * 8));
-        }
-    }
-#else
-    __trap();  // launched only where the sm_90a image exists (attention_bwd_wgmma_selected checks)
-#endif
-}
-
-// grid (ceil(T/BQ), H, B), heaviest (last) query blocks first, as the mma.sync pass 2.
-template <int D>
-__global__ void __launch_bounds__(WG_THREADS, 1) attention_bwd_dq_wgmma_kernel(const __grid_constant__ bwd_kparams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BQ = WDQ_BQ, BK = WDQ_BK, NT = WG_THREADS;
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    __nv_bfloat16 *Qs = attn_smem_1024(smem_raw);  // BQ x D, sw128<BQ>
-    __nv_bfloat16 *dOs = Qs + BQ * D;               // BQ x D, sw128<BQ>
-    __nv_bfloat16 *Ks = dOs + BQ * D;               // 2 x (BK x D), sw128<BK>
-    __nv_bfloat16 *Vs = Ks + 2 * BK * D;            // 2 x (BK x D), sw128<BK>
-
-    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const int m = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, H = p.H, W = p.window;
-    const float c2 = p.scale_log2;
-    const int q0 = m * BQ, wq0 = q0 + 64 * wg;  // first query row of the CTA, of this warpgroup
-    const int j_hi = min(T - 1, q0 + BQ - 1), j_lo = max(0, q0 - W + 1);
-    const int n_hi = j_hi / BK, n_lo = j_lo / BK;
-
-    attn_load_tile<BQ, D, NT, true>(Qs, p.q, b, h, q0, T, H, tid);
-    attn_load_tile<BQ, D, NT, true>(dOs, p.dO, b, h, q0, T, H, tid);
-    attn_load_tile<BK, D, NT, true>(Ks, p.k, b, h, n_hi * BK, T, H, tid);
-    attn_load_tile<BK, D, NT, true>(Vs, p.v, b, h, n_hi * BK, T, H, tid);
-    attn_cp_async_commit();
-
-    float lse2[2], Drow[2];  // rows wq0 + 16 w + g, + 8
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int i = wq0 + 16 * w + g + 8 * r;
-        const size_t si = ((size_t)b * H + h) * T + i;
-        lse2[r] = i < T ? p.lse[si] * ATTN_LOG2E : INFINITY;
-        Drow[r] = i < T ? p.Dd[si] : 0.f;
-    }
-    // dq[4 j + e]: row wq0 + 16 w + g + 8 (e >> 1), column 8 j + 2 t4 + (e & 1)
-    float dq[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) dq[i] = 0.f;
-    const uint32_t qs = gdnk::smem_u32(Qs), dos = gdnk::smem_u32(dOs);
-
-    for (int n = n_hi, it = 0; n >= n_lo; n--, it++) {
-        attn_cp_async_wait_all();
-        wgm::fence_proxy_async();
-        __syncthreads();  // K, V tile n visible to wgmma; both warpgroups are done with buffers (it+1)&1
-        if (n > n_lo) {
-            const int nb = (it + 1) & 1;
-            attn_load_tile<BK, D, NT, true>(Ks + nb * BK * D, p.k, b, h, (n - 1) * BK, T, H, tid);
-            attn_load_tile<BK, D, NT, true>(Vs + nb * BK * D, p.v, b, h, (n - 1) * BK, T, H, tid);
-            attn_cp_async_commit();
-        }
-        const uint32_t ks = gdnk::smem_u32(Ks + (it & 1) * BK * D), vs = gdnk::smem_u32(Vs + (it & 1) * BK * D);
-        const int k0 = n * BK;
-
-        // s[4 j + e] = S[row wq0 + 16 w + g + 8 (e >> 1)][key k0 + 8 j + 2 t4 + (e & 1)], dp alike
-        float s[BK / 2], dp[BK / 2];
-#pragma unroll
-        for (int i = 0; i < BK / 2; i++) s[i] = dp[i] = 0.f;
-        wgm::fence_regs(s);
-        wgm::fence_regs(dp);
-        wgm::fence();
-        // two groups: P is computed while dP is still in the tensor cores
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgm::mma_ss<BK, 0>(s, wgm::desc_k<BQ>(qs, 64 * wg, kk), wgm::desc_k<BK>(ks, 0, kk), 1);
-        wgm::commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgm::mma_ss<BK, 0>(dp, wgm::desc_k<BQ>(dos, 64 * wg, kk), wgm::desc_k<BK>(vs, 0, kk), 1);
-        wgm::commit();
-        wgm::wait<1>();  // S done (groups complete in order); dp must not be touched yet
-        wgm::fence_regs(s);
-
-        // P recomputed from lse, masked entries 0
-        const bool need_mask = (k0 + BK - 1 > wq0) || (k0 <= wq0 + 63 - W);
-#pragma unroll
-        for (int j = 0; j < BK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = e >> 1;
-                float pv = attn_ex2(fmaf(s[4 * j + e], c2, -lse2[r]));
-                if (need_mask) {
-                    const int i = wq0 + 16 * w + g + 8 * r, key = k0 + 8 * j + 2 * t4 + (e & 1);
-                    if (key > i || key <= i - W) pv = 0.f;
-                }
-                s[4 * j + e] = pv;
-            }
-        wgm::wait<0>();
-        wgm::fence_regs(dp);
-        // dS = P (dP - D)
-#pragma unroll
-        for (int j = 0; j < BK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - Drow[e >> 1]);
-        uint32_t da[BK / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) da[kk][q] = gdnk::pack_bf16(dp[8 * kk + 2 * q], dp[8 * kk + 2 * q + 1]);
-
-        // dQ += dS K (K N-major: the [key][d] tile as loaded)
-        wgm::fence_regs(dq);
-        wgm::fence();
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) wgm::mma_rs<D, 1>(dq, da[kk], wgm::desc_n<BK>(ks, kk), 1);
-        wgm::commit();
-        wgm::wait<0>();
-        wgm::fence_regs(dq);
-    }
-
-    // epilogue: dq = scale * acc, staged in this warpgroup's own Q rows, 16-byte stores
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = 64 * wg + 16 * w + g + 8 * r;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            *reinterpret_cast<uint32_t *>(Qs + wgm::sw128<BQ>(row, 8 * j + 2 * t4)) =
-                gdnk::pack_bf16(dq[4 * j + 2 * r] * p.scale, dq[4 * j + 2 * r + 1] * p.scale);
-    }
-    __syncthreads();
-    constexpr int CPR = D / 8;
-#pragma unroll
-    for (int c = tid; c < BQ * CPR; c += NT) {
-        const int row = c / CPR, ch = c % CPR, i = q0 + row;
-        if (i < T)
-            *reinterpret_cast<uint4 *>(p.dq + (((size_t)b * T + i) * H + h) * D + ch * 8) =
-                *reinterpret_cast<const uint4 *>(Qs + wgm::sw128<BQ>(row, ch * 8));
-    }
-#else
-    __trap();  // launched only where the sm_90a image exists (attention_bwd_wgmma_selected checks)
-#endif
-}
-
-// ---- Hopper path with a TMA producer warpgroup (GDN_ATTN_WGMMA_BWD3; the default) ---------------
-// attention_bwd_dkdv_wgmma3_kernel, attention_bwd_dq_wgmma3_kernel: flash-attention 3's producer /
-// consumer split around exactly the consumer arithmetic of the two kernels above (same wgmma
-// groups on the same shared-memory bytes in the same order, same epilogues), so dq, dk, dv are
-// expected to be bitwise theirs (test_attention compares them under GDN_ATTN_WGMMA_BWD3). A CTA is
-// 3 warpgroups (384 threads) over the same grid as the kernel it replaces:
+// ---- the TMA producer and the consumers: attention_bwd_*_wgmma3_kernel ----------------------
+// A CTA is 3 warpgroups (384 threads) over the grid of the mma.sync pass it replaces:
 //   warpgroup 0 = producer: setmaxnreg.dec to BW3_PRODUCER_REGS; its first warp issues the loads
 //     (lane 0: TMA, cp.async.bulk.tensor.4d with the forward's tensor maps, box 64 columns x rows,
-//     128-byte swizzle = one wgmma panel; rows >= T zero-filled as attn_load_tile's); warps 1-3
-//     exit after setmaxnreg.
-//   warpgroups 1, 2 = consumers, the old kernel's warpgroups 0, 1 (setmaxnreg.inc to
+//     128-byte swizzle = one wgmma panel; rows >= T zero-filled); warps 1-3 exit after setmaxnreg.
+//   warpgroups 1, 2 = consumers, the warpgroups wg = 0, 1 above (setmaxnreg.inc to
 //     BW3_CONSUMER_REGS): no cp.async, no CTA-wide barrier in the loop; a tile is waited for on its
 //     stage's full mbarrier and handed back on its empty mbarrier (count 8: lane 0 of each
 //     consumer warp, after the wait_group that retires the last wgmma reading the stage).
@@ -830,8 +490,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attention_bwd_dq_wgmma_kernel(c
 // TMA writes through the async proxy, as wgmma reads: the mbarrier wait alone orders them.
 // Registers: __launch_bounds__(384, 1) gives 168 a thread at launch; setmaxnreg moves 144 x 128
 // of them from the producer (24) to the consumers (240), and ptxas compiles the consumer branches
-// against 240: their SASS uses up to 185-238 registers (the old kernels 229-250, with the cp.async
-// address arithmetic), no spill (CUDA 13.0).
+// against 240: their SASS uses up to 185-238 registers, no spill (CUDA 13.0).
 // -DGDN_MBAR_WATCHDOG: the waits are wgmma.cuh's mbar_wait(bar, parity, failed).
 constexpr int BW3_THREADS = 384, BW3_PRODUCER_REGS = 24, BW3_CONSUMER_REGS = 240;
 static_assert(128 * BW3_PRODUCER_REGS + 256 * BW3_CONSUMER_REGS <= 168 * BW3_THREADS,
@@ -864,7 +523,7 @@ __device__ __forceinline__ void bw3_turn_pass(int wg) {
     }
 }
 
-// dK/dV pass (attention_bwd_dkdv_wgmma_kernel's consumers). Shared memory: K, V (loaded once),
+// dK/dV pass (attention_bwd_dkdv_wgmma3_kernel). Shared memory: K, V (loaded once),
 // NS stages of (Q, dO) tiles and of the (lse2, D) rows of their BQ queries, with DQA two dS tiles
 // (by iteration parity: a consumer writes dS of tile u + 1 while the other may still read dS of
 // tile u in its dQ product), mbarriers. The producer's warp fills a stage's rows (lse2 = lse *
@@ -962,7 +621,7 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
                 wgm::mbar_arrive(bar);  // release: this lane's rows are in shared memory
             }
         }
-    } else {  // ---- consumer warpgroups: attention_bwd_dkdv_wgmma_kernel's per-tile code
+    } else {  // ---- consumer warpgroups: the dK/dV pass's per-tile code (header)
         wgm::setmaxnreg_inc<BW3_CONSUMER_REGS>();
         const int wg = (tid >> 7) - 1, w = (tid >> 5) & 3;
         const int g = lane >> 2, t4 = lane & 3;
@@ -1054,9 +713,12 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             if (!(wg == 1 && m == m_hi)) bw3_turn_pass<PP>(wg);  // consumer 1's last issue: no one waits
             const int dsb = (u & 1) * BQ * BK;  // DQA: this tile's dS buffer, dSs + dsb
             if constexpr (DQA) {
-                // dS^T -> dSs + dsb [query][key] as the old kernel (its comment says why there is no
-                // bank conflict). The last readers of this buffer (dQ product of tile u - 2) passed
-                // the consumers' barrier of tile u - 1 before this thread could.
+                // dS^T -> dSs + dsb [query][key]. da[kk][q] holds key 16 w + g + 8 (q & 1) of this
+                // warpgroup, queries 16 kk + 2 t4 + 8 (q >> 1) (low half) and + 1 (high half). The 8
+                // lanes g of a store share one 16-byte chunk, the 4 lanes t4 hit 4 rows whose
+                // swizzled chunks differ: no bank conflict. The last readers of this buffer (dQ
+                // product of tile u - 2) passed the consumers' barrier of tile u - 1 before this
+                // thread could.
 #pragma unroll
                 for (int kk = 0; kk < BQ / 16; kk++)
 #pragma unroll
@@ -1104,7 +766,7 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             }
         }
 
-        // epilogue (the old kernel's bytes): dK (x scale) staged in K, dV in V, each consumer its
+        // epilogue: dK (x scale) staged in K, dV in V, each consumer its
         // own 64 rows (written by TMA, read only by retired wgmma), then its rows stored
         // DQA: the other consumer's last dQ product read every K row
         if constexpr (DQA) asm volatile("bar.sync 1, 256;\n" ::: "memory");
@@ -1138,10 +800,10 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
 #endif
 }
 
-// dQ pass (attention_bwd_dq_wgmma_kernel's consumers): Q, dO loaded once (one barrier), NS stages
+// dQ pass (attention_bwd_dq_wgmma3_kernel): Q, dO loaded once (one barrier), NS stages
 // of (K, V) tiles, each on one full barrier (count 1: the producer's arrive.expect_tx) and one
 // empty barrier (released after dQ += dS K, the last wgmma reading K; V is read before it). The
-// consumers read lse and D of their rows from global memory as the old kernel does.
+// consumers read lse and D of their rows from global memory.
 template <int D, int NS>
 constexpr int wdq3_smem_bytes() {
     return (2 * WDQ_BQ * D + 2 * NS * WDQ_BK * D) * 2 + 1024 + (1 + 2 * NS) * 8;
@@ -1221,7 +883,7 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
                 __syncwarp();
             }
         }
-    } else {  // ---- consumer warpgroups: attention_bwd_dq_wgmma_kernel's per-tile code
+    } else {  // ---- consumer warpgroups: the dQ pass's per-tile code (header)
         wgm::setmaxnreg_inc<BW3_CONSUMER_REGS>();
         const int wg = (tid >> 7) - 1, w = (tid >> 5) & 3;
         const int g = lane >> 2, t4 = lane & 3;
@@ -1309,7 +971,7 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             if (lane == 0) wgm::mbar_arrive(empty + 8 * cb);  // K, V of this stage read
         }
 
-        // epilogue (the old kernel's bytes): dq = scale * acc staged in this consumer's own Q rows
+        // epilogue: dq = scale * acc staged in this consumer's own Q rows
         // (written by TMA, read only by its retired wgmma), then its rows stored
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -1458,34 +1120,36 @@ void attention_bwd_dot_launch(const attn_params *p, float *Dd) {
     CUDA_CHECK_LAUNCH();
 }
 
-// Sets the shared-memory limit of kernel fn and launches it (every bf16 backward kernel runs
-// 256 threads; the mma.sync and wgmma passes share their grids).
-static_assert(KV_THREADS == WG_THREADS && DQ_THREADS == WG_THREADS && KV_BK == WKV_BK && DQ_BQ == WDQ_BQ,
-              "the bf16 launcher gives both kernel families the same grid and block");
+// Sets the shared-memory limit of the mma.sync kernel fn and launches it (both passes run 256
+// threads; the wgmma3 kernels run over the same grids, so that a pass can fall back per call).
+static_assert(KV_THREADS == DQ_THREADS && KV_BK == WKV_BK && DQ_BQ == WDQ_BQ,
+              "the bf16 launcher gives both kernel families the same grids and the mma.sync passes one block size");
 void attn_bwd_launch(void (*fn)(bwd_kparams), int smem, dim3 grid, const bwd_kparams &kp, cudaStream_t stream) {
     CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    fn<<<grid, WG_THREADS, smem, stream>>>(kp);
+    fn<<<grid, KV_THREADS, smem, stream>>>(kp);
     CUDA_CHECK_LAUNCH();
 }
 
-// GDN_ATTN_WGMMA_BWD3 (the TMA-producer kernels attention_bwd_*_wgmma3_kernel in place of the
-// wgmma kernels; read on every call, so that one process can A/B them by setenv): "1" or "2": 2
-// Q/dO (dK/dV pass) and K/V (dQ pass) stages, "3": 3 stages (the dQ pass keeps 2 at D = 128),
-// "pp" or "pp2" / "pp3": the same with the consumers' ping-pong; unset: "1" (the default since
-// session 10: bitwise the wgmma kernels' dq, dk, dv in 0.75-0.77x their time on an H200, ping-pong
-// no faster; bench/attention.md); "0" or anything else: off (the wgmma kernels).
-// Returns the stages (0: off), + 10 with ping-pong.
+// GDN_ATTN_WGMMA_BWD3 (the variant of the TMA-producer kernels attention_bwd_*_wgmma3_kernel; read
+// on every call, so that one process can A/B them by setenv): unset, "1" or "2": 2 Q/dO (dK/dV
+// pass) and K/V (dQ pass) stages (the default since session 10; ping-pong measured no faster,
+// bench/attention.md), "3": 3 stages (the dQ pass keeps 2 at D = 128), "pp" or "pp2" / "pp3": the
+// same with the consumers' ping-pong. Returns the stages, + 10 with ping-pong. Any other value
+// aborts: "0" used to select the wgmma kernels without a producer, deleted in session 11.
 int attention_bwd_wgmma3_mode() {
     const char *s = getenv("GDN_ATTN_WGMMA_BWD3");
     if (!s) return 2;
     if (strcmp(s, "1") == 0 || strcmp(s, "2") == 0) return 2;
     if (strcmp(s, "3") == 0) return 3;
     if (strcmp(s, "pp") == 0 || strcmp(s, "pp2") == 0) return 12;
-    return strcmp(s, "pp3") == 0 ? 13 : 0;
+    if (strcmp(s, "pp3") == 0) return 13;
+    gdn_die("attention_bwd: GDN_ATTN_WGMMA_BWD3=%s is not one of 1, 2, 3, pp, pp2, pp3\nHINT: unset it for the "
+            "default; the old wgmma backward it switched to with 0 is deleted; GDN_ATTN_WGMMA_BWD=0 runs the "
+            "mma.sync kernels", s);
 }
 
 // wgmma3 kernel launches so far (attention_bwd_wgmma3_launches: test_attention checks that a
-// backward under GDN_ATTN_WGMMA_BWD3 really ran them and did not fall back)
+// bf16 backward on the wgmma path really ran them and did not fall back to mma.sync)
 unsigned long bwd3_launches = 0;
 
 typedef void (*bwd3_kernel)(bwd_kparams, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap);
@@ -1493,7 +1157,7 @@ typedef void (*bwd3_kernel)(bwd_kparams, CUtensorMap, CUtensorMap, CUtensorMap, 
 // Launches the wgmma3 kernel fn (384 threads, smem bytes) with the tensor maps of q and dO (box
 // qrows rows) and k and v (krows rows); returns 0 (nothing launched; why printed once to stderr)
 // when the maps cannot be made or fn has too few registers for its setmaxnreg, so that the caller
-// runs the old kernel instead. setmaxnreg moves registers inside the CTA's launch allocation: the
+// runs the pass's mma.sync kernel instead. setmaxnreg moves registers inside the CTA's launch allocation: the
 // consumers' setmaxnreg.inc (256 x 240) can only be served if ptxas gave the kernel >= 168
 // registers a thread (384 x 168 >= 128 x 24 + 256 x 240); with fewer it would block forever.
 // ptxas reports 168 (the launch bound); checked once per kernel (*regs_ok, the caller's static).
@@ -1513,8 +1177,8 @@ int attn_bwd3_launch(bwd3_kernel fn, int smem, dim3 grid, const bwd_kparams &kp,
     if (!why) why = attn_tma_map_bf16(&mv, p->v, p, krows);
     if (why) {
         if (!warned) {
-            fprintf(stderr, "attention_bwd: GDN_ATTN_WGMMA_BWD3 ignored for %s (%s; B %d T %d H %d D %d): running the "
-                            "wgmma kernel it replaces\n", name, why, p->B, p->T, p->H, p->D);
+            fprintf(stderr, "attention_bwd: %s cannot run (%s; B %d T %d H %d D %d): running the pass's mma.sync "
+                            "kernel\n", name, why, p->B, p->T, p->H, p->D);
             warned = 1;
         }
         return 0;
@@ -1527,7 +1191,7 @@ int attn_bwd3_launch(bwd3_kernel fn, int smem, dim3 grid, const bwd_kparams &kp,
 }
 
 // attention_bwd_dkdv_wgmma3_kernel<D, DQA, NS, PP> / attention_bwd_dq_wgmma3_kernel<D, NS, PP> for
-// mode = attention_bwd_wgmma3_mode(); 0 when nothing was launched (mode 0, or the fallback above)
+// mode = attention_bwd_wgmma3_mode(); 0 when nothing was launched (the fallback above)
 template <int D, bool DQA, int NS, bool PP>
 int attn_bwd3_dkdv_ns(const attn_params *p, const bwd_kparams &kp, dim3 grid) {
     static int regs_ok = -1;
@@ -1565,7 +1229,8 @@ int attn_bwd3_dq(int mode, const attn_params *p, const bwd_kparams &kp, dim3 gri
 }
 
 // dqacc: NULL = deterministic two passes; else the zeroed fp32 accumulator (nondeterministic).
-// wgmma: the Hopper kernels (attention_bwd_wgmma_selected), else mma.sync.
+// wgmma: the Hopper kernels (attention_bwd_wgmma_selected), else mma.sync; a pass whose wgmma3
+// kernel cannot run falls back to its mma.sync kernel (the passes share grids and dqacc's layout).
 template <int D>
 void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, float *dqacc, bool wgmma) {
     bwd_kparams kp;
@@ -1583,14 +1248,10 @@ void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, flo
     kp.dv = static_cast<__nv_bfloat16 *>(p->dv);
     kp.dqacc = dqacc;
     const dim3 kv_grid(GDN_CDIV(p->T, KV_BK), p->H, p->B), dq_grid(GDN_CDIV(p->T, DQ_BQ), p->H, p->B);
-    const int mode3 = wgmma ? attention_bwd_wgmma3_mode() : 0;  // wgmma3 stages (+ 10: PP), 0: the wgmma kernels
+    const int mode3 = wgmma ? attention_bwd_wgmma3_mode() : 0;  // wgmma3 stages (+ 10: PP)
     if (dqacc) {
-        if (wgmma) {
-            if (!attn_bwd3_dkdv<D, true>(mode3, p, kp, kv_grid))
-                attn_bwd_launch(attention_bwd_dkdv_wgmma_kernel<D, true>, wkv_smem_bytes<D, true>(), kv_grid, kp, p->stream);
-        } else {
+        if (!wgmma || !attn_bwd3_dkdv<D, true>(mode3, p, kp, kv_grid))
             attn_bwd_launch(attention_bwd_dkdv_kernel<D, true>, kv_smem_bytes<D, true>(), kv_grid, kp, p->stream);
-        }
         const size_t n4 = (size_t)p->B * p->T * p->H * D / 4;
         const unsigned blocks = (unsigned)(GDN_CDIV(n4, (size_t)256) < 4096 ? GDN_CDIV(n4, (size_t)256) : 4096);
         attention_bwd_dq_convert_kernel<<<blocks, 256, 0, p->stream>>>(reinterpret_cast<const float4 *>(dqacc),
@@ -1598,15 +1259,10 @@ void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, flo
         CUDA_CHECK_LAUNCH();
         return;
     }
-    if (wgmma) {
-        if (!attn_bwd3_dkdv<D, false>(mode3, p, kp, kv_grid))
-            attn_bwd_launch(attention_bwd_dkdv_wgmma_kernel<D, false>, wkv_smem_bytes<D, false>(), kv_grid, kp, p->stream);
-        if (!attn_bwd3_dq<D>(mode3, p, kp, dq_grid))
-            attn_bwd_launch(attention_bwd_dq_wgmma_kernel<D>, wdq_smem_bytes<D>(), dq_grid, kp, p->stream);
-    } else {
+    if (!wgmma || !attn_bwd3_dkdv<D, false>(mode3, p, kp, kv_grid))
         attn_bwd_launch(attention_bwd_dkdv_kernel<D, false>, kv_smem_bytes<D, false>(), kv_grid, kp, p->stream);
+    if (!wgmma || !attn_bwd3_dq<D>(mode3, p, kp, dq_grid))
         attn_bwd_launch(attention_bwd_dq_kernel<D>, dq_smem_bytes<D>(), dq_grid, kp, p->stream);
-    }
 }
 
 template <int D>
@@ -1687,5 +1343,5 @@ extern "C" int attention_bwd_wgmma3_selected(void) { return attention_bwd_wgmma3
 
 extern "C" int attention_bwd_wgmma_selected(void) {
     static int env = -1, image = -1;
-    return attn_wgmma_selected("GDN_ATTN_WGMMA_BWD", attention_bwd_dq_wgmma_kernel<128>, &env, &image);
+    return attn_wgmma_selected("GDN_ATTN_WGMMA_BWD", attention_bwd_dq_wgmma3_kernel<128, 2, false>, &env, &image);
 }

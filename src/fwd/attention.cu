@@ -11,11 +11,10 @@
 // softmax run. At D = 128 this also removed 48 bytes of register spill (255 registers, 0 spill).
 // Saved for the backward: lse_i = ln 2 * (m_i + log2 l_i) (attention_bwd recomputes P from it).
 // bf16 on sm_90a (the default there; GDN_ATTN_WGMMA=0 keeps the kernel above): the same walk and
-// softmax on wgmma.mma_async, two warpgroups of 64 query rows per CTA (attention_fwd_wgmma2_kernel
-// below). By default (GDN_ATTN_WGMMA_FWD3 unset or pp; read per call) the same consumer arithmetic
-// is fed by a TMA producer warpgroup, flash-attention 3's warp specialisation, with the two
-// consumer warpgroups in ping-pong (attention_fwd_wgmma3_kernel; =1: without ping-pong, =3 / pp3:
-// 3 K/V stages, =0: wgmma2 itself). Bitwise wgmma2's o and lse.
+// softmax on wgmma.mma_async, fed by a TMA producer warpgroup, flash-attention 3's warp
+// specialisation, with the two consumer warpgroups of 64 query rows in ping-pong
+// (attention_fwd_wgmma3_kernel; GDN_ATTN_WGMMA_FWD3 picks its K/V stages and ping-pong, read per
+// call). Where it cannot run (no tensor map, too few registers for setmaxnreg) the kernel above does.
 // fp32: one warp per query row, 32 keys at a time (lane = key for the scores, lane = head
 // dim for the output), plain fp32 FMA and expf: slower, exact to ~1e-6.
 #include "../core/cuda_check.h"
@@ -238,55 +237,32 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
 }
 
 // ---- Hopper path (sm_90a, the default there: attention_fwd_wgmma_selected) ------------------
-// Same block walk, masking, log2-domain online softmax and lse as the kernel above, on
-// wgmma.mma_async (flash-attention 3's operand placement; no producer warp, no TMA): a CTA of two
-// warpgroups owns WG_BQ = 128 query rows of one (b, h), each warpgroup 64 of them. Per key block
-// of WG_BK = 128: S (64 x 128 fp32 per warpgroup, 64 registers a thread) = Q K^T with Q and K
-// both read from shared memory through descriptors (K-major, 128-byte swizzle), then
+// attention_fwd_wgmma3_kernel: the same block walk, masking, log2-domain online softmax and lse
+// as the kernel above, on wgmma.mma_async (flash-attention 3's operand placement) fed by a TMA
+// producer warpgroup (flash-attention 3's warp specialisation). Per key block of WG_BK = 128, a
+// consumer warpgroup (64 query rows): S (64 x 128 fp32, 64 registers a thread) = Q K^T with Q
+// and K both read from shared memory through descriptors (K-major, 128-byte swizzle), then
 // O (64 x D) += P V with P from registers (the accumulator fragment of S is, pairwise packed to
 // bf16, the A fragment of the k-steps, as with mma.sync) and V from shared memory N-major
-// (imm-trans-b = 1: V stays [keys][dims] as loaded). Q, K and V tiles are copied by cp.async into
-// 64-column panels (wgmma.cuh). attention_fwd_wgmma2_kernel below overlaps the softmax of one
-// block with the matrix products of the next, with no CTA-wide barrier in the loop.
-constexpr int WG_BQ = 128, WG_BK = 128, WG_THREADS = 256;
-
-// attention_fwd_wgmma2_kernel (session 8 deleted the first version, which ran the same arithmetic with each wgmma group waited
-// for at once and K/V double-buffered behind CTA barriers: git history, and bench/attention.md
-// for its A/B). Per block the arithmetic and its order are fixed (S from zero, o = o * corr_u +
-// P_u V_u); what the schedule does:
-// (1) Inside a warpgroup (flash-attention 3's intra-warpgroup overlap): S_{u+1} = Q K_{u+1}^T and
-//     O += P_u V_u are issued back to back as two wgmma groups, S first; wait_group 1 returns
-//     once S_{u+1} is done and its mask and softmax run while P_u V_u is still on the tensor
-//     cores; then wait_group 0, o *= corr_{u+1}, P_{u+1} packed. Between the issue and
-//     wait_group 0 nothing touches o or the P_u fragments (ptxas checks this: it would inject a
-//     wait and say so under -Xptxas -v, "C7517 warpgroup.wait is injected"; it does not).
-// (2) No CTA-wide barrier in the loop. K and V have NS stages each, each stage a "full" and an
-//     "empty" mbarrier. Every thread copies its share of a tile by cp.async and then arrives on
-//     the tile's full barrier with cp.async.mbarrier.arrive.noinc (256 arrivals: the phase
-//     completes once every thread's copies have landed, and no thread waits for its own); a
-//     warpgroup waits on full (parity), fences the async proxy, issues its wgmma. After the
-//     wait_group that retires the last product reading a stage, lane 0 of each warp arrives on
-//     the stage's empty barrier (8 arrivals), and a thread waits on empty before it copies into
-//     that stage again. The warpgroups meet only there: one can begin block u once the other is
-//     done with block u - 1, so they drift by up to a block and one's softmax runs while the
-//     other's products do.
-// Tile u (u-th block visited, key block n_hi - u) lives in stage u % NS; its barriers' phase is
-// u / NS (waits on parity (u / NS) & 1). Every stage is filled before the loop; at the top of
-// block u the copies of K_{u+NS} (into K_u's stage: S_u retired in block u - 1) and V_{u+NS-1}
-// (into V_{u-1}'s stage) are issued. K runs a block ahead of V because S_{u+1} is issued with
-// P_u V_u.
-template <int D, int NS>
-constexpr int fwd_wgmma2_smem_bytes() {
-    // Q + NS x (K, V), + slack to align to 1024, + 4 NS mbarriers (full K, full V, empty K, empty V)
-    return (WG_BQ * D + 2 * NS * WG_BK * D) * 2 + 1024 + 4 * NS * 8;
-}
-static_assert(fwd_wgmma2_smem_bytes<128, 3>() <= 227 * 1024, "wgmma2: 3 stages exceed sm_90's 227 KiB");
+// (imm-trans-b = 1: V stays [keys][dims] as loaded). Tiles are 64-column panels (wgmma.cuh).
+// Per block the arithmetic and its order are fixed (S from zero, o = o * corr_u + P_u V_u);
+// inside a warpgroup (flash-attention 3's intra-warpgroup overlap) S_{u+1} = Q K_{u+1}^T and
+// O += P_u V_u are issued back to back as two wgmma groups, S first; wait_group 1 returns once
+// S_{u+1} is done and its mask and softmax run while P_u V_u is still on the tensor cores; then
+// wait_group 0, o *= corr_{u+1}, P_{u+1} packed. Between the issue and wait_group 0 nothing
+// touches o or the P_u fragments (ptxas checks this: it would inject a wait and say so under
+// -Xptxas -v, "C7517 warpgroup.wait is injected"; it does not).
+// Two earlier wgmma forwards ran this arithmetic without the producer: session 8 deleted the
+// first (each group waited for at once, K/V behind CTA barriers), session 11 the second,
+// attention_fwd_wgmma2_kernel (cp.async tiles on mbarriers), whose o and lse this kernel matched
+// bitwise in 0.57-0.58x its time (git history, and bench/attention.md for their A/Bs).
+constexpr int WG_BQ = 128, WG_BK = 128;
 
 // Mask and online softmax of one score block of a warpgroup: s (64 x BK, the S accumulator) -> p = 2^(s c2 - m c2); m, l updated; corr = the factor o
 // must be multiplied by. Rows i0 (r = 0) and i0 + 8 (r = 1), keys k0 + 8 j + 2 t4 + (e & 1).
 template <int BK>
-__device__ __forceinline__ void wg2_softmax(float (&s)[BK / 2], float (&mrow)[2], float (&lrow)[2], float (&corr)[2],
-                                            bool mask, int i0, int k0, int t4, int W, float c2) {
+__device__ __forceinline__ void wg_softmax(float (&s)[BK / 2], float (&mrow)[2], float (&lrow)[2], float (&corr)[2],
+                                           bool mask, int i0, int k0, int t4, int W, float c2) {
     if (mask) {
 #pragma unroll
         for (int j = 0; j < BK / 8; j++)
@@ -320,207 +296,18 @@ __device__ __forceinline__ void wg2_softmax(float (&s)[BK / 2], float (&mrow)[2]
     }
 }
 
-template <int D, int NS>
-__global__ void __launch_bounds__(WG_THREADS, 1) attention_fwd_wgmma2_kernel(const __grid_constant__ fwd_kparams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BQ = WG_BQ, BK = WG_BK, NT = WG_THREADS;
-    static_assert(NS >= 2, "wgmma2: K_{u+1} and V_u are read together");
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    // every panel must start on a 1024-byte boundary (wgmma.cuh): align the base at run time
-    const uint32_t raw_s = gdnk::smem_u32(smem_raw);
-    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(smem_raw + (((raw_s + 1023u) & ~1023u) - raw_s));
-    __nv_bfloat16 *Ks = Qs + BQ * D;       // NS x (BK x D), sw128<BK>
-    __nv_bfloat16 *Vs = Ks + NS * BK * D;  // NS x (BK x D), sw128<BK>
-    // mbarriers, NS each, stage s at + 8 s: full (NT cp.async arrivals), empty (one per warp)
-    const uint32_t k_full = gdnk::smem_u32(Vs + NS * BK * D), v_full = k_full + 8 * NS;
-    const uint32_t k_empty = v_full + 8 * NS, v_empty = k_empty + 8 * NS;
-
-    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const int m = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, H = p.H, W = p.window;
-    const float c2 = p.scale_log2;
-    const int q0 = m * BQ;
-    const int wq0 = q0 + 64 * wg;       // first query row of this warpgroup
-    const int i0 = wq0 + 16 * w + g;    // this thread's rows: i0, i0 + 8
-    const int j_hi = min(T - 1, q0 + BQ - 1);
-    const int j_lo = max(0, q0 - W + 1);
-    const int n_hi = j_hi / BK, nb = n_hi - j_lo / BK + 1;  // tile u = key block n_hi - u, u < nb
-
-    if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            wgm::mbar_init(k_full + 8 * s, NT);
-            wgm::mbar_init(v_full + 8 * s, NT);
-            wgm::mbar_init(k_empty + 8 * s, NT / 32);
-            wgm::mbar_init(v_empty + 8 * s, NT / 32);
-        }
-        wgm::mbar_init_fence();
-    }
-    __syncthreads();  // barriers initialised before any arrival; the only CTA-wide barrier
-
-    const uint32_t qs = gdnk::smem_u32(Qs), ks0 = gdnk::smem_u32(Ks), vs0 = gdnk::smem_u32(Vs);
-    constexpr uint32_t TILE = 2u * BK * D;  // bytes per K or V stage
-    // copies of tile u into stage u % NS (the caller made sure the stage is free)
-    auto load_k = [&](int u) {
-        attn_load_tile<BK, D, NT, true>(Ks + (u % NS) * BK * D, p.k, b, h, (n_hi - u) * BK, T, H, tid);
-        wgm::mbar_cp_async_arrive(k_full + 8 * (u % NS));
-    };
-    auto load_v = [&](int u) {
-        attn_load_tile<BK, D, NT, true>(Vs + (u % NS) * BK * D, p.v, b, h, (n_hi - u) * BK, T, H, tid);
-        wgm::mbar_cp_async_arrive(v_full + 8 * (u % NS));
-    };
-    // Q rides on K tile 0's full barrier (its arrival tracks all earlier copies of the thread)
-    attn_load_tile<BQ, D, NT, true>(Qs, p.q, b, h, q0, T, H, tid);
-#pragma unroll
-    for (int u = 0; u < NS; u++)
-        if (u < nb) load_k(u);
-#pragma unroll
-    for (int u = 0; u < NS; u++)
-        if (u < nb) load_v(u);
-
-    // O: o[4 j + e] = row 16 w + g + 8 (e >> 1) of this warpgroup, column 8 j + 2 t4 + (e & 1)
-    float o[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f}, corr[2];  // rows g, g + 8 of warp w
-    float s[BK / 2];  // S, then P of the newest block: s[4 j + e] = row ..., key 8 j + 2 t4 + (e & 1)
-    uint32_t pa[BK / 16][4];  // P as bf16 A fragments: k-step kk = key tiles 2 kk (a0, a1), 2 kk + 1 (a2, a3)
-    auto pack_p = [&]() {
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) pa[kk][q] = gdnk::pack_bf16(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
-    };
-    // mask only blocks that straddle the diagonal or the window edge for this warpgroup
-    auto straddles = [&](int k0) { return (k0 + BK - 1 > wq0) || (k0 <= wq0 + 63 - W); };
-    // after a wait_group: lane 0 of each warp arrives (wait_group is .aligned: the warp is converged)
-    auto release = [&](uint32_t bar) {
-        if (lane == 0) wgm::mbar_arrive(bar);
-    };
-
-    // block 0: S_0, softmax (o is 0: no rescale), P_0
-    wgm::mbar_wait(k_full, 0);  // Q and K_0 landed, every thread's share
-    wgm::fence_proxy_async();   // ... and are visible to wgmma (the async proxy)
-    wgm::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        wgm::mma_ss<BK, 0>(s, wgm::desc_k<BQ>(qs, 64 * wg, kk), wgm::desc_k<BK>(ks0, 0, kk), kk > 0);
-    wgm::commit();
-    wgm::wait<0>();
-    wgm::fence_regs(s);
-    release(k_empty);
-    wg2_softmax<BK>(s, mrow, lrow, corr, straddles(n_hi * BK), i0, n_hi * BK, t4, W, c2);
-    pack_p();
-
-    for (int u = 0; u + 1 < nb; u++) {
-        // copies ahead: K_{u+NS} into K_u's stage, once both warpgroups retired S_u; V_{u+NS-1}
-        // into V_{u-1}'s stage, once both retired P_{u-1} V_{u-1} (for u = 0 it was filled above)
-        if (u + NS < nb) {
-            wgm::mbar_wait(k_empty + 8 * (u % NS), (u / NS) & 1);
-            load_k(u + NS);
-        }
-        if (u >= 1 && u + NS - 1 < nb) {
-            wgm::mbar_wait(v_empty + 8 * ((u - 1) % NS), ((u - 1) / NS) & 1);
-            load_v(u + NS - 1);
-        }
-        const int sn = (u + 1) % NS, sc = u % NS;  // stages of K_{u+1} and V_u
-        wgm::mbar_wait(k_full + 8 * sn, ((u + 1) / NS) & 1);
-        wgm::mbar_wait(v_full + 8 * sc, (u / NS) & 1);
-        wgm::fence_proxy_async();
-        // pin the last writes of s (read by pack_p), o (rescaled) and pa (packed) before the fence
-        wgm::fence_regs(s);
-        wgm::fence_regs(o);
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) wgm::fence_regs(pa[kk]);
-        wgm::fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgm::mma_ss<BK, 0>(s, wgm::desc_k<BQ>(qs, 64 * wg, kk), wgm::desc_k<BK>(ks0 + sn * TILE, 0, kk), kk > 0);
-        wgm::commit();  // group: S_{u+1}
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) wgm::mma_rs<D, 1>(o, pa[kk], wgm::desc_n<BK>(vs0 + sc * TILE, kk), 1);
-        wgm::commit();  // group: O += P_u V_u
-        wgm::wait<1>();  // S_{u+1} done; o and pa stay untouched until wait<0>
-        wgm::fence_regs(s);
-        release(k_empty + 8 * sn);
-        const int k0 = (n_hi - u - 1) * BK;
-        wg2_softmax<BK>(s, mrow, lrow, corr, straddles(k0), i0, k0, t4, W, c2);
-        wgm::wait<0>();  // P_u V_u done
-        wgm::fence_regs(o);
-        release(v_empty + 8 * sc);
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            o[4 * j] *= corr[0];
-            o[4 * j + 1] *= corr[0];
-            o[4 * j + 2] *= corr[1];
-            o[4 * j + 3] *= corr[1];
-        }
-        pack_p();
-    }
-
-    // last block: O += P V (no stage is copied into again: no release)
-    wgm::mbar_wait(v_full + 8 * ((nb - 1) % NS), ((nb - 1) / NS) & 1);
-    wgm::fence_proxy_async();
-    wgm::fence_regs(o);
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; kk++) wgm::fence_regs(pa[kk]);
-    wgm::fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; kk++)
-        wgm::mma_rs<D, 1>(o, pa[kk], wgm::desc_n<BK>(vs0 + ((nb - 1) % NS) * TILE, kk), 1);
-    wgm::commit();
-    wgm::wait<0>();
-    wgm::fence_regs(o);
-
-    // epilogue: o = O / l staged through this warpgroup's own Q
-    // rows (only its own, retired, wgmma read them; the other warpgroup's rows are disjoint),
-    // lse = ln2 (m c2 + log2 l)
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int row = 64 * wg + 16 * w + g + 8 * r;  // inside the tile
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            *reinterpret_cast<uint32_t *>(Qs + wgm::sw128<BQ>(row, 8 * j + 2 * t4)) =
-                gdnk::pack_bf16(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-        const int i = q0 + row;
-        if (t4 == 0 && i < T) p.lse[((size_t)b * H + h) * T + i] = ATTN_LN2 * (mrow[r] * c2 + log2f(l));
-    }
-    // the 128 threads of this warpgroup only (named barrier 1 + wg, immediate ids as above)
-    if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
-    else asm volatile("bar.sync 2, 128;\n" ::: "memory");
-    constexpr int CPR = D / 8;
-#pragma unroll
-    for (int c = tid & 127; c < 64 * CPR; c += 128) {
-        const int row = 64 * wg + c / CPR, ch = c % CPR, i = q0 + row;
-        if (i < T)
-            *reinterpret_cast<uint4 *>(p.o + (((size_t)b * T + i) * H + h) * D + ch * 8) =
-                *reinterpret_cast<const uint4 *>(Qs + wgm::sw128<BQ>(row, ch * 8));
-    }
-#else
-    __trap();  // launched only where the sm_90a image exists (attention_fwd_launch_wgmma2 checks)
-#endif
-}
-
-// ---- Hopper path with a TMA producer warpgroup (GDN_ATTN_WGMMA_FWD3, the default) --------------
-// attention_fwd_wgmma3_kernel: flash-attention 3's producer/consumer split around the same
-// consumer arithmetic as attention_fwd_wgmma2_kernel. A CTA of 3 warpgroups (384 threads) owns
-// WG_BQ = 128 query rows of one (b, h):
+// attention_fwd_wgmma3_kernel: a CTA of 3 warpgroups (384 threads) owns WG_BQ = 128 query rows
+// of one (b, h):
 //   warpgroup 0 = producer: setmaxnreg.dec to WG3_PRODUCER_REGS; lane 0 of its first warp issues
 //     every load as TMA (cp.async.bulk.tensor.4d from the tensor maps of q, k, v: dims (D, H, T,
 //     B), box 64 columns x 1 x 128 rows x 1 with 128-byte swizzle, which lands exactly as one
 //     64-column panel of the wgmma layout, wgmma.cuh; two boxes per tile at D = 128, one at 64;
-//     rows >= T are outside the map and written as zeros, as attn_load_tile's zero fill).
+//     rows >= T are outside the map and written as zeros).
 //     Warps 1-3 of the producer warpgroup exit after setmaxnreg.
 //   warpgroups 1, 2 = consumers (64 query rows each): setmaxnreg.inc to WG3_CONSUMER_REGS; per
-//     key block exactly the code of wgmma2 (S from zero, mask only on straddling blocks, wg2_softmax,
-//     o = o * corr + P V, S_{u+1} issued with P_u V_u, the same epilogue through Q's rows), so
-//     o and lse are expected to be bitwise those of wgmma2 (same smem contents, same products in
-//     the same order; test_attention compares them under GDN_ATTN_WGMMA_FWD3).
+//     key block the code described above (S from zero, mask only on straddling blocks,
+//     wg_softmax, o = o * corr + P V, S_{u+1} issued with P_u V_u), then the epilogue through
+//     Q's rows.
 // Barriers (shared memory after the tiles): q_full (count 1); per stage s < NS: k_full[s],
 // v_full[s] (count 1: the producer's arrive.expect_tx, completed by the TMA bytes), k_empty[s],
 // v_empty[s] (count 8: lane 0 of each consumer warp after the wait_group that retires the last
@@ -528,7 +315,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attention_fwd_wgmma2_kernel(con
 // fill number u / NS: consumers wait full with parity (u / NS) & 1; the producer refills a stage
 // for tile u >= NS after the (u / NS - 1)-th completion of its empty barrier, parity
 // (u / NS - 1) & 1. Producer order: Q, K_0, then for j = 0 .. nb - 1: K_{j+1}, V_j (consumers
-// need K_{u+1} and V_u together in block u; K runs a block ahead as in wgmma2). Every wait the
+// need K_{u+1} and V_u together in block u; K runs a block ahead of V). Every wait the
 // producer makes is released by a consumer step of an earlier block, so the order cannot
 // deadlock; every TMA load issued is waited for by both consumers before the CTA exits.
 // PP (ping-pong, flash-attention 3 section 3.1, its "warp scheduler barrier"): the consumers take
@@ -541,7 +328,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attention_fwd_wgmma2_kernel(con
 // issue left), so both barriers end balanced. The arithmetic is unchanged.
 // Registers: __launch_bounds__(384, 1) gives 168 a thread at launch (ptxas -v reports that);
 // setmaxnreg moves 144 x 128 of them from the producer (24) to the consumers (240), and ptxas
-// compiles the consumer branch against 240 (it uses about 194, as wgmma2's 189-193; no spill).
+// compiles the consumer branch against 240 (it uses about 194; no spill).
 // -DGDN_MBAR_WATCHDOG: the waits are wgmma.cuh's mbar_wait(bar, parity, failed), which trap only
 // at the kernel's end (a trap inside a setmaxnreg region costs the region its register budget).
 constexpr int WG3_THREADS = 384, WG3_PRODUCER_REGS = 24, WG3_CONSUMER_REGS = 240;
@@ -629,7 +416,7 @@ __global__ void __launch_bounds__(WG3_THREADS, 1)
                 }
             }
         }
-    } else {  // ---- consumer warpgroups: wgmma2's per-block code
+    } else {  // ---- consumer warpgroups: the per-block code of the header
         wgm::setmaxnreg_inc<WG3_CONSUMER_REGS>();
         const int wg = (tid >> 7) - 1, w = (tid >> 5) & 3;
         const int g = lane >> 2, t4 = lane & 3;
@@ -683,7 +470,7 @@ __global__ void __launch_bounds__(WG3_THREADS, 1)
         wgm::wait<0>();
         wgm::fence_regs(s);
         release(k_empty);
-        wg2_softmax<BK>(s, mrow, lrow, corr, straddles(n_hi * BK), i0, n_hi * BK, t4, W, c2);
+        wg_softmax<BK>(s, mrow, lrow, corr, straddles(n_hi * BK), i0, n_hi * BK, t4, W, c2);
         pack_p();
 
         for (int u = 0; u + 1 < nb; u++) {
@@ -708,7 +495,7 @@ __global__ void __launch_bounds__(WG3_THREADS, 1)
             wgm::fence_regs(s);
             release(k_empty + 8 * sn);
             const int k0 = (n_hi - u - 1) * BK;
-            wg2_softmax<BK>(s, mrow, lrow, corr, straddles(k0), i0, k0, t4, W, c2);
+            wg_softmax<BK>(s, mrow, lrow, corr, straddles(k0), i0, k0, t4, W, c2);
             wgm::wait<0>();  // P_u V_u done
             wgm::fence_regs(o);
             release(v_empty + 8 * sc);
@@ -737,7 +524,7 @@ __global__ void __launch_bounds__(WG3_THREADS, 1)
         wgm::wait<0>();
         wgm::fence_regs(o);
 
-        // epilogue (wgmma2's): o = O / l staged through this warpgroup's own Q rows (written by
+        // epilogue: o = O / l staged through this warpgroup's own Q rows (written by
         // TMA, read only by this warpgroup's retired wgmma), lse = ln2 (m c2 + log2 l)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -863,24 +650,21 @@ void attention_fwd_launch_bf16(const attn_params *p, int W) {
     fwd_launch(attention_fwd_kernel<D>, fwd_smem_bytes<D>(), FWD_BQ, FWD_THREADS, p, W);
 }
 
-template <int D, int NS>
-void attention_fwd_launch_wgmma2(const attn_params *p, int W) {
-    fwd_launch(attention_fwd_wgmma2_kernel<D, NS>, fwd_wgmma2_smem_bytes<D, NS>(), WG_BQ, WG_THREADS, p, W);
-}
-
-// GDN_ATTN_WGMMA_FWD3 (attention_fwd_wgmma3_kernel; read on every call, so that one process can
-// A/B it against wgmma2 by setenv): unset (the default), "pp" or "pp2": 2 K/V stages with the
-// consumers' ping-pong; "1" or "2": 2 stages, "3": 3 stages, "pp3": 3 stages with ping-pong; "0"
-// or anything else: off (attention_fwd_wgmma2_kernel). Returns the stages (0: off), + 10 with
-// ping-pong. The default since session 10: bitwise wgmma2's o and lse, 0.57-0.58x its time on an
-// H200 (bench/attention.md, "Session 10").
+// GDN_ATTN_WGMMA_FWD3 (read on every call, so that one process can A/B the variants of
+// attention_fwd_wgmma3_kernel by setenv): unset (the default), "pp" or "pp2": 2 K/V stages with
+// the consumers' ping-pong; "1" or "2": 2 stages, "3": 3 stages, "pp3": 3 stages with ping-pong
+// (bench/attention.md, "Session 10"). Returns the stages, + 10 with ping-pong. Any other value
+// aborts: "0" used to select attention_fwd_wgmma2_kernel, deleted in session 11.
 int attention_fwd_wgmma3_mode() {
     const char *s = getenv("GDN_ATTN_WGMMA_FWD3");
     if (!s) return 12;
     if (strcmp(s, "1") == 0 || strcmp(s, "2") == 0) return 2;
     if (strcmp(s, "3") == 0) return 3;
     if (strcmp(s, "pp") == 0 || strcmp(s, "pp2") == 0) return 12;
-    return strcmp(s, "pp3") == 0 ? 13 : 0;
+    if (strcmp(s, "pp3") == 0) return 13;
+    gdn_die("attention_fwd: GDN_ATTN_WGMMA_FWD3=%s is not one of 1, 2, 3, pp, pp2, pp3\nHINT: unset it for the "
+            "default; the old wgmma forward it switched to with 0 is deleted; GDN_ATTN_WGMMA=0 runs the mma.sync "
+            "kernel", s);
 }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda); NULL with *why set
@@ -935,12 +719,13 @@ const char *fwd3_encode(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *map,
     return msg;
 }
 
-// wgmma3 launches so far (attention_fwd_wgmma3_launches: test_attention checks that a forward
-// under GDN_ATTN_WGMMA_FWD3 really ran wgmma3 and did not fall back to wgmma2)
+// wgmma3 launches so far (attention_fwd_wgmma3_launches: test_attention checks that every bf16
+// forward on the wgmma path really ran wgmma3 and did not fall back to the mma.sync kernel)
 unsigned long fwd3_launches = 0;
 
 // Launches attention_fwd_wgmma3_kernel<D, NS, PP>; returns 0 (nothing launched, the reason printed
-// once to stderr) when the tensor maps cannot be made, so that the caller runs wgmma2 instead.
+// once to stderr) when the tensor maps cannot be made or the registers do not allow setmaxnreg,
+// so that the caller runs the mma.sync kernel (attention_fwd_kernel) instead.
 template <int D, int NS, bool PP>
 int attention_fwd_launch_wgmma3(const attn_params *p, int W) {
     static int warned = 0;
@@ -962,8 +747,8 @@ int attention_fwd_launch_wgmma3(const attn_params *p, int W) {
     if (!why) why = fwd3_encode(enc, &mv, p->v, p, WG_BK);
     if (why) {
         if (!warned) {
-            fprintf(stderr, "attention_fwd: GDN_ATTN_WGMMA_FWD3 ignored (%s; B %d T %d H %d D %d): running "
-                            "attention_fwd_wgmma2_kernel\n", why, p->B, p->T, p->H, p->D);
+            fprintf(stderr, "attention_fwd: attention_fwd_wgmma3_kernel cannot run (%s; B %d T %d H %d D %d): "
+                            "running the mma.sync kernel attention_fwd_kernel\n", why, p->B, p->T, p->H, p->D);
             warned = 1;
         }
         return 0;
@@ -979,17 +764,8 @@ int attention_fwd_launch_wgmma3(const attn_params *p, int W) {
     return 1;
 }
 
-// K/V stages of the wgmma forward (read once): GDN_ATTN_WGMMA_FWD2 = 3: 3 stages; unset or
-// anything else: 2 (0.5-1.6% faster than 3 on an H200, session 7).
-int attention_fwd_wgmma_version() {
-    static int v = -1;  // concurrent first calls store the same value
-    if (v < 0) {
-        const char *s = getenv("GDN_ATTN_WGMMA_FWD2");
-        v = s && strcmp(s, "3") == 0 ? 3 : 2;
-    }
-    return v;
-}
-
+// The bf16 Hopper forward: attention_fwd_wgmma3_kernel in the variant GDN_ATTN_WGMMA_FWD3 picks,
+// or the mma.sync kernel where it cannot run.
 template <int D>
 void attention_fwd_launch_wgmma_any(const attn_params *p, int W) {
     const int m3 = attention_fwd_wgmma3_mode();
@@ -997,10 +773,7 @@ void attention_fwd_launch_wgmma_any(const attn_params *p, int W) {
     if (m3 == 3 && attention_fwd_launch_wgmma3<D, 3, false>(p, W)) return;
     if (m3 == 12 && attention_fwd_launch_wgmma3<D, 2, true>(p, W)) return;
     if (m3 == 13 && attention_fwd_launch_wgmma3<D, 3, true>(p, W)) return;
-    if (attention_fwd_wgmma_version() == 3)
-        attention_fwd_launch_wgmma2<D, 3>(p, W);
-    else
-        attention_fwd_launch_wgmma2<D, 2>(p, W);
+    attention_fwd_launch_bf16<D>(p, W);
 }
 
 template <int D>
@@ -1042,24 +815,17 @@ extern "C" const char *attention_fwd_wgmma_version_name(void) {
     switch (attention_fwd_wgmma3_mode()) {
     case 2: return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 2 K/V stages (GDN_ATTN_WGMMA_FWD3=1)";
     case 3: return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 3 K/V stages (GDN_ATTN_WGMMA_FWD3=3)";
-    case 12:
-        return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 2 K/V stages, consumer ping-pong "
-               "(default; GDN_ATTN_WGMMA_FWD3=0: wgmma2)";
     case 13:
         return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 3 K/V stages, consumer ping-pong "
                "(GDN_ATTN_WGMMA_FWD3=pp3)";
-    default: break;
+    default:
+        return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 2 K/V stages, consumer ping-pong (default)";
     }
-    return attention_fwd_wgmma_version() == 3
-               ? "attention_fwd_wgmma2_kernel, 3 K/V stages (GDN_ATTN_WGMMA_FWD2=3)"
-               : "attention_fwd_wgmma2_kernel, 2 K/V stages (default; GDN_ATTN_WGMMA_FWD2=3: 3 stages)";
 }
 
 extern "C" unsigned long attention_fwd_wgmma3_launches(void) { return fwd3_launches; }
 
-extern "C" int attention_fwd_wgmma3_selected(void) { return attention_fwd_wgmma3_mode() != 0; }
-
 extern "C" int attention_fwd_wgmma_selected(void) {
     static int env = -1, image = -1;
-    return attn_wgmma_selected("GDN_ATTN_WGMMA", attention_fwd_wgmma2_kernel<128, 2>, &env, &image);
+    return attn_wgmma_selected("GDN_ATTN_WGMMA", attention_fwd_wgmma3_kernel<128, 2, true>, &env, &image);
 }

@@ -61,31 +61,27 @@ void attention_bwd(const attn_params *p);  // reads q, k, v, o, lse, dO; writes 
 // unless GDN_ATTN_WGMMA=0 is in the environment (read once; keeps the mma.sync kernel, for
 // comparisons). Measured on an H200: bench/attention.md, session 6.
 int attention_fwd_wgmma_selected(void);
-// How the wgmma forward runs (GDN_ATTN_WGMMA_FWD2: unset = the overlapped kernel with 2 K/V
-// stages, 3 = with 3 stages, used when GDN_ATTN_WGMMA_FWD3=0; GDN_ATTN_WGMMA_FWD3 unset, pp, 1, 3
-// or pp3, read on every call: the TMA producer kernel attention_fwd_wgmma3_kernel, unset = pp),
-// in words for test and bench logs.
+// How the wgmma forward runs: attention_fwd_wgmma3_kernel (TMA producer warpgroup) in the
+// variant GDN_ATTN_WGMMA_FWD3 picks (read on every call: unset = pp, 2 K/V stages with consumer
+// ping-pong; 1 or 2, 3: 2 or 3 stages without; pp3: 3 with; any other value aborts), in words for
+// test and bench logs.
 const char *attention_fwd_wgmma_version_name(void);
-// How many times attention_fwd has launched attention_fwd_wgmma3_kernel (GDN_ATTN_WGMMA_FWD3) in
-// this process; a call that fell back to wgmma2 (stderr: "GDN_ATTN_WGMMA_FWD3 ignored") does not
-// count. test_attention checks it, so that a silent fallback cannot pass the wgmma3 vs wgmma2 check.
+// How many times attention_fwd has launched attention_fwd_wgmma3_kernel in this process; a call
+// on the wgmma path that fell back to the mma.sync kernel (stderr: "attention_fwd_wgmma3_kernel
+// cannot run") does not count. test_attention checks it, so that a silent fallback fails.
 unsigned long attention_fwd_wgmma3_launches(void);
-// 1 when GDN_ATTN_WGMMA_FWD3 (read now) selects attention_fwd_wgmma3_kernel for the bf16 wgmma
-// forward: unset (the default), 1, 2, 3, pp, pp2 or pp3.
-int attention_fwd_wgmma3_selected(void);
 // The same for attention_bwd (bf16): 1 when it runs the Hopper dK/dV and dQ kernels (wgmma, both
 // modes) on a compute capability 9.x device with the sm_90a image; GDN_ATTN_WGMMA_BWD=0 keeps the
 // mma.sync backward (read once).
 int attention_bwd_wgmma_selected(void);
-// GDN_ATTN_WGMMA_BWD3 (read on every call; unset = "1", "0" = off): "1" (or "2") / "3": the bf16 wgmma
-// backward runs the TMA-producer kernels attention_bwd_dkdv_wgmma3_kernel and
-// attention_bwd_dq_wgmma3_kernel with 2 / 3 stages, "pp" (or "pp2") / "pp3": the same with the
-// consumer warpgroups in ping-pong (bitwise the dq, dk, dv of the wgmma kernels they replace).
-// Returns the stages now (+ 10 with ping-pong), 0 when off.
+// The bf16 wgmma backward runs the TMA-producer kernels attention_bwd_dkdv_wgmma3_kernel and
+// attention_bwd_dq_wgmma3_kernel in the variant GDN_ATTN_WGMMA_BWD3 picks (read on every call):
+// unset, "1" or "2" / "3": 2 / 3 stages, "pp" (or "pp2") / "pp3": the same with the consumer
+// warpgroups in ping-pong; any other value aborts. Returns the stages now (+ 10 with ping-pong).
 int attention_bwd_wgmma3_selected(void);
 // How many wgmma3 backward kernels attention_bwd has launched in this process (2 per
-// deterministic call, 1 per nondeterministic one); a pass that fell back to the old kernel
-// (stderr: "GDN_ATTN_WGMMA_BWD3 ignored") does not count. test_attention checks it.
+// deterministic call, 1 per nondeterministic one); a pass that fell back to its mma.sync kernel
+// (stderr: "... cannot run") does not count. test_attention checks it.
 unsigned long attention_bwd_wgmma3_launches(void);
 
 #ifdef __cplusplus
@@ -97,12 +93,12 @@ unsigned long attention_bwd_wgmma3_launches(void);
 #include <stdint.h>
 #include <cuda_bf16.h>
 #include "gdn_chunk_common.cuh"  // PTX wrappers: smem_u32, cp_async16 (0 bytes: zero fill), ldsm4(t), pack_bf16
-#include "wgmma.cuh"             // sw128 (the wgmma path's tile layout) and the wgmma wrappers
+#include "wgmma.cuh"             // sw128 (the wgmma path's tile layout), the wgmma and mbarrier wrappers
 #include <cuda.h>                // CUtensorMap (types only)
 
 // src/fwd/attention.cu: the TMA tensor map of a (B,T,H,D) bf16 tensor x of p's shape, 4-D (D, H,
 // T, B), box 64 columns x 1 x `rows` rows x 1, 128-byte swizzle (one box = one 64-column panel of
-// wgmma.cuh's layout; rows >= T zero-filled, as attn_load_tile's zero fill). NULL on success,
+// wgmma.cuh's layout; rows >= T zero-filled). NULL on success,
 // else why it cannot be made (no driver entry point, a pitch or pointer TMA cannot take).
 const char *attn_tma_map_bf16(CUtensorMap *map, const void *x, const attn_params *p, int rows);
 
@@ -172,11 +168,10 @@ __device__ __forceinline__ float attn_ex2(float x) {
     return y;
 }
 
-// Copy rows [row0, row0 + R) of head (b, h) of a (B,T,H,D) bf16 tensor into a swizzled tile;
-// rows >= T are zero-filled. All NT threads of the block take part; no commit here.
-// PANELS = false: the attn_swz layout (ldmatrix); true: wgm::sw128<R>, the 128-byte swizzled
-// 64-column panels that wgmma reads through matrix descriptors (wgmma.cuh).
-template <int R, int D, int NT, bool PANELS = false>
+// Copy rows [row0, row0 + R) of head (b, h) of a (B,T,H,D) bf16 tensor into a tile of the
+// attn_swz layout (ldmatrix); rows >= T are zero-filled. All NT threads of the block take part;
+// no commit here. (The wgmma kernels load their 128-byte swizzled panels by TMA.)
+template <int R, int D, int NT>
 __device__ __forceinline__ void attn_load_tile(__nv_bfloat16 *tile, const __nv_bfloat16 *g,
                                                int b, int h, int row0, int T, int H, int tid) {
     constexpr int CPR = D / 8;  // 16-byte chunks per row
@@ -189,8 +184,7 @@ __device__ __forceinline__ void attn_load_tile(__nv_bfloat16 *tile, const __nv_b
             src = g + (((size_t)b * T + t) * H + h) * D + c * 8;
             bytes = 16;
         }
-        const int off = PANELS ? wgm::sw128<R>(r, c * 8) : attn_swz<D>(r, c * 8);
-        gdnk::cp_async16(gdnk::smem_u32(tile + off), src, bytes);
+        gdnk::cp_async16(gdnk::smem_u32(tile + attn_swz<D>(r, c * 8)), src, bytes);
     }
 }
 #endif

@@ -154,11 +154,11 @@ __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4]
 #undef WGM_R32
 #undef WGM_R64
 
-// mbarrier (PTX ISA 9.7.13.15) at a shared::cta address, for pipelines that feed wgmma from
-// cp.async without CTA-wide barriers (attention_fwd_wgmma2_kernel). init by one thread, then a
-// barrier before any arrival. mbar_wait spins on try_wait.parity until the phase of that parity
-// has completed (acquire, CTA scope); the waiter must still fence_proxy_async() before wgmma
-// reads data that generic-proxy writes (cp.async) released through the barrier.
+// mbarrier (PTX ISA 9.7.13.15) at a shared::cta address, for pipelines that feed wgmma without
+// CTA-wide barriers (the attention wgmma3 kernels). init by one thread, then a barrier before any
+// arrival. mbar_wait spins on try_wait.parity until the phase of that parity has completed
+// (acquire, CTA scope); the waiter must still fence_proxy_async() before wgmma reads data that
+// generic-proxy writes released through the barrier.
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -168,11 +168,6 @@ __device__ __forceinline__ void mbar_init_fence() {
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// arrive once all of this thread's earlier cp.async have completed; noinc: this arrival counts
-// against the expected count set at init (the thread does not arrive otherwise)
-__device__ __forceinline__ void mbar_cp_async_arrive(uint32_t bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // -DGDN_MBAR_WATCHDOG (debug builds only, e.g. in ATTN_ARCH for bench/run_attention.sh): a wait
 // still failing 2 s (%globaltimer) after its first failed try traps, so a protocol bug ends the
