@@ -7,30 +7,28 @@
 // all in fp32 registers (d_pre is never stored).
 //
 // Tiled kernel (the model's path: C % W == 0, dx, dy, x aligned to a pack, K <= CONV_SILU_KMAX,
-// one instance per K): thread = (row = (b, tile of CONV_SILU_TT tokens), pack of W = 2
-// channels); a block is 32 packs (lanes: 128 contiguous bytes of a token row per warp in bf16)
-// x 8 rows (warps). The thread walks t = t0 .. t0 + TT + K - 2 once, loading x[t] and dy[t]
-// once each (chunks of U tokens issued together: the compiler may not hoist a load above a
-// store of dx) and keeping the K-1 previous inputs and d_pre values in registers (windows):
-// pre[t] and d_pre[t] from the input window; dw from d_pre[t] x-window for its own tokens
-// t < t0 + TT; dx[t - K + 1] from the d_pre window once it holds d_pre[t-K+1 .. t], i.e. the
-// K-1 halo tokens past the tile are recomputed by both neighbours. Sequence edges: inputs
-// before t = 0 are 0; loads past t = T-1 are clamped to row T-1 (never out of bounds) and their
-// d_pre set to 0, which is the "s+K-1-j < T" of dx; dx rows >= T are not stored.
+// one instance per K; conv_silu_bwd_v2_kernel): a block is 32 packs of W = 2 channels (the lanes:
+// 128 contiguous bytes of a token row in bf16) x 8 rows (the warps), a row = (b, tile of
+// CONV_SILU_TT tokens). x and dy of the block's tiles (and the K-1 halo tokens) are first staged
+// in shared memory by cp.async, every load in flight together; then each warp walks its tile
+// once with the K-1 previous inputs in registers (a window): pre[t] and d_pre[t], dw += d_pre[t]
+// x-window, d_pre stored over its dy; then dx[s] from the d_pre window. d_pre is computed once
+// per token, but for the K-1 tokens after each block (the next block recomputes them). Sequence
+// edges: inputs before t = 0 are 0; d_pre at t >= T is 0, which is the "s+K-1-j < T" of dx; dx
+// rows >= T are not stored.
 // dw, deterministic (no atomics): the 8 warps of a block add their register partials in
 // shared memory in warp order, the block writes one partial per dw element to part[blockIdx.y]
 // (colsum_scratch, the per-device scratch of src/bwd/elementwise.cu), then
 // conv_silu_dw_final_kernel adds the gridDim.y partials of each element in a fixed order and
-// adds that to dw. The order depends on the
-// shape only, so dw is bitwise the same run after run and on any device.
-// v2 (GDN_CONV_SILU_V2 unset or 1, read on every call; the default; =0: v1): the tiled kernel's threads, sums
-// and partials, x and dy staged in shared memory by cp.async first and d_pre computed once per
-// token (no recomputed halo but the K-1 tokens after each block); dx and dw bitwise the tiled
-// kernel's (conv_silu_bwd_v2_kernel).
+// adds that to dw. The order depends on the shape only, so dw is bitwise the same run after run
+// and on any device.
+// Session 11 deleted v1, conv_silu_bwd_tiled_kernel (the same threads, sums and partials, loads
+// in chunks of registers and the halo recomputed by both neighbours), whose dx and dw v2 matched
+// bitwise in 0.71x its time (git history; bench/model_gpu.md, "Session 10").
 // Other shapes (C off the pack, misaligned pointers, K > 4): per-element dx, and dw by slices
 // of rows summed in order, both recomputing d_pre where they need it; same final kernel.
-// Sizes (H200, bf16, B 16, T 2048, K 4; bench variants W 1/2/4/8, U 2/4/8, TT 8/16/32, a
-// double-buffered load pipeline, forced 2-4 blocks per SM): C 512 ~52 us, C 1024 ~91-96 us,
+// Sizes (H200, bf16, B 16, T 2048, K 4; v1's bench variants W 1/2/4/8, U 2/4/8, TT 8/16/32, a
+// double-buffered load pipeline, forced 2-4 blocks per SM): v1 C 512 ~52 us, C 1024 ~91-96 us,
 // against 156 / 229 us for silu_bwd + conv1d_bwd, and ~28 / 52 us to move the three tensors.
 // Registers decide it: per channel the K taps, K dw sums and two windows of K values are live,
 // so W 4 / 8 need 128-255 registers (1-2 blocks per SM) and ran 15-80% slower.
@@ -40,8 +38,7 @@ namespace {
 
 constexpr int CONV_SILU_KMAX = 4;  // taps of the tiled kernel
 constexpr int CONV_SILU_W = 2;     // channels per thread (4-byte loads in bf16, 8 in fp32)
-constexpr int CONV_SILU_TT = 16;   // tokens per thread (+ K-1 halo tokens recomputed)
-constexpr int CONV_SILU_U = 8;     // tokens per chunk of loads in flight together
+constexpr int CONV_SILU_TT = 16;   // tokens per warp's tile
 constexpr int CONV_SILU_LANES = 32, CONV_SILU_ROWS = 8, CONV_SILU_THREADS = CONV_SILU_LANES * CONV_SILU_ROWS;
 constexpr size_t CONV_SILU_FALLBACK_PART = (size_t)1 << 20;  // fallback: slices x cols <= this
 constexpr int CONV_SILU_FALLBACK_ROWS = 64;                  // fallback: rows per slice, at least
@@ -70,118 +67,13 @@ __device__ __forceinline__ float dsilu_f(float g, float pre) {  // g silu'(pre)
     return g * s * (1.f + pre * (1.f - s));
 }
 
-template <typename T, int W, int K, int TT, int U>
-__global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_bwd_tiled_kernel(const conv_silu_bwd_params<T> p) {
-    constexpr int NS = TT + K - 1;  // steps: the tile and K-1 halo tokens after it
-    const int lane = threadIdx.x % CONV_SILU_LANES, warp = threadIdx.x / CONV_SILU_LANES;
-    const int C = p.C, P = C / W, cp = blockIdx.x * CONV_SILU_LANES + lane, c0 = cp * W;
-    const bool live = cp < P;  // dead lanes stay for the block reduction
-    float wr[K][W], dwp[K][W];
-#pragma unroll
-    for (int j = 0; j < K; j++)
-#pragma unroll
-        for (int i = 0; i < W; i++) {
-            wr[j][i] = live ? to_f(p.w[(size_t)(c0 + i) * K + j]) : 0.f;
-            dwp[j][i] = 0.f;
-        }
-    if (live)
-        for (int row = blockIdx.y * CONV_SILU_ROWS + warp; row < p.rows; row += gridDim.y * CONV_SILU_ROWS) {
-            const int b = row / p.tiles, t0 = (row - b * p.tiles) * TT, t1 = min(t0 + TT, p.T_);
-            const size_t ld = p.ld, boff = (size_t)b * p.T_;
-            const T *xb = p.x + boff * ld + c0, *dyb = p.dyrow(boff, c0);
-            const int cw = p.width(c0);  // dy's row stride (its segment's width)
-            T *dxb = p.dx + boff * ld + c0;
-            // before step t: xw[m] = x[t-(K-1)+m], dpw[m] = d_pre[t-(K-1)+m] for m < K-1;
-            // d_pre before t0 is never read (dx[s], s >= t0, reads d_pre[s .. s+K-1])
-            float xw[K][W], dpw[K][W];
-            pack_t<T, W> xh[K > 1 ? K - 1 : 1];
-#pragma unroll
-            for (int m = 0; m < K - 1; m++) xh[m] = ld_pack<T, W>(xb + (size_t)max(t0 - (K - 1) + m, 0) * ld);
-#pragma unroll
-            for (int u0 = 0; u0 < NS; u0 += U) {  // chunks of U steps: U loads of x and dy in flight
-                pack_t<T, W> xr[U], gr[U];
-#pragma unroll
-                for (int v = 0; v < U; v++)
-                    if (u0 + v < NS) {
-                        const size_t o = (size_t)min(t0 + u0 + v, p.T_ - 1);
-                        xr[v] = ld_pack<T, W>(xb + o * ld);
-                        gr[v] = ld_pack<T, W>(dyb + o * cw);
-                    }
-                if (u0 == 0)
-#pragma unroll
-                    for (int m = 0; m < K - 1; m++) {
-                        unpack<T, W>(xh[m], xw[m]);
-#pragma unroll
-                        for (int i = 0; i < W; i++) {
-                            xw[m][i] = t0 - (K - 1) + m >= 0 ? xw[m][i] : 0.f;
-                            dpw[m][i] = 0.f;
-                        }
-                    }
-#pragma unroll
-                for (int v = 0; v < U; v++) {
-                    const int u = u0 + v, t = t0 + u;
-                    if (u >= NS) break;
-                    float g[W];
-                    unpack<T, W>(xr[v], xw[K - 1]);
-                    unpack<T, W>(gr[v], g);
-#pragma unroll
-                    for (int i = 0; i < W; i++) {
-                        float pre = 0.f;
-#pragma unroll
-                        for (int j = 0; j < K; j++) pre += wr[j][i] * xw[j][i];
-                        dpw[K - 1][i] = t < p.T_ ? dsilu_f(g[i], pre) : 0.f;  // 0 past the end
-                    }
-                    if (u < TT)  // own token: dw[j] += d_pre[t] x[t-K+1+j]
-#pragma unroll
-                        for (int j = 0; j < K; j++)
-#pragma unroll
-                            for (int i = 0; i < W; i++) dwp[j][i] += dpw[K - 1][i] * xw[j][i];
-                    if (u >= K - 1) {  // dx[s], s = t-K+1 (>= t0): sum_j w[j] d_pre[t-j]
-                        float acc[W];
-#pragma unroll
-                        for (int i = 0; i < W; i++) {
-                            acc[i] = 0.f;
-#pragma unroll
-                            for (int j = 0; j < K; j++) acc[i] += wr[j][i] * dpw[K - 1 - j][i];
-                        }
-                        if (t - (K - 1) < t1) store_pack<T, W>(dxb + (size_t)(t - (K - 1)) * ld, acc);
-                    }
-#pragma unroll
-                    for (int m = 0; m < K - 1; m++)
-#pragma unroll
-                        for (int i = 0; i < W; i++) {
-                            xw[m][i] = xw[m + 1][i];
-                            dpw[m][i] = dpw[m + 1][i];
-                        }
-                }
-            }
-        }
-    // block partial of dw: warps (rows) added in order 0..7 for each element
-    __shared__ float red[CONV_SILU_ROWS][K * W][CONV_SILU_LANES];
-#pragma unroll
-    for (int j = 0; j < K; j++)
-#pragma unroll
-        for (int i = 0; i < W; i++) red[warp][j * W + i][lane] = dwp[j][i];
-    __syncthreads();
-    if (!live) return;
-    float *pb = p.part + (size_t)blockIdx.y * C * K;
-    for (int e = warp; e < K * W; e += CONV_SILU_ROWS) {
-        float s = 0.f;
-#pragma unroll
-        for (int r = 0; r < CONV_SILU_ROWS; r++) s += red[r][e][lane];
-        pb[(size_t)e * P + cp] = s;
-    }
-}
-
-// v2 (GDN_CONV_SILU_V2): the tiled kernel's threads, sums and partials, the loads staged in
-// shared memory and d_pre computed once per token. Block = CONV_SILU_ROWS tiles of TT tokens
-// (rows rg ROWS + warp, rg = blockIdx.y + k gridDim.y: the tiled kernel's rows, warps and
-// blocks) x 32 W channels. Per group of rows:
+// v2, the tiled kernel (header). Block = CONV_SILU_ROWS tiles of TT tokens (rows rg ROWS + warp,
+// rg = blockIdx.y + k gridDim.y) x 32 W channels. Per group of rows:
 //   stage: x for the K-1 tokens before the first tile, the ROWS TT tokens and K-1 after the
 //     last (NX rows), dy for the ROWS TT + K-1 tokens (ND rows), every cp.async in flight
 //     together (CB bytes each: 16 where rows, segments and pointers allow);
 //   phase 1: warp w walks its tile with the x window: d_pre[t] (0 at t >= T) into shared memory
-//     in place of its dy, and dw += d_pre[t] x-window in the tiled kernel's order; the last warp
+//     in place of its dy, and dw += d_pre[t] x-window, token by token; the last warp
 //     also computes d_pre of the K-1 tokens after its tile (the next block's first tile
 //     recomputes them as its own, from the same inputs by the same operations: the same bits);
 //   phase 2: warp w forms dx[t0 .. t0+TT-1] from d_pre[t0 .. t0+TT+K-2] (the K-1 after its tile
@@ -189,7 +81,7 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_bwd_tiled_kernel(
 //     sequence whenever t0 + TT < T).
 // d_pre sits where its dy was: fp32 over fp32 in place; bf16: plane A holds channel c0 of a
 // lane's pair on the 4 bytes of its dy pair, plane B channel c0 + 1, so a lane only ever
-// overwrites its own dy. dx, dw: bitwise the tiled kernel's (the same final kernel and part).
+// overwrites its own dy.
 constexpr int CONV_SILU_V2_BLOCKS = 4;  // blocks per SM: registers held to 64
 template <typename T, int K, int CB>
 __global__ void __launch_bounds__(CONV_SILU_THREADS, CONV_SILU_V2_BLOCKS)
@@ -239,7 +131,7 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS, CONV_SILU_V2_BLOCKS)
 #pragma unroll
                 for (int i = 0; i < W; i++) xw[m][i] = t0 - (K - 1) + m >= 0 ? xw[m][i] : 0.f;
             }
-            // one token: d_pre as the tiled kernel (own: its dw terms), stored over its dy
+            // one token: d_pre (own: its dw terms), stored over its dy
             auto step = [&](int u, bool own) {
                 const int t = t0 + u, r = r0 + u;
                 float g[W], dp[W];
@@ -312,7 +204,7 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS, CONV_SILU_V2_BLOCKS)
         }
         __syncthreads();  // the tiles and s_t0 are rewritten by the next group of rows
     }
-    // block partial of dw, as the tiled kernel: warps added in order 0..7 for each element
+    // block partial of dw: warps added in order 0..7 for each element
     float *const red = (float *)smem;  // [ROWS][K W][32]
 #pragma unroll
     for (int j = 0; j < K; j++)
@@ -401,25 +293,23 @@ void conv_silu_bwd_v2_launch(const conv_silu_bwd_params<T> &p, dim3 grid, cudaSt
     auto kern = conv_silu_bwd_v2_kernel<T, K, CB>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kern<<<grid, CONV_SILU_THREADS, smem, s>>>(p);
+    CUDA_CHECK_LAUNCH();
     conv_silu_v2_count();
 }
 
-// v2: the staged kernel, v16: by 16-byte chunks (else by packs of W)
-template <typename T, int W, int K, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
-void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, bool v2, bool v16, cudaStream_t s) {
+// v16: the v2 kernel stages by 16-byte chunks (else by packs of W)
+template <typename T, int W, int K, int TT = CONV_SILU_TT>
+void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, bool v16, cudaStream_t s) {
     const int P = p.C / W, cols = p.C * K;
     p.tiles = (int)GDN_CDIV(p.T_, TT);
     p.rows = B * p.tiles;
     const unsigned gx = (unsigned)GDN_CDIV(P, CONV_SILU_LANES);
     const int S = GDN_MIN((int)GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
     p.part = colsum_scratch((size_t)S * cols);
-    if (v2 && v16)
+    if (v16)
         conv_silu_bwd_v2_launch<T, K, 16>(p, dim3(gx, (unsigned)S), s);
-    else if (v2)
-        conv_silu_bwd_v2_launch<T, K, (int)sizeof(T) * W>(p, dim3(gx, (unsigned)S), s);
     else
-        conv_silu_bwd_tiled_kernel<T, W, K, TT, U><<<dim3(gx, (unsigned)S), CONV_SILU_THREADS, 0, s>>>(p);
-    CUDA_CHECK_LAUNCH();
+        conv_silu_bwd_v2_launch<T, K, (int)sizeof(T) * W>(p, dim3(gx, (unsigned)S), s);
     conv_silu_dw_final_kernel<<<(unsigned)GDN_CDIV(cols, 32), CONV_SILU_FINAL_WARPS * 32, 0, s>>>(dw, p.part, cols,
                                                                                                 S, P, W, K);
     CUDA_CHECK_LAUNCH();
@@ -439,13 +329,12 @@ void conv_silu_bwd_launch(T *dx, float *dw, const T *const dys[3], const int cw[
         // v2's 16-byte staging: x's rows, C, every dy segment and the x and dy pointers on 16
         // bytes (dx is stored by packs of W as before)
         constexpr int E = 16 / (int)sizeof(T);
-        const bool v2 = conv_silu_v2_on(), v16 = ld % E == 0 && C % E == 0 && seg.packed(dys, E, 15) &&
-                                                  ((uintptr_t)x & 15) == 0;
+        const bool v16 = ld % E == 0 && C % E == 0 && seg.packed(dys, E, 15) && ((uintptr_t)x & 15) == 0;
         switch (K) {  // the one place that picks a tap count
-        case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, v2, v16, s); break;
-        case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, v2, v16, s); break;
-        case 3: conv_silu_bwd_tiled_launch<T, W, 3>(p, dw, B, v2, v16, s); break;
-        case 4: conv_silu_bwd_tiled_launch<T, W, 4>(p, dw, B, v2, v16, s); break;
+        case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, v16, s); break;
+        case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, v16, s); break;
+        case 3: conv_silu_bwd_tiled_launch<T, W, 3>(p, dw, B, v16, s); break;
+        case 4: conv_silu_bwd_tiled_launch<T, W, 4>(p, dw, B, v16, s); break;
         default: gdn_die("cuda conv_silu_bwd: K = %d > %d in the tiled path", K, CONV_SILU_KMAX);
         }
         return;

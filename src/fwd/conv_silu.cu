@@ -4,10 +4,10 @@
 //   y[b,t,c]   = silu(pre) = pre sigmoid(pre)
 // pre stays in fp32 registers and is never stored (the backward, src/bwd/conv_silu.cu,
 // recomputes it), so the pair costs one read of x and one write of y.
-// Tiled kernel (the model's path: C % W == 0, x and y aligned to a pack, K <= CONV_SILU_KMAX,
-// one instance per K): thread = (row = (b, tile of CONV_SILU_TT tokens), pack of W = 4
-// channels); a block is 32 packs (the lanes: 256 contiguous bytes of a token row per warp in
-// bf16) x 8 rows (the warps). The thread walks its tile with the K-1 previous inputs in
+// Tiled kernel (conv_silu_fwd_tiled_kernel; the model's path: C % W == 0, x and y aligned to a
+// pack, K <= CONV_SILU_KMAX, one instance per K): thread = (row = (b, tile of CONV_SILU_TT
+// tokens), pack of W = 4 channels); a block is 32 packs (the lanes: 256 contiguous bytes of a
+// token row per warp in bf16) x 8 rows (the warps). The thread walks its tile with the K-1 previous inputs in
 // registers (a sliding window), so each x row is loaded once, plus K-1 halo rows per tile
 // (L1/L2 hits: the neighbouring tile is the next warp's); the loads of a chunk of U tokens are
 // issued together. Loads past the end of a sequence are clamped to its last row (never out of
@@ -16,10 +16,12 @@
 // 23.7 us, C 1024 42 us, against 75.6 / 123 us for conv1d_fwd + silu_fwd and 18.6 / 34.8 us
 // for a device copy of x. W 8 needs ~130 registers (2 blocks per SM) and was 15-20% slower.
 // Other shapes: one thread per output element.
-// v2 (GDN_CONV_SILU_V2 unset or 1, read on every call; the default; =0: v1): the tiled kernel's threads and
+// With the L2 norm below, v2 (conv_silu_fwd_v2_kernel): the tiled kernel's threads and
 // arithmetic with the block's x tile staged in shared memory by cp.async first (many loads in
-// flight, 16-byte chunks, no per-token global address arithmetic); y and rn bitwise the tiled
-// kernel's (conv_silu_fwd_v2_kernel).
+// flight, 16-byte chunks, no per-token global address arithmetic); 0.85x the tiled kernel's time
+// with the norm, but 1.17x without it (H200, session 10), so the plain forward stays on the
+// tiled kernel. Session 11 deleted the tiled kernel's norm path and v2's plain path (git history;
+// they matched the kept ones bitwise).
 // x's rows have stride ld >= C (ld = C: packed; larger: q, k or v as columns of the fused input
 // projection's output, model.c); y is packed (B,T,C). Segments (cuda_conv_silu3_fwd): the C
 // channels split at cs[1], cs[2] into up to three outputs ys[s], each packed (B,T,cs[s+1]-cs[s])
@@ -27,7 +29,7 @@
 // tiled path needs every segment width a multiple of W, so a pack never straddles two.
 // L2 norm (cuda_conv_silu3_l2_fwd): segments 0 and 1 (GDN's q, k) leave normalised per head of
 // nd channels, y = s silu(pre) rnorm, rnorm = 1/sqrt(sum silu(pre)^2 + eps) (rnorm saved, as
-// l2norm_fwd). In the tiled kernel a warp holds 32 W = 128 consecutive channels of one token, so
+// l2norm_fwd). In the v2 kernel a warp holds 32 W = 128 consecutive channels of one token, so
 // a head (nd | 128, heads starting at multiples of nd) is nd / W lanes: the sum of squares is a
 // butterfly over them, of the fp32 silu values (the unfused path squares their rounded copies),
 // and the unnormalised q, k are never stored. Other shapes: conv_silu3, then l2norm_fwd in
@@ -77,19 +79,12 @@ __device__ __forceinline__ void conv_silu_token(const float (&wr)[K][W], float (
         for (int i = 0; i < W; i++) xw[m][i] = xw[m + 1][i];
 }
 
-// NORM: every lane live (C % (32 W) == 0; the launcher checks), so the warp's shuffles see all.
-template <typename T, int W, int K, int TT, int U, bool NORM>
+// The plain forward (no norm; header).
+template <typename T, int W, int K, int TT, int U>
 __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(const conv_silu_fwd_params<T> p) {
     const int cp = blockIdx.x * CONV_SILU_LANES + (threadIdx.x % CONV_SILU_LANES);
     if (cp * W >= p.C) return;  // no block-wide sync below
-    const int c0 = cp * W, C = p.C;
-    // NORM: c0's segment s (< 2: normalised), whether it leads its head, the head's index
-    const int s = c0 >= p.seg.cs[2] ? 2 : c0 >= p.seg.cs[1] ? 1 : 0, cs0 = s == 2 ? p.seg.cs[2] : s ? p.seg.cs[1] : 0;
-    const bool lead = NORM && s < 2 && (c0 - cs0) % p.nd == 0;
-    const int heads = NORM && s < 2 ? (s ? p.seg.cs[2] - p.seg.cs[1] : p.seg.cs[1]) / p.nd : 0;
-    const int head = NORM ? (c0 - cs0) / p.nd : 0;
-    float *const rnp = s ? p.rn[1] : p.rn[0];  // selects, not indexing: p stays in constant space
-    const float sc = s ? p.sc[1] : p.sc[0];
+    const int c0 = cp * W;
     float wr[K][W];
 #pragma unroll
     for (int j = 0; j < K; j++)
@@ -119,81 +114,46 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(
 #pragma unroll
                     for (int i = 0; i < W; i++) xw[m][i] = t0 - (K - 1) + m >= 0 ? xw[m][i] : 0.f;
                 }
-            if constexpr (!NORM) {
 #pragma unroll
-                for (int v = 0; v < U; v++) {
-                    if (u0 + v >= TT) break;
-                    const int t = t0 + u0 + v;
-                    unpack<T, W>(xr[v], xw[K - 1]);
-                    float o[W];
-                    conv_silu_token<W, K>(wr, xw, o);
-                    if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o);
-                }
-            } else {  // all lanes, uniformly (v's lanes sum among themselves, unused); the
-                      // chunk's U butterflies interleaved, so their shuffles overlap
-                float o[U][W];
-#pragma unroll
-                for (int v = 0; v < U; v++) {
-                    if (u0 + v >= TT) break;
-                    unpack<T, W>(xr[v], xw[K - 1]);
-                    conv_silu_token<W, K>(wr, xw, o[v]);
-                }
-                float ss[U];
-#pragma unroll
-                for (int v = 0; v < U; v++) {
-                    ss[v] = 0.f;
-#pragma unroll
-                    for (int i = 0; i < W; i++) ss[v] += o[v][i] * o[v][i];
-                }
-                for (int off = p.nd / (2 * W); off > 0; off >>= 1)
-#pragma unroll
-                    for (int v = 0; v < U; v++) ss[v] += __shfl_xor_sync(0xffffffffu, ss[v], off);
-#pragma unroll
-                for (int v = 0; v < U; v++) {
-                    const int t = t0 + u0 + v;
-                    if (s == 2 || u0 + v >= TT) continue;
-                    const float rn = 1.f / sqrtf(ss[v] + p.eps);
-#pragma unroll
-                    for (int i = 0; i < W; i++) o[v][i] = sc * o[v][i] * rn;
-                    if (lead && t < p.T_) rnp[((size_t)b * p.T_ + t) * heads + head] = rn;
-                }
-#pragma unroll
-                for (int v = 0; v < U; v++) {
-                    const int t = t0 + u0 + v;
-                    if (u0 + v < TT && t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o[v]);
-                }
+            for (int v = 0; v < U; v++) {
+                if (u0 + v >= TT) break;
+                const int t = t0 + u0 + v;
+                unpack<T, W>(xr[v], xw[K - 1]);
+                float o[W];
+                conv_silu_token<W, K>(wr, xw, o);
+                if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o);
             }
         }
     }
 }
 
-// v2 (GDN_CONV_SILU_V2): the tiled kernel's threads and arithmetic, the loads first staged in
-// shared memory. Block = CONV_SILU_ROWS tiles of TT tokens (rows rg ROWS .. + ROWS-1, one per
-// warp, rg = blockIdx.y + k gridDim.y as the tiled kernel's rows) x 32 W channels; its x tile
-// (the K-1 tokens before the first tile, then the ROWS TT tokens: NV rows of 32 W elements) is
-// loaded by cp.async of CB bytes (16 where x's row stride, C and pointer allow), every load of
-// the tile in flight together, then each warp walks its tile out of shared memory with the same
-// window, sums and stores as conv_silu_fwd_tiled_kernel: y, rn bitwise its outputs. A tile whose
-// previous tile is of another sequence (t0 = 0) masks its halo as the tiled kernel does.
-constexpr int CONV_SILU_V2_U = 2;     // NORM: tokens whose butterflies interleave (registers)
-// blocks per SM the registers are held to: 4 (<= 64 registers), NORM 3 (<= 80; at 64 it spills)
-constexpr int conv_silu_v2_blocks(bool norm) { return norm ? 3 : 4; }
-template <typename T, int K, bool NORM, int CB>
-__global__ void __launch_bounds__(CONV_SILU_THREADS, conv_silu_v2_blocks(NORM))
+// v2, the forward with the L2 norm (header): the tiled kernel's threads and arithmetic, the loads
+// first staged in shared memory. Block = CONV_SILU_ROWS tiles of TT tokens (rows rg ROWS .. +
+// ROWS-1, one per warp, rg = blockIdx.y + k gridDim.y as the tiled kernel's rows) x 32 W
+// channels; its x tile (the K-1 tokens before the first tile, then the ROWS TT tokens: NV rows of
+// 32 W elements) is loaded by cp.async of CB bytes (16 where x's row stride, C and pointer
+// allow), every load of the tile in flight together, then each warp walks its tile out of shared
+// memory with the same window and sums as conv_silu_fwd_tiled_kernel. A tile whose previous tile
+// is of another sequence (t0 = 0) masks its halo as the tiled kernel does. Every lane is live
+// (C % (32 W) == 0; norm_fits checks), so the warp's shuffles see all.
+constexpr int CONV_SILU_V2_U = 2;       // tokens whose butterflies interleave (registers)
+constexpr int CONV_SILU_V2_BLOCKS = 3;  // blocks per SM the registers are held to (<= 80; at 64 it spills)
+template <typename T, int K, int CB>
+__global__ void __launch_bounds__(CONV_SILU_THREADS, CONV_SILU_V2_BLOCKS)
     conv_silu_fwd_v2_kernel(const conv_silu_fwd_params<T> p) {
-    constexpr int W = CONV_SILU_W, TT = CONV_SILU_TT, U = NORM ? CONV_SILU_V2_U : CONV_SILU_U, ROWS = CONV_SILU_ROWS;
+    constexpr int W = CONV_SILU_W, TT = CONV_SILU_TT, U = CONV_SILU_V2_U, ROWS = CONV_SILU_ROWS;
     constexpr int CG = CONV_SILU_LANES * W, NV = ROWS * TT + K - 1;
     constexpr int RE = CG;  // elements per staged row
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int s_t0[ROWS], s_bt[ROWS];
     const int lane = threadIdx.x % CONV_SILU_LANES, warp = threadIdx.x / CONV_SILU_LANES;
     const int cg0 = blockIdx.x * CG, c0 = cg0 + lane * W, C = p.C;
-    const bool live = c0 < C;  // dead lanes stay for the block's barriers (NORM: none dead)
+    const bool live = c0 < C;  // (none dead here; a dead lane would stay for the block's barriers)
     const int s = c0 >= p.seg.cs[2] ? 2 : c0 >= p.seg.cs[1] ? 1 : 0, cs0 = s == 2 ? p.seg.cs[2] : s ? p.seg.cs[1] : 0;
-    const bool lead = NORM && s < 2 && (c0 - cs0) % p.nd == 0;
-    const int heads = NORM && s < 2 ? (s ? p.seg.cs[2] - p.seg.cs[1] : p.seg.cs[1]) / p.nd : 0;
-    const int head = NORM ? (c0 - cs0) / p.nd : 0;
-    float *const rnp = s ? p.rn[1] : p.rn[0];
+    const bool lead = s < 2 && (c0 - cs0) % p.nd == 0;  // c0 leads its head (segments 0, 1)
+    const int heads = s < 2 ? (s ? p.seg.cs[2] - p.seg.cs[1] : p.seg.cs[1]) / p.nd : 0;
+    const int head = (c0 - cs0) / p.nd;
+    float *const rnp = s ? p.rn[1] : p.rn[0];  // selects, not indexing: p stays in constant space
     const float sc = s ? p.sc[1] : p.sc[0];
     const int cw = live ? p.width(c0) : 0;  // y's row stride
     float wr[K][W];
@@ -229,46 +189,37 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS, conv_silu_v2_blocks(NORM))
                 pack_t<T, W> xp[U];
 #pragma unroll
                 for (int v = 0; v < U; v++) xp[v] = ld_pack<T, W>(xr + (u0 + v) * RE);
-                if constexpr (!NORM) {
+                // all lanes, uniformly (a lane's sum of squares is a butterfly over its head's
+                // lanes); the chunk's U butterflies interleaved, so their shuffles overlap
+                float o[U][W];
 #pragma unroll
-                    for (int v = 0; v < U; v++) {
-                        const int t = t0 + u0 + v;
-                        unpack<T, W>(xp[v], xw[K - 1]);
-                        float o[W];
-                        conv_silu_token<W, K>(wr, xw, o);
-                        if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o);
-                    }
-                } else {  // as the tiled kernel: all lanes, the chunk's U butterflies interleaved
-                    float o[U][W];
+                for (int v = 0; v < U; v++) {
+                    unpack<T, W>(xp[v], xw[K - 1]);
+                    conv_silu_token<W, K>(wr, xw, o[v]);
+                }
+                float ss[U];
 #pragma unroll
-                    for (int v = 0; v < U; v++) {
-                        unpack<T, W>(xp[v], xw[K - 1]);
-                        conv_silu_token<W, K>(wr, xw, o[v]);
-                    }
-                    float ss[U];
+                for (int v = 0; v < U; v++) {
+                    ss[v] = 0.f;
 #pragma unroll
-                    for (int v = 0; v < U; v++) {
-                        ss[v] = 0.f;
+                    for (int i = 0; i < W; i++) ss[v] += o[v][i] * o[v][i];
+                }
+                for (int off = p.nd / (2 * W); off > 0; off >>= 1)
 #pragma unroll
-                        for (int i = 0; i < W; i++) ss[v] += o[v][i] * o[v][i];
-                    }
-                    for (int off = p.nd / (2 * W); off > 0; off >>= 1)
+                    for (int v = 0; v < U; v++) ss[v] += __shfl_xor_sync(0xffffffffu, ss[v], off);
 #pragma unroll
-                        for (int v = 0; v < U; v++) ss[v] += __shfl_xor_sync(0xffffffffu, ss[v], off);
+                for (int v = 0; v < U; v++) {
+                    const int t = t0 + u0 + v;
+                    if (s == 2) continue;
+                    const float rn = 1.f / sqrtf(ss[v] + p.eps);
 #pragma unroll
-                    for (int v = 0; v < U; v++) {
-                        const int t = t0 + u0 + v;
-                        if (s == 2) continue;
-                        const float rn = 1.f / sqrtf(ss[v] + p.eps);
+                    for (int i = 0; i < W; i++) o[v][i] = sc * o[v][i] * rn;
+                    if (lead && t < p.T_) rnp[((size_t)bt + t) * heads + head] = rn;
+                }
 #pragma unroll
-                        for (int i = 0; i < W; i++) o[v][i] = sc * o[v][i] * rn;
-                        if (lead && t < p.T_) rnp[((size_t)bt + t) * heads + head] = rn;
-                    }
-#pragma unroll
-                    for (int v = 0; v < U; v++) {
-                        const int t = t0 + u0 + v;
-                        if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o[v]);
-                    }
+                for (int v = 0; v < U; v++) {
+                    const int t = t0 + u0 + v;
+                    if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o[v]);
                 }
             }
         }
@@ -291,29 +242,29 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_si
     }
 }
 
-template <typename T, int K, bool NORM, int CB>
+template <typename T, int K, int CB>
 void conv_silu_fwd_v2_launch(const conv_silu_fwd_params<T> &p, dim3 grid, cudaStream_t s) {
     constexpr int W = CONV_SILU_W;
     const size_t smem = (size_t)(CONV_SILU_ROWS * CONV_SILU_TT + K - 1) * CONV_SILU_LANES * W * sizeof(T);
-    auto kern = conv_silu_fwd_v2_kernel<T, K, NORM, CB>;
+    auto kern = conv_silu_fwd_v2_kernel<T, K, CB>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kern<<<grid, CONV_SILU_THREADS, smem, s>>>(p);
     conv_silu_v2_count();
 }
 
-// v16: the v2 kernel may stage by 16-byte chunks (else by packs of W).
+// NORM: the v2 kernel, by 16-byte chunks where v16 (else by packs of W); else the tiled kernel.
 template <typename T, int W, int K, bool NORM, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
-void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, bool v2, bool v16, cudaStream_t s) {
+void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, bool v16, cudaStream_t s) {
     p.tiles = (int)GDN_CDIV(p.T_, TT);
     p.rows = B * p.tiles;
     const unsigned gx = (unsigned)GDN_CDIV(p.C / W, CONV_SILU_LANES);
     const unsigned gy = (unsigned)GDN_MIN(GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
-    if (v2 && v16)
-        conv_silu_fwd_v2_launch<T, K, NORM, 16>(p, dim3(gx, gy), s);
-    else if (v2)
-        conv_silu_fwd_v2_launch<T, K, NORM, (int)sizeof(T) * W>(p, dim3(gx, gy), s);
+    if (NORM && v16)
+        conv_silu_fwd_v2_launch<T, K, 16>(p, dim3(gx, gy), s);
+    else if (NORM)
+        conv_silu_fwd_v2_launch<T, K, (int)sizeof(T) * W>(p, dim3(gx, gy), s);
     else
-        conv_silu_fwd_tiled_kernel<T, W, K, TT, U, NORM><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
+        conv_silu_fwd_tiled_kernel<T, W, K, TT, U><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
 }
 
 // p.rn[0] set: normalise segments 0 and 1 in the kernel (the caller checked norm_fits).
@@ -325,22 +276,19 @@ bool conv_silu_fwd_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
     const bool norm = p.rn[0] != nullptr;
     bool tiled = p.seg.packed(p.ys, W, pack) && p.ld % W == 0 && ((uintptr_t)p.x & pack) == 0 && p.K <= CONV_SILU_KMAX;
-    // v2's 16-byte staging: x's rows and pointer on 16 bytes (y is stored by packs of W as before).
-    // Measured (H200, session 10, fla-220m's q, k, v): with the L2 norm v2 is 0.85x v1's time; without
-    // it v2 is 1.17x (86 -> 100 us). The model's GDN layers take the norm path; routing the plain
-    // forward to v1 needs test_cuda_ops' "v2 kernels launched" rows changed with it (next GPU session).
-    const bool v2 = tiled && conv_silu_v2_on();
+    // with the norm, v2 (0.85x the tiled kernel's time; without the norm it was 1.17x: header);
+    // its 16-byte staging: x's rows and pointer on 16 bytes (y is stored by packs of W)
     const bool v16 = p.ld % (16 / sizeof(T)) == 0 && p.C % (16 / sizeof(T)) == 0 && ((uintptr_t)p.x & 15) == 0;
     if (tiled) {
         switch (p.K * 2 + norm) {  // the one place that picks a tap count
-        case 2: conv_silu_fwd_tiled_launch<T, W, 1, false>(p, B, v2, v16, s); break;
-        case 3: conv_silu_fwd_tiled_launch<T, W, 1, true>(p, B, v2, v16, s); break;
-        case 4: conv_silu_fwd_tiled_launch<T, W, 2, false>(p, B, v2, v16, s); break;
-        case 5: conv_silu_fwd_tiled_launch<T, W, 2, true>(p, B, v2, v16, s); break;
-        case 6: conv_silu_fwd_tiled_launch<T, W, 3, false>(p, B, v2, v16, s); break;
-        case 7: conv_silu_fwd_tiled_launch<T, W, 3, true>(p, B, v2, v16, s); break;
-        case 8: conv_silu_fwd_tiled_launch<T, W, 4, false>(p, B, v2, v16, s); break;
-        case 9: conv_silu_fwd_tiled_launch<T, W, 4, true>(p, B, v2, v16, s); break;
+        case 2: conv_silu_fwd_tiled_launch<T, W, 1, false>(p, B, v16, s); break;
+        case 3: conv_silu_fwd_tiled_launch<T, W, 1, true>(p, B, v16, s); break;
+        case 4: conv_silu_fwd_tiled_launch<T, W, 2, false>(p, B, v16, s); break;
+        case 5: conv_silu_fwd_tiled_launch<T, W, 2, true>(p, B, v16, s); break;
+        case 6: conv_silu_fwd_tiled_launch<T, W, 3, false>(p, B, v16, s); break;
+        case 7: conv_silu_fwd_tiled_launch<T, W, 3, true>(p, B, v16, s); break;
+        case 8: conv_silu_fwd_tiled_launch<T, W, 4, false>(p, B, v16, s); break;
+        case 9: conv_silu_fwd_tiled_launch<T, W, 4, true>(p, B, v16, s); break;
         default: gdn_die("cuda conv_silu_fwd: K = %d > %d in the tiled path", p.K, CONV_SILU_KMAX);
         }
     } else if (!norm) {

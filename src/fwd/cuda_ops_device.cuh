@@ -244,15 +244,10 @@ struct conv_segs {
 };
 
 // ---- conv + SiLU v2 kernels (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu) ------------------------
-// GDN_CONV_SILU_V2, read on every call (one process can A/B them by setenv): unset (the default
-// since session 10: bitwise v1's outputs, backward 0.71x / forward with the L2 norm 0.85x v1's
-// time on an H200, bench/model_gpu.md) or anything but "0": the tiled forward and backward stage
-// their token rows in shared memory by cp.async first (conv_silu_fwd_v2_kernel,
-// conv_silu_bwd_v2_kernel); "0": the register-window kernels (v1).
-inline bool conv_silu_v2_on() {
-    const char *e = getenv("GDN_CONV_SILU_V2");
-    return !e || !(e[0] == '0' && e[1] == 0);
-}
+// The tiled backward and the tiled forward with the L2 norm stage their token rows in shared
+// memory by cp.async first (conv_silu_bwd_v2_kernel, conv_silu_fwd_v2_kernel: 0.71x / 0.85x the
+// time of the register-window kernels they replaced on an H200, bench/model_gpu.md, session 10;
+// the plain forward keeps its register-window kernel, faster there). The helpers they share:
 // BYTES (4, 8 or 16) from global src to shared dst, asynchronously; !valid: dst zero-filled and
 // nothing read (src must still be a BYTES-aligned global address). sm_80+; older devices load
 // and store synchronously.

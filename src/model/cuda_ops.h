@@ -77,8 +77,8 @@ void cuda_conv_silu3_l2_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, float *
                             const void *x, const void *w, int B, int T, int C0, int C1, int C2,
                             int K, size_t ld, int nd, double eps, double s0, double s1,
                             cudaStream_t s);
-// Launches of the conv + SiLU v2 kernels (GDN_CONV_SILU_V2 unset or not "0", read on every call
-// of the three above and the backwards) so far in this process: the tests check that they ran.
+// Launches of the conv + SiLU v2 kernels (the tiled backward and the tiled forward with the L2
+// norm) so far in this process: the tests check that they ran where expected.
 unsigned long cuda_conv_silu_v2_launches(void);
 void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);
 void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_t n,
