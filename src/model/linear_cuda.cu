@@ -12,7 +12,7 @@
 // linearly: a model has a few dozen distinct shapes. Single host thread, as the backend.
 // Algorithm choice (tune_plan): the heuristic's first algorithm is not always the fastest for
 // our shapes (bench/gemm_algos.cu on an H200: 6-11% slower for o_proj, the MLP's gate/up and the
-// LM head forwards). At a plan's first use with beta = 0 the candidates with the first one's
+// LM head forwards). At a plan's first use the candidates with the first one's
 // algorithm id, split-K count and reduction scheme are run on the call's own operands (the real
 // call then overwrites D); a candidate is kept only if its output hashes bitwise equal to the
 // first one's, and the fastest of those is chosen. The configuration filter alone is not enough:
@@ -30,8 +30,9 @@
 // 2^22 outputs are tuned, where the plain hash sees ~100 flips. So tuning does not change a
 // result, and runs stay bitwise repeatable whatever the timing picks; GDN_GEMM_TUNE_PICK=last (a
 // diagnostic) takes the last certified candidate instead of the fastest, so the tests exercise a
-// pick other than the first whatever the timing. Accumulating GEMMs (beta = 1: dW, dx +=) keep the first algorithm (running
-// them in place would add into D). GDN_GEMM_TUNE=0 (or cuda_linear_set_tune) turns it off.
+// pick other than the first whatever the timing. Accumulating GEMMs (beta = 1: dW +=) are
+// tuned out of place (D' = acc + D into the scratch buffer, D untouched) where D is fp32 and fits
+// the scratch buffer; the others (the LM head's dW, bf16 dx +=) keep the first algorithm. GDN_GEMM_TUNE=0 (or cuda_linear_set_tune) turns it off.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdint.h>
@@ -148,10 +149,15 @@ cublasLtMatmulAlgo_t tune_plan(const mm_plan &p, const cublasLtMatmulHeuristicRe
     const bool weak = ce && strcmp(ce, "hash") == 0;
     bool resid = elem == 2 && dbytes <= RESID_BYTES && !weak;
     if (elem == 2 && !resid && !weak && outs < PLAIN_HASH_MIN) return res[0].algo;
+    // accumulating (beta = 1: dW +=): the candidates write acc + D into the scratch buffer and
+    // leave D as it is; fp32 D only (its hash sees any other summation order)
+    const bool acc = p.key.beta1;
+    if (acc && (elem != 4 || dbytes > RESID_BYTES)) return res[0].algo;
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
-    const float alpha = 1.0f, beta = 0.0f, minus1 = -1.0f;
+    const float alpha = 1.0f, beta = acc ? 1.0f : 0.0f, minus1 = -1.0f;
+    void *out = acc ? S.resid : D;
     float ms[TUNE_CANDIDATES];
     bool ran[TUNE_CANDIDATES] = {false};
     unsigned long long h[2 * TUNE_CANDIDATES];
@@ -159,16 +165,18 @@ cublasLtMatmulAlgo_t tune_plan(const mm_plan &p, const cublasLtMatmulHeuristicRe
     for (int i = 0; i < n; i++) {
         if (i > 0 && !same_numerics(res[0].algo, res[i].algo)) continue;
         auto call = [&] {
-            return cublasLtMatmul(S.lt, p.op, &alpha, A, p.a, B, p.b, &beta, D, p.c, D, p.c,
+            return cublasLtMatmul(S.lt, p.op, &alpha, A, p.a, B, p.b, &beta, D, p.c, out, p.c,
                                   &res[i].algo, S.workspace, WORKSPACE_BYTES, s);
         };
-        // a candidate may still refuse these operands: skip it (the first one never does)
+        // a candidate may still refuse these operands: skip it (the first one never does in
+        // place; out of place, for an accumulating GEMM, it may: then no tuning)
         cublasStatus_t st = call();
         if (st != CUBLAS_STATUS_SUCCESS) {
-            if (i == 0) CUBLAS_CHECK(st);
+            if (i == 0 && !acc) CUBLAS_CHECK(st);
+            if (i == 0) break;
             continue;
         }
-        hash_matrix_kernel<<<264, 256, 0, s>>>(D, p.key.m, p.key.n, p.key.ldc, elem, S.hashes + i);
+        hash_matrix_kernel<<<264, 256, 0, s>>>(out, p.key.m, p.key.n, p.key.ldc, elem, S.hashes + i);
         CUDA_CHECK(cudaGetLastError());
         if (resid) {
             if (i == 0) CUDA_CHECK(cudaMemcpyAsync(S.resid, D, dbytes, cudaMemcpyDeviceToDevice, s));
@@ -196,7 +204,7 @@ cublasLtMatmulAlgo_t tune_plan(const mm_plan &p, const cublasLtMatmulHeuristicRe
     CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
-    if (elem == 2 && !resid && !weak && outs < PLAIN_HASH_MIN) return res[0].algo;
+    if ((elem == 2 && !resid && !weak && outs < PLAIN_HASH_MIN) || !ran[0]) return res[0].algo;
     // GDN_GEMM_TUNE_PICK=last (diagnostic): the last certified candidate instead of the fastest
     const char *pk = getenv("GDN_GEMM_TUNE_PICK");
     const bool last = pk && strcmp(pk, "last") == 0;
@@ -250,7 +258,9 @@ const mm_plan &plan_for(const mm_key &key, const void *A, const void *B, void *D
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]));
     cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int found = 0;
-    const bool tune = !key.beta1 && tune_on();
+    // GDN_GEMM_TUNE_ACC=0: accumulating GEMMs keep the first choice (as before session 11)
+    const char *ta = getenv("GDN_GEMM_TUNE_ACC");
+    const bool tune = (!key.beta1 || !(ta && strcmp(ta, "0") == 0)) && tune_on();
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(S.lt, p.op, p.a, p.b, p.c, p.c, pref,
                                                 tune ? TUNE_CANDIDATES : 1, res, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));

@@ -1210,23 +1210,30 @@ static void test_linear_tune(cuda_dtype dt, rng_t *r) {
         dten g = dput(randn(r, ny, 1.0, dt), dt), y = dempty(ny, dt), dx = dempty(nx, dt);
         dten x2 = dput(randn(r, nx, 1.0, dt), dt), W2 = dput(randn(r, nw, 0.1, dt), dt);
         dten g2 = dput(randn(r, ny, 1.0, dt), dt);
-        std::vector<unsigned char> yb[2], dxb[2];
+        // dW += x^T dy (fp32, accumulating: tuned out of place) from the same fp32 start both times
+        const std::vector<double> dw0 = randn(r, nw, 1.0, CUDA_F32);
+        dten dW = dempty(nw, CUDA_F32);
+        std::vector<unsigned char> yb[2], dxb[2], dwb[2];
         for (int tune = 0; tune < 2; tune++) {
             cuda_linear_set_tune(tune);
+            upload(dW, dw0);
             cuda_linear_fwd(dt, y.d, x.d, W.d, N, in, out, 0);  // picks the algorithms
-            cuda_linear_bwd(dt, dx.d, NULL, g.d, x.d, W.d, N, in, out, false, 0);
+            cuda_linear_bwd(dt, dx.d, (float *)dW.d, g.d, x.d, W.d, N, in, out, false, 0);
             poison(y);
             poison(dx);
+            upload(dW, dw0);
             cuda_linear_fwd(dt, y.d, x2.d, W2.d, N, in, out, 0);
-            cuda_linear_bwd(dt, dx.d, NULL, g2.d, x2.d, W2.d, N, in, out, false, 0);
+            cuda_linear_bwd(dt, dx.d, (float *)dW.d, g2.d, x2.d, W2.d, N, in, out, false, 0);
             CUDA_CHECK(cudaDeviceSynchronize());
             yb[tune] = raw(y);
             dxb[tune] = raw(dx);
+            dwb[tune] = raw(dW);
         }
         char op[80];
         snprintf(op, sizeof op, "linear tuned N%d in%d out%d", N, in, out);
         row_bool(op, dt == CUDA_BF16 ? "bf16" : "fp32", "y = untuned y (new operands)", yb[0] == yb[1]);
         row_bool(op, dt == CUDA_BF16 ? "bf16" : "fp32", "dx = untuned dx (new operands)", dxb[0] == dxb[1]);
+        row_bool(op, dt == CUDA_BF16 ? "bf16" : "fp32", "dW += untuned dW += (new operands)", dwb[0] == dwb[1]);
     }
     cuda_linear_set_tune(-1);
     cuda_linear_tune_stats st = cuda_linear_get_tune_stats();
