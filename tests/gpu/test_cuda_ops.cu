@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <string>
 #include <stdlib.h>
+#include <string.h>
 extern "C" {
 #include "../../src/bwd/bwd_cpu.h"
 #include "../../src/model/backend.h"
@@ -1156,7 +1157,8 @@ static void test_sumsq(rng_t *r) {
 // model's a/b gate projections are out 4).
 static void test_linear(cuda_dtype dt, rng_t *r) {
     const int shapes[][3] = {{1, 64, 128},  {2, 40, 8},     {63, 72, 40},    {65, 128, 4},
-                             {33, 1024, 4}, {300, 1024, 8}, {300, 256, 520}, {2, 36, 8}};
+                             {33, 1024, 4}, {300, 1024, 8}, {300, 256, 520}, {2, 36, 8},
+                             {64, 128, 800}};
     for (const auto &sh : shapes) {
         const int N = sh[0], in = sh[1], out = sh[2];
         const size_t nx = (size_t)N * in, ny = (size_t)N * out, nw = (size_t)out * in;
@@ -1242,34 +1244,45 @@ static void test_linear_tune(cuda_dtype dt, rng_t *r) {
            st.candidates, st.dropped, st.changed);
 }
 
+// GDN_TEST_ONLY=SUBSTRING (a developer's filter, unset in the suite): only the test groups whose
+// name contains it, e.g. "linear" for the GEMM rows
+static bool only(const char *group) {
+    const char *e = getenv("GDN_TEST_ONLY");
+    return !e || strstr(group, e) != NULL;
+}
+
 int main() {
     gpu_require("test_cuda_ops");
     cuda_linear_init();
     rng_t r;
     rng_init(&r, 20240601, 0);
     const double t0 = gdn_now();
+    if (getenv("GDN_TEST_ONLY"))
+        printf("GDN_TEST_ONLY=%s: only the test groups whose name contains it run\n", getenv("GDN_TEST_ONLY"));
     printf("\n%-38s %-5s %-26s %11s %9s  %s\n", "op", "dtype", "output", "rel_err", "tol", "result");
     for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) {
-        test_embedding(dt, &r);
-        test_rmsnorm(dt, &r);
-        test_add_rmsnorm(dt, &r);
-        test_conv1d(dt, &r);
-        test_conv_silu(dt, &r);
-        test_pointwise(dt, &r);
-        test_l2norm(dt, &r);
-        test_conv_silu3_l2(dt, &r);
-        test_gates(dt, &r);
-        test_gated_rmsnorm(dt, &r);
-        test_crossentropy(dt, &r);
-        test_dropout(dt, &r);
-        test_rope(dt, &r);
+        if (only("embedding")) test_embedding(dt, &r);
+        if (only("rmsnorm")) test_rmsnorm(dt, &r);
+        if (only("add_rmsnorm")) test_add_rmsnorm(dt, &r);
+        if (only("conv1d")) test_conv1d(dt, &r);
+        if (only("conv_silu")) test_conv_silu(dt, &r);
+        if (only("pointwise")) test_pointwise(dt, &r);
+        if (only("l2norm")) test_l2norm(dt, &r);
+        if (only("conv_silu3_l2")) test_conv_silu3_l2(dt, &r);
+        if (only("gates")) test_gates(dt, &r);
+        if (only("gated_rmsnorm")) test_gated_rmsnorm(dt, &r);
+        if (only("crossentropy")) test_crossentropy(dt, &r);
+        if (only("dropout")) test_dropout(dt, &r);
+        if (only("rope")) test_rope(dt, &r);
     }
-    test_convert(&r);
-    test_adamw(&r);
-    test_sumsq(&r);
+    if (only("convert")) test_convert(&r);
+    if (only("adamw")) test_adamw(&r);
+    if (only("sumsq")) test_sumsq(&r);
     // last: a shape cuBLASLt finds no algorithm for stops the program (gdn_die), after the rest
-    for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_linear(dt, &r);
-    for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_linear_tune(dt, &r);
+    if (only("linear"))
+        for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_linear(dt, &r);
+    if (only("linear_tune"))
+        for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_linear_tune(dt, &r);
     for (void *p : g_allocs) CUDA_CHECK(cudaFree(p));
     printf("\nall runs and checks: %.1f s\n", gdn_now() - t0);
     return gc_finish("test_cuda_ops");
