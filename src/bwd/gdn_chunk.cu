@@ -260,6 +260,38 @@ struct prep_layout {
     static_assert(BYTES <= SMEM_MAX, "prep shared memory");
 };
 
+// Asm (C x C fp32, row pitch PA, strictly lower A, read by rows) -> Linv = (I + A)^{-1} in place:
+// thread c < C solves column c by forward substitution in fp32; the CTA's barriers order the
+// reads of A before the write-back and the write-back before any later reader (prep, prep2).
+template <int PA>
+__device__ __forceinline__ void invert_unit_lower(float *Asm, int tid) {
+    float x[C];
+    if (tid < C) {
+#pragma unroll
+        for (int r = 0; r < C; ++r) {
+            const float *Ar = Asm + r * PA;
+            float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+            for (int j = 0; j + 3 < r; j += 4) {
+                const float4 av = *(const float4 *)(Ar + j);
+                s0 += av.x * x[j];
+                s1 += av.y * x[j + 1];
+                s2 += av.z * x[j + 2];
+                s3 += av.w * x[j + 3];
+            }
+#pragma unroll
+            for (int j = r & ~3; j < r; ++j) s0 += Ar[j] * x[j];
+            x[r] = (r == tid ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
+        }
+    }
+    __syncthreads();  // every read of A is done
+    if (tid < C) {
+#pragma unroll
+        for (int r = 0; r < C; ++r) Asm[r * PA + tid] = x[r];
+    }
+    __syncthreads();
+}
+
 template <int DK, int NP>
 __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant__ bwd_args a) {
     using L = prep_layout<DK, NP>;
@@ -346,32 +378,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     __syncthreads();
 
     if (delta) {
-        // ---- Linv = (I + A)^{-1}: thread c solves column c by forward substitution, fp32 --------
-        float x[C];
-        if (tid < C) {
-#pragma unroll
-            for (int r = 0; r < C; ++r) {
-                const float *Ar = Asm + r * L::PA;
-                float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-#pragma unroll
-                for (int j = 0; j + 3 < r; j += 4) {
-                    const float4 av = *(const float4 *)(Ar + j);
-                    s0 += av.x * x[j];
-                    s1 += av.y * x[j + 1];
-                    s2 += av.z * x[j + 2];
-                    s3 += av.w * x[j + 3];
-                }
-#pragma unroll
-                for (int j = r & ~3; j < r; ++j) s0 += Ar[j] * x[j];
-                x[r] = (r == tid ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
-            }
-        }
-        __syncthreads();  // every read of A is done
-        if (tid < C) {
-#pragma unroll
-            for (int r = 0; r < C; ++r) Asm[r * L::PA + tid] = x[r];
-        }
-        __syncthreads();
+        invert_unit_lower<L::PA>(Asm, tid);  // Asm: A -> Linv = (I + A)^{-1}
         // Linv -> global (hi + lo); T = Linv diag(beta) -> smem; diag(gamma) K -> Q's buffer
         bf16 *Lg = a.Lv + cix * 2 * C * C;
         for (int e = tid; e < C * C / 2; e += 128) {
@@ -539,32 +546,7 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_cons
     __syncthreads();
 
     if (delta) {
-        // ---- Linv = (I + A)^{-1}: thread c solves column c by forward substitution, fp32 --------
-        float x[C];
-        if (tid < C) {
-#pragma unroll
-            for (int r = 0; r < C; ++r) {
-                const float *Ar = Asm + r * L::PA;
-                float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-#pragma unroll
-                for (int j = 0; j + 3 < r; j += 4) {
-                    const float4 av = *(const float4 *)(Ar + j);
-                    s0 += av.x * x[j];
-                    s1 += av.y * x[j + 1];
-                    s2 += av.z * x[j + 2];
-                    s3 += av.w * x[j + 3];
-                }
-#pragma unroll
-                for (int j = r & ~3; j < r; ++j) s0 += Ar[j] * x[j];
-                x[r] = (r == tid ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
-            }
-        }
-        __syncthreads();  // every read of A is done
-        if (tid < C) {
-#pragma unroll
-            for (int r = 0; r < C; ++r) Asm[r * L::PA + tid] = x[r];
-        }
-        __syncthreads();
+        invert_unit_lower<L::PA>(Asm, tid);  // Asm: A -> Linv = (I + A)^{-1}
         // Linv -> global (hi + lo); T = Linv diag(beta) -> smem; diag(gamma) K over K
         bf16 *Lg = a.Lv + cix * 2 * C * C;
         for (int e = tid; e < C * C / 2; e += 128) {
