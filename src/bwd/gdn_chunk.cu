@@ -260,6 +260,31 @@ struct prep_layout {
     static_assert(BYTES <= SMEM_MAX, "prep shared memory");
 };
 
+// Warp `warp`'s 16 rows (m0..) of Q K^T into aq and, with delta, of K K^T into ak, over the key
+// columns, for the column blocks np <= warp (the lower triangle; prep, prep2).
+template <int DK, int NP>
+__device__ __forceinline__ void qk_kk_products(float (&aq)[8][4], float (&ak)[8][4], const smat &sQ,
+                                               const smat &sK, int m0, int warp, int lane, bool delta) {
+    for (int kk = 0; kk < DK; kk += 16) {
+        uint32_t fq[NP][4], fk[NP][4] = {};
+        lda<NP>(fq, sQ, m0, kk, lane);
+        if (delta) lda<NP>(fk, sK, m0, kk, lane);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            if (np <= warp) {
+                uint32_t fb[NP][4];
+                ldb<NP>(fb, sK, np * 16, kk, lane);
+                mma_p<0, NP>(aq[2 * np], fq, fb);
+                mma_p<1, NP>(aq[2 * np + 1], fq, fb);
+                if (delta) {
+                    mma_p<0, NP>(ak[2 * np], fk, fb);
+                    mma_p<1, NP>(ak[2 * np + 1], fk, fb);
+                }
+            }
+        }
+    }
+}
+
 // Asm (C x C fp32, row pitch PA, strictly lower A, read by rows) -> Linv = (I + A)^{-1} in place:
 // thread c < C solves column c by forward substitution in fp32; the CTA's barriers order the
 // reads of A before the write-back and the write-back before any later reader (prep, prep2).
@@ -338,24 +363,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     float *PAg = RC ? nullptr : a.PA + cix * C * C;
     {
         float aq[8][4] = {}, ak[8][4] = {};
-        for (int kk = 0; kk < DK; kk += 16) {
-            uint32_t fq[NP][4], fk[NP][4] = {};
-            lda<NP>(fq, sQ, m0, kk, lane);
-            if (delta) lda<NP>(fk, sK, m0, kk, lane);
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                if (np <= warp) {
-                    uint32_t fb[NP][4];
-                    ldb<NP>(fb, sK, np * 16, kk, lane);
-                    mma_p<0, NP>(aq[2 * np], fq, fb);
-                    mma_p<1, NP>(aq[2 * np + 1], fq, fb);
-                    if (delta) {
-                        mma_p<0, NP>(ak[2 * np], fk, fb);
-                        mma_p<1, NP>(ak[2 * np + 1], fk, fb);
-                    }
-                }
-            }
-        }
+        qk_kk_products<DK, NP>(aq, ak, sQ, sK, m0, warp, lane, delta);
         frag_each<8>(aq, m0, 0, lane, [&](int i, int j, float x0, float x1) {
             const float p0 = x0 * gam_ij(Gh, Gl, i, j), p1 = x1 * gam_ij(Gh, Gl, i, j + 1);
             st_pair<NP>(sm, L::P + i * L::PBC + j * 2, L::CC_PL, p0, p1);
@@ -512,24 +520,7 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_cons
     // ---- P = Gam ⊙ Q K^T (lower), A = strictLower(beta_i Gam ⊙ K K^T) ------------------------
     {
         float aq[8][4] = {}, ak[8][4] = {};
-        for (int kk = 0; kk < DK; kk += 16) {
-            uint32_t fq[NP][4], fk[NP][4] = {};
-            lda<NP>(fq, sQ, m0, kk, lane);
-            if (delta) lda<NP>(fk, sK, m0, kk, lane);
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                if (np <= warp) {
-                    uint32_t fb[NP][4];
-                    ldb<NP>(fb, sK, np * 16, kk, lane);
-                    mma_p<0, NP>(aq[2 * np], fq, fb);
-                    mma_p<1, NP>(aq[2 * np + 1], fq, fb);
-                    if (delta) {
-                        mma_p<0, NP>(ak[2 * np], fk, fb);
-                        mma_p<1, NP>(ak[2 * np + 1], fk, fb);
-                    }
-                }
-            }
-        }
+        qk_kk_products<DK, NP>(aq, ak, sQ, sK, m0, warp, lane, delta);
         frag_each<8>(aq, m0, 0, lane, [&](int i, int j, float x0, float x1) {
             const float p0 = x0 * gam_ij(Gh, Gl, i, j), p1 = x1 * gam_ij(Gh, Gl, i, j + 1);
             st_pair<NP>(sm, L::P + i * L::PBC + j * 2, L::CC_PL, p0, p1);
