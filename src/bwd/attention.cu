@@ -781,18 +781,11 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             }
         }
         // the 128 threads of this consumer only (named barrier 2 + wg)
-        if (wg == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory");
-        else asm volatile("bar.sync 3, 128;\n" ::: "memory");
-        constexpr int CPR = D / 8;
-#pragma unroll
-        for (int c = tid & 127; c < 64 * CPR; c += 128) {
-            const int row = 64 * wg + c / CPR, ch = c % CPR, j = k0 + row;
-            if (j < T) {
-                const size_t go = (((size_t)b * T + j) * H + h) * D + ch * 8;
-                *reinterpret_cast<uint4 *>(p.dk + go) = *reinterpret_cast<const uint4 *>(Ks + wgm::sw128<BK>(row, ch * 8));
-                *reinterpret_cast<uint4 *>(p.dv + go) = *reinterpret_cast<const uint4 *>(Vs + wgm::sw128<BK>(row, ch * 8));
-            }
-        }
+        wgm::wg_store_rows<D, 2>(wg, tid, k0, T, [&](int row, int ch, int j) {
+            const size_t go = (((size_t)b * T + j) * H + h) * D + ch * 8;
+            *reinterpret_cast<uint4 *>(p.dk + go) = *reinterpret_cast<const uint4 *>(Ks + wgm::sw128<BK>(row, ch * 8));
+            *reinterpret_cast<uint4 *>(p.dv + go) = *reinterpret_cast<const uint4 *>(Vs + wgm::sw128<BK>(row, ch * 8));
+        });
     }
     wgm::mbar_watchdog_check(wd_failed);  // outside the setmaxnreg regions (wgmma.cuh)
 #else
@@ -981,16 +974,10 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
                 *reinterpret_cast<uint32_t *>(Qs + wgm::sw128<BQ>(row, 8 * j + 2 * t4)) =
                     gdnk::pack_bf16(dq[4 * j + 2 * r] * p.scale, dq[4 * j + 2 * r + 1] * p.scale);
         }
-        if (wg == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory");
-        else asm volatile("bar.sync 3, 128;\n" ::: "memory");
-        constexpr int CPR = D / 8;
-#pragma unroll
-        for (int c = tid & 127; c < 64 * CPR; c += 128) {
-            const int row = 64 * wg + c / CPR, ch = c % CPR, i = q0 + row;
-            if (i < T)
-                *reinterpret_cast<uint4 *>(p.dq + (((size_t)b * T + i) * H + h) * D + ch * 8) =
-                    *reinterpret_cast<const uint4 *>(Qs + wgm::sw128<BQ>(row, ch * 8));
-        }
+        wgm::wg_store_rows<D, 2>(wg, tid, q0, T, [&](int row, int ch, int i) {
+            *reinterpret_cast<uint4 *>(p.dq + (((size_t)b * T + i) * H + h) * D + ch * 8) =
+                *reinterpret_cast<const uint4 *>(Qs + wgm::sw128<BQ>(row, ch * 8));
+        });
     }
     wgm::mbar_watchdog_check(wd_failed);  // outside the setmaxnreg regions (wgmma.cuh)
 #else

@@ -541,16 +541,10 @@ __global__ void __launch_bounds__(WG3_THREADS, 1)
             if (t4 == 0 && i < T) p.lse[((size_t)b * H + h) * T + i] = ATTN_LN2 * (mrow[r] * c2 + log2f(l));
         }
         // the 128 threads of this consumer warpgroup only (named barrier 1 + wg)
-        if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
-        else asm volatile("bar.sync 2, 128;\n" ::: "memory");
-        constexpr int CPR = D / 8;
-#pragma unroll
-        for (int c = tid & 127; c < 64 * CPR; c += 128) {
-            const int row = 64 * wg + c / CPR, ch = c % CPR, i = q0 + row;
-            if (i < T)
-                *reinterpret_cast<uint4 *>(p.o + (((size_t)b * T + i) * H + h) * D + ch * 8) =
-                    *reinterpret_cast<const uint4 *>(Qs + wgm::sw128<BQ>(row, ch * 8));
-        }
+        wgm::wg_store_rows<D, 1>(wg, tid, q0, T, [&](int row, int ch, int i) {
+            *reinterpret_cast<uint4 *>(p.o + (((size_t)b * T + i) * H + h) * D + ch * 8) =
+                *reinterpret_cast<const uint4 *>(Qs + wgm::sw128<BQ>(row, ch * 8));
+        });
     }
     wgm::mbar_watchdog_check(wd_failed);  // outside the setmaxnreg regions (wgmma.cuh)
 #else

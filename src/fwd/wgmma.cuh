@@ -270,4 +270,20 @@ __device__ __forceinline__ void setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
 }
 
+// A consumer warpgroup's epilogue store: wait on named barrier BAR0 + wg (the warpgroup's 128
+// threads only, so its rows of the swizzled sw128 staging tile are complete), then visit its 64
+// rows in 16-byte chunks: store(row, ch, i) for each row of the tile with i = r0 + row < T and
+// each chunk ch < D / 8 (the caller writes the chunk(s) to global; attention fwd o, bwd dq, dk/dv).
+template <int D, int BAR0, class F>
+__device__ __forceinline__ void wg_store_rows(int wg, int tid, int r0, int T, F &&store) {
+    if (wg == 0) asm volatile("bar.sync %0, 128;\n" ::"n"(BAR0) : "memory");
+    else asm volatile("bar.sync %0, 128;\n" ::"n"(BAR0 + 1) : "memory");
+    constexpr int CPR = D / 8;
+#pragma unroll
+    for (int c = tid & 127; c < 64 * CPR; c += 128) {
+        const int row = 64 * wg + c / CPR, ch = c % CPR, i = r0 + row;
+        if (i < T) store(row, ch, i);
+    }
+}
+
 }  // namespace wgm
