@@ -523,6 +523,31 @@ __device__ __forceinline__ void bw3_turn_pass(int wg) {
     }
 }
 
+// Both passes' setup: thread 0 initialises the single-load barrier (count 1) and each stage's
+// full (count full_count) and empty (8: the consumers' warps) barriers, thread 32 prefetches the
+// four tensor maps; then the CTA's only barrier, so that no arrival precedes an init.
+template <int NS>
+__device__ __forceinline__ void bw3_setup(int tid, uint32_t single, uint32_t full, uint32_t empty, int full_count,
+                                          const CUtensorMap *tmq, const CUtensorMap *tmk, const CUtensorMap *tmv,
+                                          const CUtensorMap *tmdo) {
+    if (tid == 0) {
+        wgm::mbar_init(single, 1);
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            wgm::mbar_init(full + 8 * s, full_count);
+            wgm::mbar_init(empty + 8 * s, 8);
+        }
+        wgm::mbar_init_fence();
+    }
+    if (tid == 32) {
+        wgm::prefetch_tensormap(tmq);
+        wgm::prefetch_tensormap(tmk);
+        wgm::prefetch_tensormap(tmv);
+        wgm::prefetch_tensormap(tmdo);
+    }
+    __syncthreads();
+}
+
 // dK/dV pass (attention_bwd_dkdv_wgmma3_kernel). Shared memory: K, V (loaded once),
 // NS stages of (Q, dO) tiles and of the (lse2, D) rows of their BQ queries, with DQA two dS tiles
 // (by iteration parity: a consumer writes dS of tile u + 1 while the other may still read dS of
@@ -566,22 +591,7 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
     const int m_lo = k0 / BQ, m_hi = i_hi / BQ;
     const size_t sbase = ((size_t)b * H + h) * T;
 
-    if (tid == 0) {
-        wgm::mbar_init(kv_full, 1);
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            wgm::mbar_init(full + 8 * s, 33);
-            wgm::mbar_init(empty + 8 * s, 8);
-        }
-        wgm::mbar_init_fence();
-    }
-    if (tid == 32) {
-        wgm::prefetch_tensormap(&tmq);
-        wgm::prefetch_tensormap(&tmk);
-        wgm::prefetch_tensormap(&tmv);
-        wgm::prefetch_tensormap(&tmdo);
-    }
-    __syncthreads();         // barriers initialised before any arrival; the only CTA-wide barrier
+    bw3_setup<NS>(tid, kv_full, full, empty, 33, &tmq, &tmk, &tmv, &tmdo);  // the only CTA-wide barrier
     bool wd_failed = false;  // -DGDN_MBAR_WATCHDOG (wgmma.cuh; trap at the end)
 
     constexpr uint32_t KTILE = 2u * BK * D, QTILE = 2u * BQ * D;  // bytes of a K (V), a Q (dO) tile
@@ -828,22 +838,7 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
     const int j_hi = min(T - 1, q0 + BQ - 1), j_lo = max(0, q0 - W + 1);
     const int n_hi = j_hi / BK, n_lo = j_lo / BK;
 
-    if (tid == 0) {
-        wgm::mbar_init(q_full, 1);
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            wgm::mbar_init(full + 8 * s, 1);
-            wgm::mbar_init(empty + 8 * s, 8);
-        }
-        wgm::mbar_init_fence();
-    }
-    if (tid == 32) {
-        wgm::prefetch_tensormap(&tmq);
-        wgm::prefetch_tensormap(&tmk);
-        wgm::prefetch_tensormap(&tmv);
-        wgm::prefetch_tensormap(&tmdo);
-    }
-    __syncthreads();         // barriers initialised before any arrival; the only CTA-wide barrier
+    bw3_setup<NS>(tid, q_full, full, empty, 1, &tmq, &tmk, &tmv, &tmdo);  // the only CTA-wide barrier
     bool wd_failed = false;  // -DGDN_MBAR_WATCHDOG (wgmma.cuh; trap at the end)
 
     constexpr uint32_t TILE = 2u * BK * D, PANEL = 2u * BK * 64;  // bytes of a tile, of a 64-column panel
