@@ -1,5 +1,5 @@
 // gdn_bwd_bench.cu — times the CUDA GDN chunk forward + backward (gdn_chunk_fwd, gdn_chunk_bwd)
-// at the shapes of BENCHMARKS.md, bf16, inputs drawn as there (q, k L2-normalised rows,
+// at the shapes of BENCHMARKS.md and of one fla-220m layer (shape 3), bf16, inputs drawn as there (q, k L2-normalised rows,
 // g = logsigmoid(N(0,1) + 3), beta = sigmoid(U(0,1))), dO ~ N(0,1), d(final state) ~ N(0,1).
 // Two variants: "recompute" = forward (o, ht) + backward that recomputes the chunk-start
 // states (the default), and "states" = forward that also keeps them (gdn.save_states) +
@@ -49,9 +49,11 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bwd_bench: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20);
-    const int shapes[3][5] = {{8, 4096, 16, 128, 128}, {4, 4096, 16, 128, 256}, {1, 32768, 16, 128, 128}};
+    // BENCHMARKS.md's three kernel shapes, then one GDN layer of configs/fla-220m.ini (issue 7)
+    const int shapes[4][5] = {{8, 4096, 16, 128, 128}, {4, 4096, 16, 128, 256}, {1, 32768, 16, 128, 128},
+                              {16, 2048, 4, 128, 256}};
     int fails = 0;
-    for (int si = 0; si < 3; si++) {
+    for (int si = 0; si < 4; si++) {
         if (only >= 0 && si != only) continue;
         const int B = shapes[si][0], T = shapes[si][1], H = shapes[si][2], Dk = shapes[si][3],
                   Dv = shapes[si][4];
