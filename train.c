@@ -57,7 +57,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: gdn-train CONFIG.ini [--set section.key=value ...] [--resume CKPT.h5]\n"
             "                 [--gradcheck [--device cpu|cuda]] [--stop-after N] [--gpus N] [--profile N]\n"
-            "                 [--timeline N]\n"
+            "                 [--profile-events] [--timeline N]\n"
             "       gdn-train --resume CKPT.h5 [--set ...]   (uses the config saved in the checkpoint)\n"
             "       gdn-train --resume CKPT.h5 --eval [--set ...]   (the validation loss, then exit)\n"
             "  --set        override one config key (repeatable), e.g. --set train.steps=200\n"
@@ -70,7 +70,8 @@ static void usage(FILE *f) {
             "  --stop-after N  stop after step N with a checkpoint, as if interrupted\n"
             "  --gpus N     run N local data-parallel workers, one per GPU (NCCL)\n"
             "  --profile N  2 warm-up steps, then N steps with every op timed between device syncs;\n"
-            "               prints the per-op table (also <out_dir>/profile.txt); no eval, no checkpoint\n"
+            "               prints the per-op table (also <out_dir>/profile.txt); no eval, no checkpoint\n"            "  --profile-events  with --profile: time each op by two CUDA events instead of syncs, so the\n"
+            "               step runs as unprofiled (GPU only); the table adds the time between ops\n"
             "  --timeline N record N steps (after 2 warm-up steps; from the first step when the run\n"
             "               is shorter) on a per-stream timeline: forward, backward of each gradient\n"
             "               range (lm_head, norm_f, layer L-1..0, embed), each all-reduce bucket, the\n"
@@ -439,6 +440,7 @@ int main(int argc, char **argv) {
     int gpus = 1;
     const char *gc_device = "cpu";
     long stop_after = -1, profile_steps = 0, timeline_steps = 0;
+    bool profile_events = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--set") && i + 1 < argc)
             sets[nset++] = argv[++i];
@@ -452,6 +454,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--profile") && i + 1 < argc) {
             if (!count_arg("--profile", "a step count", argv[++i], 1, LONG_MAX, &profile_steps))
                 return 2;
+        } else if (!strcmp(argv[i], "--profile-events")) {
+            profile_events = true;
         } else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) {
             if (!count_arg("--timeline", "a step count", argv[++i], 1, LONG_MAX, &timeline_steps))
                 return 2;
@@ -481,6 +485,11 @@ int main(int argc, char **argv) {
     }
     if (!cfg_path && !resume) {
         usage(stderr);
+        return 2;
+    }
+    if (profile_events && profile_steps == 0) {
+        fprintf(stderr, "error: --profile-events changes how --profile N times the ops: give "
+                        "--profile N too\n");
         return 2;
     }
     if (eval_only && (!resume || gradcheck || stop_after > 0 || profile_steps > 0 || timeline_steps > 0)) {
@@ -563,6 +572,13 @@ int main(int argc, char **argv) {
 #endif
     bool on_gpu = be != &backend_cpu;
     if (profile_steps > 0) be = backend_profiled(be);  // a decorator: same name, same sizes
+    if (profile_events) {
+        if (!on_gpu) gdn_die("--profile-events: device events need the GPU backend (train.device = "
+                             "cuda or auto with a GPU); on the CPU use --profile alone");
+#if GDN_HAVE_CUDA
+        profile_use_clock(timeline_cuda_clock());
+#endif
+    }
     // ZeRO-1 and the flat copies treat gradients, optimizer state and (without a master copy)
     // parameters as arrays of one element type
     if (be->elem[BE_GRAD] != be->elem[BE_OPT] ||

@@ -3,7 +3,10 @@
 // plain backend_cpu; (b) its table lists each op with the call count the model structure
 // implies, and the matmul GFLOP per step 2*N*sum(in*out) (forward) and twice that (backward);
 // (c) profile_reset zeroes every counter; and the matmul-by-shape table splits exactly the
-// op table's linear calls over the model's shapes.
+// op table's linear calls over the model's shapes; (d) the events clock (profile_use_clock; on
+// the GPU CUDA events, here a host clock with the same interface): the same rows, calls and
+// FLOPs as the sync clock, the ops' times plus the time between ops account for the passes' wall
+// time, and reset / print consume the recorded events.
 #include "testutil.h"
 #include "tiny_model.h"
 #include "../src/model/model.h"
@@ -215,6 +218,90 @@ static void check_case(const char *title, const gdn_config *c, uint64_t seed) {
     model_free(prof);
 }
 
+// A host clock behind the device-clock interface: an event is the time it was recorded.
+static void *hc_create(void) {
+    double *e = malloc(sizeof *e);
+    CHECK_PTR(e);
+    *e = -1;
+    return e;
+}
+static void hc_destroy(void *e) { free(e); }
+static void hc_record(void *e) { *(double *)e = gdn_now(); }
+static void hc_wait(void *e) { EXPECT(*(double *)e >= 0, "wait on an event never recorded"); }
+static double hc_ms(void *a, void *b) {
+    EXPECT(*(double *)a >= 0 && *(double *)b >= 0, "elapsed time of an event never recorded");
+    return 1e3 * (*(double *)b - *(double *)a);
+}
+static const timeline_clock host_clock = {hc_create, hc_destroy, hc_record, hc_wait, hc_ms};
+
+// The "between ops" row of the table (ms per step), -1 when absent.
+static double between_ops_ms(int steps) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK_PTR(f);
+    profile_print(f, 0, steps);
+    if (fclose(f) != 0) gdn_die("open_memstream: %s", strerror(errno));
+    double total = -1, per_step;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+        if (!strncmp(line, "between ops", 11) && sscanf(line + 11, "%lf %lf", &total, &per_step) != 2)
+            EXPECT(false, "unparsable 'between ops' line '%s'", line);
+    free(buf);
+    return total;
+}
+
+static void check_events(void) {
+    printf("\n== events clock (a host clock behind the device-clock interface)\n");
+    gdn_config c = tiny("GS", 3);
+    const backend *pb = backend_profiled(&backend_cpu);
+    model *m = model_create(&c, pb, B, T);
+    model_init_params(m, 21);
+    int32_t x[B * T], y[B * T];
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (int32_t)((7 * i + 3) % c.vocab_size);
+        y[i] = (int32_t)((5 * i + 1) % c.vocab_size);
+    }
+    // the same two passes under each clock: the same rows, calls and FLOPs
+    row rs[MAX_ROWS], re[MAX_ROWS];
+    profile_reset();
+    for (int k = 0; k < RUNS; k++) model_forward_backward(m, x, y, 1.0 / m->N, true);
+    int ns = table(0, RUNS, rs, false);
+    EXPECT(between_ops_ms(RUNS) < 0, "the sync clock printed a 'between ops' row");
+    profile_use_clock(&host_clock);
+    profile_reset();
+    double t0 = gdn_now();
+    for (int k = 0; k < RUNS; k++) model_forward_backward(m, x, y, 1.0 / m->N, true);
+    double wall = gdn_now() - t0;
+    int ne = table(0, RUNS, re, true);
+    bool same = ns == ne;
+    double ops = 0;
+    for (int i = 0; i < ne; i++) {
+        const row *r = find(rs, ns, re[i].op);
+        same &= r && r->calls == re[i].calls && r->gflop_step == re[i].gflop_step;
+        ops += re[i].total_ms / 1e3;
+    }
+    printf("events: %d rows (sync: %d), same calls and GFLOP: %s\n", ne, ns, same ? "yes" : "NO");
+    EXPECT(same, "the events clock changed the rows, calls or FLOPs");
+    double gap = between_ops_ms(RUNS) / 1e3;
+    // ops + between ops = from the first op's start to the last op's end: inside the wall time,
+    // short of it only by the host code before the first op and after the last
+    printf("events: ops %.3f ms + between ops %.3f ms = %.3f ms of %.3f ms wall\n", 1e3 * ops,
+           1e3 * gap, 1e3 * (ops + gap), 1e3 * wall);
+    EXPECT(gap >= 0 && ops + gap <= wall * (1 + 1e-9) && ops + gap >= 0.8 * wall,
+           "events: ops + between ops = %g s against %g s of wall time", ops + gap, wall);
+    // (printing resolved the events: a second print adds nothing; reset empties the table)
+    int ne2 = table(0, RUNS, re, false);
+    double ops2 = 0;
+    for (int i = 0; i < ne2; i++) ops2 += re[i].total_ms / 1e3;
+    EXPECT(ne2 == ne && fabs(ops2 - ops) <= 1e-9 + 1e-6 * ops, "a second print changed the sums");
+    model_forward_backward(m, x, y, 1.0 / m->N, true);
+    profile_reset();
+    int n0 = table(0, 1, re, false);
+    EXPECT(n0 == 0 && between_ops_ms(1) == 0, "events: reset left %d rows", n0);
+    profile_use_clock(NULL);
+    model_free(m);
+}
+
 int main(void) {
     gdn_config c = tiny("GS", 3);  // G S G, every GDN switch on, tied embeddings
     check_case("GSG, all GDN switches on, tied", &c, 11);
@@ -225,6 +312,7 @@ int main(void) {
     c.tie_embeddings = false;
     c.dropout = 0.25;
     check_case("GS, gate/delta/output gate off, untied, dropout 0.25", &c, 12);
+    check_events();
     printf("\ntest_profile: %d failures\n", fails);
     return fails ? 1 : 0;
 }

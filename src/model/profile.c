@@ -1,9 +1,14 @@
 // profile.c — the profiling decorator of profile.h: one slot per op name (calls, seconds,
-// FLOPs), each op timed as  sync; t0 = now; op; sync; slot += now - t0.  The sync before the
-// op makes sure the clock does not charge earlier queued work to it; the sync after it makes
-// the op's device work finish inside the interval.
+// FLOPs). Two clocks:
+//   sync (default): each op timed as  sync; t0 = now; op; sync; slot += now - t0.  The sync
+//     before the op makes sure the clock does not charge earlier queued work to it; the sync
+//     after it makes the op's device work finish inside the interval.
+//   events (profile_use_clock): two events of a device clock recorded on the compute stream
+//     around each op, no sync; the intervals are read when the table is printed or the counters
+//     reset (one wait for the last event), so the ops run as in a normal step.
 #include "profile.h"
 #include "../core/common.h"
+#include <stdlib.h>
 
 // X-macro: every timed op of backend.h, in struct order.
 #define PROFILE_OPS(X)                                                                     \
@@ -42,29 +47,92 @@ typedef struct {
 static shape_slot shapes[MAX_SHAPES];
 static int n_shapes;
 
+// Events mode (clk set): every op's pair of events, in call order, until resolve() reads them;
+// events are kept in a free pool for reuse.
+typedef struct {
+    int slot, shape;  // shape: index in shapes[] or -1
+    void *e0, *e1;
+} ev_rec;
+static const timeline_clock *clk;
+static ev_rec *recs;
+static size_t n_recs, cap_recs;
+static void **pool;
+static size_t n_pool, cap_pool;
+static void *pending_e0;    // recorded by op_begin, paired by op_end
+static double gap_seconds;  // events: from one op's end event to the next op's start event
+
+static void *ev_get(void) { return n_pool ? pool[--n_pool] : clk->create(); }
+static void ev_put(void *ev) {
+    if (n_pool == cap_pool) {
+        cap_pool = cap_pool ? 2 * cap_pool : 1024;
+        pool = realloc(pool, cap_pool * sizeof *pool);
+        if (!pool) gdn_die("profile: out of host memory for %zu events", cap_pool);
+    }
+    pool[n_pool++] = ev;
+}
+
 static double op_begin(void) {
+    if (clk) {
+        pending_e0 = ev_get();
+        clk->record(pending_e0);
+        return 0;
+    }
     inner->sync();
     return gdn_now();
 }
-// Close the interval opened at t0 for slot s; returns its seconds.
-static double op_end(int s, double t0, double flops) {
-    inner->sync();
-    double dt = gdn_now() - t0;
-    slots[s].seconds += dt;
-    slots[s].calls++;
-    slots[s].flops += flops;
-    return dt;
-}
-static void shape_add(int s, int N, int in, int out, double seconds, double flops) {
+// The shapes[] row of (slot, N, in, out), added when new; -1 when the table is full.
+static int shape_index(int s, int N, int in, int out) {
     int i = 0;
     while (i < n_shapes && !(shapes[i].slot == s && shapes[i].N == N && shapes[i].in == in &&
                              shapes[i].out == out))
         i++;
-    if (i == MAX_SHAPES) return;  // more distinct shapes than any model here has: not listed
+    if (i == MAX_SHAPES) return -1;  // more distinct shapes than any model here has: not listed
     if (i == n_shapes) shapes[n_shapes++] = (shape_slot){.slot = s, .N = N, .in = in, .out = out};
-    shapes[i].calls++;
-    shapes[i].seconds += seconds;
-    shapes[i].flops += flops;
+    return i;
+}
+// Close the interval opened by op_begin (t0) for slot s (and shapes[shape] when >= 0). Sync
+// clock: its seconds now; events: recorded, the seconds added by resolve().
+static void op_end(int s, double t0, double flops, int shape) {
+    slots[s].calls++;
+    slots[s].flops += flops;
+    if (shape >= 0) {
+        shapes[shape].calls++;
+        shapes[shape].flops += flops;
+    }
+    if (clk) {
+        void *e1 = ev_get();
+        clk->record(e1);
+        if (n_recs == cap_recs) {
+            cap_recs = cap_recs ? 2 * cap_recs : 4096;
+            recs = realloc(recs, cap_recs * sizeof *recs);
+            if (!recs) gdn_die("profile: out of host memory for %zu op records", cap_recs);
+        }
+        recs[n_recs++] = (ev_rec){.slot = s, .shape = shape, .e0 = pending_e0, .e1 = e1};
+        pending_e0 = NULL;
+        return;
+    }
+    inner->sync();
+    double dt = gdn_now() - t0;
+    slots[s].seconds += dt;
+    if (shape >= 0) shapes[shape].seconds += dt;
+}
+// Events: wait for the last one, add every recorded interval and the gaps between consecutive
+// ops to the counters, return the events to the pool.
+static void resolve(void) {
+    if (!clk || n_recs == 0) return;
+    clk->wait(recs[n_recs - 1].e1);
+    for (size_t i = 0; i < n_recs; i++) {
+        const ev_rec *r = &recs[i];
+        double dt = clk->elapsed_ms(r->e0, r->e1) / 1e3;
+        slots[r->slot].seconds += dt;
+        if (r->shape >= 0) shapes[r->shape].seconds += dt;
+        if (i > 0) gap_seconds += clk->elapsed_ms(recs[i - 1].e1, r->e0) / 1e3;
+    }
+    for (size_t i = 0; i < n_recs; i++) {
+        ev_put(recs[i].e0);
+        ev_put(recs[i].e1);
+    }
+    n_recs = 0;
 }
 
 // Time one void call of inner's op `name`, counting `fl` FLOPs.
@@ -72,7 +140,7 @@ static void shape_add(int s, int N, int in, int out, double seconds, double flop
     do {                                     \
         double t0_ = op_begin();             \
         inner->name(__VA_ARGS__);            \
-        op_end(SLOT_##name, t0_, (fl));      \
+        op_end(SLOT_##name, t0_, (fl), -1);  \
     } while (0)
 
 static void p_zero(void *p, size_t n, be_class c) { TIMED(zero, 0, p, n, c); }
@@ -80,7 +148,7 @@ static void p_add(void *y, const void *x, size_t n) { TIMED(add, 0, y, x, n); }
 static void p_copy(void *y, const void *x, size_t n) { TIMED(copy, 0, y, x, n); }
 static double p_sumsq(const void *x, size_t n) {
     double t0 = op_begin(), r = inner->sumsq(x, n);
-    op_end(SLOT_sumsq, t0, 0);
+    op_end(SLOT_sumsq, t0, 0, -1);
     return r;
 }
 static void p_embedding_fwd(void *out, const int32_t *tok, const void *wte, int N, int d) {
@@ -102,11 +170,12 @@ static void p_rmsnorm_bwd(void *dx, void *dw, void *y, const void *dy, const voi
     TIMED(rmsnorm_bwd, 0, dx, dw, y, dy, x, w, rstd, N, d, acc);
 }
 // A matmul op: timed as TIMED, and also per shape.
-#define TIMED_MM(name, N, in, out, fl, ...)                                    \
-    do {                                                                       \
-        double t0_ = op_begin();                                               \
-        inner->name(__VA_ARGS__);                                              \
-        shape_add(SLOT_##name, N, in, out, op_end(SLOT_##name, t0_, (fl)), (fl)); \
+#define TIMED_MM(name, N, in, out, fl, ...)                   \
+    do {                                                      \
+        int sh_ = shape_index(SLOT_##name, N, in, out);       \
+        double t0_ = op_begin();                              \
+        inner->name(__VA_ARGS__);                             \
+        op_end(SLOT_##name, t0_, (fl), sh_);                  \
     } while (0)
 
 // y = x W^T: 2 N in out FLOPs; backward dx = dy W and dW += dy^T x: as much each (either may
@@ -190,7 +259,7 @@ static void p_swiglu_bwd(void *dgate, void *dup, void *h, const void *dh, const 
 }
 static double p_crossentropy(void *logits, const int32_t *tgt, int N, int V, double scale) {
     double t0 = op_begin(), r = inner->crossentropy(logits, tgt, N, V, scale);
-    op_end(SLOT_crossentropy, t0, 0);
+    op_end(SLOT_crossentropy, t0, 0, -1);
     return r;
 }
 static void p_dropout_fwd(void *y, const void *x, size_t n, double p, uint64_t seed) {
@@ -235,9 +304,18 @@ const backend *backend_profiled(const backend *b) {
     return &profiled;
 }
 
+void profile_use_clock(const timeline_clock *c) {
+    if (n_recs || pending_e0) gdn_die("profile_use_clock: called with ops in flight");
+    for (size_t i = 0; i < n_pool; i++) clk->destroy(pool[i]);
+    n_pool = 0;
+    clk = c;
+}
+
 void profile_reset(void) {
+    resolve();  // the events return to the pool; their times go with the counters below
     memset(slots, 0, sizeof slots);
     n_shapes = 0;
+    gap_seconds = 0;
 }
 
 static int shape_by_time(const void *pa, const void *pb) {
@@ -255,6 +333,7 @@ static int by_time(const void *pa, const void *pb) {
 }
 
 void profile_print(FILE *f, double step_seconds, int steps) {
+    resolve();
     int order[SLOT_COUNT], n = 0;
     double total = 0;
     for (int s = 0; s < SLOT_COUNT; s++) {
@@ -264,10 +343,16 @@ void profile_print(FILE *f, double step_seconds, int steps) {
     }
     qsort(order, (size_t)n, sizeof order[0], by_time);
     double ps = steps > 0 ? steps : 1;
-    fprintf(f, "profile: %d step%s on backend %s; each op timed between two syncs, so the device "
-               "runs serialised\n(no overlap between ops, launch latency included): per-op times "
-               "are what each op costs alone.\n",
-            steps, steps == 1 ? "" : "s", inner ? inner->name : "(none)");
+    if (clk)
+        fprintf(f, "profile: %d step%s on backend %s; each op timed by two device events on the "
+                   "compute stream, no syncs:\nper-op times are the ops' device time inside a normal "
+                   "step (an op that waits for the host\nwithin itself carries the wait).\n",
+                steps, steps == 1 ? "" : "s", inner ? inner->name : "(none)");
+    else
+        fprintf(f, "profile: %d step%s on backend %s; each op timed between two syncs, so the device "
+                   "runs serialised\n(no overlap between ops, launch latency included): per-op times "
+                   "are what each op costs alone.\n",
+                steps, steps == 1 ? "" : "s", inner ? inner->name : "(none)");
     fprintf(f, "%-18s %8s %11s %10s %7s %11s %10s\n", "op", "calls", "total ms", "ms/step",
             "% ops", "GFLOP/step", "GFLOP/s");
     for (int i = 0; i < n; i++) {
@@ -282,6 +367,9 @@ void profile_print(FILE *f, double step_seconds, int steps) {
             fprintf(f, " %11s %10s\n", "-", "-");
     }
     fprintf(f, "%-18s %8s %11.3f %10.3f\n", "sum of ops", "", 1e3 * total, 1e3 * total / ps);
+    if (clk)
+        fprintf(f, "%-18s %8s %11.3f %10.3f  (one op's end to the next one's start)\n", "between ops",
+                "", 1e3 * gap_seconds, 1e3 * gap_seconds / ps);
     if (step_seconds > 0) {
         double ops = total / ps;
         fprintf(f, "measured step %.3f ms: ops %.3f ms (%.1f%%), outside ops %.3f ms (%.1f%%: host "
