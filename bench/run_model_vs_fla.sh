@@ -20,7 +20,7 @@
 # second fla run with fp32 parameters and AdamW state, as gdn.c keeps them, if at least
 # FLA_SECOND_MIN=150 s are left; "" = none), CALL_LIMIT=570 (seconds this script may take in
 # all: phases are shortened or skipped to end before it), PROFILE_STEPS=20 (a short extra
-# gdn-train run with --profile, only when `gdn-train --help` lists that flag), GDN_ARGS="" (more
+# gdn-train run with --profile, and --profile-events, when `gdn-train --help` lists them), GDN_ARGS="" (more
 # gdn-train options for both gdn-train runs, e.g. "--set train.recompute=light").
 # fla's Hopper backward guard is bypassed inside bench/fla_model.py, for timing only.
 # Files in $OUT (at most 8 come back): summary.md, gdn_train.log (each line prefixed with the
@@ -110,14 +110,16 @@ rm -rf "$runs/fla-220m"   # its checkpoint is ~5.3 GB
 # ---- per-op profile (only if this gdn-train has --profile)
 help=$("$b/gdn-train" --help 2>&1)   # (not piped into grep -q: pipefail + SIGPIPE)
 if grep -q -- '--profile' <<<"$help"; then
+    pev=""   # the per-op table from CUDA events (no syncs) where this gdn-train has it
+    grep -q -- '--profile-events' <<<"$help" && pev="--profile-events"
     pl=$(budget 120 $((FLA_TIMEOUT / 2 + 30)))
     if [ "$pl" -ge 40 ]; then
-        echo "== gdn-train --profile $PROFILE_STEPS ($((PROFILE_STEPS + 10)) steps)"
+        echo "== gdn-train --profile $PROFILE_STEPS $pev ($((PROFILE_STEPS + 10)) steps)"
         {
             grep -A2 -- '--profile' <<<"$help"
             timeout -k 20 "$pl" "$b/gdn-train" configs/fla-220m.ini --set train.device=cuda \
                 --set "train.steps=$((PROFILE_STEPS + 10))" --set "train.out_dir=$runs/fla-220m-prof" --set log.every=10 \
-                --profile "$PROFILE_STEPS" $GDN_ARGS
+                --profile "$PROFILE_STEPS" $pev $GDN_ARGS
             echo "exit $?"
         } >"$out/gdn_profile.log" 2>&1
         rm -rf "$runs/fla-220m-prof"
