@@ -36,6 +36,12 @@ typedef enum {
     BE_NCLASS
 } be_class;
 
+// One segment of an adamw_multi call: flat arena elements [lo, hi), weight decay wd.
+typedef struct {
+    size_t lo, hi;
+    double wd;
+} be_adamw_seg;
+
 typedef struct backend {
     const char *name;
     size_t elem[BE_NCLASS];                            // bytes of one element of each class
@@ -141,6 +147,14 @@ typedef struct backend {
     void (*adamw)(void *p, void *master, const void *g, void *m, void *v, size_t n, double lr,
                   double b1, double b2, double eps, double wd, double bc1, double bc2,
                   double gscale);
+    // Optional (NULL: optim.c calls adamw per segment): adamw on nseg segments [seg.lo, seg.hi)
+    // of the flat arenas, each with its weight decay, bitwise adamw per segment. p, master
+    // (NULL: none), g are the arenas' bases (element e at e), m and v hold the elements from
+    // m_lo on (element e at e - m_lo); segments ascending and disjoint, lo >= m_lo; the elements
+    // between segments are not touched.
+    void (*adamw_multi)(void *p, void *master, const void *g, void *m, void *v, size_t m_lo,
+                        const be_adamw_seg *seg, int nseg, double lr, double b1, double b2,
+                        double eps, double bc1, double bc2, double gscale);
 } backend;
 
 extern const backend backend_cpu;

@@ -466,6 +466,21 @@ struct ops {
                    (float)gscale, STREAM);
     }
 
+    static void adamw_multi(void *p, void *master, const void *g, void *m, void *v, size_t m_lo,
+                            const be_adamw_seg *seg, int nseg, double lr, double b1, double b2,
+                            double eps, double bc1, double bc2, double gscale) {
+        if (BF && !master) gdn_die("backend_cuda (bf16): adamw needs the fp32 master weights");
+        enum { CHUNK = 128 };
+        cuda_adamw_seg cs[CHUNK];
+        for (int k0 = 0; k0 < nseg; k0 += CHUNK) {
+            const int nk = GDN_MIN(CHUNK, nseg - k0);
+            for (int k = 0; k < nk; k++) cs[k] = {seg[k0 + k].lo, seg[k0 + k].hi, (float)seg[k0 + k].wd};
+            cuda_adamw_multi(DT, p, (float *)master, (const float *)g, (float *)m, (float *)v, m_lo, cs, nk,
+                             (float)lr, (float)b1, (float)b2, (float)eps, (float)bc1, (float)bc2,
+                             (float)gscale, STREAM);
+        }
+    }
+
     static backend make() {
         backend b;
         memset(&b, 0, sizeof b);
@@ -517,6 +532,7 @@ struct ops {
         b.gdn_fwd = gdn_fwd;
         b.gdn_bwd = gdn_bwd;
         b.adamw = adamw;
+        b.adamw_multi = adamw_multi;
         return b;
     }
 };

@@ -128,6 +128,18 @@ void cuda_rope_bwd(cuda_dtype dt, void *dx, const void *dy, int B, int T, int H,
 void cuda_adamw(cuda_dtype dt, void *p, float *master, const float *g, float *m, float *v,
                 size_t n, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
                 float gscale, cudaStream_t s);
+// The same update on nseg segments [lo, hi) of the flat arenas, each with its weight decay, in
+// one launch per 128 segments (bitwise cuda_adamw per segment). p, master, g are the arenas'
+// bases (element e at p + e), m and v hold the elements from m_lo on (element e at m + e - m_lo).
+// Segments ascending and disjoint, lo >= m_lo; empty ones are skipped; the elements between
+// segments are not touched.
+typedef struct {
+    size_t lo, hi;
+    float wd;
+} cuda_adamw_seg;
+void cuda_adamw_multi(cuda_dtype dt, void *p, float *master, const float *g, float *m, float *v,
+                      size_t m_lo, const cuda_adamw_seg *seg, int nseg, float lr, float b1, float b2,
+                      float eps, float bc1, float bc2, float gscale, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,7 @@
     X(gdn_gates_bwd) X(gated_rmsnorm_fwd)                                                  \
     X(gated_rmsnorm_bwd) X(swiglu_fwd) X(swiglu_bwd) X(crossentropy) X(dropout_fwd)        \
     X(dropout_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(gdn_fwd)    \
-    X(gdn_bwd) X(adamw)
+    X(gdn_bwd) X(adamw) X(adamw_multi)
 
 #define SLOT_ENUM(n) SLOT_##n,
 #define SLOT_NAME(n) #n,
@@ -291,6 +291,12 @@ static void p_adamw(void *p, void *master, const void *g, void *m, void *v, size
     TIMED(adamw, 0, p, master, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
 }
 
+static void p_adamw_multi(void *p, void *master, const void *g, void *m, void *v, size_t m_lo,
+                          const be_adamw_seg *seg, int nseg, double lr, double b1, double b2,
+                          double eps, double bc1, double bc2, double gscale) {
+    TIMED(adamw_multi, 0, p, master, g, m, v, m_lo, seg, nseg, lr, b1, b2, eps, bc1, bc2, gscale);
+}
+
 const backend *backend_profiled(const backend *b) {
     if (inner == b) return &profiled;
     if (inner)
@@ -301,6 +307,7 @@ const backend *backend_profiled(const backend *b) {
 #define WRAP(n) profiled.n = p_##n;
     PROFILE_OPS(WRAP)
 #undef WRAP
+    if (!b->adamw_multi) profiled.adamw_multi = NULL;  // optional: optim.c checks for NULL
     return &profiled;
 }
 

@@ -20,9 +20,10 @@ extern "C" {
 #include "backend.h"
 #include "timeline.h"
 
-// A backend whose ops (zero, add, copy, sumsq, every op, adamw) call inner's op between two
-// inner->sync() and record its time and call count; linear_fwd / linear_bwd also record their
-// FLOPs (2*N*in*out / 4*N*in*out). alloc/release/download/upload/sync pass through untimed.
+// A backend whose ops (zero, add, copy, sumsq, every op, adamw, adamw_multi when inner has it)
+// call inner's op between two inner->sync() and record its time and call count; linear_fwd /
+// linear_bwd also record their FLOPs (2*N*in*out / 4*N*in*out). alloc/release/download/upload/
+// sync pass through untimed.
 // name, elem and master are inner's, so checkpoints and summaries are unchanged.
 const backend *backend_profiled(const backend *inner);
 // Events instead of syncs from now on (clk: a device clock, e.g. timeline_cuda_clock(); NULL:

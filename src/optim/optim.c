@@ -27,6 +27,17 @@ double optim_lr(const gdn_config *c, long step) {
 // n_elems; no op writes outside its tensor), so it adds nothing.
 double optim_grad_norm(const model *m) { return sqrt(m->be->sumsq(m->grad_mem, m->n_elems)); }
 
+// GDN_ADAMW_FAST=0 in the environment (read once): one backend adamw call per run, as before
+// adamw_multi, for A/B comparisons in one binary. Same bits either way.
+static bool adamw_fast(void) {
+    static int fast = -1;
+    if (fast < 0) {
+        const char *e = getenv("GDN_ADAMW_FAST");
+        fast = !(e && !strcmp(e, "0"));
+    }
+    return fast;
+}
+
 void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, double scale) {
     const gdn_config *c = &m->cfg;
     const backend *be = m->be;
@@ -37,10 +48,16 @@ void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, dou
     double bc1 = 1 - pow(c->beta1, t), bc2 = 1 - pow(c->beta2, t);
     size_t ep = be->elem[BE_PARAM], eo = be->elem[BE_OPT], eg = be->elem[BE_GRAD];
     char *p = m->param_mem, *w = m->master, *g = m->grad_mem, *mm = m->opt_m, *vv = m->opt_v;
-    // One call per run of consecutive tensors with the same weight decay (219 tensors of
-    // fla-220m -> a few dozen launches), cut to [lo, hi). The padding between tensors is zero in
-    // every arena (zero-filled, never written), and AdamW keeps a zero element with a zero
-    // gradient zero, so the tensors' elements get the same bits as tensor by tensor.
+    // One segment per run of consecutive tensors with the same weight decay (219 tensors of
+    // fla-220m -> 74 runs), cut to [lo, hi). The padding between tensors is zero in every arena
+    // (zero-filled, never written), and AdamW keeps a zero element with a zero gradient zero, so
+    // the tensors' elements get the same bits as tensor by tensor. The backend's adamw_multi
+    // takes up to SEGS runs a call (CUDA: one launch), else one adamw call per run; the same
+    // update of each element either way.
+    enum { SEGS = 256 };
+    be_adamw_seg seg[SEGS];
+    int ns = 0;
+    const bool multi = be->adamw_multi && adamw_fast();
     for (int i = 0, j; i < m->n_params; i = j) {
         const param_info *first = &m->params[i];
         for (j = i + 1; j < m->n_params && m->params[j].decay == first->decay &&
@@ -49,11 +66,28 @@ void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, dou
         const param_info *last = &m->params[j - 1];
         size_t a = GDN_MAX(lo, first->offset), b = GDN_MIN(hi, last->offset + last->numel);
         if (a >= b) continue;
+        const double wd = first->decay ? c->weight_decay : 0.0;
+        if (multi && ns > 0 && a < seg[ns - 1].hi) {  // not ascending (no such layout today)
+            be->adamw_multi(p, w, g, mm, vv, m->opt_lo, seg, ns, lr, c->beta1, c->beta2,
+                            c->adam_eps, bc1, bc2, scale);
+            ns = 0;
+        }
+        if (multi) {
+            seg[ns++] = (be_adamw_seg){a, b, wd};
+            if (ns == SEGS) {
+                be->adamw_multi(p, w, g, mm, vv, m->opt_lo, seg, ns, lr, c->beta1, c->beta2,
+                                c->adam_eps, bc1, bc2, scale);
+                ns = 0;
+            }
+            continue;
+        }
         size_t s = a - m->opt_lo;  // m, v hold [opt_lo, opt_lo + opt_n) only
         be->adamw(p + a * ep, w ? w + a * eo : NULL, g + a * eg, mm + s * eo, vv + s * eo, b - a, lr,
-                  c->beta1, c->beta2, c->adam_eps, first->decay ? c->weight_decay : 0.0, bc1, bc2,
-                  scale);
+                  c->beta1, c->beta2, c->adam_eps, wd, bc1, bc2, scale);
     }
+    if (ns > 0)
+        be->adamw_multi(p, w, g, mm, vv, m->opt_lo, seg, ns, lr, c->beta1, c->beta2, c->adam_eps,
+                        bc1, bc2, scale);
 }
 
 double optim_step(model *m, long step, double lr, double grad_norm) {

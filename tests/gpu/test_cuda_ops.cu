@@ -1132,6 +1132,81 @@ static void test_adamw(rng_t *r) {
     }
 }
 
+// cuda_adamw_multi (one launch for many runs, optim.c's default) against cuda_adamw per run on
+// the same arenas, bitwise: p, master, m, v over the whole arenas (the gaps between runs must stay
+// as they were). Runs of both decays at awkward offsets and lengths (1, 3, not multiples of 4,
+// gaps), 300 runs (three launches of at most 128), and ZeRO-1-like moments holding [m_lo, m_hi)
+// only: m_lo a multiple of 4 (4-wide kernel) and not (one-element kernel).
+static void test_adamw_multi(rng_t *r) {
+    const float lr = 0.05f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, gscale = 0.7f, bc1 = 0.5f, bc2 = 0.3f;
+    const size_t N = 50021;
+    struct mode {
+        cuda_dtype dt;
+        bool master;
+    };
+    struct layout {
+        const char *name;
+        size_t m_lo, m_hi;
+        std::vector<cuda_adamw_seg> seg;
+    };
+    std::vector<layout> lays;
+    lays.push_back({"runs", 0, N,
+                    {{0, 1000, 0.1f}, {1000, 1003, 0.f}, {1032, 7777, 0.1f}, {7777, 7778, 0.f}, {7778, 7781, 0.2f},
+                     {8000, 40001, 0.1f}, {40001, 50021, 0.f}}});
+    {
+        layout l{"300 runs", 0, N, {}};
+        for (size_t k = 0, at = 3; k < 300; k++) {
+            const size_t len = 1 + (k * 37) % 150, gap = (k % 3 == 0) ? 0 : 1 + k % 5;
+            l.seg.push_back({at, at + len, (k % 2) ? 0.f : 0.1f});
+            at += len + gap;
+        }
+        lays.push_back(l);
+    }
+    for (const size_t m_lo : {(size_t)12340, (size_t)12343}) {  // ZeRO-1-like: [m_lo, m_hi) of "runs"
+        layout l{m_lo % 4 ? "shard, m_lo % 4 != 0" : "shard, m_lo % 4 == 0", m_lo, 31337, {}};
+        for (const cuda_adamw_seg &sg : lays[0].seg) {
+            const size_t a = GDN_MAX(sg.lo, l.m_lo), b = GDN_MIN(sg.hi, l.m_hi);
+            if (a < b) l.seg.push_back({a, b, sg.wd});
+        }
+        lays.push_back(l);
+    }
+    for (const layout &l : lays)
+    for (const mode &md : {mode{CUDA_F32, false}, mode{CUDA_BF16, true}, mode{CUDA_F32, true}}) {
+        const size_t nm = l.m_hi - l.m_lo;
+        vec w = randn(r, N, 1.0, CUDA_F32), g = randn(r, N, 0.05, CUDA_F32), m = randn(r, nm, 0.01, CUDA_F32), v(nm);
+        for (auto &e : v) e = (double)(float)(1e-6 + 1e-3 * rng_uniform(r));
+        vec pin(N);
+        for (size_t i = 0; i < N; i++) pin[i] = round_to(w[i], md.dt);
+        dten s[2][5];  // [old, multi][p, master, g, m, v]
+        for (auto &t : s) {
+            t[0] = dput(pin, md.dt);
+            t[1] = dput(w, CUDA_F32);
+            t[2] = dput(g, CUDA_F32);
+            t[3] = dput(m, CUDA_F32);
+            t[4] = dput(v, CUDA_F32);
+        }
+        float *mst[2] = {md.master ? (float *)s[0][1].d : NULL, md.master ? (float *)s[1][1].d : NULL};
+        for (int step = 0; step < 2; step++) {
+            for (const cuda_adamw_seg &sg : l.seg) {
+                const size_t o = sg.lo - l.m_lo;
+                cuda_adamw(md.dt, (char *)s[0][0].d + sg.lo * esz(md.dt), mst[0] ? mst[0] + sg.lo : NULL,
+                           (const float *)s[0][2].d + sg.lo, (float *)s[0][3].d + o, (float *)s[0][4].d + o,
+                           sg.hi - sg.lo, lr, b1, b2, eps, sg.wd, bc1, bc2, gscale, 0);
+            }
+            cuda_adamw_multi(md.dt, s[1][0].d, mst[1], (const float *)s[1][2].d, (float *)s[1][3].d,
+                             (float *)s[1][4].d, l.m_lo, l.seg.data(), (int)l.seg.size(), lr, b1, b2, eps, bc1, bc2,
+                             gscale, 0);
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        bool same = true, moved = false;
+        for (int j = 0; j < 5; j++) same = same && raw(s[0][j]) == raw(s[1][j]);
+        moved = raw(s[1][3]) != raw(dput(m, CUDA_F32));  // the update ran at all
+        char op[64];
+        snprintf(op, sizeof op, "adamw_multi %s%s", l.name, md.master ? " master" : " in place");
+        row_bool(op, dtn(md.dt), "== per run: p,master,m,v", same && moved);
+    }
+}
+
 static void test_sumsq(rng_t *r) {
     const size_t n = 300001;
     vec x = randn(r, n, 1.0, CUDA_F32);
@@ -1277,6 +1352,11 @@ int main() {
     }
     if (only("convert")) test_convert(&r);
     if (only("adamw")) test_adamw(&r);
+    if (only("adamw_multi")) {  // its own stream: the later groups draw what they drew before
+        rng_t r2;
+        rng_init(&r2, 20261130, 0);
+        test_adamw_multi(&r2);
+    }
     if (only("sumsq")) test_sumsq(&r);
     // last: a shape cuBLASLt finds no algorithm for stops the program (gdn_die), after the rest
     if (only("linear"))
