@@ -224,6 +224,34 @@ __global__ void __launch_bounds__(ROW_THREADS)
     }
 }
 
+// The same with a row's D / W = LPR packs on LPR lanes (a power of two <= 32): 32 / LPR rows per
+// warp, each lane's pack kept in registers between the dot product and the output. Per row the
+// same operations in the same order as l2norm_bwd_kernel (each lane's W products summed in
+// order, then the xor butterfly over the row's lanes: the full-warp butterfly there only adds
+// the idle lanes' zeros first), so the same results; at D = 128 bf16 (16 packs) no lane idles.
+template <typename T, int W, int LPR>
+__global__ void __launch_bounds__(ROW_THREADS)
+    l2norm_bwd_packed_kernel(T *dx, const T *dy, const T *y, const float *rnorm, size_t rows, int D, float scale) {
+    constexpr int RPW = 32 / LPR;
+    const int lane = threadIdx.x & 31, k = lane % LPR;
+    const size_t row = ((size_t)blockIdx.x * ROW_WARPS + threadIdx.x / 32) * RPW + lane / LPR;
+    const bool ok = row < rows;
+    float a[W], g[W], yg = 0.f;
+    if (ok) {
+        load_pack<T, W>(y + row * D + k * W, a);
+        load_pack<T, W>(dy + row * D + k * W, g);
+#pragma unroll
+        for (int j = 0; j < W; j++) yg += a[j] * g[j];
+    }
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1) yg += __shfl_xor_sync(FULL_MASK, yg, o);
+    if (!ok) return;
+    const float rn = rnorm[row], c = yg / scale;
+#pragma unroll
+    for (int j = 0; j < W; j++) a[j] = rn * (scale * g[j] - c * a[j]);
+    store_pack<T, W>(dx + row * D + k * W, a);
+}
+
 // ---- RMSNorm and gated RMSNorm backward ----------------------------------------------------------
 // RMSNorm:       u = w dy;             dx = r u - (r^3/d) x sum(u x)  (acc: dx += that, added in
 //                                      fp32 and rounded once);         dw += sum_rows dy x r
@@ -668,7 +696,17 @@ template <typename T>
 void l2norm_bwd_launch(T *dx, const T *dy, const T *y, const float *rnorm, size_t rows, int D, float scale,
                        cudaStream_t s) {
     constexpr int W = vec_width<T>();
-    if (D % W == 0 && aligned16(dx) && aligned16(dy) && aligned16(y))
+    const bool vec = D % W == 0 && aligned16(dx) && aligned16(dy) && aligned16(y);
+    const int packs = vec ? D / W : 0;  // lanes per row in the packed kernel
+    auto packed = [&](auto kern, int lpr) {
+        const size_t per_block = (size_t)ROW_WARPS * (32 / lpr);
+        kern<<<(unsigned)GDN_CDIV(rows, per_block), ROW_THREADS, 0, s>>>(dx, dy, y, rnorm, rows, D, scale);
+    };
+    if (packs == 32) packed(l2norm_bwd_packed_kernel<T, W, 32>, 32);
+    else if (packs == 16) packed(l2norm_bwd_packed_kernel<T, W, 16>, 16);
+    else if (packs == 8) packed(l2norm_bwd_packed_kernel<T, W, 8>, 8);
+    else if (packs == 4) packed(l2norm_bwd_packed_kernel<T, W, 4>, 4);
+    else if (vec)
         l2norm_bwd_kernel<T, W><<<row_blocks(rows), ROW_THREADS, 0, s>>>(dx, dy, y, rnorm, rows, D, scale);
     else
         l2norm_bwd_kernel<T, 1><<<row_blocks(rows), ROW_THREADS, 0, s>>>(dx, dy, y, rnorm, rows, D, scale);

@@ -648,7 +648,10 @@ static void test_convert(rng_t *r) {
 }
 
 static void test_l2norm(cuda_dtype dt, rng_t *r) {
-    const int shapes[2][2] = {{999, 128}, {33, 100}};
+    // D 128 (the model's dk), 64, 32, 256: the packed backward at 16 / 8 / 4 / 32 lanes a row in
+    // bf16 (32 / 16 / 8 / 64 packs in fp32: the last two the one-row-per-warp loop), rows that
+    // leave a warp part empty; D 100: unaligned packs, one element at a time
+    const int shapes[7][2] = {{999, 128}, {33, 100}, {7, 128}, {1, 128}, {50, 64}, {33, 32}, {5, 256}};
     for (auto &sh : shapes) {
         const size_t rows = sh[0];
         const int D = sh[1];
