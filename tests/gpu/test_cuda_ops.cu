@@ -1211,22 +1211,27 @@ static void test_adamw_multi(rng_t *r) {
 }
 
 static void test_sumsq(rng_t *r) {
-    const size_t n = 300001;
-    vec x = randn(r, n, 1.0, CUDA_F32);
-    double want = 0;
-    for (double e : x) want += e * e;
-    dten dx_ = dput(x, CUDA_F32);
-    double *dout;
-    CUDA_CHECK(cudaMalloc((void **)&dout, sizeof(double)));
-    g_allocs.push_back(dout);
-    double got[2];
-    for (int k = 0; k < 2; k++) {
-        CUDA_CHECK(cudaMemset(dout, 0xff, sizeof(double)));
-        cuda_sumsq_f32(dout, (const float *)dx_.d, n, 0);
-        CUDA_CHECK(cudaMemcpy(&got[k], dout, sizeof(double), cudaMemcpyDeviceToHost));
+    // 300001: about one trip of four loads a thread; 5000003: the whole 1024-block grid, several
+    // trips of four and a tail of single loads
+    for (size_t n : {(size_t)300001, (size_t)5000003}) {
+        vec x = randn(r, n, 1.0, CUDA_F32);
+        double want = 0;
+        for (double e : x) want += e * e;
+        dten dx_ = dput(x, CUDA_F32);
+        double *dout;
+        CUDA_CHECK(cudaMalloc((void **)&dout, sizeof(double)));
+        g_allocs.push_back(dout);
+        double got[2];
+        for (int k = 0; k < 2; k++) {
+            CUDA_CHECK(cudaMemset(dout, 0xff, sizeof(double)));
+            cuda_sumsq_f32(dout, (const float *)dx_.d, n, 0);
+            CUDA_CHECK(cudaMemcpy(&got[k], dout, sizeof(double), cudaMemcpyDeviceToHost));
+        }
+        char op[64];
+        snprintf(op, sizeof op, "sumsq_f32 n%zu", n);
+        row(op, "fp32", "sum of squares", fabs(got[0] - want) / want, 1e-10);
+        row_bool(op, "fp32", "two runs", memcmp(&got[0], &got[1], sizeof(double)) == 0);
     }
-    row("sumsq_f32 n300001", "fp32", "sum of squares", fabs(got[0] - want) / want, 1e-10);
-    row_bool("sumsq_f32 n300001", "fp32", "two runs", memcmp(&got[0], &got[1], sizeof(double)) == 0);
 }
 
 // Linear layers through cuBLASLt (linear_cuda.h) against the CPU twins: y = x W^T, dx = dy W
