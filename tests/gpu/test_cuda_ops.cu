@@ -1047,6 +1047,19 @@ static void test_rope(cuda_dtype dt, rng_t *r) {
     }
 }
 
+// Two identical device copies of one AdamW state, [p, master, g, m, v] each: p = w rounded to dt
+static void adamw_copies(dten (&s)[2][5], const vec &w, const vec &g, const vec &m, const vec &v, cuda_dtype dt) {
+    vec pin(w.size());
+    for (size_t i = 0; i < w.size(); i++) pin[i] = round_to(w[i], dt);
+    for (auto &t : s) {
+        t[0] = dput(pin, dt);
+        t[1] = dput(w, CUDA_F32);
+        t[2] = dput(g, CUDA_F32);
+        t[3] = dput(m, CUDA_F32);
+        t[4] = dput(v, CUDA_F32);
+    }
+}
+
 // AdamW against backend_cpu.adamw (float64, its parameters are their own master weights):
 // two steps from the same fp32 state; p, m, v and the update p_new - p_old are compared. n 10007
 // runs the one-element kernel, n 10008 (aligned) the 4-wide one; then the 4-wide against the
@@ -1108,16 +1121,8 @@ static void test_adamw(rng_t *r) {
     for (const mode &md : {mode{CUDA_F32, false}, mode{CUDA_BF16, true}}) {
         vec w = randn(r, n, 1.0, CUDA_F32), m = randn(r, n, 0.01, CUDA_F32), v(n), g = randn(r, n, 0.05, CUDA_F32);
         for (auto &e : v) e = (double)(float)(1e-6 + 1e-3 * rng_uniform(r));
-        vec pin(n);
-        for (size_t i = 0; i < n; i++) pin[i] = round_to(w[i], md.dt);
         dten s[2][5];  // [run][p, master, g, m, v]
-        for (auto &t : s) {
-            t[0] = dput(pin, md.dt);
-            t[1] = dput(w, CUDA_F32);
-            t[2] = dput(g, CUDA_F32);
-            t[3] = dput(m, CUDA_F32);
-            t[4] = dput(v, CUDA_F32);
-        }
+        adamw_copies(s, w, g, m, v, md.dt);
         for (int k = 0; k < 2; k++) {  // k = 1: one element in
             const size_t o = (size_t)k;
             cuda_adamw(md.dt, (char *)s[k][0].d + o * esz(md.dt), md.master ? (float *)s[k][1].d + o : NULL,
@@ -1178,16 +1183,8 @@ static void test_adamw_multi(rng_t *r) {
         const size_t nm = l.m_hi - l.m_lo;
         vec w = randn(r, N, 1.0, CUDA_F32), g = randn(r, N, 0.05, CUDA_F32), m = randn(r, nm, 0.01, CUDA_F32), v(nm);
         for (auto &e : v) e = (double)(float)(1e-6 + 1e-3 * rng_uniform(r));
-        vec pin(N);
-        for (size_t i = 0; i < N; i++) pin[i] = round_to(w[i], md.dt);
         dten s[2][5];  // [old, multi][p, master, g, m, v]
-        for (auto &t : s) {
-            t[0] = dput(pin, md.dt);
-            t[1] = dput(w, CUDA_F32);
-            t[2] = dput(g, CUDA_F32);
-            t[3] = dput(m, CUDA_F32);
-            t[4] = dput(v, CUDA_F32);
-        }
+        adamw_copies(s, w, g, m, v, md.dt);
         float *mst[2] = {md.master ? (float *)s[0][1].d : NULL, md.master ? (float *)s[1][1].d : NULL};
         for (int step = 0; step < 2; step++) {
             for (const cuda_adamw_seg &sg : l.seg) {
