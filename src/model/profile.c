@@ -47,34 +47,31 @@ typedef struct {
 static shape_slot shapes[MAX_SHAPES];
 static int n_shapes;
 
-// Events mode (clk set): every op's pair of events, in call order, until resolve() reads them;
-// events are kept in a free pool for reuse.
+// Events mode (clk set): every op's pair of events, in call order, until resolve() reads them.
+// A record keeps its two events after resolve(), for the op that takes its place next.
 typedef struct {
     int slot, shape;  // shape: index in shapes[] or -1
     void *e0, *e1;
 } ev_rec;
 static const timeline_clock *clk;
 static ev_rec *recs;
-static size_t n_recs, cap_recs;
-static void **pool;
-static size_t n_pool, cap_pool;
-static void *pending_e0;    // recorded by op_begin, paired by op_end
+static size_t n_recs, n_made, cap_recs;  // recorded, with events created, allocated
+static bool op_open;                     // events: op_begin recorded recs[n_recs].e0
 static double gap_seconds;  // events: from one op's end event to the next op's start event
-
-static void *ev_get(void) { return n_pool ? pool[--n_pool] : clk->create(); }
-static void ev_put(void *ev) {
-    if (n_pool == cap_pool) {
-        cap_pool = cap_pool ? 2 * cap_pool : 1024;
-        pool = realloc(pool, cap_pool * sizeof *pool);
-        if (!pool) gdn_die("profile: out of host memory for %zu events", cap_pool);
-    }
-    pool[n_pool++] = ev;
-}
 
 static double op_begin(void) {
     if (clk) {
-        pending_e0 = ev_get();
-        clk->record(pending_e0);
+        if (n_recs == cap_recs) {
+            cap_recs = cap_recs ? 2 * cap_recs : 4096;
+            recs = realloc(recs, cap_recs * sizeof *recs);
+            if (!recs) gdn_die("profile: out of host memory for %zu op records", cap_recs);
+        }
+        if (n_recs == n_made) {
+            recs[n_made].e0 = clk->create();
+            recs[n_made++].e1 = clk->create();
+        }
+        clk->record(recs[n_recs].e0);
+        op_open = true;
         return 0;
     }
     inner->sync();
@@ -100,15 +97,11 @@ static void op_end(int s, double t0, double flops, int shape) {
         shapes[shape].flops += flops;
     }
     if (clk) {
-        void *e1 = ev_get();
-        clk->record(e1);
-        if (n_recs == cap_recs) {
-            cap_recs = cap_recs ? 2 * cap_recs : 4096;
-            recs = realloc(recs, cap_recs * sizeof *recs);
-            if (!recs) gdn_die("profile: out of host memory for %zu op records", cap_recs);
-        }
-        recs[n_recs++] = (ev_rec){.slot = s, .shape = shape, .e0 = pending_e0, .e1 = e1};
-        pending_e0 = NULL;
+        ev_rec *r = &recs[n_recs++];
+        clk->record(r->e1);
+        r->slot = s;
+        r->shape = shape;
+        op_open = false;
         return;
     }
     inner->sync();
@@ -117,7 +110,7 @@ static void op_end(int s, double t0, double flops, int shape) {
     if (shape >= 0) shapes[shape].seconds += dt;
 }
 // Events: wait for the last one, add every recorded interval and the gaps between consecutive
-// ops to the counters, return the events to the pool.
+// ops to the counters; the records (and their events) are free for the next ops.
 static void resolve(void) {
     if (!clk || n_recs == 0) return;
     clk->wait(recs[n_recs - 1].e1);
@@ -127,10 +120,6 @@ static void resolve(void) {
         slots[r->slot].seconds += dt;
         if (r->shape >= 0) shapes[r->shape].seconds += dt;
         if (i > 0) gap_seconds += clk->elapsed_ms(recs[i - 1].e1, r->e0) / 1e3;
-    }
-    for (size_t i = 0; i < n_recs; i++) {
-        ev_put(recs[i].e0);
-        ev_put(recs[i].e1);
     }
     n_recs = 0;
 }
@@ -312,14 +301,17 @@ const backend *backend_profiled(const backend *b) {
 }
 
 void profile_use_clock(const timeline_clock *c) {
-    if (n_recs || pending_e0) gdn_die("profile_use_clock: called with ops in flight");
-    for (size_t i = 0; i < n_pool; i++) clk->destroy(pool[i]);
-    n_pool = 0;
+    if (n_recs || op_open) gdn_die("profile_use_clock: called with ops in flight");
+    for (size_t i = 0; i < n_made; i++) {
+        clk->destroy(recs[i].e0);
+        clk->destroy(recs[i].e1);
+    }
+    n_made = 0;
     clk = c;
 }
 
 void profile_reset(void) {
-    resolve();  // the events return to the pool; their times go with the counters below
+    resolve();  // the recorded times go with the counters below
     memset(slots, 0, sizeof slots);
     n_shapes = 0;
     gap_seconds = 0;
