@@ -10,8 +10,7 @@
 // one-element kernel). Then the timing: CUDA events around one step, 3 warm-ups, two rounds of 20
 // runs alternating per-run / multi, median per round; GB/s counts 30 bytes per element (reads
 // g, m, v, master; writes m, v, master and the bf16 p), and a cudaMemcpy of as many bytes (half
-// read, half written) is timed the same way as the streaming reference. GDN_ADAMW_WAVES=K (the
-// library's knob) runs multi on K full waves of blocks instead of one.
+// read, half written) is timed the same way as the streaming reference.
 // Build (from the repo root, after cmake --build build --target gdn_cuda gdn), one line:
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc
 //        bench/adamw_bench.cu build/libgdn_cuda.a build/libgdn.a -Xcompiler -fopenmp -lgomp
@@ -140,9 +139,8 @@ int main() {
     const std::vector<run_t> runs = fla220m_runs(&n);
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("adamw_bench: %s, %d SMs; fla-220m layout: %zu elements (%.2f M), %zu runs; GDN_ADAMW_WAVES=%s\n",
-           prop.name, prop.multiProcessorCount, n, n / 1e6, runs.size(),
-           getenv("GDN_ADAMW_WAVES") ? getenv("GDN_ADAMW_WAVES") : "(unset: 1)");
+    printf("adamw_bench: %s, %d SMs; fla-220m layout: %zu elements (%.2f M), %zu runs\n", prop.name,
+           prop.multiProcessorCount, n, n / 1e6, runs.size());
     CUDA_CHECK(cudaMalloc((void **)&g_count, sizeof *g_count));
     arenas A = alloc_arenas(n), B = alloc_arenas(n);
 

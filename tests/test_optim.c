@@ -1,6 +1,8 @@
 // test_optim.c — LR schedules at their corners, one AdamW step against hand-computed values
 // (with and without weight decay, with clipping), and gradient accumulation: two micro-batches
-// of B/2 give the gradients of one batch of B (float64, 1e-12).
+// of B/2 give the gradients of one batch of B (float64, 1e-12); a backend with adamw_multi (the
+// CUDA path's interface, here each segment through the CPU adamw) gets optim.c's segments: the
+// same bits as one adamw call per run, over the whole arena and over a cut range.
 #include "testutil.h"
 #include "tiny_model.h"
 #include "../src/optim/optim.h"
@@ -20,6 +22,24 @@ static gdn_config tiny(void) {
     c.swa_window = 5;
     c.gdn_chunk_size = 4;
     return c;
+}
+
+// adamw_multi for the CPU backend: each segment through backend_cpu.adamw at its offsets (what
+// the CUDA kernel does in one launch); counts the calls and segments it got.
+static int multi_calls, multi_segs;
+static void cpu_adamw_multi(void *p, void *master, const void *g, void *m, void *v, size_t m_lo,
+                            const be_adamw_seg *seg, int nseg, double lr, double b1, double b2,
+                            double eps, double bc1, double bc2, double gscale) {
+    const size_t e = sizeof(double);  // every class is float64 on the CPU backend
+    multi_calls++;
+    multi_segs += nseg;
+    for (int k = 0; k < nseg; k++) {
+        if (k > 0 && seg[k].lo < seg[k - 1].hi) gc_failures++, printf("  segments not ascending  FAIL\n");
+        const size_t lo = seg[k].lo, s = lo - m_lo;
+        backend_cpu.adamw((char *)p + lo * e, master ? (char *)master + lo * e : NULL, (const char *)g + lo * e,
+                          (char *)m + s * e, (char *)v + s * e, seg[k].hi - lo, lr, b1, b2, eps, seg[k].wd,
+                          bc1, bc2, gscale);
+    }
 }
 
 int main(void) {
@@ -98,5 +118,41 @@ int main(void) {
     check_close("every gradient element (all tensors at once)", half->grad_mem, big->grad_mem, big->n_elems, 1e-12);
     model_free(big);
     model_free(half);
+
+    printf("== adamw_multi (optim.c's segments) == one adamw call per run, bitwise\n");
+    backend multi_be = backend_cpu;
+    multi_be.adamw_multi = cpu_adamw_multi;
+    gdn_config o = tiny();
+    o.weight_decay = 0.1;
+    model *ma = model_create(&o, &backend_cpu, 1, 4), *mb = model_create(&o, &multi_be, 1, 4);
+    for (int round = 0; round < 2; round++) {
+        model_init_params(ma, 7);
+        model_init_params(mb, 7);
+        rng_init(&r, 21, (uint64_t)round);
+        for (long step = 0; step < 3; step++) {
+            model_zero_grads(ma);
+            model_zero_grads(mb);
+            for (int k = 0; k < ma->n_params; k++) {  // tensors only: the padding stays zero
+                double *ga = model_grad(ma, k), *gb = model_grad(mb, k);
+                for (size_t i = 0; i < ma->params[k].numel; i++) ga[i] = gb[i] = rng_normal(&r);
+            }
+            if (round == 0) {
+                optim_step(ma, step, 1e-2, optim_grad_norm(ma));
+                optim_step(mb, step, 1e-2, optim_grad_norm(mb));
+            } else {  // a range that cuts tensors at both ends, as a ZeRO-1 shard does
+                const size_t lo = ma->n_elems / 3 + 1, hi = 2 * ma->n_elems / 3 + 5;
+                optim_adamw_range(ma, lo, hi, step, 1e-2, 0.5);
+                optim_adamw_range(mb, lo, hi, step, 1e-2, 0.5);
+            }
+        }
+        const size_t bytes = ma->n_elems * sizeof(double);
+        check_row(!memcmp(mb->param_mem, ma->param_mem, bytes) && !memcmp(mb->opt_m, ma->opt_m, bytes) &&
+                      !memcmp(mb->opt_v, ma->opt_v, bytes),
+                  round ? "cut range, 3 steps: params, m, v" : "whole arena, 3 steps: params, m, v", "memcmp");
+    }
+    printf("  adamw_multi: %d calls, %d segments (%d tensors)\n", multi_calls, multi_segs, mb->n_params);
+    expect("one adamw_multi call per step", multi_calls, 6, 0);
+    model_free(ma);
+    model_free(mb);
     return gc_finish("test_optim");
 }

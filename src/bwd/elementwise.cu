@@ -197,6 +197,19 @@ __global__ void __launch_bounds__(256) embedding_bwd_kernel(float *dwte, const T
 
 // ---- L2 norm from the output y = scale x rn: dx = rn (scale dy - y sum(y dy) / scale) -----------
 // (= scale (rn dy - rn^3 x sum(x dy)), src/bwd/l2norm.c); one warp per row
+// The row formula, shared by both kernels below (so they give the same bits): a lane's W products
+// y dy added to its running sum in order; per element dx = rn (scale dy - c y), c = sum / scale.
+template <int W> __device__ __forceinline__ float l2norm_dot_acc(float yg, const float (&a)[W], const float (&g)[W]) {
+#pragma unroll
+    for (int j = 0; j < W; j++) yg += a[j] * g[j];
+    return yg;
+}
+template <int W>
+__device__ __forceinline__ void l2norm_dx(float (&a)[W], const float (&g)[W], float rn, float c, float scale) {
+#pragma unroll
+    for (int j = 0; j < W; j++) a[j] = rn * (scale * g[j] - c * a[j]);
+}
+
 template <typename T, int W>
 __global__ void __launch_bounds__(ROW_THREADS)
     l2norm_bwd_kernel(T *dx, const T *dy, const T *y, const float *rnorm, size_t rows, int D, float scale) {
@@ -209,8 +222,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
         float a[W], g[W];
         load_pack<T, W>(yr + k * W, a);
         load_pack<T, W>(gr + k * W, g);
-#pragma unroll
-        for (int j = 0; j < W; j++) yg += a[j] * g[j];
+        yg = l2norm_dot_acc<W>(yg, a, g);
     }
     yg = warp_sum(yg);
     const float rn = rnorm[row], c = yg / scale;
@@ -218,8 +230,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
         float a[W], g[W];
         load_pack<T, W>(yr + k * W, a);
         load_pack<T, W>(gr + k * W, g);
-#pragma unroll
-        for (int j = 0; j < W; j++) a[j] = rn * (scale * g[j] - c * a[j]);
+        l2norm_dx<W>(a, g, rn, c, scale);
         store_pack<T, W>(dx + row * D + k * W, a);
     }
 }
@@ -240,15 +251,13 @@ __global__ void __launch_bounds__(ROW_THREADS)
     if (ok) {
         load_pack<T, W>(y + row * D + k * W, a);
         load_pack<T, W>(dy + row * D + k * W, g);
-#pragma unroll
-        for (int j = 0; j < W; j++) yg += a[j] * g[j];
+        yg = l2norm_dot_acc<W>(yg, a, g);
     }
 #pragma unroll
     for (int o = LPR / 2; o > 0; o >>= 1) yg += __shfl_xor_sync(FULL_MASK, yg, o);
     if (!ok) return;
     const float rn = rnorm[row], c = yg / scale;
-#pragma unroll
-    for (int j = 0; j < W; j++) a[j] = rn * (scale * g[j] - c * a[j]);
+    l2norm_dx<W>(a, g, rn, c, scale);
     store_pack<T, W>(dx + row * D + k * W, a);
 }
 

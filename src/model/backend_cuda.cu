@@ -470,15 +470,13 @@ struct ops {
                             const be_adamw_seg *seg, int nseg, double lr, double b1, double b2,
                             double eps, double bc1, double bc2, double gscale) {
         if (BF && !master) gdn_die("backend_cuda (bf16): adamw needs the fp32 master weights");
-        enum { CHUNK = 128 };
-        cuda_adamw_seg cs[CHUNK];
-        for (int k0 = 0; k0 < nseg; k0 += CHUNK) {
-            const int nk = GDN_MIN(CHUNK, nseg - k0);
-            for (int k = 0; k < nk; k++) cs[k] = {seg[k0 + k].lo, seg[k0 + k].hi, (float)seg[k0 + k].wd};
-            cuda_adamw_multi(DT, p, (float *)master, (const float *)g, (float *)m, (float *)v, m_lo, cs, nk,
-                             (float)lr, (float)b1, (float)b2, (float)eps, (float)bc1, (float)bc2,
-                             (float)gscale, STREAM);
-        }
+        // wd to float, into a vector kept between calls; cuda_adamw_multi cuts the list into launches
+        static std::vector<cuda_adamw_seg> cs;
+        cs.resize((size_t)GDN_MAX(nseg, 0));
+        for (int k = 0; k < nseg; k++) cs[k] = {seg[k].lo, seg[k].hi, (float)seg[k].wd};
+        cuda_adamw_multi(DT, p, (float *)master, (const float *)g, (float *)m, (float *)v, m_lo, cs.data(), nseg,
+                         (float)lr, (float)b1, (float)b2, (float)eps, (float)bc1, (float)bc2, (float)gscale,
+                         STREAM);
     }
 
     static backend make() {

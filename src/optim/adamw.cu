@@ -174,18 +174,9 @@ __global__ void __launch_bounds__(EW_THREADS)
     }
 }
 
-// One full wave of adamw_multi_kernel<T, V, MASTER> on the current device: SMs x resident blocks,
-// times GDN_ADAMW_WAVES (environment, read once; default 1: a developer's knob for the grid size,
-// no effect on the bits).
-static unsigned adamw_waves() {
-    static unsigned w = 0;
-    if (!w) {
-        const char *e = getenv("GDN_ADAMW_WAVES");
-        const long x = e ? strtol(e, NULL, 10) : 1;
-        w = (unsigned)GDN_MIN(GDN_MAX(x, 1L), 1024L);
-    }
-    return w;
-}
+// One full wave of adamw_multi_kernel<T, V, MASTER> on the current device: SMs x resident blocks
+// (session 12: 4 waves measured 1% faster than 1 in bench/adamw_bench.cu, ~0.02 ms a step: not
+// worth a knob).
 template <typename T, int V, bool MASTER> unsigned adamw_multi_wave() {
     static unsigned blocks[ADAMW_MAX_DEVICES];
     int dev = 0;
@@ -196,7 +187,7 @@ template <typename T, int V, bool MASTER> unsigned adamw_multi_wave() {
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw_multi_kernel<T, V, MASTER>,
                                                                  EW_THREADS, 0));
-        blocks[dev] = (unsigned)GDN_MAX(1, sms * GDN_MAX(per_sm, 1)) * adamw_waves();
+        blocks[dev] = (unsigned)GDN_MAX(1, sms * GDN_MAX(per_sm, 1));
     }
     return blocks[dev];
 }

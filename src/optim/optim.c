@@ -51,13 +51,12 @@ void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, dou
     // One segment per run of consecutive tensors with the same weight decay (219 tensors of
     // fla-220m -> 74 runs), cut to [lo, hi). The padding between tensors is zero in every arena
     // (zero-filled, never written), and AdamW keeps a zero element with a zero gradient zero, so
-    // the tensors' elements get the same bits as tensor by tensor. The backend's adamw_multi
-    // takes up to SEGS runs a call (CUDA: one launch), else one adamw call per run; the same
+    // the tensors' elements get the same bits as tensor by tensor. The backend's adamw_multi takes
+    // all the runs in one call (CUDA: one launch per 128), else one adamw call per run; the same
     // update of each element either way.
-    enum { SEGS = 256 };
-    be_adamw_seg seg[SEGS];
-    int ns = 0;
     const bool multi = be->adamw_multi && adamw_fast();
+    be_adamw_seg *seg = multi ? gdn_malloc((size_t)m->n_params * sizeof *seg) : NULL;
+    int ns = 0;
     for (int i = 0, j; i < m->n_params; i = j) {
         const param_info *first = &m->params[i];
         for (j = i + 1; j < m->n_params && m->params[j].decay == first->decay &&
@@ -67,18 +66,13 @@ void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, dou
         size_t a = GDN_MAX(lo, first->offset), b = GDN_MIN(hi, last->offset + last->numel);
         if (a >= b) continue;
         const double wd = first->decay ? c->weight_decay : 0.0;
-        if (multi && ns > 0 && a < seg[ns - 1].hi) {  // not ascending (no such layout today)
-            be->adamw_multi(p, w, g, mm, vv, m->opt_lo, seg, ns, lr, c->beta1, c->beta2,
-                            c->adam_eps, bc1, bc2, scale);
-            ns = 0;
-        }
         if (multi) {
-            seg[ns++] = (be_adamw_seg){a, b, wd};
-            if (ns == SEGS) {
+            if (ns > 0 && a < seg[ns - 1].hi) {  // not ascending (no such layout today)
                 be->adamw_multi(p, w, g, mm, vv, m->opt_lo, seg, ns, lr, c->beta1, c->beta2,
                                 c->adam_eps, bc1, bc2, scale);
                 ns = 0;
             }
+            seg[ns++] = (be_adamw_seg){a, b, wd};
             continue;
         }
         size_t s = a - m->opt_lo;  // m, v hold [opt_lo, opt_lo + opt_n) only
@@ -88,6 +82,7 @@ void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, dou
     if (ns > 0)
         be->adamw_multi(p, w, g, mm, vv, m->opt_lo, seg, ns, lr, c->beta1, c->beta2, c->adam_eps,
                         bc1, bc2, scale);
+    free(seg);
 }
 
 double optim_step(model *m, long step, double lr, double grad_norm) {
