@@ -32,6 +32,9 @@
 // against 156 / 229 us for silu_bwd + conv1d_bwd, and ~28 / 52 us to move the three tensors.
 // Registers decide it: per channel the K taps, K dw sums and two windows of K values are live,
 // so W 4 / 8 need 128-255 registers (1-2 blocks per SM) and ran 15-80% slower.
+// GDN_CONV_S13 (bit 2, default on; cuda_conv_s13): where v2 runs with packs of 4 channels and one
+// block a group of rows, conv_silu_bwd_s13_kernel instead (W = 4 in 128 registers: no d_pre
+// planes), bitwise v2's dx and partials, the same final kernel (its comment).
 #include "../fwd/cuda_ops_device.cuh"
 
 namespace {
@@ -221,6 +224,183 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS, CONV_SILU_V2_BLOCKS)
     }
 }
 
+// s13 (GDN_CONV_S13 bit 2, cuda_conv_s13): v2's sums as one token stream per warp, without the
+// shared-memory d_pre planes. v2 stages a block's tiles, waits, walks them (phase 1), syncs, forms
+// dx (phase 2), syncs: ~75 instructions a channel-token at W = 2, issue-bound (the bytes of x, dy
+// and dx take ~100 us at 4 TB/s, the instructions ~150 us). Here a warp owns 128 channels (W = 4 a
+// lane) of one group rg of v2's 8 tiles (item = (rg, channel group)) and a lane walks the group's
+// tokens in order out of a per-thread cp.async ring (as the forward's s13: each thread stages
+// exactly what it reads, S13_D - 1 rows ahead, a slot refilled one row after it was read). Per
+// token, with the window of the K-1 previous x and the K-1 previous d_pre in registers:
+// pre, d_pre (0 at t >= T), the dw terms (own tiles), and dx[t - (K-1)] from the d_pre window;
+// all of them v2's expressions on v2's values in v2's order. Tiles that follow each other in one
+// sequence form a run walked in one go (dx of a tile's last K-1 tokens from the next tile's
+// first d_pre, which v2 read from the next warp's plane: the same value from the same inputs);
+// at the end of a run the K-1 following tokens are computed (v2's last warp did that for its
+// block: d_pre there is 0 at t >= T, else recomputed as the next block does). A run starts with
+// the K-1 x before its first token (0 before t = 0). dw: v2 adds, per block and element, the 8
+// warps' sums in warp order onto 0 (one group of rows a block: used only where gridDim.y covers
+// every group); here lane c keeps its tile's sum a (from 0, tokens in order) and adds it to its
+// group's sum s at each tile's end (s from 0, tiles in order; a tile past the last row adds 0),
+// then writes s where v2's block wrote that element's partial (column e P + cp for W = 2).
+constexpr int S13_D = 8;  // ring slots of token rows per thread (+ K-1 for a run's first window)
+constexpr int S13_WARPS = 8, S13_THREADS = 32 * S13_WARPS, S13_B_BLOCKS = 2;
+template <typename T, int K> constexpr size_t conv_s13_ring() {  // [warp][slot][x, dy][lane] packs
+    return (size_t)S13_WARPS * (S13_D + K - 1) * 2 * 32 * 4 * sizeof(T);
+}
+template <typename T, int K> constexpr size_t conv_s13_smem() {  // + [warp][j W + i][lane] group sums
+    return conv_s13_ring<T, K>() + (size_t)S13_WARPS * K * 4 * 32 * sizeof(float);
+}
+template <typename T, int K>
+__global__ void __launch_bounds__(S13_THREADS, S13_B_BLOCKS)
+    conv_silu_bwd_s13_kernel(const conv_silu_bwd_params<T> p, int ncolg, int S) {
+    constexpr int W = 4, D = S13_D, TT = CONV_SILU_TT, ROWS = CONV_SILU_ROWS, CB = W * (int)sizeof(T);
+    static_assert(TT % D == 0, "a tile's rows fill whole rounds of the ring");
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    unsigned char *const ring = smem + (size_t)warp * (D + K - 1) * 2 * 32 * CB;
+    auto slot = [ring, lane](int sl, int k) { return (const T *)(ring + ((sl * 2 + k) * 32 + lane) * CB); };
+    // the group's dw sums (v2's block partial), sw[j W + i] of this lane: in shared memory, touched
+    // once a tile (registers hold the taps, both windows and the tile's sums)
+    float *const sw = (float *)(smem + conv_s13_ring<T, K>()) + warp * K * W * 32 + lane;
+    const int C = p.C, T_ = p.T_, P2 = C / 2;
+    const size_t ld = p.ld;
+    for (int item = blockIdx.x * S13_WARPS + warp; item < ncolg * S; item += gridDim.x * S13_WARPS) {
+        const int rg = item / ncolg, c0 = (item - rg * ncolg) * 128 + lane * W;
+        if (c0 >= C) continue;  // a dead lane (C % 4 == 0: a pack is all live); no warp-wide step below
+        const int dyw = p.width(c0);
+        const T *const dyc = p.dyrow(0, c0);  // channel c0 of token row 0 in its dy segment
+        float wr[K][W];
+#pragma unroll
+        for (int j = 0; j < K; j++)
+#pragma unroll
+            for (int i = 0; i < W; i++) {
+                wr[j][i] = to_f(p.w[(size_t)(c0 + i) * K + j]);
+                sw[(j * W + i) * 32] = 0.f;
+            }
+        int w = 0;  // next tile of the group
+        while (w < ROWS) {
+            const int row = rg * ROWS + w;
+            if (row >= p.rows) {  // v2: a warp without a tile adds its 0
+#pragma unroll
+                for (int j = 0; j < K; j++)
+#pragma unroll
+                    for (int i = 0; i < W; i++) sw[(j * W + i) * 32] = sw[(j * W + i) * 32] + 0.f;
+                w++;
+                continue;
+            }
+            const int b = row / p.tiles, t0 = (row - b * p.tiles) * TT;
+            int nt = 1;  // the run: tiles w .. w + nt - 1, one after the other in sequence b
+            while (w + nt < ROWS && rg * ROWS + w + nt < p.rows && t0 + nt * TT < T_) nt++;
+            w += nt;
+            const size_t bt = (size_t)b * T_;
+            const int nq = nt * TT + K - 1;  // token rows: the run's tokens and the K-1 after
+            // staging: first the K-1 window rows (x only, slots D ..), then token rows q (x and dy,
+            // slot q % D); zero outside [0, T) (v2's masked halo and staged zeros)
+            int tq = t0 - (K - 1);
+            long long xo = ((long long)bt + tq) * (long long)ld + c0, go = ((long long)bt + t0) * dyw;
+            long long dxo = xo;  // dx's element of token row q's s = t - (K-1), one row on a step
+            auto stage_x = [&](int sl) {
+                const bool ok = tq >= 0 && tq < T_;
+                cp_async_zfill<CB>((void *)slot(sl, 0), ok ? p.x + xo : p.x, ok);
+                cp_async_commit();
+                tq++;
+                xo += (long long)ld;
+            };
+            auto stage = [&](int sl) {  // the next token row (none past the run's)
+                if (tq < t0 + nq) {
+                    const bool ok = tq < T_;
+                    cp_async_zfill<CB>((void *)slot(sl, 0), ok ? p.x + xo : p.x, ok);
+                    cp_async_zfill<CB>((void *)slot(sl, 1), ok ? dyc + go : p.x, ok);
+                }
+                cp_async_commit();
+                tq++;
+                xo += (long long)ld;
+                go += dyw;
+            };
+#pragma unroll
+            for (int m = 0; m < K - 1; m++) stage_x(D + m);
+#pragma unroll
+            for (int q = 0; q < D - 1; q++) stage(q);
+            cp_async_wait<D - 1>();
+            float xw[K][W], dpw[K][W], aw[K][W];  // x and d_pre windows; the tile's dw sums
+#pragma unroll
+            for (int m = 0; m < K - 1; m++) {
+                unpack<T, W>(ld_pack<T, W>(slot(D + m, 0)), xw[m]);
+#pragma unroll
+                for (int i = 0; i < W; i++) dpw[m][i] = 0.f;  // (feeds no stored dx)
+            }
+            // token row q (compile-time slot sl): d_pre[t], own: dw terms, and dx[t - (K-1)]
+            auto step = [&](int q, int sl, bool own) {
+                cp_async_wait<D - 2>();
+                const int t = t0 + q;
+                float g[W];
+                unpack<T, W>(ld_pack<T, W>(slot(sl, 0)), xw[K - 1]);
+                unpack<T, W>(ld_pack<T, W>(slot(sl, 1)), g);
+                stage((sl + D - 1) % D);  // row q + D - 1 into row q - 1's slot
+                float pre[W];
+#pragma unroll
+                for (int i = 0; i < W; i++) {
+                    pre[i] = 0.f;
+#pragma unroll
+                    for (int j = 0; j < K; j++) pre[i] += wr[j][i] * xw[j][i];
+                }
+                if (t < T_)  // one branch for the pack (warp-uniform: a warp's lanes share t)
+#pragma unroll
+                    for (int i = 0; i < W; i++) dpw[K - 1][i] = dsilu_f(g[i], pre[i]);
+                else
+#pragma unroll
+                    for (int i = 0; i < W; i++) dpw[K - 1][i] = 0.f;  // 0 past the end
+                if (own)
+#pragma unroll
+                    for (int j = 0; j < K; j++)
+#pragma unroll
+                        for (int i = 0; i < W; i++) aw[j][i] += dpw[K - 1][i] * xw[j][i];
+                const int s = t - (K - 1);  // dx[s] = sum_j w[j] d_pre[s+K-1-j]
+                if (q >= K - 1 && s < T_) {
+                    float acc[W];
+#pragma unroll
+                    for (int i = 0; i < W; i++) {
+                        acc[i] = 0.f;
+#pragma unroll
+                        for (int j = 0; j < K; j++) acc[i] += wr[j][i] * dpw[K - 1 - j][i];
+                    }
+                    st_pack4(p.dx + dxo, acc);
+                }
+                dxo += (long long)ld;
+#pragma unroll
+                for (int m = 0; m < K - 1; m++)
+#pragma unroll
+                    for (int i = 0; i < W; i++) {
+                        xw[m][i] = xw[m + 1][i];
+                        dpw[m][i] = dpw[m + 1][i];
+                    }
+            };
+            for (int k = 0; k < nt; k++) {
+#pragma unroll
+                for (int j = 0; j < K; j++)
+#pragma unroll
+                    for (int i = 0; i < W; i++) aw[j][i] = 0.f;
+#pragma unroll
+                for (int u = 0; u < TT; u++) step(k * TT + u, u % D, true);
+#pragma unroll
+                for (int j = 0; j < K; j++)
+#pragma unroll
+                    for (int i = 0; i < W; i++) sw[(j * W + i) * 32] = sw[(j * W + i) * 32] + aw[j][i];
+            }
+#pragma unroll
+            for (int m = 0; m < K - 1; m++) step(nt * TT + m, m % D, false);
+            cp_async_wait<0>();  // the ring is free for the next run
+        }
+        float *pb = p.part + (size_t)rg * C * K;  // v2's layout: column (j 2 + i % 2) P2 + (c0 + i) / 2
+#pragma unroll
+        for (int j = 0; j < K; j++)
+#pragma unroll
+            for (int i2 = 0; i2 < 2; i2++)
+                *reinterpret_cast<float2 *>(pb + (size_t)(j * 2 + i2) * P2 + c0 / 2) = make_float2(sw[(j * W + i2) * 32], sw[(j * W + 2 + i2) * 32]);
+    }
+}
+
 // dw[c * K + j] += sum_{s < S} part[s][col] (col = e P + cp, e = j W + i, c = cp W + i): a block
 // takes 32 columns; warp k adds slices k, k + 8, ... in order, then lane l of warp 0 adds the 8
 // warp sums in order. Fixed order for a given S.
@@ -297,16 +477,35 @@ void conv_silu_bwd_v2_launch(const conv_silu_bwd_params<T> &p, dim3 grid, cudaSt
     conv_silu_v2_count();
 }
 
-// v16: the v2 kernel stages by 16-byte chunks (else by packs of W)
+// s13: a grid of at most the resident blocks, its warps over the S x C / 128 items.
+template <typename T, int K>
+void conv_silu_bwd_s13_launch(const conv_silu_bwd_params<T> &p, int S, cudaStream_t s) {
+    constexpr size_t smem = conv_s13_smem<T, K>();
+    auto kern = conv_silu_bwd_s13_kernel<T, K>;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));  // as v2
+    static int resident = 0;  // per instance, on first use (a race stores the same value)
+    if (!resident) resident = resident_blocks(kern, S13_THREADS, smem);
+    const int ncolg = (int)GDN_CDIV(p.C, 128);
+    if ((long long)ncolg * S > INT32_MAX) gdn_die("cuda conv_silu_bwd s13: %d x %d warp items", ncolg, S);
+    const unsigned grid = (unsigned)GDN_MIN(GDN_CDIV((long long)ncolg * S, (long long)S13_WARPS), (long long)resident);
+    kern<<<grid, S13_THREADS, smem, s>>>(p, ncolg, S);
+    CUDA_CHECK_LAUNCH();
+    conv_silu_s13_count();
+}
+
+// v16: the v2 kernel stages by 16-byte chunks (else by packs of W); s13: the s13 kernel instead
+// (its partials are v2's, so the same final kernel), where every group of rows has its block
 template <typename T, int W, int K, int TT = CONV_SILU_TT>
-void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, bool v16, cudaStream_t s) {
+void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, bool v16, bool s13, cudaStream_t s) {
     const int P = p.C / W, cols = p.C * K;
     p.tiles = (int)GDN_CDIV(p.T_, TT);
     p.rows = B * p.tiles;
     const unsigned gx = (unsigned)GDN_CDIV(P, CONV_SILU_LANES);
     const int S = GDN_MIN((int)GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
     p.part = colsum_scratch((size_t)S * cols);
-    if (v16)
+    if (s13 && (int)GDN_CDIV(p.rows, CONV_SILU_ROWS) == S)
+        conv_silu_bwd_s13_launch<T, K>(p, S, s);
+    else if (v16)
         conv_silu_bwd_v2_launch<T, K, 16>(p, dim3(gx, (unsigned)S), s);
     else
         conv_silu_bwd_v2_launch<T, K, (int)sizeof(T) * W>(p, dim3(gx, (unsigned)S), s);
@@ -330,11 +529,15 @@ void conv_silu_bwd_launch(T *dx, float *dw, const T *const dys[3], const int cw[
         // bytes (dx is stored by packs of W as before)
         constexpr int E = 16 / (int)sizeof(T);
         const bool v16 = ld % E == 0 && C % E == 0 && seg.packed(dys, E, 15) && ((uintptr_t)x & 15) == 0;
+        // s13 (GDN_CONV_S13 bit 2): packs of 4 channels (x, dx, dy and their rows on 4 elements)
+        const uintptr_t pack4 = sizeof(T) * 4 - 1;
+        const bool s13 = (cuda_conv_s13() & CUDA_CONV_S13_BWD) && ld % 4 == 0 && seg.packed(dys, 4, pack4) &&
+                         (((uintptr_t)dx | (uintptr_t)x) & pack4) == 0;
         switch (K) {  // the one place that picks a tap count
-        case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, v16, s); break;
-        case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, v16, s); break;
-        case 3: conv_silu_bwd_tiled_launch<T, W, 3>(p, dw, B, v16, s); break;
-        case 4: conv_silu_bwd_tiled_launch<T, W, 4>(p, dw, B, v16, s); break;
+        case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, v16, s13, s); break;
+        case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, v16, s13, s); break;
+        case 3: conv_silu_bwd_tiled_launch<T, W, 3>(p, dw, B, v16, s13, s); break;
+        case 4: conv_silu_bwd_tiled_launch<T, W, 4>(p, dw, B, v16, s13, s); break;
         default: gdn_die("cuda conv_silu_bwd: K = %d > %d in the tiled path", K, CONV_SILU_KMAX);
         }
         return;

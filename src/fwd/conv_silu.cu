@@ -34,6 +34,8 @@
 // butterfly over them, of the fp32 silu values (the unfused path squares their rounded copies),
 // and the unnormalised q, k are never stored. Other shapes: conv_silu3, then l2norm_fwd in
 // place.
+// GDN_CONV_S13 (bit 1, default on; cuda_conv_s13): the v2 path runs conv_silu_fwd_s13_kernel
+// instead, bitwise v2's outputs (its comment; bench/model_gpu.md, "Session 13").
 #include "cuda_ops_device.cuh"
 
 namespace {
@@ -227,6 +229,182 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS, CONV_SILU_V2_BLOCKS)
     }
 }
 
+// s13 (GDN_CONV_S13 bit 1, cuda_conv_s13): the forward with the L2 norm as one token stream per
+// warp, v2's arithmetic unchanged. v2 stages a block's whole tile, waits, then computes (its
+// three blocks an SM alternate between loading and computing, issue-bound in between: ~170
+// instructions a warp-token of 4 channels a lane), and stores y by four 2-byte stores a lane.
+// Here a warp owns 256 channels (two groups of 128 = v2's warp, one a half-warp) over a chunk of
+// one sequence's tokens (sched: as many chunks as the resident warps take in one round), and
+// walks it token by token out of a per-thread ring of S13_D rows in shared memory (each thread
+// stages by cp.async exactly the bytes it reads, S13_D - S13_FU rows ahead, so no barrier and
+// no other thread is involved; a slot is refilled one step after it was read). A lane holds two
+// packs of W channels: pack k of lane l in half h is channel g + 64 k + 4 l, g = 256 wc + 128 h,
+// i.e. v2's lanes l (k = 0) and l + 16 (k = 1) of the warp of group g: their sums of squares are
+// v2's butterfly's first level (xor 16, one add: ss0 + ss1 = ss1 + ss0 bitwise) and the levels
+// xor 8 .. 1 are the same shuffles within the half-warp. Everything else (the window, the conv
+// and SiLU, the squares, 1 / sqrt, the scale) is v2's expressions on v2's values in v2's order;
+// a warp whose channels are all in segment 2 skips the norm (v2 computed it and dropped it).
+// y leaves by one 8- (bf16) or 16-byte (fp32) store per pack (st_pack4, the same rounding).
+constexpr int S13_D = 8;   // ring slots of token rows per thread (+ K-1 for the first window)
+constexpr int S13_FU = 1;  // tokens a step (2, interleaving their shuffles, spilled at 128 registers)
+constexpr int S13_WARPS = 8, S13_THREADS = 32 * S13_WARPS, S13_F_BLOCKS = 2;
+struct conv_s13_sched {
+    int lc, nch, ncolw, items;  // tokens a chunk, chunks a sequence, warp columns, B nch ncolw
+};
+template <typename T, int K> constexpr size_t conv_s13_smem() {  // [warp][slot][pack][lane] packs
+    return (size_t)S13_WARPS * (S13_D + K - 1) * 2 * 32 * CONV_SILU_W * sizeof(T);
+}
+template <typename T, int K>
+__global__ void __launch_bounds__(S13_THREADS, S13_F_BLOCKS)
+    conv_silu_fwd_s13_kernel(const conv_silu_fwd_params<T> p, const conv_s13_sched sch) {
+    constexpr int W = CONV_SILU_W, NP = 2, D = S13_D, U = S13_FU, CB = W * (int)sizeof(T);
+    static_assert(D % U == 0 && D >= 2 * U, "steps of U rows, refilled one step late");
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, h = lane / 16, l = lane % 16;
+    unsigned char *const ring = smem + (size_t)warp * (D + K - 1) * NP * 32 * CB;
+    auto slot = [ring, lane](int sl, int k) { return (const T *)(ring + ((sl * NP + k) * 32 + lane) * CB); };
+    const int C = p.C, T_ = p.T_, hl = p.nd / W;  // hl: v2's lanes a head (a power of two <= 32)
+    const size_t ld = p.ld;
+    for (int item = blockIdx.x * S13_WARPS + warp; item < sch.items; item += gridDim.x * S13_WARPS) {
+        const int wc = item % sch.ncolw, chunk = item / sch.ncolw, b = chunk / sch.nch;
+        const int ts = (chunk - b * sch.nch) * sch.lc, n = min(sch.lc, T_ - ts);
+        const size_t bt = (size_t)b * T_;
+        const int g = wc * 256 + h * 128;
+        const bool live = g < C;  // C % 128 == 0 (norm_fits): a half-warp is all live or all dead
+        const bool norm = wc * 256 < p.seg.cs[2];  // some channel of the warp in segment 0 or 1
+        // per pack, as v2 per lane (selects, not indexing: p stays in constant space)
+        T *yp[NP];
+        float *rp[NP];
+        float sc[NP];
+        int cw[NP], heads[NP];
+        bool lead[NP], nrm[NP];
+        float wr[K][NP * W];
+#pragma unroll
+        for (int k = 0; k < NP; k++) {
+            const int c0 = live ? g + 64 * k + 4 * l : 0;
+            const int s = c0 >= p.seg.cs[2] ? 2 : c0 >= p.seg.cs[1] ? 1 : 0;
+            const int cs0 = s == 2 ? p.seg.cs[2] : s ? p.seg.cs[1] : 0;
+            nrm[k] = s < 2;
+            lead[k] = live && s < 2 && (c0 - cs0) % p.nd == 0;
+            heads[k] = s < 2 ? (s ? p.seg.cs[2] - p.seg.cs[1] : p.seg.cs[1]) / p.nd : 0;
+            rp[k] = (s ? p.rn[1] : p.rn[0]) + (bt + ts) * heads[k] + (c0 - cs0) / p.nd;
+            sc[k] = s ? p.sc[1] : p.sc[0];
+            cw[k] = p.width(c0);
+            yp[k] = p.yrow(bt + ts, c0);
+#pragma unroll
+            for (int j = 0; j < K; j++)
+#pragma unroll
+                for (int i = 0; i < W; i++) wr[j][k * W + i] = live ? to_f(p.w[(size_t)(c0 + i) * K + j]) : 0.f;
+        }
+        // the next row to stage: token tq (from ts - (K-1)), element offset xo of pack 0 in x;
+        // rows outside [0, ts + n) are zero-filled (v2's masked halo and its staged zeros)
+        int tq = ts - (K - 1);
+        long long xo = ((long long)bt + tq) * (long long)ld + g + 4 * l;
+        auto stage = [&](int sl) {
+            const bool ok = live && tq >= 0 && tq < ts + n;
+            const T *src = ok ? p.x + xo : p.x;
+            cp_async_zfill<CB>((void *)slot(sl, 0), src, ok);
+            cp_async_zfill<CB>((void *)slot(sl, 1), src + 64, ok);
+            cp_async_commit();
+            tq++;
+            xo += (long long)ld;
+        };
+#pragma unroll
+        for (int m = 0; m < K - 1; m++) stage(D + m);  // the window's rows: slots D ..
+#pragma unroll
+        for (int r = 0; r < D - U; r++) stage(r);  // token row r: slot r % D
+        cp_async_wait<D - U>();
+        float xw[K][NP * W];  // before token t: xw[m] = x[t - (K-1) + m], m < K-1; xw[K-1] = x[t]
+#pragma unroll
+        for (int m = 0; m < K - 1; m++)
+#pragma unroll
+            for (int k = 0; k < NP; k++) {
+                float f[W];
+                unpack<T, W>(ld_pack<T, W>(slot(D + m, k)), f);
+#pragma unroll
+                for (int i = 0; i < W; i++) xw[m][k * W + i] = f[i];
+            }
+        for (int r0 = 0; r0 < n; r0 += D) {
+#pragma unroll
+            for (int u0 = 0; u0 < D; u0 += U) {
+                cp_async_wait<D - 2 * U>();  // token rows r0 + u0 .. + U-1 are in
+                pack_t<T, W> xp[U][NP];
+#pragma unroll
+                for (int v = 0; v < U; v++)
+#pragma unroll
+                    for (int k = 0; k < NP; k++) xp[v][k] = ld_pack<T, W>(slot(u0 + v, k));
+#pragma unroll
+                for (int v = 0; v < U; v++) stage((u0 + v + D - U) % D);  // into the last step's slots
+                float o[U][NP * W];
+#pragma unroll
+                for (int v = 0; v < U; v++) {
+#pragma unroll
+                    for (int k = 0; k < NP; k++) {
+                        float f[W];
+                        unpack<T, W>(xp[v][k], f);
+#pragma unroll
+                        for (int i = 0; i < W; i++) xw[K - 1][k * W + i] = f[i];
+                    }
+                    conv_silu_token<NP * W, K>(wr, xw, o[v]);
+                }
+                if (norm) {  // warp-uniform
+                    float ss[U][NP];
+#pragma unroll
+                    for (int v = 0; v < U; v++)
+#pragma unroll
+                        for (int k = 0; k < NP; k++) {
+                            ss[v][k] = 0.f;
+#pragma unroll
+                            for (int i = 0; i < W; i++) ss[v][k] += o[v][k * W + i] * o[v][k * W + i];
+                        }
+                    if (hl == 32) {  // v2's level xor 16 (lane l's sum plus lane l + 16's), then 8 .. 1
+#pragma unroll
+                        for (int v = 0; v < U; v++) ss[v][0] = ss[v][0] + ss[v][1];
+#pragma unroll
+                        for (int off = 8; off > 0; off >>= 1)
+#pragma unroll
+                            for (int v = 0; v < U; v++) ss[v][0] += __shfl_xor_sync(0xffffffffu, ss[v][0], off);
+                    } else {  // heads within a pack's 16 lanes: v2's levels hl/2 .. 1 for each pack
+                        for (int off = hl / 2; off > 0; off >>= 1)
+#pragma unroll
+                            for (int v = 0; v < U; v++) {
+                                ss[v][0] += __shfl_xor_sync(0xffffffffu, ss[v][0], off);
+                                ss[v][1] += __shfl_xor_sync(0xffffffffu, ss[v][1], off);
+                            }
+                    }
+#pragma unroll
+                    for (int v = 0; v < U; v++) {
+                        const int t = r0 + u0 + v;  // token ts + t
+                        float rn[NP];
+                        rn[0] = 1.f / sqrtf(ss[v][0] + p.eps);
+                        rn[1] = hl == 32 ? rn[0] : 1.f / sqrtf(ss[v][1] + p.eps);  // one head: the same value
+#pragma unroll
+                        for (int k = 0; k < NP; k++) {
+                            if (!nrm[k]) continue;
+#pragma unroll
+                            for (int i = 0; i < W; i++) o[v][k * W + i] = sc[k] * o[v][k * W + i] * rn[k];
+                            if (lead[k] && t < n) rp[k][(size_t)t * heads[k]] = rn[k];
+                        }
+                    }
+                }
+#pragma unroll
+                for (int v = 0; v < U; v++) {
+                    const int t = r0 + u0 + v;
+                    if (live && t < n)
+#pragma unroll
+                        for (int k = 0; k < NP; k++) {
+                            float f[W];
+#pragma unroll
+                            for (int i = 0; i < W; i++) f[i] = o[v][k * W + i];
+                            st_pack4(yp[k] + (size_t)t * cw[k], f);
+                        }
+                }
+            }
+        }
+        cp_async_wait<0>();  // the ring is free for the next item
+    }
+}
+
 // Any shape: one thread per output element, the sum in the same order.
 template <typename T>
 __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_silu_fwd_params<T> p, size_t total) {
@@ -252,14 +430,40 @@ void conv_silu_fwd_v2_launch(const conv_silu_fwd_params<T> &p, dim3 grid, cudaSt
     conv_silu_v2_count();
 }
 
-// NORM: the v2 kernel, by 16-byte chunks where v16 (else by packs of W); else the tiled kernel.
+// s13: as many chunks of each sequence as the resident warps take in one round (2 blocks of 8
+// warps an SM at the model's shape: B 16, T 2048, 8 warp columns -> 16 chunks of 128 tokens, one
+// item a warp), each a multiple of S13_D tokens; a grid of at most the resident blocks.
+template <typename T, int K>
+void conv_silu_fwd_s13_launch(const conv_silu_fwd_params<T> &p, int B, cudaStream_t s) {
+    constexpr size_t smem = conv_s13_smem<T, K>();
+    auto kern = conv_silu_fwd_s13_kernel<T, K>;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));  // as v2
+    static int resident = 0;  // per instance, on first use (a race stores the same value)
+    if (!resident) resident = resident_blocks(kern, S13_THREADS, smem);
+    conv_s13_sched sch;
+    sch.ncolw = (int)GDN_CDIV(p.C, 256);
+    const long long slots = (long long)resident * S13_WARPS, per_seq = GDN_MAX(slots / ((long long)B * sch.ncolw), 1LL);
+    sch.lc = (int)GDN_CDIV(GDN_CDIV((long long)p.T_, per_seq), (long long)S13_D) * S13_D;
+    sch.nch = (int)GDN_CDIV(p.T_, sch.lc);
+    const long long items = (long long)B * sch.nch * sch.ncolw;
+    if (items > INT32_MAX) gdn_die("cuda conv_silu_fwd s13: %lld warp items", items);
+    sch.items = (int)items;
+    const unsigned grid = (unsigned)GDN_MIN(GDN_CDIV(items, (long long)S13_WARPS), (long long)resident);
+    kern<<<grid, S13_THREADS, smem, s>>>(p, sch);
+    conv_silu_s13_count();
+}
+
+// NORM: the s13 kernel where s13 (GDN_CONV_S13), else the v2 kernel, by 16-byte chunks where
+// v16 (else by packs of W); else the tiled kernel.
 template <typename T, int W, int K, bool NORM, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
-void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, bool v16, cudaStream_t s) {
+void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, bool v16, bool s13, cudaStream_t s) {
     p.tiles = (int)GDN_CDIV(p.T_, TT);
     p.rows = B * p.tiles;
     const unsigned gx = (unsigned)GDN_CDIV(p.C / W, CONV_SILU_LANES);
     const unsigned gy = (unsigned)GDN_MIN(GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
-    if (NORM && v16)
+    if (NORM && s13)
+        conv_silu_fwd_s13_launch<T, K>(p, B, s);
+    else if (NORM && v16)
         conv_silu_fwd_v2_launch<T, K, 16>(p, dim3(gx, gy), s);
     else if (NORM)
         conv_silu_fwd_v2_launch<T, K, (int)sizeof(T) * W>(p, dim3(gx, gy), s);
@@ -279,16 +483,18 @@ bool conv_silu_fwd_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
     // with the norm, v2 (0.85x the tiled kernel's time; without the norm it was 1.17x: header);
     // its 16-byte staging: x's rows and pointer on 16 bytes (y is stored by packs of W)
     const bool v16 = p.ld % (16 / sizeof(T)) == 0 && p.C % (16 / sizeof(T)) == 0 && ((uintptr_t)p.x & 15) == 0;
+    // s13 (GDN_CONV_S13 bit 1): where v2 runs (x, y on packs: its cp.async and stores)
+    const bool s13 = norm && (cuda_conv_s13() & CUDA_CONV_S13_FWD);
     if (tiled) {
         switch (p.K * 2 + norm) {  // the one place that picks a tap count
-        case 2: conv_silu_fwd_tiled_launch<T, W, 1, false>(p, B, v16, s); break;
-        case 3: conv_silu_fwd_tiled_launch<T, W, 1, true>(p, B, v16, s); break;
-        case 4: conv_silu_fwd_tiled_launch<T, W, 2, false>(p, B, v16, s); break;
-        case 5: conv_silu_fwd_tiled_launch<T, W, 2, true>(p, B, v16, s); break;
-        case 6: conv_silu_fwd_tiled_launch<T, W, 3, false>(p, B, v16, s); break;
-        case 7: conv_silu_fwd_tiled_launch<T, W, 3, true>(p, B, v16, s); break;
-        case 8: conv_silu_fwd_tiled_launch<T, W, 4, false>(p, B, v16, s); break;
-        case 9: conv_silu_fwd_tiled_launch<T, W, 4, true>(p, B, v16, s); break;
+        case 2: conv_silu_fwd_tiled_launch<T, W, 1, false>(p, B, v16, s13, s); break;
+        case 3: conv_silu_fwd_tiled_launch<T, W, 1, true>(p, B, v16, s13, s); break;
+        case 4: conv_silu_fwd_tiled_launch<T, W, 2, false>(p, B, v16, s13, s); break;
+        case 5: conv_silu_fwd_tiled_launch<T, W, 2, true>(p, B, v16, s13, s); break;
+        case 6: conv_silu_fwd_tiled_launch<T, W, 3, false>(p, B, v16, s13, s); break;
+        case 7: conv_silu_fwd_tiled_launch<T, W, 3, true>(p, B, v16, s13, s); break;
+        case 8: conv_silu_fwd_tiled_launch<T, W, 4, false>(p, B, v16, s13, s); break;
+        case 9: conv_silu_fwd_tiled_launch<T, W, 4, true>(p, B, v16, s13, s); break;
         default: gdn_die("cuda conv_silu_fwd: K = %d > %d in the tiled path", p.K, CONV_SILU_KMAX);
         }
     } else if (!norm) {
@@ -333,10 +539,31 @@ void check_shape(const char *who, int B, int T, const int cw[3], int K, size_t l
 }  // namespace
 
 // ---- public entry point (cuda_ops.h) --------------------------------------------------------
-static unsigned long conv_silu_v2_launches = 0;  // host side, counted at launch
+static unsigned long conv_silu_v2_launches = 0, conv_silu_s13_launches = 0;  // host side, counted at launch
 void conv_silu_v2_count() { __atomic_add_fetch(&conv_silu_v2_launches, 1, __ATOMIC_RELAXED); }
+void conv_silu_s13_count() {  // an s13 kernel is staged too: it counts as v2 for the older rows
+    __atomic_add_fetch(&conv_silu_s13_launches, 1, __ATOMIC_RELAXED);
+    conv_silu_v2_count();
+}
 extern "C" unsigned long cuda_conv_silu_v2_launches(void) {
     return __atomic_load_n(&conv_silu_v2_launches, __ATOMIC_RELAXED);
+}
+extern "C" unsigned long cuda_conv_silu_s13_launches(void) {
+    return __atomic_load_n(&conv_silu_s13_launches, __ATOMIC_RELAXED);
+}
+
+static int g_conv_s13 = -1;  // cuda_conv_s13: -1 until the environment is read
+extern "C" int cuda_conv_s13(void) {
+    int m = __atomic_load_n(&g_conv_s13, __ATOMIC_RELAXED);
+    if (m < 0) {
+        const char *e = getenv("GDN_CONV_S13");
+        m = e && *e ? (int)(strtol(e, NULL, 0) & CUDA_CONV_S13_ALL) : CUDA_CONV_S13_ALL;
+        __atomic_store_n(&g_conv_s13, m, __ATOMIC_RELAXED);
+    }
+    return m;
+}
+extern "C" void cuda_conv_s13_set(int mask) {
+    __atomic_store_n(&g_conv_s13, mask < 0 ? -1 : mask & CUDA_CONV_S13_ALL, __ATOMIC_RELAXED);
 }
 
 extern "C" void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void *x, const void *w, int B,

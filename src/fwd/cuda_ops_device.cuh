@@ -273,6 +273,38 @@ __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
 }
+// The s13 kernels' per-thread rings (GDN_CONV_S13): one commit group per staged row, and a wait
+// until at most N of this thread's groups are still in flight.
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// Four fp32 values stored as one pack of T (8 bytes in bf16, 16 in fp32; p aligned to it), each
+// rounded as from_f (cvt.rn per element; store_pack's struct copy became four 2-byte stores).
+__device__ __forceinline__ void st_pack4(float *p, const float (&f)[4]) {  // (a float4 became four stores)
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(f[0]), "f"(f[1]), "f"(f[2]), "f"(f[3])
+                 : "memory");
+}
+__device__ __forceinline__ void st_pack4(__nv_bfloat16 *p, const float (&f)[4]) {
+    const __nv_bfloat162 a = __floats2bfloat162_rn(f[0], f[1]), b = __floats2bfloat162_rn(f[2], f[3]);
+    const unsigned long long lo = *reinterpret_cast<const unsigned *>(&a), hi = *reinterpret_cast<const unsigned *>(&b);
+    *reinterpret_cast<unsigned long long *>(p) = lo | hi << 32;  // one 8-byte store (a uint2 became two)
+}
+// Blocks of a kernel resident on the whole device at once (per SM x SMs; the s13 kernels grids).
+template <class Kern> int resident_blocks(Kern kern, int threads, size_t smem) {
+    int nb = 0, dev = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kern, threads, smem));
+    CUDA_CHECK(cudaGetDevice(&dev));
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return GDN_MAX(nb, 1) * sms;
+}
 // One group of rows of a v2 block: ROWS tiles of TT tokens, tile w = row rg ROWS + w of the
 // (B, tiles) grid = (b, t0). s_t0[w] = t0 (negative: past the last row), s_bt[w] = b T.
 // Virtual token v (v >= -(K-1)): tile w = clamp(v / TT, 0, ROWS - 1), token t0[w] + v - w TT, so
@@ -316,5 +348,6 @@ __device__ __forceinline__ void conv_v2_stage(unsigned char *dst, const At &at, 
 // reduction-bearing backward launched on its stream (colsum_launch, the norm and conv backwards).
 float *colsum_scratch(size_t nfloats);
 // Counts a launch of a conv + SiLU v2 kernel (one definition, in src/fwd/conv_silu.cu;
-// cuda_conv_silu_v2_launches reads the count).
+// cuda_conv_silu_v2_launches reads the count); conv_silu_s13_count likewise for the s13 kernels.
 void conv_silu_v2_count();
+void conv_silu_s13_count();

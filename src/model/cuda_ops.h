@@ -80,6 +80,17 @@ void cuda_conv_silu3_l2_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, float *
 // Launches of the conv + SiLU v2 kernels (the tiled backward and the tiled forward with the L2
 // norm) so far in this process: the tests check that they ran where expected.
 unsigned long cuda_conv_silu_v2_launches(void);
+// The session-13 conv + SiLU kernels (GDN_CONV_S13, environment, read once: a bit mask, unset =
+// 3 = both; 0 = the v2 kernels above, the same launches as before): 1 = the forward with the L2
+// norm, 2 = the backward, each as one token stream per warp out of a per-thread cp.async ring
+// (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu). Bitwise the v2 kernels' outputs (the same
+// operations on the same values in the same order). cuda_conv_s13_set(mask) overrides the
+// environment (the tests' new == old rows); -1 reads it again. Their launches are counted in
+// cuda_conv_silu_s13_launches and also in cuda_conv_silu_v2_launches (staged kernels both).
+enum { CUDA_CONV_S13_FWD = 1, CUDA_CONV_S13_BWD = 2, CUDA_CONV_S13_ALL = 3 };
+int cuda_conv_s13(void);
+void cuda_conv_s13_set(int mask);
+unsigned long cuda_conv_silu_s13_launches(void);
 void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);
 void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_t n,
                    cudaStream_t s);

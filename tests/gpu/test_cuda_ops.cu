@@ -20,9 +20,11 @@
 // reduction-bearing op run twice gives bitwise equal outputs, and the extra outputs of the
 // RMSNorm, gated RMSNorm and SwiGLU backwards (train.recompute = light) are bitwise the forward
 // kernels' outputs on the same inputs, the backwards' other outputs bitwise as without them.
-// Every conv_silu row also checks which kernel ran: a v2 kernel (shared-memory staging) for the
-// tiled backward and the tiled forward with the L2 norm, none for the plain forward (the
-// register-window tiled kernel) and the untiled fallbacks.
+// Every conv_silu row also checks which kernel ran: a v2 kernel (shared-memory staging; the s13
+// kernels count as v2) for the tiled backward and the tiled forward with the L2 norm, none for
+// the plain forward (the register-window tiled kernel) and the untiled fallbacks; and the
+// GDN_CONV_S13 rows that the s13 kernels' outputs are bitwise v2's (group conv_s13 adds the
+// model's shape and the s13 kernels' edge cases, GPU against GPU).
 // Exit 77 (skipped) without a GPU.
 #include "gputest.h"
 #include <cmath>
@@ -429,6 +431,33 @@ static void conv_v2_row(const char *op, cuda_dtype dt, const std::function<void(
 static bool conv_tiled(int W, const int cw[3], int K, size_t ld, size_t col, size_t off) {
     return cw[0] % W == 0 && cw[1] % W == 0 && cw[2] % W == 0 && ld % W == 0 && col % W == 0 && off == 0 && K <= 4;
 }
+// GDN_CONV_S13 (cuda_conv_s13_set): fn from the same state (reset: the accumulating outputs set
+// again) with today's v2 kernels (mask 0) and the session-13 ones (mask 3): every output in outs
+// bitwise the same; and an s13 kernel launched under mask 3 exactly where s13 says it should
+// (the normed forward on v2's path; the backward on v2's path with packs of 4: widths, ld and
+// x's column on 4 elements).
+static void check_s13(const char *op, cuda_dtype dt, const std::vector<dten> &outs, const std::function<void()> &reset,
+                      const std::function<void()> &fn, bool s13) {
+    const int was = cuda_conv_s13();
+    std::vector<std::vector<unsigned char>> got[2];
+    bool ran[2] = {false, false};
+    for (int on = 0; on < 2; on++) {
+        cuda_conv_s13_set(on ? CUDA_CONV_S13_ALL : 0);
+        for (const dten &o : outs) poison(o);
+        reset();
+        const unsigned long n0 = cuda_conv_silu_s13_launches();
+        fn();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        ran[on] = cuda_conv_silu_s13_launches() != n0;
+        for (const dten &o : outs) got[on].push_back(raw(o));
+    }
+    cuda_conv_s13_set(was);
+    row_bool(op, dtn(dt), "GDN_CONV_S13 new == old", got[0] == got[1]);
+    row_bool(op, dtn(dt), s13 ? "s13 kernel launched" : "no s13 kernel launched", !ran[0] && ran[1] == s13);
+}
+static bool conv_s13_bwd(const int cw[3], int K, size_t ld, size_t col, size_t off) {
+    return conv_tiled(4, cw, K, ld, col, off);
+}
 
 // Fused conv1d + SiLU against conv_silu_fwd_cpu / conv_silu_bwd_cpu. Tiled path: C a multiple
 // of the pack (8, 24, 512, 1000 with dead lanes in the last block, 1024), K = 1..4, T = 1, 63,
@@ -465,6 +494,9 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         conv_v2_row(op, dt,
                     [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
                     {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, conv_tiled(2, cw1, K, C, 0, off));
+        check_s13(op, dt, {ddx, ddw}, [&]() { upload(ddw, init); },
+                  [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
+                  conv_s13_bwd(cw1, K, C, 0, off));
     }
     // strided x and dx (the model's fused input projection): columns [col, col + C) of rows of
     // ld; dx's other columns hold random values that must stay. fla-220m's q (ld 3080, col 0)
@@ -508,6 +540,16 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
                     },
                     {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
                     conv_tiled(2, cw1, K, ld, col, 0));
+        check_s13(op, dt, {ddxw, ddw},
+                  [&]() {
+                      upload(ddxw, dx_init);
+                      upload(ddw, init);
+                  },
+                  [&]() {
+                      cuda_conv_silu_bwd(dt, (char *)ddxw.d + col * esz(dt), (float *)ddw.d, dg.d, xp, dw_.d, B, T, C,
+                                         K, ld, 0);
+                  },
+                  conv_s13_bwd(cw1, K, ld, col, 0));
     }
     // conv_silu3: q, k, v (C0 + C1 + C2 channels of strided rows) in one call, outputs and output
     // gradients in three packed buffers: against the CPU per range, and bitwise against three
@@ -566,6 +608,12 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         conv_v2_row(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
                     {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
                     conv_tiled(2, cw, K, ld, col, 0));
+        check_s13(op, dt, {ddxw, ddw},
+                  [&]() {
+                      upload(ddxw, dx_init);
+                      upload(ddw, init);
+                  },
+                  [&]() { bwd3(ddxw.d, (float *)ddw.d); }, conv_s13_bwd(cw, K, ld, col, 0));
         // bitwise against three calls, from the same starting dx and dw
         dten ddxw2 = dput(dx_init, dt), ddw2 = dput(init, CUDA_F32), ddxw3 = dput(dx_init, dt), ddw3 = dput(init, CUDA_F32);
         const void *dg3[3] = {dg0.d, dg1.d, dg2.d};
@@ -735,6 +783,13 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
                      {"rnorm q", dr0, rn[0], {}, {}},
                      {"rnorm k", dr1, rn[1], {}, {}}},
                     fused && conv_tiled(4, cw, K, ld, col, 0));
+        check_s13(op, dt, {dy0, dy1, dy2, dr0, dr1}, []() {},
+                  [&]() {
+                      cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d,
+                                             (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, nd, eps,
+                                             s0, 1.0, 0);
+                  },
+                  fused && conv_tiled(4, cw, K, ld, col, 0));
         if (fused) continue;
         dten e0 = dempty(rows * C0, dt), e1 = dempty(rows * C0, dt), e2 = dempty(rows * C2, dt);
         dten f0 = dempty(nh, CUDA_F32), f1 = dempty(nh, CUDA_F32);
@@ -745,6 +800,63 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
         row_bool(op, dtn(dt), "= conv_silu3 + l2norm_fwd", raw(e0) == raw(dy0) && raw(e1) == raw(dy1) &&
                                                                raw(e2) == raw(dy2) && raw(f0) == raw(dr0) &&
                                                                raw(f1) == raw(dr1));
+    }
+}
+
+// GDN_CONV_S13 at the model's shape and around the s13 kernels' blocking, GPU only (new == old,
+// bitwise, every output: y0..2 and rn0, rn1 of the normed forward; the whole dx buffer and dw +=
+// of conv_silu3's backward): fla-220m's q, k, v (ld 3080, 512 + 512 + 1024, K 4, heads of 128) at
+// B 16 T 2048 (bf16; fp32 at B 2: the same chunking per sequence) and T = 1, 63, 64, 65, 300 (the
+// forward's chunks end mid-ring; the backward's groups of 8 tiles straddle sequences, runs of one
+// tile, padded tokens); B 300 T 20 (more warp items than resident warps: the forward's chunk is the
+// whole sequence and warps loop); heads of 64 and 32 (v2's butterfly without its xor-16 level),
+// K 1..3, a channel count with a half-dead warp (C 384), ld 1028 (on 4 elements, not on 8) and
+// x at column 4; an odd ld and column 2 (no s13 kernel: v2 or the fallback, new == old trivially).
+static void test_conv_s13(cuda_dtype dt, rng_t *r) {
+    const int shapes[][9] = {  // B, T, C0 (= C1), C2, K, ld, col, nd
+        {16, 2048, 512, 1024, 4, 3080, 0, 128}, {2, 2048, 512, 1024, 4, 3080, 0, 128},
+        {3, 1, 512, 1024, 4, 3080, 0, 128},     {2, 63, 512, 1024, 4, 3080, 0, 128},
+        {2, 64, 512, 1024, 4, 3080, 0, 128},    {3, 65, 512, 1024, 4, 3080, 0, 128},
+        {2, 300, 512, 1024, 4, 3080, 0, 128},   {300, 20, 512, 1024, 4, 3080, 0, 128},
+        {3, 300, 128, 256, 3, 520, 8, 64},      {2, 65, 96, 64, 4, 260, 4, 32},
+        {2, 129, 128, 128, 2, 1028, 4, 128},    {1, 77, 256, 512, 1, 1024, 0, 128},
+        {2, 65, 256, 256, 4, 1030, 2, 128},     {2, 40, 128, 128, 4, 387, 1, 128}};
+    for (const auto &sh : shapes) {
+        const int B = sh[0], T = sh[1], C0 = sh[2], C2 = sh[3], K = sh[4], nd = sh[7], C = 2 * C0 + C2;
+        if (B * T > 4096 && dt == CUDA_F32 && B > 2) continue;  // fp32: the B 2 row has the chunking
+        const size_t ld = sh[5], col = sh[6], rows = (size_t)B * T, nw = rows * ld, es = esz(dt), nh = rows * (C0 / nd);
+        const int cw[3] = {C0, C0, C2};
+        const double eps = 1e-6, s0 = 1.0 / sqrt((double)nd);
+        vec xw = randn(r, nw, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt);
+        dten dxw_ = dput(xw, dt), dw_ = dput(w, dt);
+        const char *xp = (const char *)dxw_.d + col * es;
+        dten dy0 = dempty(rows * C0, dt), dy1 = dempty(rows * C0, dt), dy2 = dempty(rows * C2, dt);
+        dten dr0 = dempty(nh, CUDA_F32), dr1 = dempty(nh, CUDA_F32);
+        char op[96];
+        snprintf(op, sizeof op, "conv_s13 l2 B%d T%d C%d+%d+%d K%d ld%zu nd%d", B, T, C0, C0, C2, K, ld, nd);
+        const bool tiled = conv_tiled(4, cw, K, ld, col, 0);
+        check_s13(op, dt, {dy0, dy1, dy2, dr0, dr1}, []() {},
+                  [&]() {
+                      cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d, xp, dw_.d, B, T,
+                                             C0, C0, C2, K, ld, nd, eps, s0, 1.0, 0);
+                  },
+                  tiled && C % 128 == 0);
+        vec g0 = randn(r, rows * C0, 1.0, dt), g1 = randn(r, rows * C0, 1.0, dt), g2 = randn(r, rows * C2, 1.0, dt);
+        const vec &dx_init = xw;  // dx's other columns: any values that must stay (x's: no draw)
+        vec init = randn(r, (size_t)C * K, 0.1, CUDA_F32);
+        dten dg0 = dput(g0, dt), dg1 = dput(g1, dt), dg2 = dput(g2, dt);
+        dten ddxw = dempty(nw, dt), ddw = dempty((size_t)C * K, CUDA_F32);
+        snprintf(op, sizeof op, "conv_s13 bwd B%d T%d C%d+%d+%d K%d ld%zu", B, T, C0, C0, C2, K, ld);
+        check_s13(op, dt, {ddxw, ddw},
+                  [&]() {
+                      upload(ddxw, dx_init);
+                      upload(ddw, init);
+                  },
+                  [&]() {
+                      cuda_conv_silu3_bwd(dt, (char *)ddxw.d + col * es, (float *)ddw.d, dg0.d, dg1.d, dg2.d, xp,
+                                          dw_.d, B, T, C0, C0, C2, K, ld, 0);
+                  },
+                  conv_s13_bwd(cw, K, ld, col, 0));
     }
 }
 
@@ -1354,6 +1466,11 @@ int main() {
         if (only("crossentropy")) test_crossentropy(dt, &r);
         if (only("dropout")) test_dropout(dt, &r);
         if (only("rope")) test_rope(dt, &r);
+    }
+    if (only("conv_s13")) {  // its own stream: the later groups draw what they drew before
+        rng_t r3;
+        rng_init(&r3, 20261213, 0);
+        for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_conv_s13(dt, &r3);
     }
     if (only("convert")) test_convert(&r);
     if (only("adamw")) test_adamw(&r);
