@@ -130,6 +130,13 @@ typedef struct backend {
     // Fused softmax cross-entropy: returns the summed loss over non-ignored rows and, when
     // dlogits_scale != 0, overwrites logits with (softmax - onehot) * dlogits_scale.
     double (*crossentropy)(void *logits, const int32_t *tgt, int N, int V, double dlogits_scale);
+    // Optional, both or neither (NULL: the caller adds crossentropy's returns): crossentropy
+    // without waiting for its loss. crossentropy_defer keeps the call's summed loss (the double
+    // crossentropy would return) inside the backend; loss_collect returns 0 + l1 + l2 + ... over
+    // the kept ones in call order (what the caller would have added) and forgets them. A GPU
+    // reads the losses back once, after the last chunk, instead of stopping at every chunk.
+    void (*crossentropy_defer)(void *logits, const int32_t *tgt, int N, int V, double dlogits_scale);
+    double (*loss_collect)(void);
     void (*dropout_fwd)(void *y, const void *x, size_t n, double p, uint64_t seed);
     void (*dropout_bwd)(void *dx, const void *dy, size_t n, double p, uint64_t seed);
     void (*rope_fwd)(void *y, const void *x, int B, int T, int H, int D, double base);

@@ -7,8 +7,11 @@
 //                                         bf16:     bf16  fp32  bf16   fp32  fp32  (+ master)
 //                                         fp32:     fp32  fp32  fp32   fp32  fp32
 // One stream: the legacy default stream (0) for every launch and copy, so ops are ordered
-// without events. Host <-> device copies (tokens, losses, sumsq, download/upload) are
-// synchronous cudaMemcpy: they also serve as the step's few sync points.
+// without events. The per-batch uploads (tokens, targets, the embedding backward's sort) are
+// queued without waiting, through pinned buffers (upload_async); the cross-entropy's row
+// losses are read back once per head_loss (crossentropy_defer, loss_collect). The step's sync
+// points are that read-back and the gradient norm (sumsq); download / upload (checkpoints,
+// tests) stay synchronous cudaMemcpy.
 //
 // Token arrays arrive as host int32 (model.tok / model.tgt): they are uploaded to device
 // buffers owned by this file. Those buffers (tokens, targets, the embedding-backward sort, the
@@ -58,6 +61,11 @@ struct cuda_be_state {
     std::vector<int32_t> h_order, h_starts, h_ids;
     std::vector<float> h_losses;
     std::vector<unsigned char> staging;                       // download / upload conversion
+    // crossentropy_defer: the kept calls' row losses, one after the other in dl (capacity
+    // dl_cap floats), and each call's (first row, rows)
+    float *dl = nullptr;
+    size_t dl_cap = 0;
+    std::vector<std::pair<size_t, int>> dl_calls;
     bool attn_deterministic = true;                           // swa.deterministic
 };
 cuda_be_state ST;
@@ -80,6 +88,38 @@ void ensure_tokens(int N) {
     CUDA_CHECK(cudaMalloc(&ST.ids, n * sizeof(int32_t)));
     CUDA_CHECK(cudaMalloc(&ST.losses, n * sizeof(float)));
     ST.tok_cap = n;
+}
+
+// ---- host -> device copies that do not wait for the device ---------------------------------------
+// The source is copied into one of UP_SLOTS pinned buffers (round robin) and the copy queued on
+// STREAM, so the host runs on while the device works through the step. A buffer is rewritten only
+// after the copy that last read it has run (its event): UP_SLOTS uploads back is a step or more
+// (8 uploads a training step: tokens, 4 target chunks at fla-220m, the 3 sort arrays), whose end
+// the host has already waited for (the gradient norm), so the wait costs nothing in practice.
+// Buffers grow at first use (cudaMallocHost) and are then reused.
+constexpr int UP_SLOTS = 16;
+struct up_slot {
+    void *host = nullptr;
+    size_t cap = 0;
+    cudaEvent_t read = nullptr;  // recorded after the copy that reads host
+};
+up_slot UP[UP_SLOTS];
+int up_next = 0;
+
+void upload_async(void *dst, const void *src, size_t bytes) {
+    if (bytes == 0) return;
+    up_slot &u = UP[up_next];
+    up_next = (up_next + 1) % UP_SLOTS;
+    if (!u.read) CUDA_CHECK(cudaEventCreateWithFlags(&u.read, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventSynchronize(u.read));  // (a never-recorded event is complete)
+    if (u.cap < bytes) {
+        CUDA_CHECK(cudaFreeHost(u.host));
+        CUDA_CHECK(cudaMallocHost(&u.host, bytes));
+        u.cap = bytes;
+    }
+    memcpy(u.host, src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, u.host, bytes, cudaMemcpyHostToDevice, STREAM));
+    CUDA_CHECK(cudaEventRecord(u.read, STREAM));
 }
 
 // At least `bytes` of device memory (256-byte aligned), valid until the next call.
@@ -229,18 +269,15 @@ struct ops {
     }
     static void embedding_fwd(void *out, const int32_t *tok, const void *wte, int N, int d) {
         ensure_tokens(N);
-        CUDA_CHECK(cudaMemcpy(ST.tok, tok, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice));
+        upload_async(ST.tok, tok, (size_t)N * sizeof(int32_t));
         cuda_embedding_fwd(DT, out, ST.tok, wte, N, d, STREAM);
     }
     static void embedding_bwd(void *dwte, const void *dout, const int32_t *tok, int N, int d) {
         ensure_tokens(N);
         int nu = sort_tokens(tok, N);
-        CUDA_CHECK(cudaMemcpy(ST.order, ST.h_order.data(), (size_t)N * sizeof(int32_t),
-                              cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(ST.starts, ST.h_starts.data(), (size_t)(nu + 1) * sizeof(int32_t),
-                              cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(ST.ids, ST.h_ids.data(), (size_t)nu * sizeof(int32_t),
-                              cudaMemcpyHostToDevice));
+        upload_async(ST.order, ST.h_order.data(), (size_t)N * sizeof(int32_t));
+        upload_async(ST.starts, ST.h_starts.data(), (size_t)(nu + 1) * sizeof(int32_t));
+        upload_async(ST.ids, ST.h_ids.data(), (size_t)nu * sizeof(int32_t));
         cuda_embedding_bwd(DT, (float *)dwte, dout, ST.order, ST.starts, ST.ids, nu, d, STREAM);
     }
     static void rmsnorm_fwd(void *y, void *rstd, const void *x, const void *w, int N, int d,
@@ -341,7 +378,7 @@ struct ops {
     // in double (deterministic; one sync).
     static double crossentropy(void *logits, const int32_t *tgt, int N, int V, double scale) {
         ensure_tokens(N);
-        CUDA_CHECK(cudaMemcpy(ST.tgt, tgt, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice));
+        upload_async(ST.tgt, tgt, (size_t)N * sizeof(int32_t));
         cuda_crossentropy(DT, logits, ST.losses, ST.tgt, N, V, scale, STREAM);
         ST.h_losses.resize((size_t)N);
         CUDA_CHECK(cudaMemcpy(ST.h_losses.data(), ST.losses, (size_t)N * sizeof(float),
@@ -349,6 +386,40 @@ struct ops {
         double s = 0;
         for (int i = 0; i < N; i++) s += (double)ST.h_losses[i];
         return s;
+    }
+    // The same kernel, its row losses kept on the device after the earlier kept calls' rows;
+    // loss_collect reads them all back at once and sums them as crossentropy and the caller
+    // would have: per call from 0 in row order, then the calls' sums in call order.
+    static void crossentropy_defer(void *logits, const int32_t *tgt, int N, int V, double scale) {
+        ensure_tokens(N);
+        const size_t r0 = ST.dl_calls.empty() ? 0 : ST.dl_calls.back().first + ST.dl_calls.back().second;
+        if (r0 + (size_t)N > ST.dl_cap) {  // grow, keeping the rows already there (first steps only)
+            const size_t cap = GDN_MAX(r0 + (size_t)N, 2 * ST.dl_cap);
+            float *p = nullptr;
+            CUDA_CHECK(cudaMalloc(&p, cap * sizeof(float)));
+            if (r0) CUDA_CHECK(cudaMemcpy(p, ST.dl, r0 * sizeof(float), cudaMemcpyDeviceToDevice));
+            CUDA_CHECK(cudaDeviceSynchronize());  // the old buffer may still be written
+            CUDA_CHECK(cudaFree(ST.dl));
+            ST.dl = p;
+            ST.dl_cap = cap;
+        }
+        upload_async(ST.tgt, tgt, (size_t)N * sizeof(int32_t));
+        cuda_crossentropy(DT, logits, ST.dl + r0, ST.tgt, N, V, scale, STREAM);
+        ST.dl_calls.push_back({r0, N});
+    }
+    static double loss_collect() {
+        if (ST.dl_calls.empty()) return 0.0;
+        const size_t rows = ST.dl_calls.back().first + ST.dl_calls.back().second;
+        ST.h_losses.resize(rows);
+        CUDA_CHECK(cudaMemcpy(ST.h_losses.data(), ST.dl, rows * sizeof(float), cudaMemcpyDeviceToHost));
+        double sum = 0;
+        for (const auto &c : ST.dl_calls) {
+            double s = 0;
+            for (int i = 0; i < c.second; i++) s += (double)ST.h_losses[c.first + i];
+            sum += s;
+        }
+        ST.dl_calls.clear();
+        return sum;
     }
     static void dropout_fwd(void *y, const void *x, size_t n, double p, uint64_t seed) {
         cuda_dropout_fwd(DT, y, x, n, p, seed, STREAM);
@@ -521,6 +592,8 @@ struct ops {
         b.swiglu_fwd = swiglu_fwd;
         b.swiglu_bwd = swiglu_bwd;
         b.crossentropy = crossentropy;
+        b.crossentropy_defer = crossentropy_defer;
+        b.loss_collect = loss_collect;
         b.dropout_fwd = dropout_fwd;
         b.dropout_bwd = dropout_bwd;
         b.rope_fwd = rope_fwd;

@@ -634,18 +634,22 @@ static double head_loss(model *m, double grad_scale, bool backward) {
     const backend *be = m->be;
     const int N = m->N, d = m->d, R = m->head_rows;
     const size_t e = ELEM(m, BE_ACT);
+    const bool defer = be->crossentropy_defer && be->loss_collect;  // no wait inside the loop
     double sum = 0;
     for (int r0 = 0; r0 < N; r0 += R) {
         const int n = GDN_MIN(R, N - r0);
         const char *xf = (const char *)m->xf + (size_t)r0 * d * e;
         be->linear_fwd(m->logits, xf, P(m->lm_head), n, d, m->V);
-        sum += be->crossentropy(m->logits, m->tgt + r0, n, m->V, backward ? grad_scale : 0.0);
+        if (defer)
+            be->crossentropy_defer(m->logits, m->tgt + r0, n, m->V, backward ? grad_scale : 0.0);
+        else
+            sum += be->crossentropy(m->logits, m->tgt + r0, n, m->V, backward ? grad_scale : 0.0);
         if (!backward) continue;
         if (r0 == 0 && m->fwd_hook) m->fwd_hook(m, m->grad_hook_ctx);
         be->linear_bwd((char *)m->dxn + (size_t)r0 * d * e, model_grad(m, m->lm_head), m->logits, xf,
                        P(m->lm_head), n, d, m->V, false);
     }
-    return sum;
+    return defer ? be->loss_collect() : sum;
 }
 
 double model_loss(model *m, const int32_t *x, const int32_t *y, bool train) {

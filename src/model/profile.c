@@ -19,7 +19,7 @@
     X(gdn_gates_bwd) X(gated_rmsnorm_fwd)                                                  \
     X(gated_rmsnorm_bwd) X(swiglu_fwd) X(swiglu_bwd) X(crossentropy) X(dropout_fwd)        \
     X(dropout_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(gdn_fwd)    \
-    X(gdn_bwd) X(adamw) X(adamw_multi)
+    X(gdn_bwd) X(adamw) X(adamw_multi) X(loss_collect)
 
 #define SLOT_ENUM(n) SLOT_##n,
 #define SLOT_NAME(n) #n,
@@ -251,6 +251,16 @@ static double p_crossentropy(void *logits, const int32_t *tgt, int N, int V, dou
     op_end(SLOT_crossentropy, t0, 0, -1);
     return r;
 }
+static void p_crossentropy_defer(void *logits, const int32_t *tgt, int N, int V, double scale) {
+    double t0 = op_begin();
+    inner->crossentropy_defer(logits, tgt, N, V, scale);
+    op_end(SLOT_crossentropy, t0, 0, -1);  // the same row as crossentropy
+}
+static double p_loss_collect(void) {
+    double t0 = op_begin(), r = inner->loss_collect();
+    op_end(SLOT_loss_collect, t0, 0, -1);
+    return r;
+}
 static void p_dropout_fwd(void *y, const void *x, size_t n, double p, uint64_t seed) {
     TIMED(dropout_fwd, 0, y, x, n, p, seed);
 }
@@ -297,6 +307,9 @@ const backend *backend_profiled(const backend *b) {
     PROFILE_OPS(WRAP)
 #undef WRAP
     if (!b->adamw_multi) profiled.adamw_multi = NULL;  // optional: optim.c checks for NULL
+    // optional, both or neither (model.c head_loss checks)
+    profiled.crossentropy_defer = b->crossentropy_defer && b->loss_collect ? p_crossentropy_defer : NULL;
+    if (!profiled.crossentropy_defer) profiled.loss_collect = NULL;
     return &profiled;
 }
 
