@@ -39,6 +39,18 @@
 
 namespace {
 
+// dx of one token from the window of d_pre: sum_j w[j] d_pre[s + K-1 - j], from 0 in tap order
+// (the v2 and s13 backward kernels both, so their dx bits agree).
+template <int W, int K>
+__device__ __forceinline__ void conv_dx_token(float (&acc)[W], const float (&wr)[K][W], const float (&dpw)[K][W]) {
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        acc[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < K; j++) acc[i] += wr[j][i] * dpw[K - 1 - j][i];
+    }
+}
+
 constexpr int CONV_SILU_KMAX = 4;  // taps of the tiled kernel
 constexpr int CONV_SILU_W = 2;     // channels per thread (4-byte loads in bf16, 8 in fp32)
 constexpr int CONV_SILU_TT = 16;   // tokens per warp's tile
@@ -192,12 +204,7 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS, CONV_SILU_V2_BLOCKS)
             for (int u = 0; u < TT; u++) {
                 dpre(u + K - 1, dpw[K - 1]);
                 float acc[W];
-#pragma unroll
-                for (int i = 0; i < W; i++) {
-                    acc[i] = 0.f;
-#pragma unroll
-                    for (int j = 0; j < K; j++) acc[i] += wr[j][i] * dpw[K - 1 - j][i];
-                }
+                conv_dx_token<W, K>(acc, wr, dpw);
                 if (t0 + u < p.T_) store_pack<T, W>(dxb + (size_t)u * ld, acc);
 #pragma unroll
                 for (int m = 0; m < K - 1; m++)
@@ -359,12 +366,7 @@ __global__ void __launch_bounds__(S13_THREADS, S13_B_BLOCKS)
                 const int s = t - (K - 1);  // dx[s] = sum_j w[j] d_pre[s+K-1-j]
                 if (q >= K - 1 && s < T_) {
                     float acc[W];
-#pragma unroll
-                    for (int i = 0; i < W; i++) {
-                        acc[i] = 0.f;
-#pragma unroll
-                        for (int j = 0; j < K; j++) acc[i] += wr[j][i] * dpw[K - 1 - j][i];
-                    }
+                    conv_dx_token<W, K>(acc, wr, dpw);
                     st_pack4(p.dx + dxo, acc);
                 }
                 dxo += (long long)ld;
@@ -482,9 +484,8 @@ template <typename T, int K>
 void conv_silu_bwd_s13_launch(const conv_silu_bwd_params<T> &p, int S, cudaStream_t s) {
     constexpr size_t smem = conv_s13_smem<T, K>();
     auto kern = conv_silu_bwd_s13_kernel<T, K>;
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));  // as v2
-    static int resident = 0;  // per instance, on first use (a race stores the same value)
-    if (!resident) resident = resident_blocks(kern, S13_THREADS, smem);
+    static int cache = 0;
+    const int resident = s13_setup(kern, S13_THREADS, smem, &cache);
     const int ncolg = (int)GDN_CDIV(p.C, 128);
     if ((long long)ncolg * S > INT32_MAX) gdn_die("cuda conv_silu_bwd s13: %d x %d warp items", ncolg, S);
     const unsigned grid = (unsigned)GDN_MIN(GDN_CDIV((long long)ncolg * S, (long long)S13_WARPS), (long long)resident);

@@ -437,9 +437,8 @@ template <typename T, int K>
 void conv_silu_fwd_s13_launch(const conv_silu_fwd_params<T> &p, int B, cudaStream_t s) {
     constexpr size_t smem = conv_s13_smem<T, K>();
     auto kern = conv_silu_fwd_s13_kernel<T, K>;
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));  // as v2
-    static int resident = 0;  // per instance, on first use (a race stores the same value)
-    if (!resident) resident = resident_blocks(kern, S13_THREADS, smem);
+    static int cache = 0;
+    const int resident = s13_setup(kern, S13_THREADS, smem, &cache);
     conv_s13_sched sch;
     sch.ncolw = (int)GDN_CDIV(p.C, 256);
     const long long slots = (long long)resident * S13_WARPS, per_seq = GDN_MAX(slots / ((long long)B * sch.ncolw), 1LL);

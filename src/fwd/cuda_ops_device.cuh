@@ -296,7 +296,7 @@ __device__ __forceinline__ void st_pack4(__nv_bfloat16 *p, const float (&f)[4]) 
     const unsigned long long lo = *reinterpret_cast<const unsigned *>(&a), hi = *reinterpret_cast<const unsigned *>(&b);
     *reinterpret_cast<unsigned long long *>(p) = lo | hi << 32;  // one 8-byte store (a uint2 became two)
 }
-// Blocks of a kernel resident on the whole device at once (per SM x SMs; the s13 kernels grids).
+// Blocks of a kernel resident on the whole device at once (per SM x SMs; the s13 kernels' grids).
 template <class Kern> int resident_blocks(Kern kern, int threads, size_t smem) {
     int nb = 0, dev = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kern, threads, smem));
@@ -304,6 +304,14 @@ template <class Kern> int resident_blocks(Kern kern, int threads, size_t smem) {
     int sms = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     return GDN_MAX(nb, 1) * sms;
+}
+// The s13 launchers' setup: kern may use smem bytes of dynamic shared memory (set at every launch,
+// as the v2 launchers do), and its resident blocks, counted once into *cache (one per kernel
+// instance; a race stores the same value).
+template <class Kern> int s13_setup(Kern kern, int threads, size_t smem, int *cache) {
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (!*cache) *cache = resident_blocks(kern, threads, smem);
+    return *cache;
 }
 // One group of rows of a v2 block: ROWS tiles of TT tokens, tile w = row rg ROWS + w of the
 // (B, tiles) grid = (b, t0). s_t0[w] = t0 (negative: past the last row), s_bt[w] = b T.
