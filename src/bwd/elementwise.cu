@@ -112,8 +112,14 @@ struct dw_dst {
 __device__ __forceinline__ float norm_ux_add(float ux, float g, float w, float q, float x) {
     return __fmaf_rn(__fmul_rn(__fmul_rn(g, w), q), x, ux);
 }
+// norm_dx in two steps (the s13 kernels take the product before the row's c is known):
+// norm_dx(r, g, w, q, c, x) == norm_dx_fin(norm_dx_pre(r, g, w, q), c, x), the same roundings
+__device__ __forceinline__ float norm_dx_pre(float r, float g, float w, float q) {
+    return __fmul_rn(__fmul_rn(__fmul_rn(r, g), w), q);
+}
+__device__ __forceinline__ float norm_dx_fin(float u, float c, float x) { return __fmaf_rn(-c, x, u); }
 __device__ __forceinline__ float norm_dx(float r, float g, float w, float q, float c, float x) {
-    return __fmaf_rn(-c, x, __fmul_rn(__fmul_rn(__fmul_rn(r, g), w), q));
+    return norm_dx_fin(norm_dx_pre(r, g, w, q), c, x);
 }
 __device__ __forceinline__ float norm_dw_term(float g, float x, float r, float q) {
     return __fmul_rn(__fmul_rn(__fmul_rn(g, x), r), q);
@@ -560,6 +566,117 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
     norm_block_sum(reinterpret_cast<const float *>(norm_smem), p.part + (size_t)blockIdx.x * D, D);
 }
 
+// s13 (GDN_NORM_S13 bit 1, cuda_norm_s13): gated_rmsnorm_bwd_fused_kernel<T, W, 1, Y> with z (the
+// model's rows: one 16-byte pack a lane), in fewer instructions a row (SASS, bf16 D 256 with y:
+// ~497 -> ~360 a warp-row; bench/model_gpu.md, session 13) and with the next row's loads in
+// flight.
+// The same grid, rows per warp, lane -> pack map, shared-memory dw partials and per-element
+// operations on the same values in the same order; what changes is where values live and when
+// they are loaded:
+// - everything that does not need the row's sum c (y, dz, the dw term added to acc, and dx's
+//   ((r g) w) q: norm_dx_pre) is taken in the first pass, from registers; the second pass is one
+//   FMA an element (norm_dx_fin) on x unpacked again; nothing is loaded twice, s is taken once;
+// - packs live as 32-bit words (ld_u4 / unpack_u4: a pack_t<bf16, 8> kept across iterations is
+//   split into 16-bit registers, 24 PRMTs a row); row and element offsets are 32-bit (launcher:
+//   < 2^32); w's pack is loaded once a warp; z's row offset is stepped (no division a row);
+// - s by sigmoid_fast_ex2ftz (sigmoid_fast's bits, 3 instructions less an element);
+// - PF: the next row's x, dy, z packs and rstd are loaded before this row is computed (the
+//   launcher takes this kernel only where no output overlaps an input or another output, so the
+//   earlier loads read what the old kernel read). !PF (GDN_NORM_S13 bit 8): loads in place.
+// ptxas (sm_90a, bf16, Y): 64 registers, PF 20 / 24 bytes of spill (old kernel: 36 / 44), !PF 0.
+template <typename T, int W, bool Y, bool PF>
+__global__ void __launch_bounds__(ROW_THREADS, 4) gated_rmsnorm_bwd_s13_kernel(const norm_bwd_params<T> p) {
+    extern __shared__ float4 norm_smem[];  // acc: (ROW_WARPS, D)
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const unsigned D = (unsigned)p.d, lw = (unsigned)lane * W;
+    const bool on = lw < D;  // lane < nk: the lane's pack k = lane
+    float *acc = reinterpret_cast<float *>(norm_smem) + (size_t)warp * D + lw;
+    // rows and element offsets in 32 bits (the launcher's condition: x, dy, z offsets < 2^32)
+    const unsigned r0 = (unsigned)(((size_t)blockIdx.x * ROW_WARPS + warp) * p.rpw);
+    const unsigned r1 = (unsigned)GDN_MIN(p.rows, (size_t)r0 + p.rpw);
+    norm_acc_zero<W, 1>(acc - lw, lane, D / W);
+    uint4 wr;  // packs as 32-bit words (ld_u4), unpacked where used
+    if (on) wr = ld_u4(p.w + lw);
+    // z's row r at (r / zh) zld + (r % zh) D: ozl (+ lw), zm = r % zh; from r to r + 1 the offset
+    // grows by D, and by zld - zh D more where zm wraps to 0 (exact modulo 2^32)
+    const unsigned zh = (unsigned)p.zh, zwrap = (unsigned)p.zld - zh * D;
+    unsigned ozl = (unsigned)p.zrow(r0) + lw, zm = r0 % zh, el = r0 * D + lw;
+    uint4 x0, g0, z0;
+    float rs0 = 0.f;
+    if (r0 < r1) {
+        rs0 = p.rstd[r0];
+        if (on) {
+            x0 = ld_u4(p.x + el);
+            g0 = ld_u4(p.dy + el);
+            z0 = ld_u4(p.z + ozl);
+        }
+    }
+    for (unsigned row = r0; row < r1; row++, el += D) {
+        unsigned ozl1 = ozl + D, zm1 = zm + 1;
+        if (zm1 == zh) {
+            zm1 = 0;
+            ozl1 += zwrap;
+        }
+        uint4 x1, g1, z1;
+        float rs1 = 0.f;
+        if (PF && row + 1 < r1) {  // the next row's loads, in flight while this row is computed
+            rs1 = p.rstd[row + 1];
+            if (on) {
+                x1 = ld_u4(p.x + (el + D));
+                g1 = ld_u4(p.dy + (el + D));
+                z1 = ld_u4(p.z + ozl1);
+            }
+        }
+        if (!PF && row > r0) {  // without PF: this row's loads, here
+            rs0 = p.rstd[row];
+            if (on) {
+                x0 = ld_u4(p.x + el);
+                g0 = ld_u4(p.dy + el);
+                z0 = ld_u4(p.z + ozl);
+            }
+        }
+        const float rs = rs0;
+        float u[W], ux = 0.f;  // u: dx before the c term, norm_dx_pre
+        if (on) {
+            float a[W], g[W], zv[W], wv[W], yv[W], dzv[W], t[W];
+            unpack_u4<T, W>(wr, wv);
+            unpack_u4<T, W>(x0, a);
+            unpack_u4<T, W>(g0, g);
+            unpack_u4<T, W>(z0, zv);
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                const float s = sigmoid_fast_ex2ftz(zv[j]), q = __fmul_rn(zv[j], s);
+                ux = norm_ux_add(ux, g[j], wv[j], q, a[j]);
+                if (Y) yv[j] = gated_rmsnorm_y(a[j], rs, wv[j], zv[j], s);
+                dzv[j] = norm_dz(g[j], a[j], rs, wv[j], zv[j], s);
+                t[j] = norm_dw_term(g[j], a[j], rs, q);
+                u[j] = norm_dx_pre(rs, g[j], wv[j], q);
+            }
+            add_to_f4<W>(acc, t);
+            if (Y) store_pack<T, W>(p.y + el, yv);
+            if (p.dz) store_pack<T, W>(p.dz + ozl, dzv);
+        }
+        ux = warp_sum(ux);
+        const float c = rs * rs * rs * ux / (float)p.d;
+        if (on) {
+            float a[W];
+            unpack_u4<T, W>(x0, a);  // again: 8 shifts, fewer registers than keeping a
+#pragma unroll
+            for (int j = 0; j < W; j++) u[j] = norm_dx_fin(u[j], c, a[j]);
+            store_pack<T, W>(p.dx + el, u);
+        }
+        if (PF) {
+            x0 = x1;
+            g0 = g1;
+            z0 = z1;
+            rs0 = rs1;
+        }
+        ozl = ozl1;
+        zm = zm1;
+    }
+    norm_block_sum(reinterpret_cast<const float *>(norm_smem), p.part + (size_t)blockIdx.x * D, D);
+}
+
 // ---- conv1d dx[b,s,c] = sum_{j: s+K-1-j < T} w[c,j] dy[b, s+K-1-j, c]; thread per element ------
 template <typename T>
 __global__ void __launch_bounds__(EW_THREADS)
@@ -722,13 +839,57 @@ void l2norm_bwd_launch(T *dx, const T *dy, const T *y, const float *rnorm, size_
     CUDA_CHECK_LAUNCH();
 }
 
+// z's (and dz's) extent in elements from p.z, at least every row's zrow(r) + D (any zld)
+template <typename T> size_t gated_z_extent(const norm_bwd_params<T> &p) {
+    return (p.rows - 1) / p.zh * p.zld + (size_t)p.zh * p.d;
+}
+// The s13 gated backward loads a row's inputs before the previous row's outputs are stored: it
+// runs only where no output (dx, dz, y) shares a byte with an input (x, dy, z, w, rstd) or with
+// another output. (The model's buffers are distinct; in place, the old kernel runs.)
+struct byte_range {
+    uintptr_t lo, hi;  // [lo, hi); empty when lo == hi
+};
+inline bool ranges_meet(byte_range a, byte_range b) { return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi; }
+template <typename T> bool gated_bwd_disjoint(const norm_bwd_params<T> &p) {
+    auto rng = [](const void *ptr, size_t elems) {
+        return byte_range{(uintptr_t)ptr, ptr ? (uintptr_t)ptr + elems * sizeof(T) : (uintptr_t)ptr};
+    };
+    const size_t n = p.rows * p.d, nz = gated_z_extent(p);
+    const byte_range out[3] = {rng(p.dx, n), rng(p.dz, nz), rng(p.y, n)};
+    const byte_range in[5] = {rng(p.x, n), rng(p.dy, n), rng(p.z, nz), rng(p.w, p.d),
+                              byte_range{(uintptr_t)p.rstd, (uintptr_t)(p.rstd + p.rows)}};
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 5; j++)
+            if (ranges_meet(out[i], in[j])) return false;
+        for (int j = i + 1; j < 3; j++)
+            if (ranges_meet(out[i], out[j])) return false;
+    }
+    return true;
+}
+
+// ... and where its 32-bit element offsets hold: x, dy (rows D) and z, dz below 2^32 elements
+template <typename T> bool gated_bwd_fits32(const norm_bwd_params<T> &p) {
+    const size_t lim = (size_t)1 << 32;
+    return p.rows * p.d < lim && gated_z_extent(p) < lim && p.zld < lim;
+}
+
 template <typename T, bool Y>
 void gated_rmsnorm_bwd_launch_y(const norm_bwd_params<T> &p, float *dw, cudaStream_t s) {
     constexpr int W = vec_width<T>();
     const bool vec = p.d % W == 0 && (!p.z || p.zld % W == 0) && aligned16(p.dx) && aligned16(p.dz) && aligned16(p.dy) &&
                      aligned16(p.x) && aligned16(p.z) && aligned16(p.w) && aligned16(p.y);
     switch (vec ? norm_packs_per_lane(p.d / W, NORM_NP_GATED) : 0) {
-    case 1: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 1, Y>, p, dw, s); return;
+    case 1:
+        if ((cuda_norm_s13() & CUDA_NORM_S13_GATED_BWD) && p.z && gated_bwd_disjoint(p) && gated_bwd_fits32(p)) {
+            if (cuda_norm_s13() & CUDA_NORM_S13_GATED_BWD_NOPF)
+                norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_s13_kernel<T, W, Y, false>, p, dw, s);
+            else
+                norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_s13_kernel<T, W, Y, true>, p, dw, s);
+            norm_s13_count();
+            return;
+        }
+        norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 1, Y>, p, dw, s);
+        return;
     case 2: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 2, Y>, p, dw, s); return;
     case 4: norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_fused_kernel<T, W, 4, Y>, p, dw, s); return;
     default: break;  // two passes

@@ -63,6 +63,22 @@ template <typename T, int W> __device__ __forceinline__ void unpack(const pack_t
 #pragma unroll
     for (int j = 0; j < W; j++) f[j] = to_f(k.v[j]);
 }
+// The same 16 bytes as four 32-bit words (the s13 norm kernels keep packs in registers across a
+// loop iteration: a pack_t<bf16, 8> copied whole is split by the compiler into eight 16-bit
+// values, one register and a PRMT each). unpack_u4 = unpack: a bf16 is the high half of its fp32.
+__device__ __forceinline__ uint4 ld_u4(const void *p) { return *reinterpret_cast<const uint4 *>(p); }
+template <typename T, int W> __device__ __forceinline__ void unpack_u4(const uint4 &k, float (&f)[W]);
+template <> __device__ __forceinline__ void unpack_u4<float, 4>(const uint4 &k, float (&f)[4]) {
+    f[0] = __uint_as_float(k.x), f[1] = __uint_as_float(k.y), f[2] = __uint_as_float(k.z), f[3] = __uint_as_float(k.w);
+}
+template <> __device__ __forceinline__ void unpack_u4<__nv_bfloat16, 8>(const uint4 &k, float (&f)[8]) {
+    const unsigned u[4] = {k.x, k.y, k.z, k.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(u[i] << 16);  // element 2i: the low half (little endian)
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
 template <typename T> constexpr int vec_width() { return 16 / (int)sizeof(T); }
 // Widest causal conv1d whose taps the tiled forward and backward keep in registers.
 constexpr int CONV_KMAX = 8;
@@ -87,6 +103,18 @@ __device__ __forceinline__ float swiglu_h(float g, float s, float u) { return __
 // GDN gates): with expf and IEEE division the conv + SiLU kernels were compute-bound (~2x slower
 // at the model's shapes), and the gated norm's backward issue-bound (ncu, session 9).
 __device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+// sigmoid_fast bit for bit, with ex2.approx.ftz for __expf's ex2.approx (the GDN_NORM_S13 norm
+// kernels: 3 SASS instructions less an element). The PTX is __expf's: t = x * -log2(e) (mul.f32
+// by 0xBFB8AA3B), e = ex2(t), 1 + e, div.approx. The two ex2 differ only where t < -126, where
+// the non-ftz one scales by 2 around MUFU.EX2 (FSETP + 2 FMUL) to return a subnormal e < 2^-126
+// and the ftz one returns MUFU.EX2(t) (0, or at most ~2^-126); either way 1 + e rounds to 1
+// (e < 2^-25, half an ulp of 1). For every other t (subnormal and NaN included) both run the one
+// MUFU.EX2 on the same t (SASS: the ftz form is FMUL + MUFU.EX2 alone).
+__device__ __forceinline__ float sigmoid_fast_ex2ftz(float x) {
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * __int_as_float(0xBFB8AA3B)));
+    return __fdividef(1.f, 1.f + e);
+}
 
 // Sum over the 32 lanes by xor butterfly: every lane ends with the same, fixed-order value
 // (a + b == b + a in IEEE arithmetic, so partners compute identical sums at each level).
@@ -359,3 +387,6 @@ float *colsum_scratch(size_t nfloats);
 // cuda_conv_silu_v2_launches reads the count); conv_silu_s13_count likewise for the s13 kernels.
 void conv_silu_v2_count();
 void conv_silu_s13_count();
+// Counts a launch of a GDN_NORM_S13 norm kernel (one definition, in src/fwd/elementwise.cu;
+// cuda_norm_s13_launches reads it).
+void norm_s13_count();

@@ -117,6 +117,24 @@ void cuda_gated_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, 
 void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, void *y, const void *dy,
                             const void *x, const void *z, const void *w, const float *rstd,
                             size_t rows, int D, int zh, size_t zld, cudaStream_t s);
+// The session-13 norm kernels (GDN_NORM_S13, environment, read once: a bit mask, unset = 3 =
+// both; 0 = the kernels before them, the same launches): 1 = the gated RMSNorm backward (rows
+// of one 16-byte pack a lane, with z: the model's), 2 = the gated RMSNorm forward (rows of at
+// most 32 packs). Fewer instructions a row and the next loads earlier (src/bwd/elementwise.cu,
+// src/fwd/elementwise.cu); bitwise the old kernels' outputs (the same operations on the same
+// values in the same order). cuda_norm_s13_set(mask) overrides the environment (the tests'
+// new == old rows); -1 reads it again. Launches of the s13 kernels: cuda_norm_s13_launches.
+// 8 (with 1): the gated backward without its next-row loads (for the A/B; not in the default).
+enum {
+    CUDA_NORM_S13_GATED_BWD = 1,
+    CUDA_NORM_S13_GATED_FWD = 2,
+    CUDA_NORM_S13_GATED_BWD_NOPF = 8,
+    CUDA_NORM_S13_DEFAULT = 3,
+    CUDA_NORM_S13_ALL = 11
+};
+int cuda_norm_s13(void);
+void cuda_norm_s13_set(int mask);
+unsigned long cuda_norm_s13_launches(void);
 void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t n,
                      cudaStream_t s);
 // h: NULL, or = cuda_swiglu_fwd's h of (gate, up), bitwise (swiglu_h; train.recompute = light)

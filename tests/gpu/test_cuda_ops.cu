@@ -24,7 +24,10 @@
 // kernels count as v2) for the tiled backward and the tiled forward with the L2 norm, none for
 // the plain forward (the register-window tiled kernel) and the untiled fallbacks; and the
 // GDN_CONV_S13 rows that the s13 kernels' outputs are bitwise v2's (group conv_s13 adds the
-// model's shape and the s13 kernels' edge cases, GPU against GPU).
+// model's shape and the s13 kernels' edge cases, GPU against GPU). Likewise GDN_NORM_S13 for the
+// gated RMSNorm forward and backward: every gated_rmsnorm row adds "GDN_NORM_S13 new == old"
+// (and the backward without its next-row loads, "nopf == old") and which kernel ran; group
+// gated_rmsnorm_s13 adds the model's shape and odd row counts with the strided z.
 // Exit 77 (skipped) without a GPU.
 #include "gputest.h"
 #include <cmath>
@@ -457,6 +460,39 @@ static void check_s13(const char *op, cuda_dtype dt, const std::vector<dten> &ou
 }
 static bool conv_s13_bwd(const int cw[3], int K, size_t ld, size_t col, size_t off) {
     return conv_tiled(4, cw, K, ld, col, off);
+}
+// GDN_NORM_S13 (cuda_norm_s13_set): fn from the same state (reset: the accumulating outputs set
+// again) under mask 0 (the kernels before s13), the default 3 and 11 (the gated backward without
+// its next-row loads): every output in outs bitwise the same under the three; and an s13 kernel
+// launched under 3 and 11 exactly where s13 says it should.
+static void check_norm_s13(const char *op, cuda_dtype dt, const std::vector<dten> &outs,
+                           const std::function<void()> &reset, const std::function<void()> &fn, bool s13) {
+    const int was = cuda_norm_s13(), masks[3] = {0, CUDA_NORM_S13_DEFAULT, CUDA_NORM_S13_ALL};
+    std::vector<std::vector<unsigned char>> got[3];
+    bool ran[3];
+    for (int i = 0; i < 3; i++) {
+        cuda_norm_s13_set(masks[i]);
+        for (const dten &o : outs) poison(o);
+        reset();
+        const unsigned long n0 = cuda_norm_s13_launches();
+        fn();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        ran[i] = cuda_norm_s13_launches() != n0;
+        for (const dten &o : outs) got[i].push_back(raw(o));
+    }
+    cuda_norm_s13_set(was);
+    row_bool(op, dtn(dt), "GDN_NORM_S13 new == old", got[1] == got[0]);
+    row_bool(op, dtn(dt), "GDN_NORM_S13 nopf == old", got[2] == got[0]);
+    row_bool(op, dtn(dt), s13 ? "s13 kernel launched" : "no s13 kernel launched", !ran[0] && ran[1] == s13 && ran[2] == s13);
+}
+// whether the s13 gated kernels take a call (the launchers' conditions at these tests' buffers:
+// distinct, 16-byte aligned unless off, offsets < 2^31): one 16-byte pack a lane at most
+static bool norm_s13_fwd(cuda_dtype dt, int D, size_t zld, size_t off) {
+    const int W = dt == CUDA_BF16 ? 8 : 4;
+    return off == 0 && D % W == 0 && D <= 32 * W && zld % W == 0;
+}
+static bool norm_s13_bwd(cuda_dtype dt, int D, size_t zld, size_t off, bool hz) {
+    return hz && norm_s13_fwd(dt, D, zld, off);
 }
 
 // Fused conv1d + SiLU against conv_silu_fwd_cpu / conv_silu_bwd_cpu. Tiled path: C a multiple
@@ -967,6 +1003,9 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt,
                    [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0); },
                    {{"y", dy_, y, {}, {}}, {"rstd", drs, rstd, {}, {}}}, true);
+        check_norm_s13(op, dt, {dy_, drs}, []() {},
+                       [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0); },
+                       norm_s13_fwd(dt, D, D, 0));
     }
     // backward on the shapes of norm_bwd_shapes (above), with and without the gate z
     for (const norm_bwd_shape &sh : norm_bwd_shapes())
@@ -1005,6 +1044,23 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
                 cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d, yp, dg.d, dx_.d, zp, dw_.d,
                                        (const float *)frs.d, rows, D, 1, D, 0);
             });
+            for (bool light : {false, true}) {  // GDN_NORM_S13, with and without y
+                std::vector<dten> outs = others;
+                if (light) outs.push_back(by);
+                char op2[96];
+                snprintf(op2, sizeof op2, "%s%s", op, light ? " +y" : "");
+                check_norm_s13(op2, dt, outs, [&]() { upload(ddw, init); },
+                               [&]() {
+                                   cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d,
+                                                          light ? by.d : NULL, dg.d, dx_.d, zp, dw_.d,
+                                                          (const float *)frs.d, rows, D, 1, D, 0);
+                               },
+                               norm_s13_bwd(dt, D, D, off, hz));
+            }
+            snprintf(op, sizeof op, "gated_rmsnorm_fwd rows%zu D%d z%d%s", rows, D, (int)hz, off ? " unal" : "");
+            check_norm_s13(op, dt, {fy, frs}, []() {},
+                           [&]() { cuda_gated_rmsnorm_fwd(dt, fy.d, (float *)frs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0); },
+                           norm_s13_fwd(dt, D, D, off));
         }
     // strided z, dz (the model's fused a, b, z projection): zh heads of a token at column zoff of
     // rows of zld; dz's other columns hold random values that must stay. Shapes: the model's
@@ -1052,6 +1108,80 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
             cuda_gated_rmsnorm_bwd(dt, ddx.d, (char *)ddzw.d + sh.zoff * esz(dt), (float *)ddw.d, yp, dg.d, dx_.d, zp,
                                    dw_.d, (const float *)drs.d, rows, D, sh.zh, sh.zld, 0);
         });
+        for (bool light : {false, true}) {  // GDN_NORM_S13, with and without y
+            std::vector<dten> outs = {ddx, ddw, ddzw};
+            if (light) outs.push_back(by);
+            char op2[112];
+            snprintf(op2, sizeof op2, "%s%s", op, light ? " +y" : "");
+            check_norm_s13(op2, dt, outs,
+                           [&]() {
+                               upload(ddzw, dz_init);
+                               upload(ddw, init);
+                           },
+                           [&]() {
+                               cuda_gated_rmsnorm_bwd(dt, ddx.d, (char *)ddzw.d + sh.zoff * esz(dt), (float *)ddw.d,
+                                                      light ? by.d : NULL, dg.d, dx_.d, zp, dw_.d, (const float *)drs.d,
+                                                      rows, D, sh.zh, sh.zld, 0);
+                           },
+                           norm_s13_bwd(dt, D, sh.zld, sh.zoff % (dt == CUDA_BF16 ? 8 : 4), true));
+        }
+        snprintf(op, sizeof op, "gated_rmsnorm_fwd rows%zu D%d zh%d zld%zu", rows, D, sh.zh, sh.zld);
+        check_norm_s13(op, dt, {dy_, drs}, []() {},
+                       [&]() {
+                           cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, sh.zh, sh.zld,
+                                                  eps, 0);
+                       },
+                       norm_s13_fwd(dt, D, sh.zld, sh.zoff % (dt == CUDA_BF16 ? 8 : 4)));
+    }
+}
+
+// GDN_NORM_S13 at the model's shape (fla-220m: 32768 tokens x 4 heads of 256, z at column 2056 of
+// the fused projection's rows of 3080, bf16) and at odd row counts (1, 7, 33, 70001: warps with
+// 1 to 16 rows, the last block part full; rows not a multiple of zh), GPU only (new == old,
+// every output: y, rstd; dx, dz with the projection's other columns kept, dw, y again).
+// z's other columns and dz's are random (rest: must stay).
+static void test_gated_rmsnorm_s13(cuda_dtype dt, rng_t *r) {
+    const int Dm = dt == CUDA_BF16 ? 256 : 128;  // one pack a lane
+    struct { size_t rows; int zh, D; size_t zld, zoff; bool hz; } sh[] = {
+        {131072, 4, 256, 3080, 2056, true}, {1, 4, Dm, 3080, 2056, true}, {7, 4, Dm, 3080, 2056, true},
+        {33, 4, Dm, 3080, 2056, true},      {70001, 4, Dm, 3080, 2056, true}, {70001, 3, 64, 200, 8, true},
+        {33, 4, 8, 40, 0, true},            {33, 1, Dm, (size_t)Dm, 0, true}, {7, 1, Dm, (size_t)Dm, 0, false}};
+    const double eps = 1e-6;
+    for (auto &s : sh) {
+        if (s.rows == 131072 && dt != CUDA_BF16) continue;  // the model's shape: bf16
+        const size_t rows = s.rows, n = rows * s.D, ntok = (rows + s.zh - 1) / s.zh, nw = ntok * s.zld;
+        const int D = s.D;
+        dten dx_ = dput(randn(r, n, 1.0, dt), dt), dg = dput(randn(r, n, 1.0, dt), dt);
+        dten dzw = dput(randn(r, nw, 2.0, dt), dt), dw_ = dput(randn(r, D, 0.1, dt, 1.0), dt);
+        const vec dz_init = randn(r, nw, 1.0, dt), init = randn(r, D, 0.1, CUDA_F32);
+        dten fy = dempty(n, dt), frs = dempty(rows, CUDA_F32), ddx = dempty(n, dt), ddzw = dempty(nw, dt);
+        dten ddw = dempty(D, CUDA_F32), by = dempty(n, dt);
+        const void *zp = s.hz ? (const char *)dzw.d + s.zoff * esz(dt) : NULL;
+        void *dzp = s.hz ? (char *)ddzw.d + s.zoff * esz(dt) : NULL;
+        char op[112];
+        snprintf(op, sizeof op, "gated_rmsnorm_s13 fwd rows%zu D%d zh%d zld%zu z%d", rows, D, s.zh, s.zld, (int)s.hz);
+        auto fwd = [&]() {
+            cuda_gated_rmsnorm_fwd(dt, fy.d, (float *)frs.d, dx_.d, zp, dw_.d, rows, D, s.zh, s.zld, eps, 0);
+        };
+        check_norm_s13(op, dt, {fy, frs}, []() {}, fwd, norm_s13_fwd(dt, D, s.zld, 0));
+        fwd();  // rstd for the backward
+        for (bool light : {false, true}) {
+            snprintf(op, sizeof op, "gated_rmsnorm_s13 bwd rows%zu D%d zh%d zld%zu z%d%s", rows, D, s.zh, s.zld,
+                     (int)s.hz, light ? " +y" : "");
+            std::vector<dten> outs = {ddx, ddw, ddzw};
+            if (light) outs.push_back(by);
+            check_norm_s13(op, dt, outs,
+                           [&]() {
+                               upload(ddzw, dz_init);
+                               upload(ddw, init);
+                           },
+                           [&]() {
+                               cuda_gated_rmsnorm_bwd(dt, ddx.d, dzp, (float *)ddw.d, light ? by.d : NULL, dg.d, dx_.d,
+                                                      zp, dw_.d, (const float *)frs.d, rows, D, s.zh, s.zld, 0);
+                           },
+                           norm_s13_bwd(dt, D, s.zld, 0, s.hz));
+            if (light) row_bool(op, dtn(dt), "y = forward's (light)", raw(by) == raw(fy));
+        }
     }
 }
 
@@ -1471,6 +1601,11 @@ int main() {
         rng_t r3;
         rng_init(&r3, 20261213, 0);
         for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_conv_s13(dt, &r3);
+    }
+    if (only("gated_rmsnorm_s13")) {  // its own stream: the later groups draw what they drew before
+        rng_t r4;
+        rng_init(&r4, 20261214, 0);
+        for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_gated_rmsnorm_s13(dt, &r4);
     }
     if (only("convert")) test_convert(&r);
     if (only("adamw")) test_adamw(&r);
