@@ -45,23 +45,6 @@ template <typename T> static T *dalloc(size_t n) {
 }
 static int failures = 0;
 
-// us per call of fn: 20 launches between two events, after 3 warm-up calls
-template <class F> static double time_us(const F &fn) {
-    for (int i = 0; i < 3; i++) fn();
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    const int n = 20;
-    CUDA_CHECK(cudaEventRecord(e0, 0));
-    for (int i = 0; i < n; i++) fn();
-    CUDA_CHECK(cudaEventRecord(e1, 0));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0.f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    return 1e3 * ms / n;
-}
 
 int main() {
     int ndev = 0;

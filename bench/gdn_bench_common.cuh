@@ -1,7 +1,8 @@
 // gdn_bench_common.cuh — what the GDN benchmarks (gdn_fwd_bench.cu, gdn_bwd_bench.cu) share:
 // inputs drawn on the device as BENCHMARKS.md describes them (q, k L2-normalised rows, g =
 // logsigmoid(N(0,1) + 3), beta = sigmoid(U(0,1))), one head copied back as doubles for the
-// float64 reference, the relative L2 error, the median time.
+// float64 reference, the relative L2 error, the median time; time_us for the single-kernel benches
+// (conv_silu_bench, norm_bench).
 #pragma once
 #include <algorithm>
 #include <math.h>
@@ -80,4 +81,22 @@ static double rel_err(const std::vector<double> &a, const std::vector<double> &b
 static double median(std::vector<float> x) {
     std::sort(x.begin(), x.end());
     return x[x.size() / 2];
+}
+
+// us per call of fn (on the legacy stream): 20 launches between two events, after 3 warm-up calls
+template <class F> static double time_us(const F &fn) {
+    for (int i = 0; i < 3; i++) fn();
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    const int n = 20;
+    CUDA_CHECK(cudaEventRecord(e0, 0));
+    for (int i = 0; i < n; i++) fn();
+    CUDA_CHECK(cudaEventRecord(e1, 0));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    return 1e3 * ms / n;
 }
