@@ -839,25 +839,14 @@ void l2norm_bwd_launch(T *dx, const T *dy, const T *y, const float *rnorm, size_
     CUDA_CHECK_LAUNCH();
 }
 
-// z's (and dz's) extent in elements from p.z, at least every row's zrow(r) + D (any zld)
-template <typename T> size_t gated_z_extent(const norm_bwd_params<T> &p) {
-    return (p.rows - 1) / p.zh * p.zld + (size_t)p.zh * p.d;
-}
 // The s13 gated backward loads a row's inputs before the previous row's outputs are stored: it
 // runs only where no output (dx, dz, y) shares a byte with an input (x, dy, z, w, rstd) or with
 // another output. (The model's buffers are distinct; in place, the old kernel runs.)
-struct byte_range {
-    uintptr_t lo, hi;  // [lo, hi); empty when lo == hi
-};
-inline bool ranges_meet(byte_range a, byte_range b) { return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi; }
 template <typename T> bool gated_bwd_disjoint(const norm_bwd_params<T> &p) {
-    auto rng = [](const void *ptr, size_t elems) {
-        return byte_range{(uintptr_t)ptr, ptr ? (uintptr_t)ptr + elems * sizeof(T) : (uintptr_t)ptr};
-    };
-    const size_t n = p.rows * p.d, nz = gated_z_extent(p);
-    const byte_range out[3] = {rng(p.dx, n), rng(p.dz, nz), rng(p.y, n)};
-    const byte_range in[5] = {rng(p.x, n), rng(p.dy, n), rng(p.z, nz), rng(p.w, p.d),
-                              byte_range{(uintptr_t)p.rstd, (uintptr_t)(p.rstd + p.rows)}};
+    const size_t n = p.rows * p.d * sizeof(T), nz = gated_z_extent(p.rows, p.d, p.zh, p.zld) * sizeof(T);
+    const byte_range out[3] = {bytes_of(p.dx, n), bytes_of(p.dz, nz), bytes_of(p.y, n)};
+    const byte_range in[5] = {bytes_of(p.x, n), bytes_of(p.dy, n), bytes_of(p.z, nz), bytes_of(p.w, p.d * sizeof(T)),
+                              bytes_of(p.rstd, p.rows * sizeof(float))};
     for (int i = 0; i < 3; i++) {
         for (int j = 0; j < 5; j++)
             if (ranges_meet(out[i], in[j])) return false;
@@ -870,7 +859,7 @@ template <typename T> bool gated_bwd_disjoint(const norm_bwd_params<T> &p) {
 // ... and where its 32-bit element offsets hold: x, dy (rows D) and z, dz below 2^32 elements
 template <typename T> bool gated_bwd_fits32(const norm_bwd_params<T> &p) {
     const size_t lim = (size_t)1 << 32;
-    return p.rows * p.d < lim && gated_z_extent(p) < lim && p.zld < lim;
+    return p.rows * p.d < lim && gated_z_extent(p.rows, p.d, p.zh, p.zld) < lim && p.zld < lim;
 }
 
 template <typename T, bool Y>

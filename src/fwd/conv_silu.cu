@@ -552,18 +552,8 @@ extern "C" unsigned long cuda_conv_silu_s13_launches(void) {
 }
 
 static int g_conv_s13 = -1;  // cuda_conv_s13: -1 until the environment is read
-extern "C" int cuda_conv_s13(void) {
-    int m = __atomic_load_n(&g_conv_s13, __ATOMIC_RELAXED);
-    if (m < 0) {
-        const char *e = getenv("GDN_CONV_S13");
-        m = e && *e ? (int)(strtol(e, NULL, 0) & CUDA_CONV_S13_ALL) : CUDA_CONV_S13_ALL;
-        __atomic_store_n(&g_conv_s13, m, __ATOMIC_RELAXED);
-    }
-    return m;
-}
-extern "C" void cuda_conv_s13_set(int mask) {
-    __atomic_store_n(&g_conv_s13, mask < 0 ? -1 : mask & CUDA_CONV_S13_ALL, __ATOMIC_RELAXED);
-}
+extern "C" int cuda_conv_s13(void) { return env_mask_get(&g_conv_s13, "GDN_CONV_S13", CUDA_CONV_S13_ALL, CUDA_CONV_S13_ALL); }
+extern "C" void cuda_conv_s13_set(int mask) { env_mask_set(&g_conv_s13, mask, CUDA_CONV_S13_ALL); }
 
 extern "C" void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void *x, const void *w, int B,
                                     int T, int C0, int C1, int C2, int K, size_t ld, cudaStream_t s) {

@@ -333,6 +333,35 @@ template <class Kern> int resident_blocks(Kern kern, int threads, size_t smem) {
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     return GDN_MAX(nb, 1) * sms;
 }
+// A developer's bit-mask switch (GDN_CONV_S13, GDN_NORM_S13): the environment variable read once
+// (strtol base 0, masked to `all`; unset or empty: dflt) into *slot, -1 until then; env_mask_set
+// overrides it for the tests (mask < 0: read the environment again).
+inline int env_mask_get(int *slot, const char *name, int all, int dflt) {
+    int m = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (m < 0) {
+        const char *e = getenv(name);
+        m = e && *e ? (int)(strtol(e, NULL, 0) & all) : dflt;
+        __atomic_store_n(slot, m, __ATOMIC_RELAXED);
+    }
+    return m;
+}
+inline void env_mask_set(int *slot, int mask, int all) {
+    __atomic_store_n(slot, mask < 0 ? -1 : mask & all, __ATOMIC_RELAXED);
+}
+// The gated norm's z (and dz): rows r at (r / zh) zld + (r % zh) D; the elements from z's start
+// that cover every row's [zrow(r), zrow(r) + D) (any zld).
+inline size_t gated_z_extent(size_t rows, int D, int zh, size_t zld) {
+    return (rows - 1) / zh * zld + (size_t)zh * D;
+}
+// Byte ranges of buffers, for the launchers that take a kernel only where outputs and inputs do
+// not overlap (the s13 gated norms load a row's inputs before earlier outputs are stored).
+struct byte_range {
+    uintptr_t lo, hi;  // [lo, hi); empty when lo == hi
+};
+inline byte_range bytes_of(const void *p, size_t bytes) {
+    return byte_range{(uintptr_t)p, p ? (uintptr_t)p + bytes : (uintptr_t)p};
+}
+inline bool ranges_meet(byte_range a, byte_range b) { return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi; }
 // The s13 launchers' setup: kern may use smem bytes of dynamic shared memory (set at every launch,
 // as the v2 launchers do), and its resident blocks, counted once into *cache (one per kernel
 // instance; a race stores the same value).

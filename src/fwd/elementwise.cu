@@ -396,8 +396,8 @@ void gated_rmsnorm_fwd_launch(T *y, float *rstd, const T *x, const T *z, const T
     const bool vec = D % W == 0 && (!z || zld % W == 0) && aligned16(y) && aligned16(x) && aligned16(z) && aligned16(w);
     // s13: one pack a lane, rows <= 2^31 (udiv31), y not over z (z is read with x here, after the
     // butterfly before: a y row over a z row would differ between the two only then)
-    const size_t zend = z ? ((rows - 1) / zh * zld + (size_t)zh * D) * sizeof(T) : 0;  // >= every z row's end
-    const bool y_over_z = z && (uintptr_t)y < (uintptr_t)z + zend && (uintptr_t)z < (uintptr_t)(y + rows * D);
+    const bool y_over_z = z && ranges_meet(bytes_of(y, rows * D * sizeof(T)),
+                                           bytes_of(z, gated_z_extent(rows, D, zh, zld) * sizeof(T)));
     if (vec && (cuda_norm_s13() & CUDA_NORM_S13_GATED_FWD) && D <= 32 * W && rows <= ((size_t)1 << 31) &&
         !y_over_z) {
         gated_rmsnorm_fwd_s13_kernel<T, W><<<row_blocks(rows), ROW_THREADS, 0, s>>>(
@@ -444,17 +444,9 @@ void norm_s13_count() { __atomic_add_fetch(&norm_s13_launches, 1ul, __ATOMIC_REL
 extern "C" {
 
 int cuda_norm_s13(void) {
-    int m = __atomic_load_n(&g_norm_s13, __ATOMIC_RELAXED);
-    if (m < 0) {
-        const char *e = getenv("GDN_NORM_S13");
-        m = e && *e ? (int)(strtol(e, NULL, 0) & CUDA_NORM_S13_ALL) : CUDA_NORM_S13_DEFAULT;
-        __atomic_store_n(&g_norm_s13, m, __ATOMIC_RELAXED);
-    }
-    return m;
+    return env_mask_get(&g_norm_s13, "GDN_NORM_S13", CUDA_NORM_S13_ALL, CUDA_NORM_S13_DEFAULT);
 }
-void cuda_norm_s13_set(int mask) {
-    __atomic_store_n(&g_norm_s13, mask < 0 ? -1 : mask & CUDA_NORM_S13_ALL, __ATOMIC_RELAXED);
-}
+void cuda_norm_s13_set(int mask) { env_mask_set(&g_norm_s13, mask, CUDA_NORM_S13_ALL); }
 unsigned long cuda_norm_s13_launches(void) { return __atomic_load_n(&norm_s13_launches, __ATOMIC_RELAXED); }
 
 void cuda_add(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s) {
