@@ -17,9 +17,10 @@
     X(conv1d_bwd) X(silu_fwd) X(silu_bwd) X(conv_silu_fwd) X(conv_silu_bwd) X(conv_silu3_fwd) \
     X(conv_silu3_bwd) X(conv_silu3_l2_fwd) X(l2norm_fwd) X(l2norm_bwd) X(gdn_gates_fwd)        \
     X(gdn_gates_bwd) X(gated_rmsnorm_fwd)                                                  \
-    X(gated_rmsnorm_bwd) X(swiglu_fwd) X(swiglu_bwd) X(crossentropy) X(dropout_fwd)        \
-    X(dropout_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) X(gdn_fwd)    \
-    X(gdn_bwd) X(adamw) X(adamw_multi) X(loss_collect)
+    X(gated_rmsnorm_bwd) X(swiglu_fwd) X(swiglu_bwd) X(crossentropy) X(loss_collect)      \
+    X(dropout_fwd) X(dropout_bwd) X(rope_fwd) X(rope_bwd) X(attention_fwd) X(attention_bwd) \
+    X(gdn_fwd)                                                                             \
+    X(gdn_bwd) X(adamw) X(adamw_multi)
 
 #define SLOT_ENUM(n) SLOT_##n,
 #define SLOT_NAME(n) #n,
