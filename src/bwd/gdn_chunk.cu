@@ -38,7 +38,11 @@
 //                     Z = dT T^T, dA, X, dbeta, the dg cross sums); then dq, dk of the pass's
 //                     columns.
 // Recompute path (bf16 inputs, Dk <= 128: recompute_path): prep writes only Linv, W and dΔ_loc
-//   (into the dH' slot of its chunk), never reads H; the scan does not write dΔ; the final
+//   (into the dH' slot of its chunk), never reads H; with prep2 and GDN_BWD_SCAN_DLOC (unset or
+//   1, the default; 0: as before) prep2 writes P's bf16
+//   plane (workspace PA region) instead of dΔ_loc and never reads dO, and the scan forms
+//   dΔ_loc = P^T dO for its value columns with prep2's wmm call (bitwise the same values); the
+//   scan does not write dΔ; the final
 //   kernel forms P = Gam ⊙ QK^T (setup; one plane, as prep's) with K resident, per value
 //   sub-block dΔ = P^T dO + diag(hdec) K dH' (dH' hi + lo) and KHg = diag(gamma) K H (fp32,
 //   not rounded to planes), and QK^T, KK^T again for the C x C work (the same bits as prep's).
@@ -61,7 +65,8 @@
 // left for them at Dk >= 128, and the scan, the sequential part, was left as it was).
 // Workspace (gdn_chunk_bwd_workspace_bytes) holds, per chunk: Hs, dH' (fp32 Dk x Dv), dΔ (fp32
 // C x Dv), P|AK (fp32 C x C), Linv (2 planes C x C), W (NP planes
-// C x Dk), KHg (2 planes C x Dv); on the recompute path only Hs, dH', Linv and W.
+// C x Dk), KHg (2 planes C x Dv); on the recompute path only Hs, dH', P (one bf16 plane
+// C x C, used with GDN_BWD_SCAN_DLOC), Linv and W.
 #include "gdn_bwd_cuda.h"
 
 #include <stdint.h>
@@ -105,6 +110,9 @@ struct bwd_args {
     bf16 *Kp;            // (B,H,NC,2,C,Dv) KHg = diag(gamma) K H hi + lo planes, any dtype
                          // (prep -> final, which forms Y = V - KHg in fp32 and takes
                          // gamma k.dKg = -KHg.dV from it); NULL on the recompute path
+    bf16 *Pp;            // (B,H,NC,C,C) P = Gam ⊙ QK^T, prep2's bf16 mma operand as it is
+                         // (prep2 -> scan), when the scan forms dΔ_loc = P^T dO itself
+                         // (GDN_BWD_SCAN_DLOC, recompute path with prep2); else NULL
 };
 
 // ---- input / output element pairs (bf16 when NP == 1, fp32 when NP == 2) --------------------
@@ -478,7 +486,11 @@ struct prep2_layout {
     static_assert(DK > 128 || BYTES + 1024 <= SMEM_SM / 4, "prep2: 4 CTAs per SM");
 };
 
-template <int DK, int NP>
+// SD (GDN_BWD_SCAN_DLOC unset or 1, the default with prep2): no dΔ_loc here; P's bf16 plane (the
+// A operand of P^T dO, exactly as the mma reads it) goes to a.Pp and the scan forms P^T dO for
+// its value columns with the same wmm call (the same fragments, k from 16 w, each n-tile's
+// accumulation alone: the same fp32 bits). prep2 then never reads dO.
+template <int DK, int NP, bool SD = false>
 __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_constant__ bwd_args a) {
     using L = prep2_layout<DK, NP>;
     constexpr int VB = L::VB, NTV = VB / 8;
@@ -535,6 +547,14 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_cons
         }
     }
     __syncthreads();
+    if constexpr (SD) {  // P's plane (C rows of C bf16) -> a.Pp, 16 bytes a store
+        static_assert(NP == 1, "prep2 SD: one P plane");
+        bf16 *Pg = a.Pp + cix * C * C;
+        for (int e = tid; e < C * C / 8; e += 128) {
+            const int r = e / (C / 8), c = (e % (C / 8)) * 8;
+            *(uint4 *)(Pg + r * C + c) = *(const uint4 *)(sm + L::P + r * L::PBC + c * 2);
+        }
+    }
 
     if (delta) {
         invert_unit_lower<L::PA>(Asm, tid);  // Asm: A -> Linv = (I + A)^{-1}
@@ -562,8 +582,10 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_cons
                              dog + vb * VB * esz, rsv, C, VB, nvalid, tid, 128);
         cp_async_commit();
     };
+    if constexpr (!SD) {
 #pragma unroll
-    for (int vb = 0; vb < L::NB; ++vb) issue_do(vb);
+        for (int vb = 0; vb < L::NB; ++vb) issue_do(vb);
+    }
 
     if (delta) {
         // ---- W = T diag(gamma) K -> global planes --------------------------------------------
@@ -578,6 +600,7 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_cons
     }
 
     // ---- per value block: dΔ_loc = P^T dO -> the start of the chunk's dH' slot ----------------
+    if constexpr (SD) return;  // the scan forms it
     float *dDg = a.dHs + cix * DK * DV;  // row stride Dv
     for (int vb = 0; vb * VB < DV; ++vb) {
         cp_async_wait_group<L::NB - 1>();  // block vb is in (vb + 1 may be in flight)
@@ -607,7 +630,11 @@ constexpr int scan_ctas(int bytes, int rcta) {
 // CW (column warps, GDN_BWD_SCAN2=2): 4 CW warps per CTA, warp w owning rows of group w % 4 and
 // value columns [(w / 4) DVB / CW, +DVB / CW) of the CTA's DVB; CW = 2 runs DVB 128 at one CTA per
 // SM (every (b, h) reads its Q, K, W twice instead of 4 times at DVB 64).
-template <int DK, int DVB, int NP, int SMAX, int CW = 1>
+// SD (GDN_BWD_SCAN_DLOC; recompute path with prep2): the set holds P (bf16 C x C, pitch PDD) in
+// place of the fp32 dΔ_loc rows, and is always staged (PF). Each warp forms its own dΔ_loc rows
+// (16 wr..) from P and the set's dO rows with prep2's wmm call, in registers. (Splitting that
+// product evenly over the warps through an fp32 shared tile ran at the same speed, s14a.)
+template <int DK, int DVB, int NP, int SMAX, int CW = 1, bool SD = false>
 struct scan_layout {
     static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
     static constexpr int PBV = (DVB + 8) * 2;
@@ -621,12 +648,13 @@ struct scan_layout {
     // CTAs per SM the kernel had without it (RCTA: without PF the registers allowed 2 at DVB 64,
     // 231-253 a thread; for the other DVBs the shared-memory count is compared). Two stages run
     // at most one CTA per SM from the launcher, unless scan_stages = 2 is forced.
-    static constexpr int PDD = (DVB + 8) * 4, PDO = (DVB + 8) * 2 * NP;
+    static constexpr int PDD = SD ? (C + 8) * 2 : (DVB + 8) * 4, PDO = (DVB + 8) * 2 * NP;
     static constexpr int XB = C * (PDD + PDO), RCTA = DVB == 64 ? 2 : 8;
     static constexpr int BYTES0 = S * SET0 + RG_BYTES + WG;
     static constexpr bool PF1 = BYTES0 + XB <= SMEM_MAX &&  // one stage, CW = 1
                                 scan_ctas(BYTES0 + XB, RCTA) >= scan_ctas(BYTES0, RCTA);
-    static constexpr bool PF = CW > 1    ? S == 1 && BYTES0 + XB <= SMEM_MAX  // (one CTA per SM)
+    static constexpr bool PF = SD       ? true  // (BYTES is checked below)
+                               : CW > 1 ? S == 1 && BYTES0 + XB <= SMEM_MAX  // (one CTA per SM)
                                : S == 2 ? 2 * (SET0 + XB) + RG_BYTES + WG <= SMEM_MAX
                                         : PF1;
     static constexpr int SET = SET0 + (PF ? XB : 0);
@@ -660,15 +688,16 @@ struct scan_layout {
 // value columns from c0 = (warp / 4) DVB / 2; per warp the same products, epilogues and stores as
 // a CW = 1 warp of a DVB / 2 CTA at columns v0 + c0 (each mma n-tile sums over k alone: the same
 // bits).
-template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1>
+template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1, bool SD = false>
 __global__ void __launch_bounds__(128 * CW)
     gdn_bwd_scan_kernel(const __grid_constant__ bwd_args a) {
-    using L = scan_layout<DK, DVB, NP, SMAX, CW>;
+    using L = scan_layout<DK, DVB, NP, SMAX, CW, SD>;
     static_assert(!PIPE || (L::S == 1 && L::PF && NP == 1), "scan PIPE: one stage, PF, bf16");
     static_assert(CW == 1 || (CW == 2 && PIPE), "scan CW 2: with PIPE");
     constexpr int NTHR = 128 * CW;
     constexpr int MT = DK / 64, NTV = DVB / CW / 8, RW = DK / 4;  // m-tiles, n-tiles, rows per warp
     constexpr bool RC = recompute_path(DK, NP);
+    static_assert(!SD || (RC && L::PF), "scan SD: the recompute path, staged sets");
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_bwd_params &p = a.p;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -740,9 +769,14 @@ __global__ void __launch_bounds__(128 * CW)
     auto load_dd_do = [&](int n) {
         const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
         const size_t row0 = ((size_t)b * T + t0) * H + h;
-        cp_rows16<C, DVB * 4, NTHR>(sb + st + L::DDR, L::PDD,
-                                    (const unsigned char *)(dd_loc(bh * NC + n) + v0),
-                                    (size_t)DV * 4, C, tid);
+        if constexpr (SD)  // (SD) P of chunk n, all C rows
+            cp_rows16<C, C * 2, NTHR>(sb + st + L::DDR, L::PDD,
+                                      (const unsigned char *)(a.Pp + (bh * NC + n) * C * C),
+                                      (size_t)C * 2, C, tid);
+        else
+            cp_rows16<C, DVB * 4, NTHR>(sb + st + L::DDR, L::PDD,
+                                        (const unsigned char *)(dd_loc(bh * NC + n) + v0),
+                                        (size_t)DV * 4, C, tid);
         cp_rows16<C, DVB * 2 * NP, NTHR>(sb + st + L::DOR, L::PDO,
                                          (const unsigned char *)p.dO + (row0 * DV + v0) * esz,
                                          rsv * esz, nv, tid);
@@ -845,6 +879,13 @@ __global__ void __launch_bounds__(128 * CW)
         // (1) dΔ = dΔ_loc + diag(hdec) K dH'
         float a1[NTV][4] = {};
         wmm<NP, false, true, NTV>(a1, sK, sDH, wr * 16, c0, 0, DK, lane);
+        // (SD) dΔ_loc = P^T dO, this warp's rows and columns: prep2's call (k from the warp's
+        // first row: P is lower), so each n-tile's fp32 sum is the one prep2 wrote
+        float dl[NTV][4] = {};
+        if constexpr (SD) {
+            const smat sPm{sb + st + L::DDR, L::PDD, 0}, sDOr{sb + st + L::DOR, L::PDO, 0};
+            wmm<NP, true, true, NTV>(dl, sPm, sDOr, wr * 16, c0, wr * 16, C, lane);
+        }
         if constexpr (PIPE) {
             gates_warp((const float *)(sm + st + L::G), Gh, Gl, gam, hdec, lane);
             __syncwarp();
@@ -860,7 +901,10 @@ __global__ void __launch_bounds__(128 * CW)
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
                 const int i = wr * 16 + g4 + hr * 8, c = c0 + nt * 8 + 2 * t4;
-                if constexpr (L::PF) {
+                if constexpr (SD) {
+                    ddl[nt][hr] = make_float2(dl[nt][2 * hr], dl[nt][2 * hr + 1]);
+                    dov[nt][hr] = ld_in2<NP>(sm + st + L::DOR + i * L::PDO, c);
+                } else if constexpr (L::PF) {
                     ddl[nt][hr] = ld_f2_once(sm + st + L::DDR + i * L::PDD + c * 4);
                     dov[nt][hr] = ld_in2<NP>(sm + st + L::DOR + i * L::PDO, c);
                 }
@@ -2049,6 +2093,26 @@ void set_smem(K kern, int bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
+template <int DK, int NP, bool SD>
+void gdn_bwd_prep2_launch(const bwd_args &a, dim3 grid) {
+    using L2 = prep2_layout<DK, NP>;
+    static bool attr2_done = false;
+    if (!attr2_done) {  // the most shared memory per SM (4 CTAs of 55 KB at Dk 128)
+        set_smem(gdn_bwd_prep2_kernel<DK, NP, SD>, L2::BYTES);
+        CUDA_CHECK(cudaFuncSetAttribute(gdn_bwd_prep2_kernel<DK, NP, SD>,
+                                        cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        (int)cudaSharedmemCarveoutMaxShared));
+        int per_sm = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, gdn_bwd_prep2_kernel<DK, NP, SD>, 128, L2::BYTES));
+        if (DK == 128 && per_sm < 4)
+            fprintf(stderr, "gdn_chunk_bwd: GDN_BWD_PREP2 runs %d CTAs per SM, not 4 "
+                            "(registers or shared memory): no gain expected\n", per_sm);
+        attr2_done = true;
+    }
+    gdn_bwd_prep2_kernel<DK, NP, SD><<<grid, 128, L2::BYTES, a.p.stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
 template <int DK, int NP>
 void gdn_bwd_prep_launch(const bwd_args &a) {
     using L = prep_layout<DK, NP>;
@@ -2060,23 +2124,8 @@ void gdn_bwd_prep_launch(const bwd_args &a) {
     const dim3 grid(a.NC, a.p.H, a.p.B);
     if constexpr (recompute_path(DK, NP)) {
         if (env_level("GDN_BWD_PREP2", 1) == 1) {
-            using L2 = prep2_layout<DK, NP>;
-            static bool attr2_done = false;
-            if (!attr2_done) {  // the most shared memory per SM (4 CTAs of 55 KB at Dk 128)
-                set_smem(gdn_bwd_prep2_kernel<DK, NP>, L2::BYTES);
-                CUDA_CHECK(cudaFuncSetAttribute(gdn_bwd_prep2_kernel<DK, NP>,
-                                                cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                (int)cudaSharedmemCarveoutMaxShared));
-                int per_sm = 0;
-                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                    &per_sm, gdn_bwd_prep2_kernel<DK, NP>, 128, L2::BYTES));
-                if (DK == 128 && per_sm < 4)
-                    fprintf(stderr, "gdn_chunk_bwd: GDN_BWD_PREP2 runs %d CTAs per SM, not 4 "
-                                    "(registers or shared memory): no gain expected\n", per_sm);
-                attr2_done = true;
-            }
-            gdn_bwd_prep2_kernel<DK, NP><<<grid, 128, L2::BYTES, a.p.stream>>>(a);
-            CUDA_CHECK_LAUNCH();
+            if (a.Pp) gdn_bwd_prep2_launch<DK, NP, true>(a, grid);
+            else gdn_bwd_prep2_launch<DK, NP, false>(a, grid);
             return;
         }
     }
@@ -2084,17 +2133,31 @@ void gdn_bwd_prep_launch(const bwd_args &a) {
     CUDA_CHECK_LAUNCH();
 }
 // the kernel's shared-memory attribute, once per instantiation
-template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1>
+template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1, bool SD = false>
 void gdn_bwd_scan_attr() {
     static bool attr_done = false;
     if (!attr_done) {
-        set_smem(gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE, CW>,
-                 scan_layout<DK, DVB, NP, SMAX, CW>::BYTES);
+        set_smem(gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE, CW, SD>,
+                 scan_layout<DK, DVB, NP, SMAX, CW, SD>::BYTES);
         attr_done = true;
     }
 }
+template <int DK, int DVB, int NP, int SMAX, bool PIPE, int CW, bool SD>
+void gdn_bwd_scan_launch_sd(const bwd_args &a, dim3 grid) {
+    gdn_bwd_scan_attr<DK, DVB, NP, SMAX, PIPE, CW, SD>();
+    gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE, CW, SD>
+        <<<grid, 128 * CW, scan_layout<DK, DVB, NP, SMAX, CW, SD>::BYTES, a.p.stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+// a.Pp set (GDN_BWD_SCAN_DLOC, recompute path): the SD instance, the same stages and pipeline
 template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1>
 void gdn_bwd_scan_launch_s(const bwd_args &a, dim3 grid) {
+    if constexpr (recompute_path(DK, NP)) {
+        if (a.Pp) {
+            gdn_bwd_scan_launch_sd<DK, DVB, NP, SMAX, PIPE, CW, true>(a, grid);
+            return;
+        }
+    }
     gdn_bwd_scan_attr<DK, DVB, NP, SMAX, PIPE, CW>();
     gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE, CW>
         <<<grid, 128 * CW, scan_layout<DK, DVB, NP, SMAX, CW>::BYTES, a.p.stream>>>(a);
@@ -2300,8 +2363,8 @@ ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
     o += align256(dhs);
     w.off_dd = o;
     if (!rc) o += align256(nch * C2 * Dv * 4);
-    w.off_pa = o;
-    if (!rc) o += align256(nch * C2 * C2 * 4);
+    w.off_pa = o;  // (recompute path: P's bf16 plane for GDN_BWD_SCAN_DLOC, whatever the switch)
+    o += rc ? align256(nch * C2 * C2 * 2) : align256(nch * C2 * C2 * 4);
     w.off_lv = w.off_wp = w.off_kp = o;
     if (p->mode.delta) {  // Linv and KHg: hi + lo bf16 planes whatever the dtype; W: NP planes
         w.off_lv = o;
@@ -2404,6 +2467,11 @@ extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
     a.Lv = (bf16 *)(ws + w.off_lv);
     a.Wp = (bf16 *)(ws + w.off_wp);
     a.Kp = rc ? NULL : (bf16 *)(ws + w.off_kp);
+    // GDN_BWD_SCAN_DLOC (unset or 1, the default; 0: prep2 writes dΔ_loc in fp32 as before): the
+    // scan forms dΔ_loc = P^T dO from prep2's P (bitwise the same); with prep2 only
+    a.Pp = rc && env_level("GDN_BWD_PREP2", 1) == 1 && env_level("GDN_BWD_SCAN_DLOC", 1) == 1
+               ? (bf16 *)(ws + w.off_pa)
+               : NULL;
     if (p->h_states) {
         a.Hs = p->h_states;
     } else {  // second forward scan: chunk-start states only
