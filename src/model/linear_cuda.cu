@@ -306,6 +306,26 @@ void check_shape(const char *who, int N, int in, int out) {
     if (N < 0 || in < 1 || out < 1) gdn_die("%s: bad shape N %d in %d out %d", who, N, in, out);
 }
 
+// Ragged output widths (GDN_GEMM_SPLIT): out = 256 q + r with a small r (the GDN input
+// projection's 3080 = 12 x 256 + 8: a, b) leaves the last column of the 256-wide tiles nearly
+// empty (bench/model_gpu.md, session 6: that forward at 600 TFLOP/s against 735-768 for the
+// other shapes). Split: the 256 q outputs as one GEMM, the r as another, into the same rows
+// (ld = out). Returns r (0: no split; GDN_GEMM_SPLIT=0 never splits). Forward only
+// (bench/model_gpu.md, session 14: the 3080-wide forward 3.88 ms a step in s14a -> 3.66 split in
+// s14b, whose other GEMMs ran 1-2% slower; the weight gradient split the same way, dW's n being
+// out, 7.11 -> 7.57), so dW and dx (out is its k) run as one GEMM. Read once.
+int split_rest(int out) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("GDN_GEMM_SPLIT");
+        if (e && *e && strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
+            gdn_die("GDN_GEMM_SPLIT=%s: expected 0 (off) or 1 (on, the default)", e);
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    const int r = out % 256;
+    return on && out > 256 && r > 0 && r <= 32 ? r : 0;
+}
+
 }  // namespace
 
 extern "C" void cuda_linear_set_tune(int on) {
@@ -334,7 +354,12 @@ extern "C" void cuda_linear_fwd(cuda_dtype dt, void *y, const void *x, const voi
     check_shape("cuda_linear_fwd", N, in, out);
     if (N == 0) return;
     cudaDataType_t t = lt_type(dt);
-    matmul(CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, W, in, x, in, t, y, out, t, false, s);
+    const int r = split_rest(out), q = out - r;
+    const size_t e = dt == CUDA_BF16 ? 2 : 4;
+    matmul(CUBLAS_OP_T, CUBLAS_OP_N, q, N, in, W, in, x, in, t, y, out, t, false, s);
+    if (r)
+        matmul(CUBLAS_OP_T, CUBLAS_OP_N, r, N, in, (const char *)W + (size_t)q * in * e, in, x, in,
+               t, (char *)y + (size_t)q * e, out, t, false, s);
 }
 
 extern "C" void cuda_linear_bwd(cuda_dtype dt, void *dx, float *dW, const void *dy, const void *x,

@@ -27,7 +27,9 @@ typedef struct {
     int plans, candidates, dropped, changed;
 } cuda_linear_tune_stats;
 cuda_linear_tune_stats cuda_linear_get_tune_stats(void);
-// y (N,out) = x (N,in) W^T, W (out,in); x, W, y in dt.
+// y (N,out) = x (N,in) W^T, W (out,in); x, W, y in dt. An out of 256 q + r with 0 < r <= 32
+// runs as two GEMMs (the 256 q, then the r outputs; GDN_GEMM_SPLIT, linear_cuda.cu); the
+// backward's never.
 void cuda_linear_fwd(cuda_dtype dt, void *y, const void *x, const void *W, int N, int in, int out,
                      cudaStream_t s);
 // dx (N,in) = dy (N,out) W   (=, in dt; acc_dx: +=, in the GEMM's fp32 epilogue, one rounding;
