@@ -4,15 +4,14 @@
 // projection's output (row stride ld 3080, as model.c), K 4, heads of 128 for the L2 norm.
 // Times conv_silu3_fwd (the register-window tiled kernel, v1), conv_silu3_l2_fwd (the model's
 // forward) and conv_silu3_bwd (the model's backward, its dw final kernel included; both on the
-// shared-memory staged v2 kernels): two rounds of 20 back-to-back launches between CUDA events
-// (each tensor > 2x the 60 MB L2), us per call and the GB/s of the bytes that must move (x and y;
-// x, dy and dx), next to a strided device copy of x's C columns (the forward's bytes: its
-// practical floor). Prints "RESULT op shape kernel us_round1 us_round2 GB/s"; exits 1 if an op
-// did not run the kernel named (cuda_conv_silu_v2_launches). The staged ops run twice: on v2
-// (GDN_CONV_S13 = 0) and on the s13 kernels (mask 3), whose outputs must be v2's bitwise (y, rn;
-// the whole dx buffer and dw from 0): "RESULT op shape s13 == v2 bitwise: yes". Until session 11 it also timed
-// each op on the other kernel (GDN_CONV_SILU_V2) and compared their outputs bitwise: git history,
-// and bench/model_gpu.md for the numbers.
+// s13 kernels: one token stream per warp out of a per-thread cp.async ring): two rounds of 20
+// back-to-back launches between CUDA events (each tensor > 2x the 60 MB L2), us per call and the
+// GB/s of the bytes that must move (x and y; x, dy and dx), next to a strided device copy of x's
+// C columns (the forward's bytes: its practical floor). Prints "RESULT op shape kernel us_round1
+// us_round2 GB/s"; exits 1 if an op did not run the kernel named (cuda_conv_silu_s13_launches).
+// Until session 11 it also timed each op on the other kernel (GDN_CONV_SILU_V2), until session
+// 14 the staged ops on session 10's v2 kernels as well (GDN_CONV_S13 = 0), and compared their
+// outputs bitwise: git history, and bench/model_gpu.md for the numbers.
 // Build (repo root, after building the libraries; or the CMake target conv_silu_bench):
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc \
 //        bench/conv_silu_bench.cu BUILD/libgdn_cuda.a BUILD/libgdn.a -Xcompiler -fopenmp -lgomp \
@@ -99,51 +98,19 @@ int main() {
             const char *name;
             std::function<void()> fn;
             double mb;
-            bool v2;  // runs a v2 kernel
+            bool s13;  // runs an s13 kernel
         } ops[3] = {{"fwd", fwd, mb_fwd, false}, {"l2fwd", l2, mb_fwd, true}, {"bwd", bwd, mb_bwd, true}};
         for (auto &op : ops) {
-            // the staged ops under GDN_CONV_S13 = 0 (v2) and 3 (s13), then their outputs bitwise
-            for (int mask : {0, (int)CUDA_CONV_S13_ALL}) {
-                if (!op.v2 && mask) continue;
-                cuda_conv_s13_set(mask);
-                const unsigned long n0 = cuda_conv_silu_v2_launches(), m0 = cuda_conv_silu_s13_launches();
-                double us[2];
-                for (int r = 0; r < 2; r++) us[r] = time_us(op.fn);
-                const bool s13 = cuda_conv_silu_s13_launches() != m0;
-                const bool ok = (cuda_conv_silu_v2_launches() != n0) == op.v2 && s13 == (mask != 0);
-                printf("RESULT %-6s %-14s %-3s %8.1f %8.1f  %6.0f GB/s%s\n", op.name, shape,
-                       !op.v2 ? "v1" : mask ? "s13" : "v2", us[0], us[1],
-                       op.mb / 1e3 / (std::min(us[0], us[1]) * 1e-6), ok ? "" : "  WRONG KERNEL");
-                if (!ok) failures++;
-            }
-            if (!op.v2) continue;
-            std::vector<std::vector<char>> got[2];
-            for (int on = 0; on < 2; on++) {
-                cuda_conv_s13_set(on ? CUDA_CONV_S13_ALL : 0);
-                CUDA_CHECK(cudaMemset(dw, 0, (size_t)C * K * sizeof(float)));
-                op.fn();
-                CUDA_CHECK(cudaDeviceSynchronize());
-                auto grab = [&](const void *d, size_t bytes) {
-                    std::vector<char> h(bytes);
-                    CUDA_CHECK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
-                    got[on].push_back(std::move(h));
-                };
-                if (op.mb == mb_fwd) {
-                    for (int i = 0; i < 3; i++) grab(y[i], N * cw[i] * 2);
-                    grab(rn0, N * (C0 / nd) * 4);
-                    grab(rn1, N * (C1 / nd) * 4);
-                } else {
-                    grab(dx, N * ld * 2);
-                    grab(dw, (size_t)C * K * 4);
-                }
-            }
-            cuda_conv_s13_set(-1);
-            const bool same = got[0] == got[1];
-            printf("RESULT %-6s %-14s s13 == v2 bitwise: %s\n", op.name, shape, same ? "yes" : "NO");
-            if (!same) failures++;
+            const unsigned long n0 = cuda_conv_silu_s13_launches();
+            double us[2];
+            for (int r = 0; r < 2; r++) us[r] = time_us(op.fn);
+            const bool ok = (cuda_conv_silu_s13_launches() != n0) == op.s13;
+            printf("RESULT %-6s %-14s %-3s %8.1f %8.1f  %6.0f GB/s%s\n", op.name, shape, op.s13 ? "s13" : "v1", us[0],
+                   us[1], op.mb / 1e3 / (std::min(us[0], us[1]) * 1e-6), ok ? "" : "  WRONG KERNEL");
+            if (!ok) failures++;
         }
     }
-    printf("v2 launches: %lu\n", cuda_conv_silu_v2_launches());
-    printf("conv_silu_bench: %s\n", failures ? "an op ran the wrong kernel or s13 != v2" : "every op on its kernel, s13 == v2");
+    printf("s13 launches: %lu\n", cuda_conv_silu_s13_launches());
+    printf("conv_silu_bench: %s\n", failures ? "an op ran the wrong kernel" : "every op on its kernel");
     return failures ? 1 : 0;
 }

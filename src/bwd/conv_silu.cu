@@ -6,8 +6,9 @@
 //   dw[c,j] += sum_{b, t >= K-1-j} d_pre[b,t,c] x[b, t-K+1+j, c]              (+=, fp32)
 // all in fp32 registers (d_pre is never stored).
 //
-// Tiled kernel (the model's path: C % W == 0, dx, dy, x aligned to a pack, K <= CONV_SILU_KMAX,
-// one instance per K; conv_silu_bwd_v2_kernel): a block is 32 packs of W = 2 channels (the lanes:
+// Tiled kernels (C % W == 0, dx, dy, x aligned to a pack, K <= CONV_SILU_KMAX, one instance
+// per K): the s13 kernel where it applies (the model's path, below), else v2
+// (conv_silu_bwd_v2_kernel): a block is 32 packs of W = 2 channels (the lanes:
 // 128 contiguous bytes of a token row in bf16) x 8 rows (the warps), a row = (b, tile of
 // CONV_SILU_TT tokens). x and dy of the block's tiles (and the K-1 halo tokens) are first staged
 // in shared memory by cp.async, every load in flight together; then each warp walks its tile
@@ -32,9 +33,11 @@
 // against 156 / 229 us for silu_bwd + conv1d_bwd, and ~28 / 52 us to move the three tensors.
 // Registers decide it: per channel the K taps, K dw sums and two windows of K values are live,
 // so W 4 / 8 need 128-255 registers (1-2 blocks per SM) and ran 15-80% slower.
-// GDN_CONV_S13 (bit 2, default on; cuda_conv_s13): where v2 runs with packs of 4 channels and one
-// block a group of rows, conv_silu_bwd_s13_kernel instead (W = 4 in 128 registers: no d_pre
-// planes), bitwise v2's dx and partials, the same final kernel (its comment).
+// s13 (session 13): where v2 would run with packs of 4 channels (x, dx, dy and their rows on 4
+// elements) and one block a group of rows, conv_silu_bwd_s13_kernel instead (W = 4 in 128
+// registers: no d_pre planes), bitwise v2's dx and partials, the same final kernel (its comment).
+// v2 stays for the tiled shapes s13 does not take (packs of 2 channels only: a width, ld or
+// column not on 4 elements; more than 65535 groups of rows).
 #include "../fwd/cuda_ops_device.cuh"
 
 namespace {
@@ -231,7 +234,7 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS, CONV_SILU_V2_BLOCKS)
     }
 }
 
-// s13 (GDN_CONV_S13 bit 2, cuda_conv_s13): v2's sums as one token stream per warp, without the
+// s13 (header): v2's sums as one token stream per warp, without the
 // shared-memory d_pre planes. v2 stages a block's tiles, waits, walks them (phase 1), syncs, forms
 // dx (phase 2), syncs: ~75 instructions a channel-token at W = 2, issue-bound (the bytes of x, dy
 // and dx take ~100 us at 4 TB/s, the instructions ~150 us). Here a warp owns 128 channels (W = 4 a
@@ -476,7 +479,6 @@ void conv_silu_bwd_v2_launch(const conv_silu_bwd_params<T> &p, dim3 grid, cudaSt
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kern<<<grid, CONV_SILU_THREADS, smem, s>>>(p);
     CUDA_CHECK_LAUNCH();
-    conv_silu_v2_count();
 }
 
 // s13: a grid of at most the resident blocks, its warps over the S x C / 128 items.
@@ -530,10 +532,9 @@ void conv_silu_bwd_launch(T *dx, float *dw, const T *const dys[3], const int cw[
         // bytes (dx is stored by packs of W as before)
         constexpr int E = 16 / (int)sizeof(T);
         const bool v16 = ld % E == 0 && C % E == 0 && seg.packed(dys, E, 15) && ((uintptr_t)x & 15) == 0;
-        // s13 (GDN_CONV_S13 bit 2): packs of 4 channels (x, dx, dy and their rows on 4 elements)
+        // s13: packs of 4 channels (x, dx, dy and their rows on 4 elements)
         const uintptr_t pack4 = sizeof(T) * 4 - 1;
-        const bool s13 = (cuda_conv_s13() & CUDA_CONV_S13_BWD) && ld % 4 == 0 && seg.packed(dys, 4, pack4) &&
-                         (((uintptr_t)dx | (uintptr_t)x) & pack4) == 0;
+        const bool s13 = ld % 4 == 0 && seg.packed(dys, 4, pack4) && (((uintptr_t)dx | (uintptr_t)x) & pack4) == 0;
         switch (K) {  // the one place that picks a tap count
         case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, v16, s13, s); break;
         case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, v16, s13, s); break;

@@ -566,10 +566,9 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
     norm_block_sum(reinterpret_cast<const float *>(norm_smem), p.part + (size_t)blockIdx.x * D, D);
 }
 
-// s13 (GDN_NORM_S13 bit 1, cuda_norm_s13): gated_rmsnorm_bwd_fused_kernel<T, W, 1, Y> with z (the
-// model's rows: one 16-byte pack a lane), in fewer instructions a row (SASS, bf16 D 256 with y:
-// ~497 -> ~360 a warp-row; bench/model_gpu.md, session 13) and with the next row's loads in
-// flight.
+// s13 (session 13): gated_rmsnorm_bwd_fused_kernel<T, W, 1, Y> with z (the model's rows: one
+// 16-byte pack a lane), in fewer instructions a row (SASS, bf16 D 256 with y: ~497 -> ~360 a
+// warp-row; bench/model_gpu.md, session 13).
 // The same grid, rows per warp, lane -> pack map, shared-memory dw partials and per-element
 // operations on the same values in the same order; what changes is where values live and when
 // they are loaded:
@@ -579,12 +578,13 @@ __global__ void __launch_bounds__(ROW_THREADS, norm_gated_min_blocks(NP))
 // - packs live as 32-bit words (ld_u4 / unpack_u4: a pack_t<bf16, 8> kept across iterations is
 //   split into 16-bit registers, 24 PRMTs a row); row and element offsets are 32-bit (launcher:
 //   < 2^32); w's pack is loaded once a warp; z's row offset is stepped (no division a row);
-// - s by sigmoid_fast_ex2ftz (sigmoid_fast's bits, 3 instructions less an element);
-// - PF: the next row's x, dy, z packs and rstd are loaded before this row is computed (the
-//   launcher takes this kernel only where no output overlaps an input or another output, so the
-//   earlier loads read what the old kernel read). !PF (GDN_NORM_S13 bit 8): loads in place.
-// ptxas (sm_90a, bf16, Y): 64 registers, PF 20 / 24 bytes of spill (old kernel: 36 / 44), !PF 0.
-template <typename T, int W, bool Y, bool PF>
+// - s by sigmoid_fast_ex2ftz (sigmoid_fast's bits, 3 instructions less an element).
+// The launcher takes this kernel only where no output overlaps an input or another output
+// (gated_bwd_disjoint). ptxas (sm_90a, bf16, Y): 64 registers, no spill (old kernel: 36 / 44
+// bytes). Session 13's variant that loaded the next row's x, dy, z and rstd before computing
+// this row gained nothing (norm_bench 130.0 vs 130.1 us) and spilled 20 / 24 bytes: deleted in
+// session 14 (git history).
+template <typename T, int W, bool Y>
 __global__ void __launch_bounds__(ROW_THREADS, 4) gated_rmsnorm_bwd_s13_kernel(const norm_bwd_params<T> p) {
     extern __shared__ float4 norm_smem[];  // acc: (ROW_WARPS, D)
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -601,6 +601,9 @@ __global__ void __launch_bounds__(ROW_THREADS, 4) gated_rmsnorm_bwd_s13_kernel(c
     // grows by D, and by zld - zh D more where zm wraps to 0 (exact modulo 2^32)
     const unsigned zh = (unsigned)p.zh, zwrap = (unsigned)p.zld - zh * D;
     unsigned ozl = (unsigned)p.zrow(r0) + lw, zm = r0 % zh, el = r0 * D + lw;
+    // the row's packs and rstd: row r0's here, the later rows' at the top of the loop (this form's
+    // PTX is byte for byte that of session 13's variant without the early loads, mask 11, whose
+    // outputs an H200 matched bitwise with the old kernel's)
     uint4 x0, g0, z0;
     float rs0 = 0.f;
     if (r0 < r1) {
@@ -617,17 +620,7 @@ __global__ void __launch_bounds__(ROW_THREADS, 4) gated_rmsnorm_bwd_s13_kernel(c
             zm1 = 0;
             ozl1 += zwrap;
         }
-        uint4 x1, g1, z1;
-        float rs1 = 0.f;
-        if (PF && row + 1 < r1) {  // the next row's loads, in flight while this row is computed
-            rs1 = p.rstd[row + 1];
-            if (on) {
-                x1 = ld_u4(p.x + (el + D));
-                g1 = ld_u4(p.dy + (el + D));
-                z1 = ld_u4(p.z + ozl1);
-            }
-        }
-        if (!PF && row > r0) {  // without PF: this row's loads, here
+        if (row > r0) {
             rs0 = p.rstd[row];
             if (on) {
                 x0 = ld_u4(p.x + el);
@@ -664,12 +657,6 @@ __global__ void __launch_bounds__(ROW_THREADS, 4) gated_rmsnorm_bwd_s13_kernel(c
 #pragma unroll
             for (int j = 0; j < W; j++) u[j] = norm_dx_fin(u[j], c, a[j]);
             store_pack<T, W>(p.dx + el, u);
-        }
-        if (PF) {
-            x0 = x1;
-            g0 = g1;
-            z0 = z1;
-            rs0 = rs1;
         }
         ozl = ozl1;
         zm = zm1;
@@ -839,9 +826,10 @@ void l2norm_bwd_launch(T *dx, const T *dy, const T *y, const float *rnorm, size_
     CUDA_CHECK_LAUNCH();
 }
 
-// The s13 gated backward loads a row's inputs before the previous row's outputs are stored: it
-// runs only where no output (dx, dz, y) shares a byte with an input (x, dy, z, w, rstd) or with
-// another output. (The model's buffers are distinct; in place, the old kernel runs.)
+// The s13 gated backward runs only where no output (dx, dz, y) shares a byte with an input (x,
+// dy, z, w, rstd) or with another output: it reads its inputs once (w once a warp), where the
+// old kernel reads x, dy, w, z again after storing y, so over shared bytes the two could differ.
+// The model's buffers are distinct; in place, the old kernel runs.
 template <typename T> bool gated_bwd_disjoint(const norm_bwd_params<T> &p) {
     const size_t n = p.rows * p.d * sizeof(T), nz = gated_z_extent(p.rows, p.d, p.zh, p.zld) * sizeof(T);
     const byte_range out[3] = {bytes_of(p.dx, n), bytes_of(p.dz, nz), bytes_of(p.y, n)};
@@ -869,11 +857,8 @@ void gated_rmsnorm_bwd_launch_y(const norm_bwd_params<T> &p, float *dw, cudaStre
                      aligned16(p.x) && aligned16(p.z) && aligned16(p.w) && aligned16(p.y);
     switch (vec ? norm_packs_per_lane(p.d / W, NORM_NP_GATED) : 0) {
     case 1:
-        if ((cuda_norm_s13() & CUDA_NORM_S13_GATED_BWD) && p.z && gated_bwd_disjoint(p) && gated_bwd_fits32(p)) {
-            if (cuda_norm_s13() & CUDA_NORM_S13_GATED_BWD_NOPF)
-                norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_s13_kernel<T, W, Y, false>, p, dw, s);
-            else
-                norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_s13_kernel<T, W, Y, true>, p, dw, s);
+        if (p.z && gated_bwd_disjoint(p) && gated_bwd_fits32(p)) {
+            norm_bwd_fused_launch<T>(gated_rmsnorm_bwd_s13_kernel<T, W, Y>, p, dw, s);
             norm_s13_count();
             return;
         }

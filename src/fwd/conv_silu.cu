@@ -16,12 +16,13 @@
 // 23.7 us, C 1024 42 us, against 75.6 / 123 us for conv1d_fwd + silu_fwd and 18.6 / 34.8 us
 // for a device copy of x. W 8 needs ~130 registers (2 blocks per SM) and was 15-20% slower.
 // Other shapes: one thread per output element.
-// With the L2 norm below, v2 (conv_silu_fwd_v2_kernel): the tiled kernel's threads and
-// arithmetic with the block's x tile staged in shared memory by cp.async first (many loads in
-// flight, 16-byte chunks, no per-token global address arithmetic); 0.85x the tiled kernel's time
-// with the norm, but 1.17x without it (H200, session 10), so the plain forward stays on the
-// tiled kernel. Session 11 deleted the tiled kernel's norm path and v2's plain path (git history;
-// they matched the kept ones bitwise).
+// With the L2 norm below, the s13 kernel (conv_silu_fwd_s13_kernel): the tiled kernel's
+// arithmetic as one token stream per warp out of a per-thread cp.async ring in shared memory.
+// History (git; bench/model_gpu.md): session 10's v2 kernel (conv_silu_fwd_v2_kernel: the tiled
+// kernel's threads with the block's x tile staged in shared memory first) took 0.85x the tiled
+// kernel's time with the norm, but 1.17x without it, so the plain forward stays on the tiled
+// kernel; session 11 deleted the tiled kernel's norm path and v2's plain path, session 14 v2
+// itself (session 13's s13 kernel matched it bitwise, in less time). "v2" below names it.
 // x's rows have stride ld >= C (ld = C: packed; larger: q, k or v as columns of the fused input
 // projection's output, model.c); y is packed (B,T,C). Segments (cuda_conv_silu3_fwd): the C
 // channels split at cs[1], cs[2] into up to three outputs ys[s], each packed (B,T,cs[s+1]-cs[s])
@@ -29,13 +30,10 @@
 // tiled path needs every segment width a multiple of W, so a pack never straddles two.
 // L2 norm (cuda_conv_silu3_l2_fwd): segments 0 and 1 (GDN's q, k) leave normalised per head of
 // nd channels, y = s silu(pre) rnorm, rnorm = 1/sqrt(sum silu(pre)^2 + eps) (rnorm saved, as
-// l2norm_fwd). In the v2 kernel a warp holds 32 W = 128 consecutive channels of one token, so
-// a head (nd | 128, heads starting at multiples of nd) is nd / W lanes: the sum of squares is a
-// butterfly over them, of the fp32 silu values (the unfused path squares their rounded copies),
-// and the unnormalised q, k are never stored. Other shapes: conv_silu3, then l2norm_fwd in
-// place.
-// GDN_CONV_S13 (bit 1, default on; cuda_conv_s13): the v2 path runs conv_silu_fwd_s13_kernel
-// instead, bitwise v2's outputs (its comment; bench/model_gpu.md, "Session 13").
+// l2norm_fwd). A head (nd | 128, heads starting at multiples of nd) is nd / W lanes of v2's
+// warp of 32 W = 128 consecutive channels of one token: the sum of squares is a butterfly over
+// them, of the fp32 silu values (the unfused path squares their rounded copies), and the
+// unnormalised q, k are never stored. Other shapes: conv_silu3, then l2norm_fwd in place.
 #include "cuda_ops_device.cuh"
 
 namespace {
@@ -129,108 +127,8 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(
     }
 }
 
-// v2, the forward with the L2 norm (header): the tiled kernel's threads and arithmetic, the loads
-// first staged in shared memory. Block = CONV_SILU_ROWS tiles of TT tokens (rows rg ROWS .. +
-// ROWS-1, one per warp, rg = blockIdx.y + k gridDim.y as the tiled kernel's rows) x 32 W
-// channels; its x tile (the K-1 tokens before the first tile, then the ROWS TT tokens: NV rows of
-// 32 W elements) is loaded by cp.async of CB bytes (16 where x's row stride, C and pointer
-// allow), every load of the tile in flight together, then each warp walks its tile out of shared
-// memory with the same window and sums as conv_silu_fwd_tiled_kernel. A tile whose previous tile
-// is of another sequence (t0 = 0) masks its halo as the tiled kernel does. Every lane is live
-// (C % (32 W) == 0; norm_fits checks), so the warp's shuffles see all.
-constexpr int CONV_SILU_V2_U = 2;       // tokens whose butterflies interleave (registers)
-constexpr int CONV_SILU_V2_BLOCKS = 3;  // blocks per SM the registers are held to (<= 80; at 64 it spills)
-template <typename T, int K, int CB>
-__global__ void __launch_bounds__(CONV_SILU_THREADS, CONV_SILU_V2_BLOCKS)
-    conv_silu_fwd_v2_kernel(const conv_silu_fwd_params<T> p) {
-    constexpr int W = CONV_SILU_W, TT = CONV_SILU_TT, U = CONV_SILU_V2_U, ROWS = CONV_SILU_ROWS;
-    constexpr int CG = CONV_SILU_LANES * W, NV = ROWS * TT + K - 1;
-    constexpr int RE = CG;  // elements per staged row
-    extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ int s_t0[ROWS], s_bt[ROWS];
-    const int lane = threadIdx.x % CONV_SILU_LANES, warp = threadIdx.x / CONV_SILU_LANES;
-    const int cg0 = blockIdx.x * CG, c0 = cg0 + lane * W, C = p.C;
-    const bool live = c0 < C;  // (none dead here; a dead lane would stay for the block's barriers)
-    const int s = c0 >= p.seg.cs[2] ? 2 : c0 >= p.seg.cs[1] ? 1 : 0, cs0 = s == 2 ? p.seg.cs[2] : s ? p.seg.cs[1] : 0;
-    const bool lead = s < 2 && (c0 - cs0) % p.nd == 0;  // c0 leads its head (segments 0, 1)
-    const int heads = s < 2 ? (s ? p.seg.cs[2] - p.seg.cs[1] : p.seg.cs[1]) / p.nd : 0;
-    const int head = (c0 - cs0) / p.nd;
-    float *const rnp = s ? p.rn[1] : p.rn[0];  // selects, not indexing: p stays in constant space
-    const float sc = s ? p.sc[1] : p.sc[0];
-    const int cw = live ? p.width(c0) : 0;  // y's row stride
-    float wr[K][W];
-#pragma unroll
-    for (int j = 0; j < K; j++)
-#pragma unroll
-        for (int i = 0; i < W; i++) wr[j][i] = live ? to_f(p.w[(size_t)(c0 + i) * K + j]) : 0.f;
-    const T *xs = (const T *)smem + lane * W;  // this lane's channels of staged row 0
-    const size_t ld = p.ld;
-    const T *const x = p.x;
-    auto at = [x, ld](int tok, int c) { return x + (size_t)tok * ld + c; };
-    for (int rg = blockIdx.y; rg * ROWS < p.rows; rg += gridDim.y) {
-        conv_v2_rows<ROWS, TT>(s_t0, s_bt, rg, p.rows, p.tiles, p.T_);
-        __syncthreads();
-        conv_v2_stage<T, CG, CB, NV, -(K - 1), ROWS, TT, CONV_SILU_THREADS>(smem, at, x, cg0, C, p.T_, s_t0, s_bt);
-        cp_async_wait_all();
-        __syncthreads();
-        const int t0 = s_t0[warp];
-        if (live && t0 >= 0) {
-            const int bt = s_bt[warp];
-            T *yb = p.yrow((size_t)bt, c0);
-            const T *xr = xs + (size_t)warp * TT * RE;  // staged row of token t0 - (K-1)
-            float xw[K][W];  // before token t: xw[m] = x[t - (K-1) + m], m < K-1; xw[K-1] = x[t]
-#pragma unroll
-            for (int m = 0; m < K - 1; m++) {
-                unpack<T, W>(ld_pack<T, W>(xr + m * RE), xw[m]);
-#pragma unroll
-                for (int i = 0; i < W; i++) xw[m][i] = t0 - (K - 1) + m >= 0 ? xw[m][i] : 0.f;
-            }
-            xr += (K - 1) * RE;  // token t0
-#pragma unroll
-            for (int u0 = 0; u0 < TT; u0 += U) {
-                pack_t<T, W> xp[U];
-#pragma unroll
-                for (int v = 0; v < U; v++) xp[v] = ld_pack<T, W>(xr + (u0 + v) * RE);
-                // all lanes, uniformly (a lane's sum of squares is a butterfly over its head's
-                // lanes); the chunk's U butterflies interleaved, so their shuffles overlap
-                float o[U][W];
-#pragma unroll
-                for (int v = 0; v < U; v++) {
-                    unpack<T, W>(xp[v], xw[K - 1]);
-                    conv_silu_token<W, K>(wr, xw, o[v]);
-                }
-                float ss[U];
-#pragma unroll
-                for (int v = 0; v < U; v++) {
-                    ss[v] = 0.f;
-#pragma unroll
-                    for (int i = 0; i < W; i++) ss[v] += o[v][i] * o[v][i];
-                }
-                for (int off = p.nd / (2 * W); off > 0; off >>= 1)
-#pragma unroll
-                    for (int v = 0; v < U; v++) ss[v] += __shfl_xor_sync(0xffffffffu, ss[v], off);
-#pragma unroll
-                for (int v = 0; v < U; v++) {
-                    const int t = t0 + u0 + v;
-                    if (s == 2) continue;
-                    const float rn = 1.f / sqrtf(ss[v] + p.eps);
-#pragma unroll
-                    for (int i = 0; i < W; i++) o[v][i] = sc * o[v][i] * rn;
-                    if (lead && t < p.T_) rnp[((size_t)bt + t) * heads + head] = rn;
-                }
-#pragma unroll
-                for (int v = 0; v < U; v++) {
-                    const int t = t0 + u0 + v;
-                    if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o[v]);
-                }
-            }
-        }
-        __syncthreads();  // the tile and s_t0 are rewritten by the next group of rows
-    }
-}
-
-// s13 (GDN_CONV_S13 bit 1, cuda_conv_s13): the forward with the L2 norm as one token stream per
-// warp, v2's arithmetic unchanged. v2 stages a block's whole tile, waits, then computes (its
+// s13, the forward with the L2 norm (header) as one token stream per warp, v2's arithmetic
+// unchanged. v2 stages a block's whole tile, waits, then computes (its
 // three blocks an SM alternate between loading and computing, issue-bound in between: ~170
 // instructions a warp-token of 4 channels a lane), and stores y by four 2-byte stores a lane.
 // Here a warp owns 256 channels (two groups of 128 = v2's warp, one a half-warp) over a chunk of
@@ -420,16 +318,6 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_si
     }
 }
 
-template <typename T, int K, int CB>
-void conv_silu_fwd_v2_launch(const conv_silu_fwd_params<T> &p, dim3 grid, cudaStream_t s) {
-    constexpr int W = CONV_SILU_W;
-    const size_t smem = (size_t)(CONV_SILU_ROWS * CONV_SILU_TT + K - 1) * CONV_SILU_LANES * W * sizeof(T);
-    auto kern = conv_silu_fwd_v2_kernel<T, K, CB>;
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kern<<<grid, CONV_SILU_THREADS, smem, s>>>(p);
-    conv_silu_v2_count();
-}
-
 // s13: as many chunks of each sequence as the resident warps take in one round (2 blocks of 8
 // warps an SM at the model's shape: B 16, T 2048, 8 warp columns -> 16 chunks of 128 tokens, one
 // item a warp), each a multiple of S13_D tokens; a grid of at most the resident blocks.
@@ -452,22 +340,18 @@ void conv_silu_fwd_s13_launch(const conv_silu_fwd_params<T> &p, int B, cudaStrea
     conv_silu_s13_count();
 }
 
-// NORM: the s13 kernel where s13 (GDN_CONV_S13), else the v2 kernel, by 16-byte chunks where
-// v16 (else by packs of W); else the tiled kernel.
+// NORM: the s13 kernel; else the tiled kernel.
 template <typename T, int W, int K, bool NORM, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
-void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, bool v16, bool s13, cudaStream_t s) {
+void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
+    if (NORM) {
+        conv_silu_fwd_s13_launch<T, K>(p, B, s);
+        return;
+    }
     p.tiles = (int)GDN_CDIV(p.T_, TT);
     p.rows = B * p.tiles;
     const unsigned gx = (unsigned)GDN_CDIV(p.C / W, CONV_SILU_LANES);
     const unsigned gy = (unsigned)GDN_MIN(GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
-    if (NORM && s13)
-        conv_silu_fwd_s13_launch<T, K>(p, B, s);
-    else if (NORM && v16)
-        conv_silu_fwd_v2_launch<T, K, 16>(p, dim3(gx, gy), s);
-    else if (NORM)
-        conv_silu_fwd_v2_launch<T, K, (int)sizeof(T) * W>(p, dim3(gx, gy), s);
-    else
-        conv_silu_fwd_tiled_kernel<T, W, K, TT, U><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
+    conv_silu_fwd_tiled_kernel<T, W, K, TT, U><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
 }
 
 // p.rn[0] set: normalise segments 0 and 1 in the kernel (the caller checked norm_fits).
@@ -479,21 +363,16 @@ bool conv_silu_fwd_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
     const bool norm = p.rn[0] != nullptr;
     bool tiled = p.seg.packed(p.ys, W, pack) && p.ld % W == 0 && ((uintptr_t)p.x & pack) == 0 && p.K <= CONV_SILU_KMAX;
-    // with the norm, v2 (0.85x the tiled kernel's time; without the norm it was 1.17x: header);
-    // its 16-byte staging: x's rows and pointer on 16 bytes (y is stored by packs of W)
-    const bool v16 = p.ld % (16 / sizeof(T)) == 0 && p.C % (16 / sizeof(T)) == 0 && ((uintptr_t)p.x & 15) == 0;
-    // s13 (GDN_CONV_S13 bit 1): where v2 runs (x, y on packs: its cp.async and stores)
-    const bool s13 = norm && (cuda_conv_s13() & CUDA_CONV_S13_FWD);
     if (tiled) {
         switch (p.K * 2 + norm) {  // the one place that picks a tap count
-        case 2: conv_silu_fwd_tiled_launch<T, W, 1, false>(p, B, v16, s13, s); break;
-        case 3: conv_silu_fwd_tiled_launch<T, W, 1, true>(p, B, v16, s13, s); break;
-        case 4: conv_silu_fwd_tiled_launch<T, W, 2, false>(p, B, v16, s13, s); break;
-        case 5: conv_silu_fwd_tiled_launch<T, W, 2, true>(p, B, v16, s13, s); break;
-        case 6: conv_silu_fwd_tiled_launch<T, W, 3, false>(p, B, v16, s13, s); break;
-        case 7: conv_silu_fwd_tiled_launch<T, W, 3, true>(p, B, v16, s13, s); break;
-        case 8: conv_silu_fwd_tiled_launch<T, W, 4, false>(p, B, v16, s13, s); break;
-        case 9: conv_silu_fwd_tiled_launch<T, W, 4, true>(p, B, v16, s13, s); break;
+        case 2: conv_silu_fwd_tiled_launch<T, W, 1, false>(p, B, s); break;
+        case 3: conv_silu_fwd_tiled_launch<T, W, 1, true>(p, B, s); break;
+        case 4: conv_silu_fwd_tiled_launch<T, W, 2, false>(p, B, s); break;
+        case 5: conv_silu_fwd_tiled_launch<T, W, 2, true>(p, B, s); break;
+        case 6: conv_silu_fwd_tiled_launch<T, W, 3, false>(p, B, s); break;
+        case 7: conv_silu_fwd_tiled_launch<T, W, 3, true>(p, B, s); break;
+        case 8: conv_silu_fwd_tiled_launch<T, W, 4, false>(p, B, s); break;
+        case 9: conv_silu_fwd_tiled_launch<T, W, 4, true>(p, B, s); break;
         default: gdn_die("cuda conv_silu_fwd: K = %d > %d in the tiled path", p.K, CONV_SILU_KMAX);
         }
     } else if (!norm) {
@@ -538,22 +417,11 @@ void check_shape(const char *who, int B, int T, const int cw[3], int K, size_t l
 }  // namespace
 
 // ---- public entry point (cuda_ops.h) --------------------------------------------------------
-static unsigned long conv_silu_v2_launches = 0, conv_silu_s13_launches = 0;  // host side, counted at launch
-void conv_silu_v2_count() { __atomic_add_fetch(&conv_silu_v2_launches, 1, __ATOMIC_RELAXED); }
-void conv_silu_s13_count() {  // an s13 kernel is staged too: it counts as v2 for the older rows
-    __atomic_add_fetch(&conv_silu_s13_launches, 1, __ATOMIC_RELAXED);
-    conv_silu_v2_count();
-}
-extern "C" unsigned long cuda_conv_silu_v2_launches(void) {
-    return __atomic_load_n(&conv_silu_v2_launches, __ATOMIC_RELAXED);
-}
+static unsigned long conv_silu_s13_launches = 0;  // host side, counted at launch
+void conv_silu_s13_count() { __atomic_add_fetch(&conv_silu_s13_launches, 1, __ATOMIC_RELAXED); }
 extern "C" unsigned long cuda_conv_silu_s13_launches(void) {
     return __atomic_load_n(&conv_silu_s13_launches, __ATOMIC_RELAXED);
 }
-
-static int g_conv_s13 = -1;  // cuda_conv_s13: -1 until the environment is read
-extern "C" int cuda_conv_s13(void) { return env_mask_get(&g_conv_s13, "GDN_CONV_S13", CUDA_CONV_S13_ALL, CUDA_CONV_S13_ALL); }
-extern "C" void cuda_conv_s13_set(int mask) { env_mask_set(&g_conv_s13, mask, CUDA_CONV_S13_ALL); }
 
 extern "C" void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void *x, const void *w, int B,
                                     int T, int C0, int C1, int C2, int K, size_t ld, cudaStream_t s) {

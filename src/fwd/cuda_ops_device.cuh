@@ -103,7 +103,7 @@ __device__ __forceinline__ float swiglu_h(float g, float s, float u) { return __
 // GDN gates): with expf and IEEE division the conv + SiLU kernels were compute-bound (~2x slower
 // at the model's shapes), and the gated norm's backward issue-bound (ncu, session 9).
 __device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
-// sigmoid_fast bit for bit, with ex2.approx.ftz for __expf's ex2.approx (the GDN_NORM_S13 norm
+// sigmoid_fast bit for bit, with ex2.approx.ftz for __expf's ex2.approx (the s13 gated norm
 // kernels: 3 SASS instructions less an element). The PTX is __expf's: t = x * -log2(e) (mul.f32
 // by 0xBFB8AA3B), e = ex2(t), 1 + e, div.approx. The two ex2 differ only where t < -126, where
 // the non-ftz one scales by 2 around MUFU.EX2 (FSETP + 2 FMUL) to return a subnormal e < 2^-126
@@ -301,7 +301,7 @@ __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
 }
-// The s13 kernels' per-thread rings (GDN_CONV_S13): one commit group per staged row, and a wait
+// The s13 conv + SiLU kernels' per-thread rings: one commit group per staged row, and a wait
 // until at most N of this thread's groups are still in flight.
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -332,21 +332,6 @@ template <class Kern> int resident_blocks(Kern kern, int threads, size_t smem) {
     int sms = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     return GDN_MAX(nb, 1) * sms;
-}
-// A developer's bit-mask switch (GDN_CONV_S13, GDN_NORM_S13): the environment variable read once
-// (strtol base 0, masked to `all`; unset or empty: dflt) into *slot, -1 until then; env_mask_set
-// overrides it for the tests (mask < 0: read the environment again).
-inline int env_mask_get(int *slot, const char *name, int all, int dflt) {
-    int m = __atomic_load_n(slot, __ATOMIC_RELAXED);
-    if (m < 0) {
-        const char *e = getenv(name);
-        m = e && *e ? (int)(strtol(e, NULL, 0) & all) : dflt;
-        __atomic_store_n(slot, m, __ATOMIC_RELAXED);
-    }
-    return m;
-}
-inline void env_mask_set(int *slot, int mask, int all) {
-    __atomic_store_n(slot, mask < 0 ? -1 : mask & all, __ATOMIC_RELAXED);
 }
 // The gated norm's z (and dz): rows r at (r / zh) zld + (r % zh) D; the elements from z's start
 // that cover every row's [zrow(r), zrow(r) + D) (any zld).
@@ -412,10 +397,9 @@ __device__ __forceinline__ void conv_v2_stage(unsigned char *dst, const At &at, 
 // of device scratch for deterministic partial sums, one buffer per device, reused by every
 // reduction-bearing backward launched on its stream (colsum_launch, the norm and conv backwards).
 float *colsum_scratch(size_t nfloats);
-// Counts a launch of a conv + SiLU v2 kernel (one definition, in src/fwd/conv_silu.cu;
-// cuda_conv_silu_v2_launches reads the count); conv_silu_s13_count likewise for the s13 kernels.
-void conv_silu_v2_count();
+// Counts a launch of a conv + SiLU s13 kernel (one definition, in src/fwd/conv_silu.cu;
+// cuda_conv_silu_s13_launches reads the count).
 void conv_silu_s13_count();
-// Counts a launch of a GDN_NORM_S13 norm kernel (one definition, in src/fwd/elementwise.cu;
+// Counts a launch of an s13 gated norm kernel (one definition, in src/fwd/elementwise.cu;
 // cuda_norm_s13_launches reads it).
 void norm_s13_count();

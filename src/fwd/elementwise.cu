@@ -164,12 +164,14 @@ __global__ void __launch_bounds__(ROW_THREADS) gated_rmsnorm_fwd_kernel(T *y, fl
     if (lane == 0) rstd[row] = rs;
 }
 
-// s13 (GDN_NORM_S13 bit 2, cuda_norm_s13): rows of at most 32 packs (the model's D = 256 bf16),
+// s13 (session 13): rows of at most 32 packs (the model's D = 256 bf16),
 // gated_rmsnorm_fwd_kernel<T, W>'s grid, one pack a lane, its operations on the same values in
 // the same order, in fewer instructions and one memory round trip a row instead of two: the
 // lane's x, w and z packs are loaded together before the sum of squares (the old kernel loads
 // z and w after the butterfly), x is kept for y; z's row index r / zh by a multiply and shift
 // (zdiv; rows <= 2^31, the launcher's condition); s by sigmoid_fast_ex2ftz (sigmoid_fast's bits).
+// gated_rmsnorm_fwd_kernel stays for the other calls: wider rows, packs off 16 bytes, y over z,
+// more than 2^31 rows.
 struct udiv31 {  // n / d for n < 2^31: (n m) >> sh, m = ceil(2^sh / d), sh = 31 + ceil(log2 d)
     uint64_t m;  // exact for every n < 2^31 (Granlund, Montgomery 1994, thm 4.2: m d - 2^sh < d)
     int sh;
@@ -398,8 +400,7 @@ void gated_rmsnorm_fwd_launch(T *y, float *rstd, const T *x, const T *z, const T
     // butterfly before: a y row over a z row would differ between the two only then)
     const bool y_over_z = z && ranges_meet(bytes_of(y, rows * D * sizeof(T)),
                                            bytes_of(z, gated_z_extent(rows, D, zh, zld) * sizeof(T)));
-    if (vec && (cuda_norm_s13() & CUDA_NORM_S13_GATED_FWD) && D <= 32 * W && rows <= ((size_t)1 << 31) &&
-        !y_over_z) {
+    if (vec && D <= 32 * W && rows <= ((size_t)1 << 31) && !y_over_z) {
         gated_rmsnorm_fwd_s13_kernel<T, W><<<row_blocks(rows), ROW_THREADS, 0, s>>>(
             y, rstd, x, z, w, rows, D, zh, zld, udiv31::of((uint32_t)GDN_MAX(zh, 1)), eps);
         CUDA_CHECK_LAUNCH();
@@ -433,7 +434,6 @@ template <typename T> void conv1d_fwd_launch(T *y, const T *x, const T *w, int B
     CUDA_CHECK_LAUNCH();
 }
 
-static int g_norm_s13 = -1;  // cuda_norm_s13: -1 until the environment is read
 static unsigned long norm_s13_launches;
 
 }  // namespace
@@ -443,10 +443,6 @@ void norm_s13_count() { __atomic_add_fetch(&norm_s13_launches, 1ul, __ATOMIC_REL
 
 extern "C" {
 
-int cuda_norm_s13(void) {
-    return env_mask_get(&g_norm_s13, "GDN_NORM_S13", CUDA_NORM_S13_ALL, CUDA_NORM_S13_DEFAULT);
-}
-void cuda_norm_s13_set(int mask) { env_mask_set(&g_norm_s13, mask, CUDA_NORM_S13_ALL); }
 unsigned long cuda_norm_s13_launches(void) { return __atomic_load_n(&norm_s13_launches, __ATOMIC_RELAXED); }
 
 void cuda_add(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s) {

@@ -77,19 +77,10 @@ void cuda_conv_silu3_l2_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, float *
                             const void *x, const void *w, int B, int T, int C0, int C1, int C2,
                             int K, size_t ld, int nd, double eps, double s0, double s1,
                             cudaStream_t s);
-// Launches of the conv + SiLU v2 kernels (the tiled backward and the tiled forward with the L2
-// norm) so far in this process: the tests check that they ran where expected.
-unsigned long cuda_conv_silu_v2_launches(void);
-// The session-13 conv + SiLU kernels (GDN_CONV_S13, environment, read once: a bit mask, unset =
-// 3 = both; 0 = the v2 kernels above, the same launches as before): 1 = the forward with the L2
-// norm, 2 = the backward, each as one token stream per warp out of a per-thread cp.async ring
-// (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu). Bitwise the v2 kernels' outputs (the same
-// operations on the same values in the same order). cuda_conv_s13_set(mask) overrides the
-// environment (the tests' new == old rows); -1 reads it again. Their launches are counted in
-// cuda_conv_silu_s13_launches and also in cuda_conv_silu_v2_launches (staged kernels both).
-enum { CUDA_CONV_S13_FWD = 1, CUDA_CONV_S13_BWD = 2, CUDA_CONV_S13_ALL = 3 };
-int cuda_conv_s13(void);
-void cuda_conv_s13_set(int mask);
+// Launches so far in this process of the session-13 conv + SiLU kernels (the tiled forward with
+// the L2 norm and the tiled backward with packs of 4 channels, each as one token stream per warp
+// out of a per-thread cp.async ring; src/fwd/conv_silu.cu, src/bwd/conv_silu.cu): the tests
+// check that they ran where expected.
 unsigned long cuda_conv_silu_s13_launches(void);
 void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);
 void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_t n,
@@ -117,23 +108,9 @@ void cuda_gated_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, 
 void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, void *y, const void *dy,
                             const void *x, const void *z, const void *w, const float *rstd,
                             size_t rows, int D, int zh, size_t zld, cudaStream_t s);
-// The session-13 norm kernels (GDN_NORM_S13, environment, read once: a bit mask, unset = 3 =
-// both; 0 = the kernels before them, the same launches): 1 = the gated RMSNorm backward (rows
-// of one 16-byte pack a lane, with z: the model's), 2 = the gated RMSNorm forward (rows of at
-// most 32 packs). Fewer instructions a row and the next loads earlier (src/bwd/elementwise.cu,
-// src/fwd/elementwise.cu); bitwise the old kernels' outputs (the same operations on the same
-// values in the same order). cuda_norm_s13_set(mask) overrides the environment (the tests'
-// new == old rows); -1 reads it again. Launches of the s13 kernels: cuda_norm_s13_launches.
-// 8 (with 1): the gated backward without its next-row loads (for the A/B; not in the default).
-enum {
-    CUDA_NORM_S13_GATED_BWD = 1,
-    CUDA_NORM_S13_GATED_FWD = 2,
-    CUDA_NORM_S13_GATED_BWD_NOPF = 8,
-    CUDA_NORM_S13_DEFAULT = 3,
-    CUDA_NORM_S13_ALL = 11
-};
-int cuda_norm_s13(void);
-void cuda_norm_s13_set(int mask);
+// Launches so far in this process of the session-13 gated RMSNorm kernels (the forward on rows
+// of at most 32 packs, the backward on rows of one 16-byte pack a lane with z: the model's;
+// src/fwd/elementwise.cu, src/bwd/elementwise.cu): the tests check that they ran where expected.
 unsigned long cuda_norm_s13_launches(void);
 void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t n,
                      cudaStream_t s);

@@ -20,14 +20,12 @@
 // reduction-bearing op run twice gives bitwise equal outputs, and the extra outputs of the
 // RMSNorm, gated RMSNorm and SwiGLU backwards (train.recompute = light) are bitwise the forward
 // kernels' outputs on the same inputs, the backwards' other outputs bitwise as without them.
-// Every conv_silu row also checks which kernel ran: a v2 kernel (shared-memory staging; the s13
-// kernels count as v2) for the tiled backward and the tiled forward with the L2 norm, none for
-// the plain forward (the register-window tiled kernel) and the untiled fallbacks; and the
-// GDN_CONV_S13 rows that the s13 kernels' outputs are bitwise v2's (group conv_s13 adds the
-// model's shape and the s13 kernels' edge cases, GPU against GPU). Likewise GDN_NORM_S13 for the
-// gated RMSNorm forward and backward: every gated_rmsnorm row adds "GDN_NORM_S13 new == old"
-// (and the backward without its next-row loads, "nopf == old") and which kernel ran; group
-// gated_rmsnorm_s13 adds the model's shape and odd row counts with the strided z.
+// Every conv_silu row also checks which kernel ran: an s13 kernel (one token stream per warp out
+// of a cp.async ring) for the tiled forward with the L2 norm and the tiled backward with packs of
+// 4 channels, none for the plain forward (the register-window tiled kernel), the backward's v2
+// kernel and the untiled fallbacks (group conv_s13 adds the model's shape and the s13 kernels'
+// edge cases). Likewise every gated_rmsnorm row for the s13 gated RMSNorm forward and backward
+// (group gated_rmsnorm_s13 adds the model's shape and odd row counts with the strided z).
 // Exit 77 (skipped) without a GPU.
 #include "gputest.h"
 #include <cmath>
@@ -412,78 +410,45 @@ static void test_conv1d(cuda_dtype dt, rng_t *r) {
     }
 }
 
-// fn runs once more, and a v2 kernel must have launched (v2) or not: the tiled backward and the
-// tiled forward with the L2 norm run v2, the plain forward the tiled kernel (v1) or, like every
-// untiled call, the per-element fallback. Outputs are poisoned or reset to init first.
-static void conv_v2_row(const char *op, cuda_dtype dt, const std::function<void()> &fn,
-                        const std::vector<out_check> &outs, bool v2) {
+// fn runs once more, and an s13 kernel must have launched (s13) or not: the tiled forward with
+// the L2 norm and the tiled backward with packs of 4 channels run s13; the plain forward runs
+// the tiled kernel (v1), the backward with packs of 2 only v2, every untiled call the per-element
+// fallback. Outputs are poisoned or reset to init first.
+static void conv_s13_row(const char *op, cuda_dtype dt, const std::function<void()> &fn,
+                         const std::vector<out_check> &outs, bool s13) {
     for (const auto &o : outs) {
         if (o.init.empty())
             poison(o.t);
         else
             upload(o.t, o.init);
     }
-    const unsigned long n0 = cuda_conv_silu_v2_launches();
+    const unsigned long n0 = cuda_conv_silu_s13_launches();
     fn();
     CUDA_CHECK(cudaDeviceSynchronize());
-    const bool ran = cuda_conv_silu_v2_launches() != n0;
-    row_bool(op, dtn(dt), v2 ? "v2 kernel launched" : "no v2 kernel launched", ran == v2);
+    const bool ran = cuda_conv_silu_s13_launches() != n0;
+    row_bool(op, dtn(dt), s13 ? "s13 kernel launched" : "no s13 kernel launched", ran == s13);
 }
 // whether the tiled conv + SiLU kernels take a call: W = 4 (forward) or 2 (backward), x, dx at
 // element col + off of a cudaMalloc'd buffer
 static bool conv_tiled(int W, const int cw[3], int K, size_t ld, size_t col, size_t off) {
     return cw[0] % W == 0 && cw[1] % W == 0 && cw[2] % W == 0 && ld % W == 0 && col % W == 0 && off == 0 && K <= 4;
 }
-// GDN_CONV_S13 (cuda_conv_s13_set): fn from the same state (reset: the accumulating outputs set
-// again) with today's v2 kernels (mask 0) and the session-13 ones (mask 3): every output in outs
-// bitwise the same; and an s13 kernel launched under mask 3 exactly where s13 says it should
-// (the normed forward on v2's path; the backward on v2's path with packs of 4: widths, ld and
-// x's column on 4 elements).
-static void check_s13(const char *op, cuda_dtype dt, const std::vector<dten> &outs, const std::function<void()> &reset,
-                      const std::function<void()> &fn, bool s13) {
-    const int was = cuda_conv_s13();
-    std::vector<std::vector<unsigned char>> got[2];
-    bool ran[2] = {false, false};
-    for (int on = 0; on < 2; on++) {
-        cuda_conv_s13_set(on ? CUDA_CONV_S13_ALL : 0);
-        for (const dten &o : outs) poison(o);
-        reset();
-        const unsigned long n0 = cuda_conv_silu_s13_launches();
-        fn();
-        CUDA_CHECK(cudaDeviceSynchronize());
-        ran[on] = cuda_conv_silu_s13_launches() != n0;
-        for (const dten &o : outs) got[on].push_back(raw(o));
-    }
-    cuda_conv_s13_set(was);
-    row_bool(op, dtn(dt), "GDN_CONV_S13 new == old", got[0] == got[1]);
-    row_bool(op, dtn(dt), s13 ? "s13 kernel launched" : "no s13 kernel launched", !ran[0] && ran[1] == s13);
-}
+// whether the s13 backward takes a call: the tiled path with packs of 4 (widths, ld and x's
+// column on 4 elements)
 static bool conv_s13_bwd(const int cw[3], int K, size_t ld, size_t col, size_t off) {
     return conv_tiled(4, cw, K, ld, col, off);
 }
-// GDN_NORM_S13 (cuda_norm_s13_set): fn from the same state (reset: the accumulating outputs set
-// again) under mask 0 (the kernels before s13), the default 3 and 11 (the gated backward without
-// its next-row loads): every output in outs bitwise the same under the three; and an s13 kernel
-// launched under 3 and 11 exactly where s13 says it should.
-static void check_norm_s13(const char *op, cuda_dtype dt, const std::vector<dten> &outs,
-                           const std::function<void()> &reset, const std::function<void()> &fn, bool s13) {
-    const int was = cuda_norm_s13(), masks[3] = {0, CUDA_NORM_S13_DEFAULT, CUDA_NORM_S13_ALL};
-    std::vector<std::vector<unsigned char>> got[3];
-    bool ran[3];
-    for (int i = 0; i < 3; i++) {
-        cuda_norm_s13_set(masks[i]);
-        for (const dten &o : outs) poison(o);
-        reset();
-        const unsigned long n0 = cuda_norm_s13_launches();
-        fn();
-        CUDA_CHECK(cudaDeviceSynchronize());
-        ran[i] = cuda_norm_s13_launches() != n0;
-        for (const dten &o : outs) got[i].push_back(raw(o));
-    }
-    cuda_norm_s13_set(was);
-    row_bool(op, dtn(dt), "GDN_NORM_S13 new == old", got[1] == got[0]);
-    row_bool(op, dtn(dt), "GDN_NORM_S13 nopf == old", got[2] == got[0]);
-    row_bool(op, dtn(dt), s13 ? "s13 kernel launched" : "no s13 kernel launched", !ran[0] && ran[1] == s13 && ran[2] == s13);
+// fn once more from the same state (outs poisoned, reset: the accumulating outputs set again),
+// and an s13 gated norm kernel must have launched (s13) or not.
+static void norm_s13_row(const char *op, cuda_dtype dt, const std::vector<dten> &outs,
+                         const std::function<void()> &reset, const std::function<void()> &fn, bool s13) {
+    for (const dten &o : outs) poison(o);
+    reset();
+    const unsigned long n0 = cuda_norm_s13_launches();
+    fn();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const bool ran = cuda_norm_s13_launches() != n0;
+    row_bool(op, dtn(dt), s13 ? "s13 kernel launched" : "no s13 kernel launched", ran == s13);
 }
 // whether the s13 gated kernels take a call (the launchers' conditions at these tests' buffers:
 // distinct, 16-byte aligned unless off, offsets < 2^31): one 16-byte pack a lane at most
@@ -516,8 +481,8 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
                    {{"y", dy_, y, {}, {}}}, false);
         const int cw1[3] = {C, 0, 0};
-        conv_v2_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
-                    {{"y", dy_, y, {}, {}}}, false);
+        conv_s13_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
+                     {{"y", dy_, y, {}, {}}}, false);
         vec g = randn(r, n, 1.0, dt), dxw(n), init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
         vec dw = plus_twice(init, [&](double *acc) {
             conv_silu_bwd_cpu(dxw.data(), acc, g.data(), x.data(), w.data(), B, T, C, K, C);
@@ -527,12 +492,9 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt,
                    [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
                    {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
-        conv_v2_row(op, dt,
-                    [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
-                    {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, conv_tiled(2, cw1, K, C, 0, off));
-        check_s13(op, dt, {ddx, ddw}, [&]() { upload(ddw, init); },
-                  [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
-                  conv_s13_bwd(cw1, K, C, 0, off));
+        conv_s13_row(op, dt,
+                     [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
+                     {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, conv_s13_bwd(cw1, K, C, 0, off));
     }
     // strided x and dx (the model's fused input projection): columns [col, col + C) of rows of
     // ld; dx's other columns hold random values that must stay. fla-220m's q (ld 3080, col 0)
@@ -554,8 +516,8 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
                    {{"y", dy_, y, {}, {}}}, false);
         const int cw1[3] = {C, 0, 0};
-        conv_v2_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
-                    {{"y", dy_, y, {}, {}}}, false);
+        conv_s13_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
+                     {{"y", dy_, y, {}, {}}}, false);
         vec g = randn(r, n, 1.0, dt), dx_init = randn(r, nw, 1.0, dt), dx_want = dx_init;
         vec init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
         vec dw = plus_twice(init, [&](double *acc) {
@@ -569,23 +531,13 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
                                           C, K, ld, 0);
                    },
                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
-        conv_v2_row(op, dt,
-                    [&]() {
-                        cuda_conv_silu_bwd(dt, (char *)ddxw.d + col * esz(dt), (float *)ddw.d, dg.d, xp, dw_.d, B,
-                                           T, C, K, ld, 0);
-                    },
-                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
-                    conv_tiled(2, cw1, K, ld, col, 0));
-        check_s13(op, dt, {ddxw, ddw},
-                  [&]() {
-                      upload(ddxw, dx_init);
-                      upload(ddw, init);
-                  },
-                  [&]() {
-                      cuda_conv_silu_bwd(dt, (char *)ddxw.d + col * esz(dt), (float *)ddw.d, dg.d, xp, dw_.d, B, T, C,
-                                         K, ld, 0);
-                  },
-                  conv_s13_bwd(cw1, K, ld, col, 0));
+        conv_s13_row(op, dt,
+                     [&]() {
+                         cuda_conv_silu_bwd(dt, (char *)ddxw.d + col * esz(dt), (float *)ddw.d, dg.d, xp, dw_.d, B,
+                                            T, C, K, ld, 0);
+                     },
+                     {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
+                     conv_s13_bwd(cw1, K, ld, col, 0));
     }
     // conv_silu3: q, k, v (C0 + C1 + C2 channels of strided rows) in one call, outputs and output
     // gradients in three packed buffers: against the CPU per range, and bitwise against three
@@ -613,8 +565,8 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         };
         run_checks(op, dt, fwd3, {{"y0", dy0, y[0], {}, {}}, {"y1", dy1, y[1], {}, {}}, {"y2", dy2, y[2], {}, {}}},
                    false);
-        conv_v2_row(op, dt, fwd3, {{"y0", dy0, y[0], {}, {}}, {"y1", dy1, y[1], {}, {}}, {"y2", dy2, y[2], {}, {}}},
-                    false);
+        conv_s13_row(op, dt, fwd3, {{"y0", dy0, y[0], {}, {}}, {"y1", dy1, y[1], {}, {}}, {"y2", dy2, y[2], {}, {}}},
+                     false);
         dten e0 = dempty(rows * cw[0], dt), e1 = dempty(rows * cw[1], dt), e2 = dempty(rows * cw[2], dt);
         dten *es3[3] = {&e0, &e1, &e2}, *ds3[3] = {&dy0, &dy1, &dy2};
         for (int i = 0; i < 3; i++)
@@ -641,15 +593,9 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         };
         run_checks(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
-        conv_v2_row(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
-                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
-                    conv_tiled(2, cw, K, ld, col, 0));
-        check_s13(op, dt, {ddxw, ddw},
-                  [&]() {
-                      upload(ddxw, dx_init);
-                      upload(ddw, init);
-                  },
-                  [&]() { bwd3(ddxw.d, (float *)ddw.d); }, conv_s13_bwd(cw, K, ld, col, 0));
+        conv_s13_row(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
+                     {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
+                     conv_s13_bwd(cw, K, ld, col, 0));
         // bitwise against three calls, from the same starting dx and dw
         dten ddxw2 = dput(dx_init, dt), ddw2 = dput(init, CUDA_F32), ddxw3 = dput(dx_init, dt), ddw3 = dput(init, CUDA_F32);
         const void *dg3[3] = {dg0.d, dg1.d, dg2.d};
@@ -762,8 +708,8 @@ static void test_l2norm(cuda_dtype dt, rng_t *r) {
 
 // conv_silu3_l2: conv_silu3 with q, k L2-normalised per head of nd channels, against the CPU's
 // conv_silu then l2norm_fwd. In-kernel norm (fused = 1; the norm of the unrounded fp32 conv
-// output, the v2 kernel): fla-220m's shape (heads of 128, T 300), heads of 64, K 3 at T 1 / 65,
-// heads of 32 with q and k in one warp (ld 260: in bf16 v2 stages by packs, not 16 bytes).
+// output, the s13 kernel): fla-220m's shape (heads of 128, T 300), heads of 64, K 3 at T 1 / 65,
+// heads of 32 with q and k in one warp (ld 260).
 // Composed (fused = 0: conv_silu3 stores y rounded to its dtype, then l2norm_fwd in place, so the
 // reference rounds there too, and the result must be bitwise those two calls): heads of 256 (more
 // than a warp), an odd row stride (no tiled conv).
@@ -807,25 +753,18 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
                     {"rnorm q", dr0, rn[0], {}, {}},
                     {"rnorm k", dr1, rn[1], {}, {}}},
                    true);
-        conv_v2_row(op, dt,
-                    [&]() {
-                        cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d,
-                                               (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, nd,
-                                               eps, s0, 1.0, 0);
-                    },
-                    {{"q = y0 normed", dy0, y[0], {}, {}},
-                     {"k = y1 normed", dy1, y[1], {}, {}},
-                     {"v = y2", dy2, y[2], {}, {}},
-                     {"rnorm q", dr0, rn[0], {}, {}},
-                     {"rnorm k", dr1, rn[1], {}, {}}},
-                    fused && conv_tiled(4, cw, K, ld, col, 0));
-        check_s13(op, dt, {dy0, dy1, dy2, dr0, dr1}, []() {},
-                  [&]() {
-                      cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d,
-                                             (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, nd, eps,
-                                             s0, 1.0, 0);
-                  },
-                  fused && conv_tiled(4, cw, K, ld, col, 0));
+        conv_s13_row(op, dt,
+                     [&]() {
+                         cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d,
+                                                (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, nd,
+                                                eps, s0, 1.0, 0);
+                     },
+                     {{"q = y0 normed", dy0, y[0], {}, {}},
+                      {"k = y1 normed", dy1, y[1], {}, {}},
+                      {"v = y2", dy2, y[2], {}, {}},
+                      {"rnorm q", dr0, rn[0], {}, {}},
+                      {"rnorm k", dr1, rn[1], {}, {}}},
+                     fused && conv_tiled(4, cw, K, ld, col, 0));
         if (fused) continue;
         dten e0 = dempty(rows * C0, dt), e1 = dempty(rows * C0, dt), e2 = dempty(rows * C2, dt);
         dten f0 = dempty(nh, CUDA_F32), f1 = dempty(nh, CUDA_F32);
@@ -839,15 +778,17 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
     }
 }
 
-// GDN_CONV_S13 at the model's shape and around the s13 kernels' blocking, GPU only (new == old,
-// bitwise, every output: y0..2 and rn0, rn1 of the normed forward; the whole dx buffer and dw +=
-// of conv_silu3's backward): fla-220m's q, k, v (ld 3080, 512 + 512 + 1024, K 4, heads of 128) at
-// B 16 T 2048 (bf16; fp32 at B 2: the same chunking per sequence) and T = 1, 63, 64, 65, 300 (the
-// forward's chunks end mid-ring; the backward's groups of 8 tiles straddle sequences, runs of one
-// tile, padded tokens); B 300 T 20 (more warp items than resident warps: the forward's chunk is the
-// whole sequence and warps loop); heads of 64 and 32 (v2's butterfly without its xor-16 level),
-// K 1..3, a channel count with a half-dead warp (C 384), ld 1028 (on 4 elements, not on 8) and
-// x at column 4; an odd ld and column 2 (no s13 kernel: v2 or the fallback, new == old trivially).
+// The s13 conv + SiLU kernels at the model's shape and around their blocking, against the CPU
+// (conv_silu_fwd_cpu then l2norm_fwd_cpu; conv_silu_bwd_cpu per segment; tolerances and the
+// fused / composed reference as test_conv_silu3_l2), and which kernel ran: fla-220m's q, k, v
+// (ld 3080, 512 + 512 + 1024, K 4, heads of 128) at B 16 T 2048 (bf16; fp32 at B 2: the same
+// chunking per sequence) and T = 1, 63, 64, 65, 300 (the forward's chunks end mid-ring; the
+// backward's groups of 8 tiles straddle sequences, runs of one tile, padded tokens); B 300 T 20
+// (more warp items than resident warps: the forward's chunk is the whole sequence and warps
+// loop); heads of 64 and 32 (v2's butterfly without its xor-16 level), K 1..3, a channel count
+// with a half-dead warp (C 384), ld 1028 (on 4 elements, not on 8) and x at column 4; an odd ld
+// and column 2 (no s13 kernel: conv_silu3 then the norms; the backward's v2 or the fallback).
+// The backward's dx is the whole buffer (its other columns x's values, which must stay).
 static void test_conv_s13(cuda_dtype dt, rng_t *r) {
     const int shapes[][9] = {  // B, T, C0 (= C1), C2, K, ld, col, nd
         {16, 2048, 512, 1024, 4, 3080, 0, 128}, {2, 2048, 512, 1024, 4, 3080, 0, 128},
@@ -861,38 +802,57 @@ static void test_conv_s13(cuda_dtype dt, rng_t *r) {
         const int B = sh[0], T = sh[1], C0 = sh[2], C2 = sh[3], K = sh[4], nd = sh[7], C = 2 * C0 + C2;
         if (B * T > 4096 && dt == CUDA_F32 && B > 2) continue;  // fp32: the B 2 row has the chunking
         const size_t ld = sh[5], col = sh[6], rows = (size_t)B * T, nw = rows * ld, es = esz(dt), nh = rows * (C0 / nd);
-        const int cw[3] = {C0, C0, C2};
+        const int cw[3] = {C0, C0, C2}, c0[3] = {0, C0, 2 * C0};
         const double eps = 1e-6, s0 = 1.0 / sqrt((double)nd);
+        // the in-kernel norm (s13) on the tiled path; else conv_silu3 stores y, then the norm
+        const bool fused = conv_tiled(4, cw, K, ld, col, 0) && C % 128 == 0;
         vec xw = randn(r, nw, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt);
+        std::vector<vec> y(3);
+        vec rn[2] = {vec(nh), vec(nh)};
+        for (int i = 0; i < 3; i++) {
+            y[i].resize(rows * cw[i]);
+            conv_silu_fwd_cpu(y[i].data(), xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
+            if (i == 2) continue;
+            if (!fused)
+                for (double &e : y[i]) e = round_to(e, dt);
+            l2norm_fwd_cpu(y[i].data(), rn[i].data(), y[i].data(), nh, nd, eps, i ? 1.0 : s0);
+        }
         dten dxw_ = dput(xw, dt), dw_ = dput(w, dt);
         const char *xp = (const char *)dxw_.d + col * es;
         dten dy0 = dempty(rows * C0, dt), dy1 = dempty(rows * C0, dt), dy2 = dempty(rows * C2, dt);
         dten dr0 = dempty(nh, CUDA_F32), dr1 = dempty(nh, CUDA_F32);
         char op[96];
         snprintf(op, sizeof op, "conv_s13 l2 B%d T%d C%d+%d+%d K%d ld%zu nd%d", B, T, C0, C0, C2, K, ld, nd);
-        const bool tiled = conv_tiled(4, cw, K, ld, col, 0);
-        check_s13(op, dt, {dy0, dy1, dy2, dr0, dr1}, []() {},
-                  [&]() {
-                      cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d, xp, dw_.d, B, T,
-                                             C0, C0, C2, K, ld, nd, eps, s0, 1.0, 0);
-                  },
-                  tiled && C % 128 == 0);
-        vec g0 = randn(r, rows * C0, 1.0, dt), g1 = randn(r, rows * C0, 1.0, dt), g2 = randn(r, rows * C2, 1.0, dt);
+        auto fwd = [&]() {
+            cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d, xp, dw_.d, B, T, C0, C0,
+                                   C2, K, ld, nd, eps, s0, 1.0, 0);
+        };
+        const std::vector<out_check> fo = {{"q = y0 normed", dy0, y[0], {}, {}},
+                                           {"k = y1 normed", dy1, y[1], {}, {}},
+                                           {"v = y2", dy2, y[2], {}, {}},
+                                           {"rnorm q", dr0, rn[0], {}, {}},
+                                           {"rnorm k", dr1, rn[1], {}, {}}};
+        run_checks(op, dt, fwd, fo, true);
+        conv_s13_row(op, dt, fwd, fo, fused);
+        std::vector<vec> g(3);
+        for (int i = 0; i < 3; i++) g[i] = randn(r, rows * cw[i], 1.0, dt);
         const vec &dx_init = xw;  // dx's other columns: any values that must stay (x's: no draw)
-        vec init = randn(r, (size_t)C * K, 0.1, CUDA_F32);
-        dten dg0 = dput(g0, dt), dg1 = dput(g1, dt), dg2 = dput(g2, dt);
+        vec dx_want = dx_init, init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
+        vec dw = plus_twice(init, [&](double *acc) {
+            for (int i = 0; i < 3; i++)
+                conv_silu_bwd_cpu(dx_want.data() + col + c0[i], acc + (size_t)c0[i] * K, g[i].data(),
+                                  xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
+        }, &want2);
+        dten dg0 = dput(g[0], dt), dg1 = dput(g[1], dt), dg2 = dput(g[2], dt);
         dten ddxw = dempty(nw, dt), ddw = dempty((size_t)C * K, CUDA_F32);
         snprintf(op, sizeof op, "conv_s13 bwd B%d T%d C%d+%d+%d K%d ld%zu", B, T, C0, C0, C2, K, ld);
-        check_s13(op, dt, {ddxw, ddw},
-                  [&]() {
-                      upload(ddxw, dx_init);
-                      upload(ddw, init);
-                  },
-                  [&]() {
-                      cuda_conv_silu3_bwd(dt, (char *)ddxw.d + col * es, (float *)ddw.d, dg0.d, dg1.d, dg2.d, xp,
-                                          dw_.d, B, T, C0, C0, C2, K, ld, 0);
-                  },
-                  conv_s13_bwd(cw, K, ld, col, 0));
+        auto bwd = [&]() {
+            cuda_conv_silu3_bwd(dt, (char *)ddxw.d + col * es, (float *)ddw.d, dg0.d, dg1.d, dg2.d, xp, dw_.d, B, T,
+                                C0, C0, C2, K, ld, 0);
+        };
+        const std::vector<out_check> bo = {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}};
+        run_checks(op, dt, bwd, bo, true);
+        conv_s13_row(op, dt, bwd, bo, conv_s13_bwd(cw, K, ld, col, 0));
     }
 }
 
@@ -1003,9 +963,9 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt,
                    [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0); },
                    {{"y", dy_, y, {}, {}}, {"rstd", drs, rstd, {}, {}}}, true);
-        check_norm_s13(op, dt, {dy_, drs}, []() {},
-                       [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0); },
-                       norm_s13_fwd(dt, D, D, 0));
+        norm_s13_row(op, dt, {dy_, drs}, []() {},
+                     [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0); },
+                     norm_s13_fwd(dt, D, D, 0));
     }
     // backward on the shapes of norm_bwd_shapes (above), with and without the gate z
     for (const norm_bwd_shape &sh : norm_bwd_shapes())
@@ -1044,23 +1004,26 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
                 cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d, yp, dg.d, dx_.d, zp, dw_.d,
                                        (const float *)frs.d, rows, D, 1, D, 0);
             });
-            for (bool light : {false, true}) {  // GDN_NORM_S13, with and without y
+            for (bool light : {false, true}) {  // the s13 kernel, with and without y
                 std::vector<dten> outs = others;
                 if (light) outs.push_back(by);
                 char op2[96];
                 snprintf(op2, sizeof op2, "%s%s", op, light ? " +y" : "");
-                check_norm_s13(op2, dt, outs, [&]() { upload(ddw, init); },
-                               [&]() {
-                                   cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d,
-                                                          light ? by.d : NULL, dg.d, dx_.d, zp, dw_.d,
-                                                          (const float *)frs.d, rows, D, 1, D, 0);
-                               },
-                               norm_s13_bwd(dt, D, D, off, hz));
+                norm_s13_row(op2, dt, outs, [&]() { upload(ddw, init); },
+                             [&]() {
+                                 cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d,
+                                                        light ? by.d : NULL, dg.d, dx_.d, zp, dw_.d,
+                                                        (const float *)frs.d, rows, D, 1, D, 0);
+                             },
+                             norm_s13_bwd(dt, D, D, off, hz));
             }
+            // the forward on these shapes too (unaligned, wide, many rows): against the CPU
             snprintf(op, sizeof op, "gated_rmsnorm_fwd rows%zu D%d z%d%s", rows, D, (int)hz, off ? " unal" : "");
-            check_norm_s13(op, dt, {fy, frs}, []() {},
-                           [&]() { cuda_gated_rmsnorm_fwd(dt, fy.d, (float *)frs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0); },
-                           norm_s13_fwd(dt, D, D, off));
+            auto fwd = [&]() {
+                cuda_gated_rmsnorm_fwd(dt, fy.d, (float *)frs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0);
+            };
+            run_checks(op, dt, fwd, {{"y", fy, y, {}, {}}, {"rstd", frs, rstd, {}, {}}}, true);
+            norm_s13_row(op, dt, {fy, frs}, []() {}, fwd, norm_s13_fwd(dt, D, D, off));
         }
     // strided z, dz (the model's fused a, b, z projection): zh heads of a token at column zoff of
     // rows of zld; dz's other columns hold random values that must stay. Shapes: the model's
@@ -1108,38 +1071,39 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
             cuda_gated_rmsnorm_bwd(dt, ddx.d, (char *)ddzw.d + sh.zoff * esz(dt), (float *)ddw.d, yp, dg.d, dx_.d, zp,
                                    dw_.d, (const float *)drs.d, rows, D, sh.zh, sh.zld, 0);
         });
-        for (bool light : {false, true}) {  // GDN_NORM_S13, with and without y
+        for (bool light : {false, true}) {  // the s13 kernel, with and without y
             std::vector<dten> outs = {ddx, ddw, ddzw};
             if (light) outs.push_back(by);
             char op2[112];
             snprintf(op2, sizeof op2, "%s%s", op, light ? " +y" : "");
-            check_norm_s13(op2, dt, outs,
-                           [&]() {
-                               upload(ddzw, dz_init);
-                               upload(ddw, init);
-                           },
-                           [&]() {
-                               cuda_gated_rmsnorm_bwd(dt, ddx.d, (char *)ddzw.d + sh.zoff * esz(dt), (float *)ddw.d,
-                                                      light ? by.d : NULL, dg.d, dx_.d, zp, dw_.d, (const float *)drs.d,
-                                                      rows, D, sh.zh, sh.zld, 0);
-                           },
-                           norm_s13_bwd(dt, D, sh.zld, sh.zoff % (dt == CUDA_BF16 ? 8 : 4), true));
+            norm_s13_row(op2, dt, outs,
+                         [&]() {
+                             upload(ddzw, dz_init);
+                             upload(ddw, init);
+                         },
+                         [&]() {
+                             cuda_gated_rmsnorm_bwd(dt, ddx.d, (char *)ddzw.d + sh.zoff * esz(dt), (float *)ddw.d,
+                                                    light ? by.d : NULL, dg.d, dx_.d, zp, dw_.d, (const float *)drs.d,
+                                                    rows, D, sh.zh, sh.zld, 0);
+                         },
+                         norm_s13_bwd(dt, D, sh.zld, sh.zoff % (dt == CUDA_BF16 ? 8 : 4), true));
         }
         snprintf(op, sizeof op, "gated_rmsnorm_fwd rows%zu D%d zh%d zld%zu", rows, D, sh.zh, sh.zld);
-        check_norm_s13(op, dt, {dy_, drs}, []() {},
-                       [&]() {
-                           cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, sh.zh, sh.zld,
-                                                  eps, 0);
-                       },
-                       norm_s13_fwd(dt, D, sh.zld, sh.zoff % (dt == CUDA_BF16 ? 8 : 4)));
+        norm_s13_row(op, dt, {dy_, drs}, []() {},
+                     [&]() {
+                         cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, sh.zh, sh.zld,
+                                                eps, 0);
+                     },
+                     norm_s13_fwd(dt, D, sh.zld, sh.zoff % (dt == CUDA_BF16 ? 8 : 4)));
     }
 }
 
-// GDN_NORM_S13 at the model's shape (fla-220m: 32768 tokens x 4 heads of 256, z at column 2056 of
-// the fused projection's rows of 3080, bf16) and at odd row counts (1, 7, 33, 70001: warps with
-// 1 to 16 rows, the last block part full; rows not a multiple of zh), GPU only (new == old,
-// every output: y, rstd; dx, dz with the projection's other columns kept, dw, y again).
-// z's other columns and dz's are random (rest: must stay).
+// The s13 gated norm kernels at the model's shape (fla-220m: 32768 tokens x 4 heads of 256, z at
+// column 2056 of the fused projection's rows of 3080, bf16) and at odd row counts (1, 7, 33,
+// 70001: warps with 1 to 16 rows, the last block part full; rows not a multiple of zh), against
+// the CPU (gated_rmsnorm_fwd_cpu, gated_rmsnorm_bwd_cpu; the backward from the oracle's rstd,
+// dz into the projection's layout with its other columns random, which must stay), the light
+// backward's y bitwise the forward kernel's (from its rstd), and which kernel ran.
 static void test_gated_rmsnorm_s13(cuda_dtype dt, rng_t *r) {
     const int Dm = dt == CUDA_BF16 ? 256 : 128;  // one pack a lane
     struct { size_t rows; int zh, D; size_t zld, zoff; bool hz; } sh[] = {
@@ -1151,36 +1115,50 @@ static void test_gated_rmsnorm_s13(cuda_dtype dt, rng_t *r) {
         if (s.rows == 131072 && dt != CUDA_BF16) continue;  // the model's shape: bf16
         const size_t rows = s.rows, n = rows * s.D, ntok = (rows + s.zh - 1) / s.zh, nw = ntok * s.zld;
         const int D = s.D;
-        dten dx_ = dput(randn(r, n, 1.0, dt), dt), dg = dput(randn(r, n, 1.0, dt), dt);
-        dten dzw = dput(randn(r, nw, 2.0, dt), dt), dw_ = dput(randn(r, D, 0.1, dt, 1.0), dt);
-        const vec dz_init = randn(r, nw, 1.0, dt), init = randn(r, D, 0.1, CUDA_F32);
-        dten fy = dempty(n, dt), frs = dempty(rows, CUDA_F32), ddx = dempty(n, dt), ddzw = dempty(nw, dt);
-        dten ddw = dempty(D, CUDA_F32), by = dempty(n, dt);
+        vec x = randn(r, n, 1.0, dt), zw = randn(r, nw, 2.0, dt), w = randn(r, D, 0.1, dt, 1.0), y(n), rstd(rows);
+        const double *zc = s.hz ? zw.data() + s.zoff : NULL;
+        gated_rmsnorm_fwd_cpu(y.data(), rstd.data(), x.data(), zc, w.data(), rows, D, s.zh, s.zld, eps);
+        dten dx_ = dput(x, dt), dzw = dput(zw, dt), dw_ = dput(w, dt);
+        dten fy = dempty(n, dt), frs = dempty(rows, CUDA_F32);
         const void *zp = s.hz ? (const char *)dzw.d + s.zoff * esz(dt) : NULL;
-        void *dzp = s.hz ? (char *)ddzw.d + s.zoff * esz(dt) : NULL;
         char op[112];
         snprintf(op, sizeof op, "gated_rmsnorm_s13 fwd rows%zu D%d zh%d zld%zu z%d", rows, D, s.zh, s.zld, (int)s.hz);
         auto fwd = [&]() {
             cuda_gated_rmsnorm_fwd(dt, fy.d, (float *)frs.d, dx_.d, zp, dw_.d, rows, D, s.zh, s.zld, eps, 0);
         };
-        check_norm_s13(op, dt, {fy, frs}, []() {}, fwd, norm_s13_fwd(dt, D, s.zld, 0));
-        fwd();  // rstd for the backward
-        for (bool light : {false, true}) {
-            snprintf(op, sizeof op, "gated_rmsnorm_s13 bwd rows%zu D%d zh%d zld%zu z%d%s", rows, D, s.zh, s.zld,
-                     (int)s.hz, light ? " +y" : "");
-            std::vector<dten> outs = {ddx, ddw, ddzw};
-            if (light) outs.push_back(by);
-            check_norm_s13(op, dt, outs,
-                           [&]() {
-                               upload(ddzw, dz_init);
-                               upload(ddw, init);
-                           },
-                           [&]() {
-                               cuda_gated_rmsnorm_bwd(dt, ddx.d, dzp, (float *)ddw.d, light ? by.d : NULL, dg.d, dx_.d,
-                                                      zp, dw_.d, (const float *)frs.d, rows, D, s.zh, s.zld, 0);
-                           },
-                           norm_s13_bwd(dt, D, s.zld, 0, s.hz));
-            if (light) row_bool(op, dtn(dt), "y = forward's (light)", raw(by) == raw(fy));
+        run_checks(op, dt, fwd, {{"y", fy, y, {}, {}}, {"rstd", frs, rstd, {}, {}}}, true);
+        norm_s13_row(op, dt, {fy, frs}, []() {}, fwd, norm_s13_fwd(dt, D, s.zld, 0));  // fy, frs: for light
+        vec g = randn(r, n, 1.0, dt), rsf = to_f32(rstd), dx(n), dz_init = randn(r, nw, 1.0, dt);
+        vec dzw_want = dz_init, init = randn(r, D, 0.1, CUDA_F32), want2;
+        vec dwv = plus_twice(init, [&](double *acc) {
+            gated_rmsnorm_bwd_cpu(dx.data(), s.hz ? dzw_want.data() + s.zoff : NULL, acc, g.data(), x.data(), zc,
+                                  w.data(), rsf.data(), rows, D, s.zh, s.zld);
+        }, &want2);
+        dten dg = dput(g, dt), drsf = dput(rsf, CUDA_F32), ddx = dempty(n, dt), ddzw = dput(dz_init, dt);
+        dten ddw = dempty(D, CUDA_F32), by = dempty(n, dt);
+        void *dzp = s.hz ? (char *)ddzw.d + s.zoff * esz(dt) : NULL;
+        snprintf(op, sizeof op, "gated_rmsnorm_s13 bwd rows%zu D%d zh%d zld%zu z%d", rows, D, s.zh, s.zld, (int)s.hz);
+        std::vector<out_check> bo = {{"dx", ddx, dx, {}, {}}, {"dw", ddw, dwv, init, want2}};
+        if (s.hz) bo.push_back({"dz|rest", ddzw, dzw_want, dz_init, dzw_want});
+        run_checks(op, dt,
+                   [&]() {
+                       cuda_gated_rmsnorm_bwd(dt, ddx.d, dzp, (float *)ddw.d, NULL, dg.d, dx_.d, zp, dw_.d,
+                                              (const float *)drsf.d, rows, D, s.zh, s.zld, 0);
+                   },
+                   bo, true);
+        // light: y again from the forward kernel's rstd, bitwise its y; the other outputs as without
+        auto bwd = [&](void *yp) {
+            upload(ddzw, dz_init);
+            upload(ddw, init);
+            cuda_gated_rmsnorm_bwd(dt, ddx.d, dzp, (float *)ddw.d, yp, dg.d, dx_.d, zp, dw_.d, (const float *)frs.d,
+                                   rows, D, s.zh, s.zld, 0);
+        };
+        check_extra_output(op, dt, "y", fy, by, {ddx, ddw, ddzw}, bwd);
+        for (bool light : {false, true}) {  // the s13 kernel, with and without y
+            char op2[128];
+            snprintf(op2, sizeof op2, "%s%s", op, light ? " +y" : "");
+            norm_s13_row(op2, dt, {ddx, ddw, ddzw}, []() {}, [&]() { bwd(light ? by.d : NULL); },
+                         norm_s13_bwd(dt, D, s.zld, 0, s.hz));
         }
     }
 }
