@@ -6,11 +6,12 @@
 #include "../src/model/compare.h"
 
 static void bad_swiglu_bwd(void *dgate, void *dup, void *h, const void *dh, const void *gate,
-                           const void *up, size_t n) {
-    swiglu_bwd_cpu(dgate, dup, dh, gate, up, n);
-    if (h) swiglu_fwd_cpu(h, gate, up, n);
+                           const void *up, size_t rows, int cols, size_t ld) {
+    swiglu_bwd_cpu(dgate, dup, dh, gate, up, rows, cols, ld);
+    if (h) swiglu_fwd_cpu(h, gate, up, rows, cols, ld);
     double *g = dgate;
-    for (size_t i = 0; i < n; i++) g[i] *= 1.001;
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) g[r * ld + c] *= 1.001;
 }
 
 int main(void) {

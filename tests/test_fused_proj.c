@@ -9,6 +9,12 @@
 // for every subset of (gate, delta, output gate), with and without the short conv, with
 // train.recompute (recompute_layer's gated norm reads the strided z), and for pattern GS.
 // A wrong column offset or stride for any member or its gradient moves a gradient at O(1).
+// The MLP's gate and up projections (model.c, mlp_fused) run as one GEMM in every case above;
+// test_mlp isolates them: with fuse_projections on, GDN_MLP_FUSED=0 (two GEMMs) against the
+// default, for each train.recompute mode, patterns G and SA, a hidden width whose F d is not a
+// multiple of the arenas' 32-element padding (the weights are not contiguous: two GEMMs either
+// way) and one whose F rows are not a multiple of 16 bytes (two GEMMs: model.c mlp_fused). The
+// gate/up buffer is one (N, 2F) exactly when fused.
 #include <math.h>
 #include "../src/core/config.h"
 #include "../src/model/model.h"
@@ -72,10 +78,85 @@ static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bo
     model_free(m1);
 }
 
+// Loss, every gradient and the evaluation loss of m1 against m0 (relative TOL), with how many
+// gradient elements are not bitwise equal (the detail column).
+static void compare_models(model *m0, model *m1, const int32_t *x, const int32_t *y) {
+    double l0 = tiny_train2(m0, x, y, B, T), l1 = tiny_train2(m1, x, y, B, T);
+    char det[96];
+    snprintf(det, sizeof det, "%.3e", fabs(l1 - l0) / fabs(l0));
+    check_row(fabs(l1 - l0) <= TOL * fabs(l0), "training loss", det);
+    double worst = 0;
+    size_t ndiff = 0;
+    const char *worst_name = "-";
+    for (int i = 0; i < m0->n_params; i++) {
+        const double *g0 = model_grad(m0, i), *g1 = model_grad(m1, i);
+        double diff = 0, mag = 0;
+        for (size_t j = 0; j < m0->params[i].numel; j++) {
+            diff = fmax(diff, fabs(g1[j] - g0[j]));
+            mag = fmax(mag, fabs(g0[j]));
+            ndiff += memcmp(&g0[j], &g1[j], sizeof(double)) != 0;
+        }
+        double rel = mag > 0 ? diff / mag : diff;
+        if (rel > worst || (rel == worst && worst_name[0] == '-')) worst = rel, worst_name = m0->params[i].name;
+    }
+    snprintf(det, sizeof det, "%.3e, %zu not bitwise", worst, ndiff);
+    check_row(worst <= TOL, "every gradient tensor (max |diff| / max |g|)", det);
+    double e0 = model_eval_loss(m0, x, y), e1 = model_eval_loss(m1, x, y);
+    snprintf(det, sizeof det, "%.3e", fabs(e1 - e0) / fabs(e0));
+    check_row(fabs(e1 - e0) <= TOL * fabs(e0), "evaluation loss", det);
+}
+
+static void test_mlp(const char *pattern, int hidden, int dm, gdn_recompute rc) {
+    gdn_config c = tiny_config(pattern, 2);
+    c.d_model = dm;
+    c.dropout = 0.1;
+    c.embed_dropout = 0.15;
+    c.mixer_dropout = 0.2;
+    c.gdn_chunk_size = 8;
+    c.mlp_hidden = hidden;
+    c.recompute = rc;
+    backend fused = backend_cpu;
+    fused.fuse_projections = true;
+    CHECK_SYS(setenv("GDN_MLP_FUSED", "0", 1));
+    model *m0 = model_create(&c, &fused, B, T);
+    CHECK_SYS(unsetenv("GDN_MLP_FUSED"));
+    model *m1 = model_create(&c, &fused, B, T);
+    model_init_params(m0, 34);
+    model_init_params(m1, 34);
+    const bool contiguous = (size_t)hidden * c.d_model % 32 == 0;
+    const bool rows16 = hidden * sizeof(double) % 16 == 0;
+    printf("\n== MLP gate|up: pattern %s, d %d, hidden %d (F d %% 32 = %d), recompute %d\n", pattern,
+           dm, hidden, hidden * c.d_model % 32, (int)rc);
+    bool one = true, two = true;  // m1: one (N, 2F) buffer in every layer; m0: two
+    for (int l = 0; l < m1->L; l++) {
+        one &= m1->acts[l].m_up == (char *)m1->acts[l].m_gate + (size_t)hidden * sizeof(double);
+        two &= m0->acts[l].m_up != (char *)m0->acts[l].m_gate + (size_t)hidden * sizeof(double);
+    }
+    check_row(two && one == (contiguous && rows16), "gate|up one (N, 2F) iff contiguous, 16 B rows",
+              one ? "fused" : "two GEMMs");
+
+    rng_t r;
+    rng_init(&r, 6, 0);
+    int32_t x[2 * B * T], y[2 * B * T];
+    for (int i = 0; i < 2 * B * T; i++) x[i] = (int32_t)rng_below(&r, V), y[i] = (int32_t)rng_below(&r, V);
+    y[3] = -1;
+    compare_models(m0, m1, x, y);
+    model_free(m0);
+    model_free(m1);
+}
+
 int main(void) {
     for (int v = 0; v < 8; v++) test_case("G", v & 1, (v >> 1) & 1, (v >> 2) & 1, v & 1, false);
     test_case("G", true, true, true, true, true);
     test_case("G", true, false, true, false, true);
     test_case("GS", true, true, true, true, false);
+    const gdn_recompute rcs[3] = {RECOMPUTE_OFF, RECOMPUTE_LIGHT, RECOMPUTE_FULL};
+    for (int k = 0; k < 3; k++) {
+        test_mlp("G", 24, 16, rcs[k]);
+        test_mlp("SA", 24, 16, rcs[k]);
+    }
+    test_mlp("G", 25, 16, RECOMPUTE_OFF);  // F d = 400: padding between gate and up
+    test_mlp("G", 25, 16, RECOMPUTE_LIGHT);
+    test_mlp("G", 25, 32, RECOMPUTE_OFF);  // contiguous, but rows of 200 bytes
     return gc_finish("test_fused_proj");
 }

@@ -410,9 +410,47 @@ static double silu_loss(void *p) {
 }
 static double swiglu_loss(void *p) {
     ew_ctx *c = p;
-    swiglu_fwd_cpu(c->y, c->x, c->u, c->n);
+    swiglu_fwd_cpu(c->y, c->x, c->u, 1, (int)c->n, c->n);
     return dot(c->y, c->R, c->n);
 }
+// The row-strided form (model.c's fused gate/up projection: gate = columns [0, C) and up =
+// [C, 2C) of rows of stride ld, here 2C + 1 with a spare column): bitwise the packed form on
+// copies of the same values, dgate and dup in the same columns, the other columns untouched.
+static void test_swiglu_strided(void) {
+    enum { R = 5, C = 7, LD = 2 * C + 1 };
+    rng_t r;
+    rng_init(&r, 17, 0);
+    double *gu = dalloc(R * LD), *g = dalloc(R * C), *u = dalloc(R * C), *dh = dalloc(R * C);
+    double *h0 = dalloc(R * C), *h1 = dalloc(R * C), *dg0 = dalloc(R * C), *du0 = dalloc(R * C);
+    double *dgu = dalloc(R * LD);
+    fill_normal(gu, R * LD, &r, 3.0);
+    fill_normal(dh, R * C, &r, 1.0);
+    for (int i = 0; i < R * LD; i++) dgu[i] = 1e300;  // sentinels: only 2C columns a row written
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) g[i * C + j] = gu[i * LD + j], u[i * C + j] = gu[i * LD + C + j];
+    swiglu_fwd_cpu(h0, g, u, R, C, C);
+    swiglu_fwd_cpu(h1, gu, gu + C, R, C, LD);
+    swiglu_bwd_cpu(dg0, du0, dh, g, u, R, C, C);
+    swiglu_bwd_cpu(dgu, dgu + C, dh, gu, gu + C, R, C, LD);
+    size_t nh = 0, nd = 0, nt = 0;
+    for (int i = 0; i < R; i++) {
+        for (int j = 0; j < C; j++) {
+            nh += memcmp(&h0[i * C + j], &h1[i * C + j], sizeof(double)) != 0;
+            nd += memcmp(&dg0[i * C + j], &dgu[i * LD + j], sizeof(double)) != 0;
+            nd += memcmp(&du0[i * C + j], &dgu[i * LD + C + j], sizeof(double)) != 0;
+        }
+        nt += dgu[i * LD + 2 * C] != 1e300;
+    }
+    char det[64];
+    snprintf(det, sizeof det, "%zu of %d differ", nh, R * C);
+    check_row(nh == 0, "swiglu strided (ld 2C+1): h bitwise the packed form", det);
+    snprintf(det, sizeof det, "%zu of %d differ", nd, 2 * R * C);
+    check_row(nd == 0, "swiglu strided: dgate, dup bitwise the packed form", det);
+    snprintf(det, sizeof det, "%zu of %d written", nt, R);
+    check_row(nt == 0, "swiglu strided: the spare column untouched", det);
+    free(gu); free(g); free(u); free(dh); free(h0); free(h1); free(dg0); free(du0); free(dgu);
+}
+
 static void test_activations(void) {
     gc_header("silu, swiglu");
     enum { n = 13 };
@@ -421,7 +459,7 @@ static void test_activations(void) {
     double *dx = dalloc(n), *du = dalloc(n);
     silu_bwd_cpu(dx, c.R, c.x, n);
     gc_check("silu", "x", c.x, n, dx, silu_loss, &c, 0, TOL, &R_);
-    swiglu_bwd_cpu(dx, du, c.R, c.x, c.u, n);
+    swiglu_bwd_cpu(dx, du, c.R, c.x, c.u, 1, n, n);
     gc_check("swiglu", "gate", c.x, n, dx, swiglu_loss, &c, 0, TOL, &R_);
     gc_check("swiglu", "up", c.u, n, du, swiglu_loss, &c, 0, TOL, &R_);
 
@@ -431,9 +469,10 @@ static void test_activations(void) {
     silu_fwd_cpu(y, hx, 4);
     check_close("silu(0, 1, -1, -800) = (0, 0.73106, -0.26894, -0)", y, want, 4, 1e-15);
     const double g[2] = {1, -1}, up[2] = {2, -3}, hwant[2] = {1.4621171572600098, 0.8068242641099853};
-    swiglu_fwd_cpu(y, g, up, 2);
+    swiglu_fwd_cpu(y, g, up, 2, 1, 1);
     check_close("swiglu(gate 1, up 2), (gate -1, up -3)", y, hwant, 2, 1e-15);
     free(c.y); free(c.x); free(c.u); free(c.R); free(dx); free(du);
+    test_swiglu_strided();
 }
 
 // ================================= l2norm ====================================================

@@ -6,8 +6,9 @@
 // that read them. On the float64 CPU backend, for patterns GSA (short conv, output gate, tied,
 // all dropouts), G without conv and output gate (untied), A, and with the CUDA backend's fused
 // input projections (fuse_projections: q..z as one GEMM with the conv; a, b, z as one without;
-// the first of them also with the LM head in row chunks and gdn.save_states), each mode against
-// the same model with recompute off:
+// the MLP's gate and up as one GEMM, SwiGLU on its strided halves; the first of them also with
+// the LM head in row chunks and gdn.save_states), each mode against the same model with
+// recompute off:
 //   - the loss and every gradient are bitwise equal, over three steps (two micro-batches with
 //     gradient accumulation each; the second forward overwrites the shared buffers the first
 //     backward wrote), with a plain SGD update after each so later steps start from new weights;

@@ -21,12 +21,16 @@ void silu_bwd_cpu(double *dx, const double *dy, const double *x, size_t n) {
     }
 }
 
+// gate, up, dgate, dup: row r at r ld (swiglu_fwd_cpu); dh packed (rows, cols)
 void swiglu_bwd_cpu(double *dgate, double *dup, const double *dh, const double *gate,
-                    const double *up, size_t n) {
-    GDN_OMP(parallel for schedule(static) if (n >= cpu_min_work_exp))
-    for (size_t i = 0; i < n; i++) {
-        double g = gate[i], s = sigmoid(g), d = dh[i], u = up[i];
-        dgate[i] = d * u * s * (1.0 + g * (1.0 - s));
-        dup[i] = d * g * s;
+                    const double *up, size_t rows, int cols, size_t ld) {
+    GDN_OMP(parallel for schedule(static) if (rows * (size_t)cols >= cpu_min_work_exp))
+    for (size_t r = 0; r < rows; r++) {
+        const size_t o = r * ld, od = r * (size_t)cols;
+        for (int c = 0; c < cols; c++) {
+            double g = gate[o + c], s = sigmoid(g), d = dh[od + c], u = up[o + c];
+            dgate[o + c] = d * u * s * (1.0 + g * (1.0 - s));
+            dup[o + c] = d * g * s;
+        }
     }
 }

@@ -54,8 +54,10 @@ void gated_rmsnorm_bwd_cpu(double *dx /*=*/, double *dz /*= or NULL*/, double *d
                            const double *rstd, size_t rows, int D, int zh,
                            size_t zld /*z and dz rows as gated_rmsnorm_fwd_cpu*/);
 
+// gate, up, dgate, dup rows of stride ld (swiglu_fwd_cpu), dh packed (rows, cols); only the
+// cols columns of dgate's and dup's rows are written
 void swiglu_bwd_cpu(double *dgate /*=*/, double *dup /*=*/, const double *dh, const double *gate,
-                    const double *up, size_t n);
+                    const double *up, size_t rows, int cols, size_t ld);
 
 // dlogits[n] = (softmax(logits[n]) - onehot(tgt[n])) * scale; 0 for ignored rows. In place
 // allowed (dlogits == logits): the fused form that never keeps the probabilities.

@@ -719,16 +719,19 @@ template <typename T> struct silu_bwd_op {
         store_pack<T, W>(dx + i, g);
     }
 };
-// H: also h = swiglu_h(gate, up), the forward's output
+// H: also h = swiglu_h(gate, up), the forward's output. dh, h packed (rows, cols); gate, up,
+// dgate, dup rows of stride gu.ld (row_stride)
 template <typename T, bool H> struct swiglu_bwd_op {
     T *dgate, *dup;
     const T *dh, *gate, *up;
     T *h;  // H only
+    row_stride gu;
     template <int W> __device__ __forceinline__ void apply(size_t i) const {
         float d[W], g[W], u[W], dg[W], du[W], hv[W];
+        const size_t k = gu.at(i);
         load_pack<T, W>(dh + i, d);
-        load_pack<T, W>(gate + i, g);
-        load_pack<T, W>(up + i, u);
+        load_pack<T, W>(gate + k, g);
+        load_pack<T, W>(up + k, u);
 #pragma unroll
         for (int j = 0; j < W; j++) {
             const float s = sigmoid_fast(g[j]);
@@ -737,8 +740,8 @@ template <typename T, bool H> struct swiglu_bwd_op {
             du[j] = __fmul_rn(__fmul_rn(d[j], g[j]), s);
             if (H) hv[j] = swiglu_h(g[j], s, u[j]);
         }
-        store_pack<T, W>(dgate + i, dg);
-        store_pack<T, W>(dup + i, du);
+        store_pack<T, W>(dgate + k, dg);
+        store_pack<T, W>(dup + k, du);
         if (H) store_pack<T, W>(h + i, hv);
     }
 };
@@ -883,12 +886,16 @@ template <typename T> void gated_rmsnorm_bwd_launch(const norm_bwd_params<T> &p,
 }
 
 template <typename T>
-void swiglu_bwd_launch(T *dgate, T *dup, T *h, const T *dh, const T *gate, const T *up, size_t n, cudaStream_t s) {
-    const bool vec = aligned16(dgate) && aligned16(dup) && aligned16(dh) && aligned16(gate) && aligned16(up);
+void swiglu_bwd_launch(T *dgate, T *dup, T *h, const T *dh, const T *gate, const T *up, size_t rows, int cols,
+                       size_t ld, cudaStream_t s) {
+    const row_stride gu = row_stride_of(rows, cols, ld);
+    const size_t n = rows * (size_t)cols;
+    const bool vec = row_stride_packs(gu, vec_width<T>()) && aligned16(dgate) && aligned16(dup) && aligned16(dh) &&
+                     aligned16(gate) && aligned16(up);
     if (h)
-        ew_launch<T>(swiglu_bwd_op<T, true>{dgate, dup, dh, gate, up, h}, n, vec && aligned16(h), s);
+        ew_launch<T>(swiglu_bwd_op<T, true>{dgate, dup, dh, gate, up, h, gu}, n, vec && aligned16(h), s);
     else
-        ew_launch<T>(swiglu_bwd_op<T, false>{dgate, dup, dh, gate, up, nullptr}, n, vec, s);
+        ew_launch<T>(swiglu_bwd_op<T, false>{dgate, dup, dh, gate, up, nullptr, gu}, n, vec, s);
 }
 
 // ---- conv1d backward, tiled (the model's path; conditions as the forward's tiled kernel) --------
@@ -1057,9 +1064,11 @@ void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, void *
 }
 
 void cuda_swiglu_bwd(cuda_dtype dt, void *dgate, void *dup, void *h, const void *dh, const void *gate,
-                     const void *up, size_t n, cudaStream_t s) {
+                     const void *up, size_t rows, int cols, size_t ld, cudaStream_t s) {
+    if (rows == 0 || cols <= 0) return;
+    if (ld < (size_t)cols) gdn_die("cuda_swiglu_bwd: row stride %zu < %d columns", ld, cols);
     CUDA_DT_SWITCH(dt, T, swiglu_bwd_launch<T>((T *)dgate, (T *)dup, (T *)h, (const T *)dh, (const T *)gate,
-                                               (const T *)up, n, s));
+                                               (const T *)up, rows, cols, ld, s));
 }
 
 void cuda_dropout_bwd(cuda_dtype dt, void *dx, const void *dy, size_t n, double p, uint64_t seed, cudaStream_t s) {

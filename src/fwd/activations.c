@@ -16,7 +16,14 @@ void silu_fwd_cpu(double *y, const double *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = x[i] * sigmoid(x[i]);
 }
 
-void swiglu_fwd_cpu(double *h, const double *gate, const double *up, size_t n) {
-    GDN_OMP(parallel for schedule(static) if (n >= cpu_min_work_exp))
-    for (size_t i = 0; i < n; i++) h[i] = gate[i] * sigmoid(gate[i]) * up[i];
+// gate, up: row r at r ld (ld = cols: packed; 2 cols: the halves of the fused gate/up projection,
+// model.c mlp_fused); h packed. Split over rows (each element on its own: the same bits).
+void swiglu_fwd_cpu(double *h, const double *gate, const double *up, size_t rows, int cols,
+                    size_t ld) {
+    GDN_OMP(parallel for schedule(static) if (rows * (size_t)cols >= cpu_min_work_exp))
+    for (size_t r = 0; r < rows; r++) {
+        const double *g = gate + r * ld, *u = up + r * ld;
+        double *hr = h + r * (size_t)cols;
+        for (int c = 0; c < cols; c++) hr[c] = g[c] * sigmoid(g[c]) * u[c];
+    }
 }

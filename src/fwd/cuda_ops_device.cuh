@@ -152,6 +152,32 @@ template <typename T, class Op> void ew_launch(const Op &op, size_t n, bool vec_
     CUDA_CHECK_LAUNCH();
 }
 
+// Element i of a packed (rows, cols) tensor -> its offset in a (rows, cols) tensor of row stride
+// ld >= cols (SwiGLU's gate and up: the halves of the MLP's fused projection, ld = 2 cols). The
+// elementwise ops index the packed side by i; ld == cols is i itself. The division is 32-bit
+// where every index fits (fits32: rows cols < 2^32, the model's sizes), else 64-bit.
+struct row_stride {
+    size_t cols, ld;
+    bool fits32;
+    __device__ __forceinline__ size_t at(size_t i) const {
+        if (ld == cols) return i;
+        if (fits32) {
+            const uint32_t c = (uint32_t)cols, r = (uint32_t)i / c;
+            return (size_t)r * ld + ((uint32_t)i - r * c);
+        }
+        return i / cols * ld + i % cols;
+    }
+};
+inline row_stride row_stride_of(size_t rows, int cols, size_t ld) {
+    return {(size_t)cols, ld, rows * (size_t)cols < ((size_t)1 << 32)};
+}
+// Whether packs of W elements of the packed side stay inside one strided row and start W-aligned
+// in it (with 16-byte aligned bases: ew_launch's vec_ok). ld == cols: always (the flat form,
+// a tail of single elements when cols % W != 0).
+inline bool row_stride_packs(const row_stride &m, int W) {
+    return m.ld == m.cols || (m.cols % (size_t)W == 0 && m.ld % (size_t)W == 0);
+}
+
 // Philox4x32-10, word for word the CPU's philox4x32 (src/core/rng.c).
 __device__ __forceinline__ uint4 philox4x32_dev(uint64_t key, uint64_t ctr) {
     uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0, c3 = 0;

@@ -314,13 +314,16 @@ template <typename T> struct silu_fwd_op {
         store_pack<T, W>(y + i, a);
     }
 };
+// h packed (rows, cols), gate and up rows of stride gu.ld (row_stride)
 template <typename T> struct swiglu_fwd_op {
     T *h;
     const T *gate, *up;
+    row_stride gu;
     template <int W> __device__ __forceinline__ void apply(size_t i) const {
         float g[W], u[W];
-        load_pack<T, W>(gate + i, g);
-        load_pack<T, W>(up + i, u);
+        const size_t j = gu.at(i);
+        load_pack<T, W>(gate + j, g);
+        load_pack<T, W>(up + j, u);
 #pragma unroll
         for (int j = 0; j < W; j++) g[j] = swiglu_h(g[j], sigmoid_fast(g[j]), u[j]);  // swiglu_bwd's h: the same
         store_pack<T, W>(h + i, g);
@@ -517,9 +520,16 @@ void cuda_gated_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, 
                                                       D, zh, zld, (float)eps, s));
 }
 
-void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t n, cudaStream_t s) {
-    CUDA_DT_SWITCH(dt, T, ew_launch<T>(swiglu_fwd_op<T>{(T *)h, (const T *)gate, (const T *)up}, n,
-                                       aligned16(h) && aligned16(gate) && aligned16(up), s));
+void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t rows, int cols, size_t ld,
+                     cudaStream_t s) {
+    if (rows == 0 || cols <= 0) return;
+    if (ld < (size_t)cols) gdn_die("cuda_swiglu_fwd: row stride %zu < %d columns", ld, cols);
+    const row_stride gu = row_stride_of(rows, cols, ld);
+    CUDA_DT_SWITCH(dt, T,
+                   ew_launch<T>(swiglu_fwd_op<T>{(T *)h, (const T *)gate, (const T *)up, gu}, rows * (size_t)cols,
+                                row_stride_packs(gu, vec_width<T>()) && aligned16(h) && aligned16(gate) &&
+                                    aligned16(up),
+                                s));
 }
 
 void cuda_dropout_fwd(cuda_dtype dt, void *y, const void *x, size_t n, double p, uint64_t seed, cudaStream_t s) {

@@ -71,7 +71,10 @@ void gated_rmsnorm_apply_cpu(double *y /*(rows,D)*/, const double *x, const doub
                              int D, int zh, size_t zld);
 
 // ---- SwiGLU: h = silu(gate) * up ----------------------------------------------------------------
-void swiglu_fwd_cpu(double *h, const double *gate, const double *up, size_t n);
+// gate, up: (rows, cols) with row stride ld >= cols (ld = cols: packed; 2 cols: the two halves of
+// the MLP's fused gate/up projection, gate = x, up = x + cols); h packed (rows, cols).
+void swiglu_fwd_cpu(double *h, const double *gate, const double *up, size_t rows, int cols,
+                    size_t ld);
 
 // ---- softmax cross-entropy: losses[n] = logsumexp(logits[n]) - logits[n, tgt[n]] ----------------
 // tgt[n] < 0 means "ignore" (loss 0). Returns the mean over the non-ignored rows (0 if none).

@@ -46,9 +46,10 @@ typedef struct backend {
     const char *name;
     size_t elem[BE_NCLASS];                            // bytes of one element of each class
     bool master;                                       // keeps master weights apart (BE_OPT type)
-    bool fuse_projections;                             // GDN's a, b, z projections as one GEMM
-    int gdn_state_chunk;                               // tokens per chunk of gdn_op.hs (0: op's chunk)
+    bool fuse_projections;                             // projections of one input as one GEMM
+                                                       // (GDN's q..z, the MLP's gate and up)
                                                        // where their weights allow (model.c)
+    int gdn_state_chunk;                               // tokens per chunk of gdn_op.hs (0: op's chunk)
     void *(*alloc)(size_t bytes);                      // zero-filled
     void (*release)(void *p);
     void (*download)(double *dst, const void *src, size_t n, be_class c);  // to host float64
@@ -123,10 +124,12 @@ typedef struct backend {
     void (*gated_rmsnorm_bwd)(void *dx, void *dz, void *dw, void *y, const void *dy,
                               const void *x, const void *z, const void *w, const void *rstd,
                               size_t rows, int D, int zh, size_t zld);
-    void (*swiglu_fwd)(void *h, const void *gate, const void *up, size_t n);
+    // gate, up, dgate, dup: (rows, cols), row r at r ld (ld = cols: packed; 2 cols: the halves
+    // of the MLP's fused gate/up projection, model.c mlp_fused); h, dh packed (rows, cols)
+    void (*swiglu_fwd)(void *h, const void *gate, const void *up, size_t rows, int cols, size_t ld);
     // h: NULL, or = swiglu_fwd's h of (gate, up) bit for bit (train.recompute = light)
     void (*swiglu_bwd)(void *dgate, void *dup, void *h, const void *dh, const void *gate,
-                       const void *up, size_t n);
+                       const void *up, size_t rows, int cols, size_t ld);
     // Fused softmax cross-entropy: returns the summed loss over non-ignored rows and, when
     // dlogits_scale != 0, overwrites logits with (softmax - onehot) * dlogits_scale.
     double (*crossentropy)(void *logits, const int32_t *tgt, int N, int V, double dlogits_scale);

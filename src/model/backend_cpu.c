@@ -88,9 +88,9 @@ static void cpu_gated_rmsnorm_bwd(void *dx, void *dz, void *dw, void *y, const v
     if (y) gated_rmsnorm_apply_cpu(y, x, z, w, rstd, rows, D, zh, zld);
 }
 static void cpu_swiglu_bwd(void *dgate, void *dup, void *h, const void *dh, const void *gate,
-                           const void *up, size_t n) {
-    swiglu_bwd_cpu(dgate, dup, dh, gate, up, n);
-    if (h) swiglu_fwd_cpu(h, gate, up, n);
+                           const void *up, size_t rows, int cols, size_t ld) {
+    swiglu_bwd_cpu(dgate, dup, dh, gate, up, rows, cols, ld);
+    if (h) swiglu_fwd_cpu(h, gate, up, rows, cols, ld);
 }
 static void cpu_sync(void) {}  // every CPU op has finished when it returns
 static void cpu_linear_fwd(void *y, const void *x, const void *W, int N, int in, int out) {

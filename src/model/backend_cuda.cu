@@ -367,12 +367,13 @@ struct ops {
         cuda_gated_rmsnorm_bwd(DT, dx, dz, (float *)dw, y, dy, x, z, w, (const float *)rstd, rows,
                                D, zh, zld, STREAM);
     }
-    static void swiglu_fwd(void *h, const void *gate, const void *up, size_t n) {
-        cuda_swiglu_fwd(DT, h, gate, up, n, STREAM);
+    static void swiglu_fwd(void *h, const void *gate, const void *up, size_t rows, int cols,
+                           size_t ld) {
+        cuda_swiglu_fwd(DT, h, gate, up, rows, cols, ld, STREAM);
     }
     static void swiglu_bwd(void *dgate, void *dup, void *h, const void *dh, const void *gate,
-                           const void *up, size_t n) {
-        cuda_swiglu_bwd(DT, dgate, dup, h, dh, gate, up, n, STREAM);
+                           const void *up, size_t rows, int cols, size_t ld) {
+        cuda_swiglu_bwd(DT, dgate, dup, h, dh, gate, up, rows, cols, ld, STREAM);
     }
     // Summed loss over the non-ignored rows: fp32 row losses, added on the host in row order
     // in double (deterministic; one sync).

@@ -112,11 +112,16 @@ void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, void *
 // of at most 32 packs, the backward on rows of one 16-byte pack a lane with z: the model's;
 // src/fwd/elementwise.cu, src/bwd/elementwise.cu): the tests check that they ran where expected.
 unsigned long cuda_norm_s13_launches(void);
-void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t n,
-                     cudaStream_t s);
+// gate, up (and dgate, dup): (rows, cols) with row stride ld >= cols (cols: packed; 2 cols: the
+// halves of the MLP's fused gate/up projection); h, dh packed. 16-byte packs when cols and ld
+// are multiples of 8 (bf16; 4 fp32) and every pointer is 16-byte aligned (ld = cols: any cols),
+// else one element at a time; the same values either way.
+void cuda_swiglu_fwd(cuda_dtype dt, void *h, const void *gate, const void *up, size_t rows,
+                     int cols, size_t ld, cudaStream_t s);
 // h: NULL, or = cuda_swiglu_fwd's h of (gate, up), bitwise (swiglu_h; train.recompute = light)
 void cuda_swiglu_bwd(cuda_dtype dt, void *dgate, void *dup, void *h, const void *dh,
-                     const void *gate, const void *up, size_t n, cudaStream_t s);
+                     const void *gate, const void *up, size_t rows, int cols, size_t ld,
+                     cudaStream_t s);
 // Fused softmax cross-entropy: row losses (fp32, 0 for ignored) into losses, and when
 // scale != 0 the logits are overwritten by (softmax - onehot) * scale. tgt: device int32.
 void cuda_crossentropy(cuda_dtype dt, void *logits, float *losses, const int32_t *tgt, int N,

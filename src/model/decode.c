@@ -271,7 +271,7 @@ const double *decoder_step(decoder *d, int32_t token) {
         rmsnorm_fwd_cpu(d->xn, d->rstd, d->x, W(d, lp->norm2), 1, dm, eps);
         linear_fwd_cpu(d->mgate, d->xn, W(d, lp->wgate), NULL, 1, dm, F);
         linear_fwd_cpu(d->mup, d->xn, W(d, lp->wup), NULL, 1, dm, F);
-        swiglu_fwd_cpu(d->mh, d->mgate, d->mup, (size_t)F);
+        swiglu_fwd_cpu(d->mh, d->mgate, d->mup, 1, F, (size_t)F);
         linear_fwd_cpu(d->branch, d->mh, W(d, lp->wdown), NULL, 1, F, dm);
         for (int i = 0; i < dm; i++) d->x[i] += d->branch[i];
     }

@@ -177,6 +177,26 @@ static inproj_layout gdn_inproj(const model *m, int l) {
     return o;
 }
 
+// The SwiGLU MLP's gate and up projections both read xn2. When the backend fuses projections
+// (fuse_projections) and up_proj's rows follow gate_proj's in the arenas (no padding between
+// them: always when F d is a multiple of 32; add_param adds them one after the other), W_gate
+// and W_up are one (2F, d) weight: one GEMM writes the (N, 2F) gate|up matrix (gate columns
+// [0, F), up [F, 2F): m_up = m_gate + F, row stride 2F), swiglu reads both halves with that
+// stride, and the backward takes d gate|up in one (N, 2F) matrix, one GEMM for dx (k = 2F: no
+// second, accumulating GEMM) and one for the (2F, d) weight gradient. Only when F activations
+// are a multiple of 16 bytes (F % 8 in bf16): then the up half and every row start 16-byte
+// aligned and the GPU's SwiGLU keeps its 16-byte packs (else it would go element by element).
+// The checkpoint keeps the two named tensors. GDN_MLP_FUSED=0 in the environment (read by
+// model_create) keeps two GEMMs (for A/B comparisons). The CPU reference keeps a GEMM per
+// weight (gdn_inproj's reason).
+static bool mlp_fused(const model *m, int l) {
+    const param_info *g = &m->params[m->lp[l].wgate], *u = &m->params[m->lp[l].wup];
+    return m->mlp_fuse && u->offset == g->offset + g->numel &&
+           (size_t)m->F * ELEM(m, BE_ACT) % 16 == 0;
+}
+// Row stride of gate, up and their gradients: 2F fused, F packed.
+static size_t mlp_ld(const model *m, int l) { return (mlp_fused(m, l) ? 2 : 1) * (size_t)m->F; }
+
 // Rows of the LM head's logits chunk: train.head_chunk_rows when set (at most N); else all N
 // when the logits of the whole batch fit in HEAD_CHUNK_BYTES, else the largest multiple of 128
 // rows that does (at least 128). At fla-220m's 32768 x 32000 bf16 logits (2 GiB) that is 4
@@ -287,8 +307,13 @@ static void carve(model *m) {
         a->x_mid = ACT(N * d);
         a->xn2 = KEEP(xn2, N * d);
         a->rstd2 = STAT(N);
-        a->m_gate = ACT(N * m->F);
-        a->m_up = ACT(N * m->F);
+        if (mlp_fused(m, l)) {  // one (N, 2F): gate | up
+            a->m_gate = ACT(N * 2 * m->F);
+            a->m_up = a->m_gate ? (char *)a->m_gate + (size_t)m->F * e : NULL;
+        } else {
+            a->m_gate = ACT(N * m->F);
+            a->m_up = ACT(N * m->F);
+        }
         a->m_h = KEEP(m_h, N * m->F);
     }
 #undef KEEP
@@ -306,7 +331,13 @@ static void carve(model *m) {
     m->dbranch = arena_alloc(S, N * d * e);
     m->dxn = arena_alloc(S, N * d * e);
     m->dmix = arena_alloc(S, N * d * e);
-    for (int i = 0; i < 6; i++) m->dbig[i] = arena_alloc(S, N * wide * e);
+    // dbig[2] right after dbig[1] (each rounded to the arena's 64 bytes, as separate carves
+    // would): the fused MLP's d gate|up, (N, 2F) with 2F <= 2 wide, spans the two
+    const size_t big = (N * wide * e + 63) & ~(size_t)63;
+    m->dbig[0] = arena_alloc(S, big);
+    m->dbig[1] = arena_alloc(S, 2 * big);
+    m->dbig[2] = m->dbig[1] ? (char *)m->dbig[1] + big : NULL;
+    for (int i = 3; i < 6; i++) m->dbig[i] = arena_alloc(S, big);
     // dg, dbeta (stat class: the rule's gate gradients), da, db (activation class)
     for (int i = 0; i < 4; i++) m->dsmall[i] = arena_alloc(S, N * GDN_MAX(m->H, 1) * (i < 2 ? es : e));
 }
@@ -356,6 +387,8 @@ model *model_create(const gdn_config *c, const backend *be, int B, int T) {
     if (m->V < 2) gdn_die("model: vocab_size %d (set model.vocab_size or use a dataset)", m->V);
     build_table(m);
     m->head_rows = head_rows_for(m);
+    const char *mf = getenv("GDN_MLP_FUSED");  // mlp_fused: 0 keeps two GEMMs
+    m->mlp_fuse = be->fuse_projections && !(mf && !strcmp(mf, "0"));
 
     arena_plan(&m->a_params, "params");
     arena_plan(&m->a_grads, "grads");
@@ -609,9 +642,13 @@ static void forward(model *m, const int32_t *x, bool train) {
         else
             attn_mixer_fwd(m, l, train);
         residual_norm_fwd(m, a->x_mid, a->xn2, a->rstd2, a->x_in, m->dmix, P(lp->norm2), l, 0, train);
-        be->linear_fwd(a->m_gate, a->xn2, P(lp->wgate), N, d, F);
-        be->linear_fwd(a->m_up, a->xn2, P(lp->wup), N, d, F);
-        be->swiglu_fwd(a->m_h, a->m_gate, a->m_up, (size_t)N * F);
+        if (mlp_fused(m, l)) {
+            be->linear_fwd(a->m_gate, a->xn2, P(lp->wgate), N, d, 2 * F);  // gate | up at once
+        } else {
+            be->linear_fwd(a->m_gate, a->xn2, P(lp->wgate), N, d, F);
+            be->linear_fwd(a->m_up, a->xn2, P(lp->wup), N, d, F);
+        }
+        be->swiglu_fwd(a->m_h, a->m_gate, a->m_up, (size_t)N, F, mlp_ld(m, l));
         be->linear_fwd(m->dmix, a->m_h, P(lp->wdown), N, F, d);
         // into the next layer's input and norm1 (train.recompute: its xn1 is the shared buffer,
         // which layer l no longer reads), after the last layer into x_final and norm_f
@@ -858,7 +895,7 @@ static void recompute_layer(model *m, int l) {
                               L.zh, L.zld, c->norm_eps);
     }
     be->rmsnorm_fwd(a->xn2, a->rstd2, a->x_mid, P(lp->norm2), N, d, c->norm_eps);
-    be->swiglu_fwd(a->m_h, a->m_gate, a->m_up, (size_t)N * m->F);
+    be->swiglu_fwd(a->m_h, a->m_gate, a->m_up, (size_t)N, m->F, mlp_ld(m, l));
 }
 
 // First element of layer l's parameters; l == L: of norm_f. build_table lays out layer 0, ...,
@@ -900,11 +937,19 @@ double model_forward_backward(model *m, const int32_t *x, const int32_t *y, doub
         // MLP branch: dx holds d x_out (light: wdown's gradient once swiglu_bwd has written h)
         const void *dbr = residual_bwd(m, l, 1, train);
         linear_bwd_acc(m, m->dbig[0], true, lp->wdown, dbr, a->m_h, F, d, lt);
-        be->swiglu_bwd(m->dbig[1], m->dbig[2], light ? a->m_h : NULL, m->dbig[0], a->m_gate,
-                       a->m_up, (size_t)N * F);
+        // d gate, d up: the column halves of one (N, 2F) in dbig[1..2] when fused (mlp_fused)
+        const bool fused = mlp_fused(m, l);
+        void *dgate = m->dbig[1];
+        void *dup = fused ? (char *)dgate + (size_t)F * ELEM(m, BE_ACT) : m->dbig[2];
+        be->swiglu_bwd(dgate, dup, light ? a->m_h : NULL, m->dbig[0], a->m_gate, a->m_up,
+                       (size_t)N, F, mlp_ld(m, l));
         if (light) dw_later_run(m, &later, a->m_h, F);                 // wdown
-        linear_bwd_acc(m, m->dxn, true, lp->wgate, m->dbig[1], a->xn2, d, F, lt);
-        linear_bwd_acc(m, m->dxn, false, lp->wup, m->dbig[2], a->xn2, d, F, lt);
+        if (fused) {  // dx = [d gate | d up] [W_gate; W_up], the (2F, d) gradient +=
+            linear_bwd_acc(m, m->dxn, true, lp->wgate, dgate, a->xn2, d, 2 * F, lt);
+        } else {
+            linear_bwd_acc(m, m->dxn, true, lp->wgate, dgate, a->xn2, d, F, lt);
+            linear_bwd_acc(m, m->dxn, false, lp->wup, dup, a->xn2, d, F, lt);
+        }
         be->rmsnorm_bwd(m->dx, G(lp->norm2), light ? a->xn2 : NULL, m->dxn, a->x_mid, P(lp->norm2),
                         a->rstd2, N, d, true);                         // dx = d x_mid
         if (light) dw_later_run(m, &later, a->xn2, d);                 // gate, up
@@ -949,6 +994,8 @@ void model_print_summary(const model *m, FILE *f) {
                 (double)m->head_rows * m->V * ELEM(m, BE_ACT) / 1048576.0);
     if (m->cfg.gdn_save_states)
         fprintf(f, "model: gdn.save_states keeps the GDN chunk-start states for the backward\n");
+    if (m->be->fuse_projections && !mlp_fused(m, 0))  // GDN_MLP_FUSED=0, or padded weights
+        fprintf(f, "model: the MLP's gate and up projections as two GEMMs\n");
     if (m->cfg.recompute == RECOMPUTE_FULL)
         fprintf(f, "model: train.recompute = full: norm, conv, SiLU, L2 norm, gated norm and "
                    "SwiGLU outputs shared by the layers, redone before each layer's backward\n");

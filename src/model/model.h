@@ -66,7 +66,9 @@ typedef struct {
     void *aq, *ak, *av, *ao, *lse;               // attention: roped q,k, v, output, (B,H,T)
     void *mix_out;                               // (N,d) mixer output before dropout
     void *x_mid, *xn2, *rstd2;                   // after the mixer residual; MLP input normed
-    void *m_gate, *m_up, *m_h, *mlp_out;         // (N,F) x3, (N,d)
+    void *m_gate, *m_up, *m_h, *mlp_out;         // (N,F) x3, (N,d); gate and up the column
+                                                 // halves of one (N,2F) when fused (model.c
+                                                 // mlp_fused: row stride 2F, m_up = m_gate + F)
 } layer_acts;
 
 typedef struct model model;
@@ -104,6 +106,8 @@ struct model {
     int H, dk, dv;                               // GDN heads and dims
     int Ha, Da;                                  // attention heads and head dim
     int window;
+    bool mlp_fuse;                               // the MLP's gate and up as one GEMM where their
+                                                 // weights are contiguous (model.c mlp_fused)
     // parameter table
     param_info params[MAX_PARAMS];
     int n_params;

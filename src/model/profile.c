@@ -240,12 +240,13 @@ static void p_gated_rmsnorm_bwd(void *dx, void *dz, void *dw, void *y, const voi
                                 size_t rows, int D, int zh, size_t zld) {
     TIMED(gated_rmsnorm_bwd, 0, dx, dz, dw, y, dy, x, z, w, rstd, rows, D, zh, zld);
 }
-static void p_swiglu_fwd(void *h, const void *gate, const void *up, size_t n) {
-    TIMED(swiglu_fwd, 0, h, gate, up, n);
+static void p_swiglu_fwd(void *h, const void *gate, const void *up, size_t rows, int cols,
+                         size_t ld) {
+    TIMED(swiglu_fwd, 0, h, gate, up, rows, cols, ld);
 }
 static void p_swiglu_bwd(void *dgate, void *dup, void *h, const void *dh, const void *gate,
-                         const void *up, size_t n) {
-    TIMED(swiglu_bwd, 0, dgate, dup, h, dh, gate, up, n);
+                         const void *up, size_t rows, int cols, size_t ld) {
+    TIMED(swiglu_bwd, 0, dgate, dup, h, dh, gate, up, rows, cols, ld);
 }
 static double p_crossentropy(void *logits, const int32_t *tgt, int N, int V, double scale) {
     double t0 = op_begin(), r = inner->crossentropy(logits, tgt, N, V, scale);

@@ -618,8 +618,8 @@ static void test_pointwise(cuda_dtype dt, rng_t *r) {
         vec y(n), dx(n), h(n), dgt(n), dup(n);
         silu_fwd_cpu(y.data(), x.data(), n);
         silu_bwd_cpu(dx.data(), g.data(), x.data(), n);
-        swiglu_fwd_cpu(h.data(), x.data(), u.data(), n);
-        swiglu_bwd_cpu(dgt.data(), dup.data(), g.data(), x.data(), u.data(), n);
+        swiglu_fwd_cpu(h.data(), x.data(), u.data(), 1, (int)n, n);
+        swiglu_bwd_cpu(dgt.data(), dup.data(), g.data(), x.data(), u.data(), 1, (int)n, n);
         dten dx_ = dput(x, dt, off), du = dput(u, dt, off), dg = dput(g, dt, off);
         dten dy_ = dempty(n, dt, off), ddx = dempty(n, dt, off), dh = dempty(n, dt, off);
         dten ddg = dempty(n, dt, off), ddu = dempty(n, dt, off);
@@ -628,14 +628,15 @@ static void test_pointwise(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "silu_bwd n%zu %s", n, al);
         run_checks(op, dt, [&]() { cuda_silu_bwd(dt, ddx.d, dg.d, dx_.d, n, 0); }, {{"dx", ddx, dx, {}, {}}}, false);
         snprintf(op, sizeof op, "swiglu_fwd n%zu %s", n, al);
-        run_checks(op, dt, [&]() { cuda_swiglu_fwd(dt, dh.d, dx_.d, du.d, n, 0); }, {{"h", dh, h, {}, {}}}, false);
+        run_checks(op, dt, [&]() { cuda_swiglu_fwd(dt, dh.d, dx_.d, du.d, 1, (int)n, n, 0); }, {{"h", dh, h, {}, {}}},
+                   false);
         snprintf(op, sizeof op, "swiglu_bwd n%zu %s", n, al);
-        run_checks(op, dt, [&]() { cuda_swiglu_bwd(dt, ddg.d, ddu.d, NULL, dg.d, dx_.d, du.d, n, 0); },
+        run_checks(op, dt, [&]() { cuda_swiglu_bwd(dt, ddg.d, ddu.d, NULL, dg.d, dx_.d, du.d, 1, (int)n, n, 0); },
                    {{"dgate", ddg, dgt, {}, {}}, {"dup", ddu, dup, {}, {}}}, false);
         dten fh = dempty(n, dt, off), bh = dempty(n, dt, off);  // light: h again, bitwise
-        cuda_swiglu_fwd(dt, fh.d, dx_.d, du.d, n, 0);
+        cuda_swiglu_fwd(dt, fh.d, dx_.d, du.d, 1, (int)n, n, 0);
         check_extra_output(op, dt, "h", fh, bh, {ddg, ddu},
-                           [&](void *hp) { cuda_swiglu_bwd(dt, ddg.d, ddu.d, hp, dg.d, dx_.d, du.d, n, 0); });
+                           [&](void *hp) { cuda_swiglu_bwd(dt, ddg.d, ddu.d, hp, dg.d, dx_.d, du.d, 1, (int)n, n, 0); });
         // add: y += x (y starts as u, rewritten inside fn so that the poison is overwritten)
         vec sum(n);
         for (size_t i = 0; i < n; i++) sum[i] = round_to(u[i] + x[i], dt);  // one rounding, as the GPU
@@ -648,6 +649,77 @@ static void test_pointwise(cuda_dtype dt, rng_t *r) {
                    },
                    {{"y", da, sum, {}, {}}}, false);
     }
+}
+
+// Group swiglu: SwiGLU on rows of stride ld (model.c mlp_fused: gate and up the column halves
+// of one (rows, 2 cols) projection; ld > 2 cols leaves spare columns, which must stay untouched),
+// and ld = cols (separate packed gate and up), h and dh packed: against the CPU (float64, the
+// same strides), the light extra output h, and bitwise against the packed call on the same gate
+// and up values copied out (the strided form changes where the values are read, not what is
+// computed). Shapes: fla-220m's F (16-byte packs), cols or ld off the pack (one element at a
+// time), one row, 1 x 1; each 16-byte aligned and one element off.
+static void test_swiglu_strided(cuda_dtype dt, rng_t *r) {
+    struct {
+        size_t rows;
+        int cols;
+        size_t ld;
+    } const shapes[] = {{512, 2816, 5632}, {300, 64, 128}, {7, 77, 154}, {1, 13, 26}, {33, 24, 48},
+                        {17, 16, 37},       {9, 40, 40},    {5, 19, 19},  {1, 1, 2},   {1, 1, 1}};
+    const size_t es = esz(dt);
+    for (const auto &sh : shapes)
+        for (size_t off = 0; off < 2; off++) {
+            const size_t rows = sh.rows, ld = sh.ld, cols = (size_t)sh.cols, n = rows * cols, nb = rows * ld;
+            const bool one = ld >= 2 * cols;  // gate | up in one buffer, else two packed ones
+            char op[96];
+            vec a = randn(r, nb, 3.0, dt), b = one ? vec() : randn(r, nb, 1.0, dt), dh = randn(r, n, 1.0, dt);
+            const double *g = a.data(), *u = one ? a.data() + cols : b.data();
+            vec h(n), d1 = randn(r, nb, 1.0, dt), d2 = one ? vec() : randn(r, nb, 1.0, dt);  // d*: their init
+            vec w1 = d1, w2 = d2;  // init with dgate, dup written in their columns
+            swiglu_fwd_cpu(h.data(), g, u, rows, sh.cols, ld);
+            swiglu_bwd_cpu(w1.data(), one ? w1.data() + cols : w2.data(), dh.data(), g, u, rows, sh.cols, ld);
+            dten A = dput(a, dt, off), B = one ? A : dput(b, dt, off), DH = dput(dh, dt, off);
+            dten H = dempty(n, dt, off), D1 = dempty(nb, dt, off), D2 = one ? D1 : dempty(nb, dt, off);
+            const void *up = one ? (const void *)((const char *)A.d + cols * es) : B.d;
+            void *dup = one ? (void *)((char *)D1.d + cols * es) : D2.d;
+            const char *al = off ? "unal" : "al";
+            snprintf(op, sizeof op, "swiglu_fwd %zux%d ld%zu %s", rows, sh.cols, ld, al);
+            auto fwd = [&](void *hp) { cuda_swiglu_fwd(dt, hp, A.d, up, rows, sh.cols, ld, 0); };
+            run_checks(op, dt, [&]() { fwd(H.d); }, {{"h", H, h, {}, {}}}, false);
+            snprintf(op, sizeof op, "swiglu_bwd %zux%d ld%zu %s", rows, sh.cols, ld, al);
+            auto bwd = [&](void *hp) { cuda_swiglu_bwd(dt, D1.d, dup, hp, DH.d, A.d, up, rows, sh.cols, ld, 0); };
+            std::vector<out_check> outs = {{one ? "dgate|dup|rest" : "dgate", D1, w1, d1, w1}};
+            if (!one) outs.push_back({"dup", D2, w2, d2, w2});
+            run_checks(op, dt, [&]() { bwd(NULL); }, outs, false);
+            bool rest = true;  // spare columns: exactly their init
+            const vec got1 = download(D1);
+            for (size_t i = 0; i < rows && one; i++)
+                for (size_t c = 2 * cols; c < ld; c++) rest = rest && got1[i * ld + c] == d1[i * ld + c];
+            row_bool(op, dtn(dt), "spare columns untouched", rest);
+            // the packed call on the same values: h, dgate, dup bitwise
+            vec gp(n), upk(n);
+            for (size_t i = 0; i < rows; i++)
+                for (size_t c = 0; c < cols; c++) gp[i * cols + c] = g[i * ld + c], upk[i * cols + c] = u[i * ld + c];
+            dten PG = dput(gp, dt, off), PU = dput(upk, dt, off), PH = dempty(n, dt, off);
+            dten PDG = dempty(n, dt, off), PDU = dempty(n, dt, off);
+            cuda_swiglu_fwd(dt, PH.d, PG.d, PU.d, rows, sh.cols, cols, 0);
+            cuda_swiglu_bwd(dt, PDG.d, PDU.d, NULL, DH.d, PG.d, PU.d, rows, sh.cols, cols, 0);
+            upload(D1, d1);
+            if (!one) upload(D2, d2);
+            fwd(H.d);
+            bwd(NULL);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const vec s1 = download(D1), s2 = one ? s1 : download(D2), pdg = download(PDG), pdu = download(PDU);
+            bool same = raw(H) == raw(PH);
+            for (size_t i = 0; i < rows; i++)
+                for (size_t c = 0; c < cols; c++) {
+                    same = same && s1[i * ld + c] == pdg[i * cols + c];
+                    same = same && s2[i * ld + (one ? cols : 0) + c] == pdu[i * cols + c];
+                }
+            row_bool(op, dtn(dt), "h, dgate, dup = packed call", same);
+            dten FH = dempty(n, dt, off), BH = dempty(n, dt, off);  // light: h again, bitwise
+            fwd(FH.d);
+            check_extra_output(op, dt, "h", FH, BH, one ? std::vector<dten>{D1} : std::vector<dten>{D1, D2}, bwd);
+        }
 }
 
 static void test_convert(rng_t *r) {
@@ -1591,6 +1663,11 @@ int main() {
         rng_t r2;
         rng_init(&r2, 20261130, 0);
         test_adamw_multi(&r2);
+    }
+    if (only("swiglu")) {  // its own stream: the later groups draw what they drew before
+        rng_t r5;
+        rng_init(&r5, 20261215, 0);
+        for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_swiglu_strided(dt, &r5);
     }
     if (only("sumsq")) test_sumsq(&r);
     // last: a shape cuBLASLt finds no algorithm for stops the program (gdn_die), after the rest
