@@ -24,6 +24,34 @@
 enum { B = 2, T = 12, V = 23 };  // V: tiny_config's vocabulary
 static const double TOL = 1e-12;
 
+// Loss, every gradient and the evaluation loss of m1 against m0 (relative TOL), with how many
+// gradient elements are not bitwise equal (the detail column).
+static void compare_models(model *m0, model *m1, const int32_t *x, const int32_t *y) {
+    double l0 = tiny_train2(m0, x, y, B, T), l1 = tiny_train2(m1, x, y, B, T);
+    char det[96];
+    snprintf(det, sizeof det, "%.3e", fabs(l1 - l0) / fabs(l0));
+    check_row(fabs(l1 - l0) <= TOL * fabs(l0), "training loss", det);
+    double worst = 0;
+    size_t ndiff = 0;
+    const char *worst_name = "-";
+    for (int i = 0; i < m0->n_params; i++) {
+        const double *g0 = model_grad(m0, i), *g1 = model_grad(m1, i);
+        double diff = 0, mag = 0;
+        for (size_t j = 0; j < m0->params[i].numel; j++) {
+            diff = fmax(diff, fabs(g1[j] - g0[j]));
+            mag = fmax(mag, fabs(g0[j]));
+            ndiff += memcmp(&g0[j], &g1[j], sizeof(double)) != 0;
+        }
+        double rel = mag > 0 ? diff / mag : diff;
+        if (rel > worst || (rel == worst && worst_name[0] == '-')) worst = rel, worst_name = m0->params[i].name;
+    }
+    snprintf(det, sizeof det, "%.3e, %zu not bitwise", worst, ndiff);
+    check_row(worst <= TOL, "every gradient tensor (max |diff| / max |g|)", det);
+    double e0 = model_eval_loss(m0, x, y), e1 = model_eval_loss(m1, x, y);
+    snprintf(det, sizeof det, "%.3e", fabs(e1 - e0) / fabs(e0));
+    check_row(fabs(e1 - e0) <= TOL * fabs(e0), "evaluation loss", det);
+}
+
 static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bool conv, bool rc) {
     gdn_config c = tiny_config(pattern, 2);
     c.dropout = 0.1;
@@ -53,57 +81,9 @@ static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bo
     for (int i = 0; i < 2 * B * T; i++) x[i] = (int32_t)rng_below(&r, V), y[i] = (int32_t)rng_below(&r, V);
     y[7] = -1;
 
-    double l0 = tiny_train2(m0, x, y, B, T), l1 = tiny_train2(m1, x, y, B, T);
-    char det[96];
-    snprintf(det, sizeof det, "%.3e", fabs(l1 - l0) / fabs(l0));
-    check_row(fabs(l1 - l0) <= TOL * fabs(l0), "training loss", det);
-    double worst = 0;
-    const char *worst_name = "-";
-    for (int i = 0; i < m0->n_params; i++) {
-        const double *g0 = model_grad(m0, i), *g1 = model_grad(m1, i);
-        double diff = 0, mag = 0;
-        for (size_t j = 0; j < m0->params[i].numel; j++) {
-            diff = fmax(diff, fabs(g1[j] - g0[j]));
-            mag = fmax(mag, fabs(g0[j]));
-        }
-        double rel = mag > 0 ? diff / mag : diff;
-        if (rel > worst || (rel == worst && worst_name[0] == '-')) worst = rel, worst_name = m0->params[i].name;
-    }
-    snprintf(det, sizeof det, "%.3e (%s)", worst, worst_name);
-    check_row(worst <= TOL, "every gradient tensor (max |diff| / max |g|)", det);
-    double e0 = model_eval_loss(m0, x, y), e1 = model_eval_loss(m1, x, y);
-    snprintf(det, sizeof det, "%.3e", fabs(e1 - e0) / fabs(e0));
-    check_row(fabs(e1 - e0) <= TOL * fabs(e0), "evaluation loss", det);
+    compare_models(m0, m1, x, y);
     model_free(m0);
     model_free(m1);
-}
-
-// Loss, every gradient and the evaluation loss of m1 against m0 (relative TOL), with how many
-// gradient elements are not bitwise equal (the detail column).
-static void compare_models(model *m0, model *m1, const int32_t *x, const int32_t *y) {
-    double l0 = tiny_train2(m0, x, y, B, T), l1 = tiny_train2(m1, x, y, B, T);
-    char det[96];
-    snprintf(det, sizeof det, "%.3e", fabs(l1 - l0) / fabs(l0));
-    check_row(fabs(l1 - l0) <= TOL * fabs(l0), "training loss", det);
-    double worst = 0;
-    size_t ndiff = 0;
-    const char *worst_name = "-";
-    for (int i = 0; i < m0->n_params; i++) {
-        const double *g0 = model_grad(m0, i), *g1 = model_grad(m1, i);
-        double diff = 0, mag = 0;
-        for (size_t j = 0; j < m0->params[i].numel; j++) {
-            diff = fmax(diff, fabs(g1[j] - g0[j]));
-            mag = fmax(mag, fabs(g0[j]));
-            ndiff += memcmp(&g0[j], &g1[j], sizeof(double)) != 0;
-        }
-        double rel = mag > 0 ? diff / mag : diff;
-        if (rel > worst || (rel == worst && worst_name[0] == '-')) worst = rel, worst_name = m0->params[i].name;
-    }
-    snprintf(det, sizeof det, "%.3e, %zu not bitwise", worst, ndiff);
-    check_row(worst <= TOL, "every gradient tensor (max |diff| / max |g|)", det);
-    double e0 = model_eval_loss(m0, x, y), e1 = model_eval_loss(m1, x, y);
-    snprintf(det, sizeof det, "%.3e", fabs(e1 - e0) / fabs(e0));
-    check_row(fabs(e1 - e0) <= TOL * fabs(e0), "evaluation loss", det);
 }
 
 static void test_mlp(const char *pattern, int hidden, int dm, gdn_recompute rc) {

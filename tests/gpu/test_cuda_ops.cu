@@ -460,6 +460,34 @@ static bool norm_s13_bwd(cuda_dtype dt, int D, size_t zld, size_t off, bool hz) 
     return hz && norm_s13_fwd(dt, D, zld, off);
 }
 
+// The CPU reference of conv_silu3_bwd: dx (x's columns c0 of rows ld apart, from col) and dw (+=
+// into acc) of q, k, v's conv + SiLU from their output gradients g.
+static void conv3_bwd_ref(vec &dx, double *acc, const std::vector<vec> &g, const vec &xw,
+                          const vec &w, int B, int T, const int cw[3], const int c0[3], int K,
+                          size_t ld, size_t col) {
+    for (int i = 0; i < 3; i++)
+        conv_silu_bwd_cpu(dx.data() + col + c0[i], acc + (size_t)c0[i] * K, g[i].data(),
+                          xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
+}
+
+// The CPU reference of conv_silu3_l2 (q, k, v of column widths cw at columns c0 of x's rows, ld
+// apart, from column col): y[i] = conv + SiLU, then for q and k the per-head L2 norm (rn: the
+// norms' reciprocals) of the fp32 conv output (fused: the in-kernel norm) or of y rounded to dt
+// (composed: conv_silu3 stores y, then l2norm_fwd in place).
+static void conv3_l2_ref(std::vector<vec> &y, vec rn[2], const vec &xw, const vec &w, cuda_dtype dt,
+                         int B, int T, const int cw[3], const int c0[3], int K, size_t ld,
+                         size_t col, int nd, double eps, double s0, bool fused) {
+    const size_t rows = (size_t)B * T, nh = rows * (cw[0] / nd);
+    for (int i = 0; i < 3; i++) {
+        y[i].resize(rows * cw[i]);
+        conv_silu_fwd_cpu(y[i].data(), xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
+        if (i == 2) continue;
+        if (!fused)
+            for (double &e : y[i]) e = round_to(e, dt);
+        l2norm_fwd_cpu(y[i].data(), rn[i].data(), y[i].data(), nh, nd, eps, i ? 1.0 : s0);
+    }
+}
+
 // Fused conv1d + SiLU against conv_silu_fwd_cpu / conv_silu_bwd_cpu. Tiled path: C a multiple
 // of the pack (8, 24, 512, 1000 with dead lanes in the last block, 1024), K = 1..4, T = 1, 63,
 // 64, 65, 300 (tiles of 16 cut mid-sequence, halos across tiles and sequences), and one
@@ -580,9 +608,7 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
 
         vec dx_init = randn(r, nw, 1.0, dt), dx_want = dx_init, init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
         vec dw = plus_twice(init, [&](double *acc) {
-            for (int i = 0; i < 3; i++)
-                conv_silu_bwd_cpu(dx_want.data() + col + c0[i], acc + (size_t)c0[i] * K, g[i].data(),
-                                  xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
+            conv3_bwd_ref(dx_want, acc, g, xw, w, B, T, cw, c0, K, ld, col);
         }, &want2);
         dten dg0 = dput(g[0], dt), dg1 = dput(g[1], dt), dg2 = dput(g[2], dt);
         dten ddxw = dempty(nw, dt), ddw = dempty((size_t)C * K, CUDA_F32);
@@ -797,17 +823,10 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
         const size_t ld = sh[5], col = sh[6], rows = (size_t)B * T, nw = rows * ld, es = esz(dt), nh = rows * (C0 / nd);
         const double eps = 1e-6, s0 = 1.0 / sqrt((double)nd);
         vec xw = randn(r, nw, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt);
+        const int cw[3] = {C0, C0, C2}, c0[3] = {0, C0, 2 * C0};
         std::vector<vec> y(3);
         vec rn[2] = {vec(nh), vec(nh)};
-        const int cw[3] = {C0, C0, C2}, c0[3] = {0, C0, 2 * C0};
-        for (int i = 0; i < 3; i++) {
-            y[i].resize(rows * cw[i]);
-            conv_silu_fwd_cpu(y[i].data(), xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
-            if (i == 2) continue;
-            if (!fused)
-                for (double &e : y[i]) e = round_to(e, dt);
-            l2norm_fwd_cpu(y[i].data(), rn[i].data(), y[i].data(), nh, nd, eps, i ? 1.0 : s0);
-        }
+        conv3_l2_ref(y, rn, xw, w, dt, B, T, cw, c0, K, ld, col, nd, eps, s0, fused);
         dten dxw_ = dput(xw, dt), dw_ = dput(w, dt);
         dten dy0 = dempty(rows * C0, dt), dy1 = dempty(rows * C0, dt), dy2 = dempty(rows * C2, dt);
         dten dr0 = dempty(nh, CUDA_F32), dr1 = dempty(nh, CUDA_F32);
@@ -881,14 +900,7 @@ static void test_conv_s13(cuda_dtype dt, rng_t *r) {
         vec xw = randn(r, nw, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt);
         std::vector<vec> y(3);
         vec rn[2] = {vec(nh), vec(nh)};
-        for (int i = 0; i < 3; i++) {
-            y[i].resize(rows * cw[i]);
-            conv_silu_fwd_cpu(y[i].data(), xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
-            if (i == 2) continue;
-            if (!fused)
-                for (double &e : y[i]) e = round_to(e, dt);
-            l2norm_fwd_cpu(y[i].data(), rn[i].data(), y[i].data(), nh, nd, eps, i ? 1.0 : s0);
-        }
+        conv3_l2_ref(y, rn, xw, w, dt, B, T, cw, c0, K, ld, col, nd, eps, s0, fused);
         dten dxw_ = dput(xw, dt), dw_ = dput(w, dt);
         const char *xp = (const char *)dxw_.d + col * es;
         dten dy0 = dempty(rows * C0, dt), dy1 = dempty(rows * C0, dt), dy2 = dempty(rows * C2, dt);
@@ -911,9 +923,7 @@ static void test_conv_s13(cuda_dtype dt, rng_t *r) {
         const vec &dx_init = xw;  // dx's other columns: any values that must stay (x's: no draw)
         vec dx_want = dx_init, init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
         vec dw = plus_twice(init, [&](double *acc) {
-            for (int i = 0; i < 3; i++)
-                conv_silu_bwd_cpu(dx_want.data() + col + c0[i], acc + (size_t)c0[i] * K, g[i].data(),
-                                  xw.data() + col + c0[i], w.data() + (size_t)c0[i] * K, B, T, cw[i], K, ld);
+            conv3_bwd_ref(dx_want, acc, g, xw, w, B, T, cw, c0, K, ld, col);
         }, &want2);
         dten dg0 = dput(g[0], dt), dg1 = dput(g[1], dt), dg2 = dput(g[2], dt);
         dten ddxw = dempty(nw, dt), ddw = dempty((size_t)C * K, CUDA_F32);
