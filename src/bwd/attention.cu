@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
     attn_load_tile<KV_BK, D, KV_THREADS>(Vs, p.v, b, h, k0, T, H, tid);
     attn_load_tile<KV_BQ, D, KV_THREADS>(Qs, p.q, b, h, m_lo * KV_BQ, T, H, tid);
     attn_load_tile<KV_BQ, D, KV_THREADS>(dOs, p.dO, b, h, m_lo * KV_BQ, T, H, tid);
-    attn_cp_async_commit();
+    cp_async_commit();
     attn_load_rowstats(lse2s, Dss, p.lse, p.Dd, sbase, m_lo * KV_BQ, KV_BQ, T, tid);
 
     float dk[D / 8][4], dv[D / 8][4];  // rows (g, g+8) of this warp's 16 keys, cols dt*8 + 2t
@@ -149,13 +149,13 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
     const uint32_t ks_base = gdnk::smem_u32(Ks), vs_base = gdnk::smem_u32(Vs), ds_base = gdnk::smem_u32(dSs);
 
     for (int m = m_lo, it = 0; m <= m_hi; m++, it++) {
-        attn_cp_async_wait_all();
+        cp_async_wait<0>();
         __syncthreads();  // tile m visible; every warp is done with buffer (it+1)&1
         if (m < m_hi) {
             const int nb = (it + 1) & 1;
             attn_load_tile<KV_BQ, D, KV_THREADS>(Qs + nb * KV_BQ * D, p.q, b, h, (m + 1) * KV_BQ, T, H, tid);
             attn_load_tile<KV_BQ, D, KV_THREADS>(dOs + nb * KV_BQ * D, p.dO, b, h, (m + 1) * KV_BQ, T, H, tid);
-            attn_cp_async_commit();
+            cp_async_commit();
             attn_load_rowstats(lse2s + nb * KV_BQ, Dss + nb * KV_BQ, p.lse, p.Dd, sbase, (m + 1) * KV_BQ, KV_BQ, T, tid);
         }
         const int cb = it & 1;
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
     attn_load_tile<DQ_BQ, D, DQ_THREADS>(dOs, p.dO, b, h, q0, T, H, tid);
     attn_load_tile<DQ_BK, D, DQ_THREADS>(Ks, p.k, b, h, n_hi * DQ_BK, T, H, tid);
     attn_load_tile<DQ_BK, D, DQ_THREADS>(Vs, p.v, b, h, n_hi * DQ_BK, T, H, tid);
-    attn_cp_async_commit();
+    cp_async_commit();
 
     float lse2[2], Drow[2];  // rows g, g+8 of this warp
 #pragma unroll
@@ -343,13 +343,13 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
     const uint32_t qs_base = gdnk::smem_u32(Qs), dos_base = gdnk::smem_u32(dOs);
 
     for (int n = n_hi, it = 0; n >= n_lo; n--, it++) {
-        attn_cp_async_wait_all();
+        cp_async_wait<0>();
         __syncthreads();
         if (n > n_lo) {
             const int nb = (it + 1) & 1;
             attn_load_tile<DQ_BK, D, DQ_THREADS>(Ks + nb * DQ_BK * D, p.k, b, h, (n - 1) * DQ_BK, T, H, tid);
             attn_load_tile<DQ_BK, D, DQ_THREADS>(Vs + nb * DQ_BK * D, p.v, b, h, (n - 1) * DQ_BK, T, H, tid);
-            attn_cp_async_commit();
+            cp_async_commit();
         }
         const uint32_t ks_base = gdnk::smem_u32(Ks + (it & 1) * DQ_BK * D), vs_base = gdnk::smem_u32(Vs + (it & 1) * DQ_BK * D);
         const int k0 = n * DQ_BK;

@@ -161,11 +161,6 @@ __device__ __forceinline__ float quad_sum(float x) {  // sum over the 4 lanes of
     x += __shfl_xor_sync(0xffffffffu, x, 2);
     return x;
 }
-// wait until at most N of this thread's cp.async groups are still in flight
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 // KHg pair from its hi + lo bf16 pairs (as kp_pair<2>, split into load and sum)
 __device__ __forceinline__ float2 kp_sum2(uint32_t hi, uint32_t lo) {
     const __nv_bfloat162 h = *(const __nv_bfloat162 *)&hi, l = *(const __nv_bfloat162 *)&lo;
@@ -603,7 +598,7 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_cons
     if constexpr (SD) return;  // the scan forms it
     float *dDg = a.dHs + cix * DK * DV;  // row stride Dv
     for (int vb = 0; vb * VB < DV; ++vb) {
-        cp_async_wait_group<L::NB - 1>();  // block vb is in (vb + 1 may be in flight)
+        cp_async_wait<L::NB - 1>();  // block vb is in (vb + 1 may be in flight)
         __syncthreads();
         const smat sDO{sb + L::DO + (vb % L::NB) * NP * L::DO_PL, L::PBV, L::DO_PL};
         float acc[NTV][4] = {};
@@ -835,7 +830,7 @@ __global__ void __launch_bounds__(128 * CW)
     }
 
     for (int n = NC - 1; n >= 0; --n) {
-        if constexpr (PIPE) cp_async_wait_group<1>();  // A and B of chunk n (C may be in flight)
+        if constexpr (PIPE) cp_async_wait<1>();  // A and B of chunk n (C may be in flight)
         else cp_async_wait_all();
         __syncthreads();  // chunk n's Q, K, W, g (and dΔ_loc, dO) are in; dH' planes are visible
         if constexpr (!PIPE) {
@@ -915,7 +910,7 @@ __global__ void __launch_bounds__(128 * CW)
                 st_pair<NP>(sm, L::DO + i * L::PBV + c * 2, L::DO_PL, gam[i] * dov[nt][hr].x,
                             gam[i] * dov[nt][hr].y);
             }
-        if constexpr (PIPE) cp_async_wait_group<1>();  // C of chunk n (A of n - 1 may be in flight)
+        if constexpr (PIPE) cp_async_wait<1>();  // C of chunk n (A of n - 1 may be in flight)
         __syncthreads();  // (PF) this chunk's dΔ_loc and dO rows are no longer read
         if (L::PF && L::S == 1 && n > 0) load_dd_do(n - 1);  // committed with load_chunk below
         if constexpr (PIPE) cp_async_commit();                // (PIPE: on its own) B
@@ -1407,13 +1402,13 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
         for (int e = tid; e < 2 * C; e += 256) pos1p[e] = tkp[e] = pos2p[e] = dbp[e] = 0.f;
         __syncthreads();  // g, beta
         if (warp == 0) gates_warp(gsm, Gh, Gl, gam, hdec, lane);
-        cp_async_wait_group<2>();  // Linv, Q, K
+        cp_async_wait<2>();  // Linv, Q, K
         __syncthreads();
     } else {
         stage1(0, 0);
         stage2(0, 0);
         cp_async_commit();
-        cp_async_wait_group<1>();  // Linv (RC: and Q, K)
+        cp_async_wait<1>();  // Linv (RC: and Q, K)
         __syncthreads();
         if (warp == 0) gates_warp(gsm, Gh, Gl, gam, hdec, lane);
     }
@@ -1466,7 +1461,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
         }
     };
     if constexpr (L::EA) {  // the first sub-block's conversion (the others: under the wgmmas)
-        cp_async_wait_group<1>();  // dO, H, dH' (V may still travel)
+        cp_async_wait<1>();  // dO, H, dH' (V may still travel)
         __syncthreads();           // everyone's; P's reads of Q (region R) done
         convert_ea(0);
     }
@@ -1733,7 +1728,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                         sb + (uint32_t)(L::DHB + e * L::HB_SLOT), m0, q0, lane,
                         [&] {
                             if (kn < NKH) {
-                                cp_async_wait_group<1>();  // its dO, H, dH' (V may travel)
+                                cp_async_wait<1>();  // its dO, H, dH' (V may travel)
                                 __syncthreads();  // everyone's; every warp's A fragments of
                                                   // this group (dO planes) are loaded
                                 convert_ea(vn);
@@ -1807,7 +1802,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                                j + 1 <= i ? x1 : 0.f);
                 });
             if constexpr (RC) {  // dQK and dP ⊙ QK ⊙ Gam from dP (aP) and QK^T in its tiling
-                cp_async_wait_group<1>();  // Linv and Q
+                cp_async_wait<1>();  // Linv and Q
                 __syncthreads();
                 float qk[4][4];
                 abt_lower<DKH>(qk, sQ2, sKh, m0, ch * 32, lane);
@@ -1834,7 +1829,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     const int e = tid + it * 256, i = e / C, j = e % C;
                     pa1[it] = j < i ? PAg[i * C + j] : 0.f;
                 }
-                cp_async_wait_group<1>();  // Linv (Q, K may still be in flight)
+                cp_async_wait<1>();  // Linv (Q, K may still be in flight)
                 __syncthreads();
 #pragma unroll
                 for (int it = 0; it < C * C / 256; ++it) {

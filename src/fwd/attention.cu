@@ -67,9 +67,9 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
 
     attn_load_tile<FWD_BQ, D, NT>(Qs, p.q, b, h, q0, T, H, tid);
     attn_load_tile<FWD_BK, D, NT>(Ks, p.k, b, h, n_hi * FWD_BK, T, H, tid);
-    attn_cp_async_commit();  // group: Q, K
+    cp_async_commit();  // group: Q, K
     attn_load_tile<FWD_BK, D, NT>(Vs, p.v, b, h, n_hi * FWD_BK, T, H, tid);
-    attn_cp_async_commit();  // group: V
+    cp_async_commit();  // group: V
 
     float acc[MT][D / 8][4];  // O, rows (mt*16 + g, +8) of this warp, cols dt*8 + 2t, +1
 #pragma unroll
@@ -90,15 +90,15 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
 
     for (int n = n_hi, it = 0; n >= n_lo; n--, it++) {
         // pending groups: K_n, V_n (oldest first)
-        attn_cp_async_wait<1>();
+        cp_async_wait<1>();
         __syncthreads();  // K tile n visible; every warp is done with buffers (it+1)&1
         const bool pre = n > n_lo;
         if (pre) {
             const int nb = (it + 1) & 1;
             attn_load_tile<FWD_BK, D, NT>(Ks + nb * FWD_BK * D, p.k, b, h, (n - 1) * FWD_BK, T, H, tid);
-            attn_cp_async_commit();
+            cp_async_commit();
             attn_load_tile<FWD_BK, D, NT>(Vs + nb * FWD_BK * D, p.v, b, h, (n - 1) * FWD_BK, T, H, tid);
-            attn_cp_async_commit();
+            cp_async_commit();
         }
         const __nv_bfloat16 *Kb = Ks + (it & 1) * FWD_BK * D;
         const __nv_bfloat16 *Vb = Vs + (it & 1) * FWD_BK * D;
@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
             }
 
         // pending groups: V_n (, K_n-1, V_n-1)
-        if (pre) attn_cp_async_wait<2>();
-        else attn_cp_async_wait_all();
+        if (pre) cp_async_wait<2>();
+        else cp_async_wait<0>();
         __syncthreads();  // V tile n visible
         // O += P V; P's C-fragments of key tiles 2kk, 2kk+1 are the A-fragment of k-step kk
 #pragma unroll

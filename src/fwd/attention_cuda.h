@@ -145,11 +145,6 @@ __device__ __forceinline__ int attn_swz(int row, int col) {
     return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
-__device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void attn_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-// wait until at most N of this thread's committed cp.async groups (the newest) are pending
-template <int N>
-__device__ __forceinline__ void attn_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col).
 // Fragments (g = lane/4, t = lane%4): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..),

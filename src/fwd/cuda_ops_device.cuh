@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include "../core/cuda_check.h"
 #include "../model/cuda_ops.h"
+#include "gdn_chunk_common.cuh"  // the cp.async group wrappers
 
 // Runs `...` with T = float or __nv_bfloat16 according to dt (one switch per public launcher).
 #define CUDA_DT_SWITCH(dt, T, ...)                                                            \
@@ -297,14 +298,12 @@ struct conv_segs {
     }
 };
 
-// ---- conv + SiLU v2 kernels (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu) ------------------------
-// The tiled backward and the tiled forward with the L2 norm stage their token rows in shared
-// memory by cp.async first (conv_silu_bwd_v2_kernel, conv_silu_fwd_v2_kernel: 0.71x / 0.85x the
-// time of the register-window kernels they replaced on an H200, bench/model_gpu.md, session 10;
-// the plain forward keeps its register-window kernel, faster there). The helpers they share:
-// BYTES (4, 8 or 16) from global src to shared dst, asynchronously; !valid: dst zero-filled and
-// nothing read (src must still be a BYTES-aligned global address). sm_80+; older devices load
-// and store synchronously.
+// ---- conv + SiLU kernels that stage by cp.async (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu) ----
+// The s13 kernels' per-thread rings and the backward's v2 kernel (where s13 does not apply) stage
+// their token rows in shared memory by cp.async (bench/model_gpu.md, sessions 10 and 13). The
+// helper they share: BYTES (4, 8 or 16) from global src to shared dst, asynchronously; !valid:
+// dst zero-filled and nothing read (src must still be a BYTES-aligned global address). sm_80+;
+// older devices load and store synchronously.
 template <int BYTES> __device__ __forceinline__ void cp_async_zfill(void *dst, const void *src, bool valid) {
     static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async moves 4, 8 or 16 bytes");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -322,23 +321,7 @@ template <int BYTES> __device__ __forceinline__ void cp_async_zfill(void *dst, c
     *(chunk *)dst = c;
 #endif
 }
-__device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
-}
-// The s13 conv + SiLU kernels' per-thread rings: one commit group per staged row, and a wait
-// until at most N of this thread's groups are still in flight.
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
+// (cp_async_commit, cp_async_wait<N>, cp_async_wait_all: gdn_chunk_common.cuh)
 // Four fp32 values stored as one pack of T (8 bytes in bf16, 16 in fp32; p aligned to it), each
 // rounded as from_f (cvt.rn per element; store_pack's struct copy became four 2-byte stores).
 __device__ __forceinline__ void st_pack4(float *p, const float (&f)[4]) {  // (a float4 became four stores)

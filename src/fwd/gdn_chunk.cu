@@ -108,12 +108,11 @@ struct gdn_prep_layout {
     static_assert(CC_PL <= QK_PL, "T, P fit in K's and Q's buffers");
 };
 
-// ---- PTX wrappers: shared with the backward (gdn_chunk_common.cuh) -----------------------
+// ---- PTX wrappers: shared with the backward (gdn_chunk_common.cuh; the cp.async group
+// wrappers cp_async_commit, cp_async_wait_all there are global) ------------------------------
 using gdnk::cvt_rows_f32;
 using gdnk::cp_async16;
 using gdnk::cp_async4;
-using gdnk::cp_async_commit;
-using gdnk::cp_async_wait_all;
 using gdnk::ldsm4;
 using gdnk::ldsm4t;
 using gdnk::mma16816;

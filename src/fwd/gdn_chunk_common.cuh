@@ -14,6 +14,28 @@
 #include <stdint.h>
 #include <cuda_bf16.h>
 
+// cp.async groups, the one set of wrappers for every kernel (GDN, attention, the conv and
+// memory-bound kernels through cuda_ops_device.cuh): commit this thread's cp.async since the last
+// commit as a group; wait until at most N of its groups (the newest) are in flight; wait for all.
+// The "memory" clobbers keep the compiler's shared-memory accesses on their side of each. sm_80+
+// (an older device has no cp.async: the conv kernels' cp_async_zfill copies synchronously there,
+// and these are no-ops).
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 namespace gdnk {
 
 constexpr int C = 64;  // tokens per chunk (GDN_CHUNK)
@@ -37,10 +59,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int by
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                  "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 __device__ __forceinline__ void ldsm4(uint32_t r[4], uint32_t a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
