@@ -27,17 +27,6 @@ double optim_lr(const gdn_config *c, long step) {
 // n_elems; no op writes outside its tensor), so it adds nothing.
 double optim_grad_norm(const model *m) { return sqrt(m->be->sumsq(m->grad_mem, m->n_elems)); }
 
-// GDN_ADAMW_FAST=0 in the environment (read once): one backend adamw call per run, as before
-// adamw_multi, for A/B comparisons in one binary. Same bits either way.
-static bool adamw_fast(void) {
-    static int fast = -1;
-    if (fast < 0) {
-        const char *e = getenv("GDN_ADAMW_FAST");
-        fast = !(e && !strcmp(e, "0"));
-    }
-    return fast;
-}
-
 void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, double scale) {
     const gdn_config *c = &m->cfg;
     const backend *be = m->be;
@@ -54,7 +43,7 @@ void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, dou
     // the tensors' elements get the same bits as tensor by tensor. The backend's adamw_multi takes
     // all the runs in one call (CUDA: one launch per 128), else one adamw call per run; the same
     // update of each element either way.
-    const bool multi = be->adamw_multi && adamw_fast();
+    const bool multi = be->adamw_multi != NULL;  // (the CPU backend has none)
     be_adamw_seg *seg = multi ? gdn_malloc((size_t)m->n_params * sizeof *seg) : NULL;
     int ns = 0;
     for (int i = 0, j; i < m->n_params; i = j) {
