@@ -52,12 +52,26 @@ static void compare_models(model *m0, model *m1, const int32_t *x, const int32_t
     check_row(fabs(e1 - e0) <= TOL * fabs(e0), "evaluation loss", det);
 }
 
-static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bool conv, bool rc) {
+// Two steps' tokens and targets (2 B T each) from seed; target `ignored` is -1 (not counted)
+static void draw_tokens(int32_t *x, int32_t *y, uint64_t seed, int ignored) {
+    rng_t r;
+    rng_init(&r, seed, 0);
+    for (int i = 0; i < 2 * B * T; i++) x[i] = (int32_t)rng_below(&r, V), y[i] = (int32_t)rng_below(&r, V);
+    y[ignored] = -1;
+}
+
+// Both kinds of case: the tiny config with every dropout on and GDN chunks of 8
+static gdn_config case_config(const char *pattern) {
     gdn_config c = tiny_config(pattern, 2);
     c.dropout = 0.1;
     c.embed_dropout = 0.15;
     c.mixer_dropout = 0.2;
     c.gdn_chunk_size = 8;
+    return c;
+}
+
+static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bool conv, bool rc) {
+    gdn_config c = case_config(pattern);
     c.gdn_gate = gate;
     c.gdn_delta = delta;
     c.gdn_output_gate = ogate;
@@ -75,11 +89,8 @@ static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bo
     check_row(!any || (m1->acts[0].inproj != NULL && m0->acts[0].inproj == NULL),
           "fused layout taken (and only with fuse_projections)", any ? (conv ? "q..z" : "a, b, z") : "none");
 
-    rng_t r;
-    rng_init(&r, 5, 0);
     int32_t x[2 * B * T], y[2 * B * T];
-    for (int i = 0; i < 2 * B * T; i++) x[i] = (int32_t)rng_below(&r, V), y[i] = (int32_t)rng_below(&r, V);
-    y[7] = -1;
+    draw_tokens(x, y, 5, 7);
 
     compare_models(m0, m1, x, y);
     model_free(m0);
@@ -87,12 +98,8 @@ static void test_case(const char *pattern, bool gate, bool delta, bool ogate, bo
 }
 
 static void test_mlp(const char *pattern, int hidden, int dm, gdn_recompute rc) {
-    gdn_config c = tiny_config(pattern, 2);
+    gdn_config c = case_config(pattern);
     c.d_model = dm;
-    c.dropout = 0.1;
-    c.embed_dropout = 0.15;
-    c.mixer_dropout = 0.2;
-    c.gdn_chunk_size = 8;
     c.mlp_hidden = hidden;
     c.recompute = rc;
     backend fused = backend_cpu;
@@ -115,11 +122,8 @@ static void test_mlp(const char *pattern, int hidden, int dm, gdn_recompute rc) 
     check_row(two && one == (contiguous && rows16), "gate|up one (N, 2F) iff contiguous, 16 B rows",
               one ? "fused" : "two GEMMs");
 
-    rng_t r;
-    rng_init(&r, 6, 0);
     int32_t x[2 * B * T], y[2 * B * T];
-    for (int i = 0; i < 2 * B * T; i++) x[i] = (int32_t)rng_below(&r, V), y[i] = (int32_t)rng_below(&r, V);
-    y[3] = -1;
+    draw_tokens(x, y, 6, 3);
     compare_models(m0, m1, x, y);
     model_free(m0);
     model_free(m1);

@@ -355,7 +355,7 @@ extern "C" void cuda_linear_fwd(cuda_dtype dt, void *y, const void *x, const voi
     if (N == 0) return;
     cudaDataType_t t = lt_type(dt);
     const int r = split_rest(out), q = out - r;
-    const size_t e = dt == CUDA_BF16 ? 2 : 4;
+    const size_t e = dtype_bytes(t);
     matmul(CUBLAS_OP_T, CUBLAS_OP_N, q, N, in, W, in, x, in, t, y, out, t, false, s);
     if (r)
         matmul(CUBLAS_OP_T, CUBLAS_OP_N, r, N, in, (const char *)W + (size_t)q * in * e, in, x, in,
