@@ -437,6 +437,14 @@ __device__ void solve_T(unsigned char *sm, int offA, int offT, const float *beta
 __host__ __device__ inline size_t gdn_ws_cc(const gdn_fwd_params &p) {  // elements of T (or P)
     return (size_t)p.B * p.H * ((p.T + C - 1) / C) * C * C;
 }
+// Where T and G live: p.tg when the caller keeps them (T, then G), else the workspace (T, P, G)
+__host__ __device__ inline __nv_bfloat16 *gdn_ws_T(const gdn_fwd_params &p) {
+    return (__nv_bfloat16 *)(p.tg ? p.tg : p.workspace);
+}
+__host__ __device__ inline float *gdn_ws_G(const gdn_fwd_params &p) {
+    return p.tg ? (float *)((__nv_bfloat16 *)p.tg + gdn_ws_cc(p))
+                : (float *)((__nv_bfloat16 *)p.workspace + 2 * gdn_ws_cc(p));
+}
 template <int DK>
 __global__ void __launch_bounds__(128)
 gdn_chunk_prep_kernel(const __grid_constant__ gdn_fwd_params p) {
@@ -461,9 +469,9 @@ gdn_chunk_prep_kernel(const __grid_constant__ gdn_fwd_params p) {
     float *G = (float *)(sm + L::GW) + warp * C;
     gate_cumsum(gb, G, lane);
     const size_t cc = (size_t)C * C, chunk = ((size_t)b * H + h) * NC + n;
-    __nv_bfloat16 *wsT = (__nv_bfloat16 *)p.workspace + chunk * cc;
+    __nv_bfloat16 *wsT = gdn_ws_T(p) + chunk * cc;
     __nv_bfloat16 *wsP = (__nv_bfloat16 *)p.workspace + gdn_ws_cc(p) + chunk * cc;
-    float *wsG = (float *)((__nv_bfloat16 *)p.workspace + 2 * gdn_ws_cc(p)) + chunk * C;
+    float *wsG = gdn_ws_G(p) + chunk * C;
     if (warp == 0) {
         wsG[lane] = G[lane];
         wsG[lane + 32] = G[lane + 32];
@@ -519,9 +527,9 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
     const size_t state0 = ((size_t)b * H + h) * DK * DV;         // (b, h) state offset
     const size_t cc = (size_t)C * C, wsblk = ((size_t)b * H + h) * NC;
     const __nv_bfloat16 *ws = (const __nv_bfloat16 *)p.workspace;
-    const __nv_bfloat16 *wsT = PRE ? ws + wsblk * cc : nullptr;
+    const __nv_bfloat16 *wsT = PRE ? gdn_ws_T(p) + wsblk * cc : nullptr;
     const __nv_bfloat16 *wsP = PRE ? ws + gdn_ws_cc(p) + wsblk * cc : nullptr;
-    const float *wsG = PRE ? (const float *)(ws + 2 * gdn_ws_cc(p)) + wsblk * C : nullptr;
+    const float *wsG = PRE ? gdn_ws_G(p) + wsblk * C : nullptr;
 
     const uint32_t sbase = smem_u32(sm);
     const int s_row = wl % MS;                     // this warp's state tile rows
@@ -867,6 +875,13 @@ extern "C" size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *p) {
            + (size_t)p->B * p->H * nc * C * sizeof(float);                // G
 }
 
+extern "C" size_t gdn_chunk_fwd_tg_bytes(const gdn_fwd_params *p) {
+    if (p->dtype == GDN_DTYPE_FP32) return 0;
+    const size_t nc = (size_t)(p->T + C - 1) / C;
+    return (size_t)p->B * p->H * nc * C * C * sizeof(__nv_bfloat16)  // T
+           + (size_t)p->B * p->H * nc * C * sizeof(float);             // G
+}
+
 static void gdn_check_ptr(const void *ptr, size_t align, const char *name) {
     if (!ptr) gdn_die("gdn_chunk_fwd: %s is NULL", name);
     if ((uintptr_t)ptr % align)
@@ -903,6 +918,12 @@ extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
     const bool f32 = p->dtype == GDN_DTYPE_FP32;
     if (f32) p->workspace = NULL;  // the fp32 path recomputes T and P in the fused kernel
     if (p->workspace) gdn_check_ptr(p->workspace, 16, "workspace");
+    if (!p->workspace) {  // tg belongs to the prep path
+        p->tg = NULL;
+        p->tg_ready = 0;
+    }
+    if (p->tg) gdn_check_ptr(p->tg, 16, "tg");
+    if (p->tg_ready && !p->tg) gdn_die("gdn_chunk_fwd: tg_ready set without tg");
     const int dvb = gdn_chunk_fwd_dv_block(p);
     if (f32 && dvb != 16)
         gdn_die("gdn_chunk_fwd: dv_block %d with fp32 inputs\nHINT: fp32 runs with dv_block 16",
@@ -945,11 +966,14 @@ extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
     }
     // prep path (always writes G; T with delta on; P unless p_from_prep == 2, measured faster
     // at every benchmark shape, bench/gdn_fwd.md; states only: no P anywhere, prep skips Q)
-    if (p->p_from_prep != 2) p->p_from_prep = p->o ? 1 : 2;
-    switch (p->Dk) {
-    case 64: gdn_chunk_prep_launch<64>(p); break;
-    case 128: gdn_chunk_prep_launch<128>(p); break;
-    default: gdn_chunk_prep_launch<256>(p); break;
+    // tg_ready: T and G are the caller's from an earlier call, no prep (P then per CTA)
+    if (p->p_from_prep != 2) p->p_from_prep = p->o && !p->tg_ready ? 1 : 2;
+    if (!p->tg_ready) {
+        switch (p->Dk) {
+        case 64: gdn_chunk_prep_launch<64>(p); break;
+        case 128: gdn_chunk_prep_launch<128>(p); break;
+        default: gdn_chunk_prep_launch<256>(p); break;
+        }
     }
     switch (p->Dk * 1000 + dvb) {
     case 64016: gdn_chunk_fwd_run<64, 16, 1, false, true>(p); break;

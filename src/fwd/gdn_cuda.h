@@ -53,6 +53,14 @@ typedef struct {
                              // sharing Q, K, T, P; bf16 with workspace, Dk <= 128); fp32: 16
     int p_from_prep;         // with a workspace, P from the prep kernel: 0 or 1 = yes (default),
                              // 2 = no (computed per CTA); for benchmarks and tests
+    void *tg;                // bf16 prep path only (ignored otherwise), NULL = not used:
+                             // gdn_chunk_fwd_tg_bytes(p) bytes (16-byte aligned) that take the
+                             // chunks' T (bf16) and gate cumsums G (fp32) instead of the
+                             // workspace, so that a later call can reuse them (the backward's
+                             // states-only recompute, gdn_bwd_params.fwd_tg)
+    int tg_ready;            // with tg: 1 = tg already holds T and G of an earlier call with the
+                             // same k, g, beta, shape and mode: the prep kernel is skipped (P
+                             // then computed per CTA); 0 = the prep kernel writes them
     cudaStream_t stream;
 } gdn_fwd_params;
 
@@ -63,6 +71,8 @@ void gdn_chunk_fwd(const gdn_fwd_params *p);
 int gdn_chunk_fwd_dv_block(const gdn_fwd_params *p);
 // Bytes of workspace that make the prep-kernel path available (0 for fp32: not used there).
 size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *p);
+// Bytes of gdn_fwd_params.tg for p's shape (T and G of every chunk; 0 for fp32: not used).
+size_t gdn_chunk_fwd_tg_bytes(const gdn_fwd_params *p);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,9 @@ typedef struct {
     void *hs;  // stat class, (B,H,NC,Dk,Dv) chunk-start states, NC = ceil(T / backend
                // gdn_state_chunk (0: chunk)); NULL = none. gdn_fwd writes them, gdn_bwd reads them
                // instead of recomputing (gdn.save_states: memory for a faster backward)
+    void *keep;  // stat class, backend gdn_fwd_keep elements: what the backend's gdn_fwd keeps
+                 // for gdn_bwd's recompute of the states (CUDA bf16: each chunk's T and gate
+                 // cumsums, so the recompute skips its prep kernel); NULL = none (or with hs)
 } gdn_op;
 
 // Memory classes: each has its own element type in a backend (CPU: all float64; GPU bf16 mode:
@@ -50,6 +53,8 @@ typedef struct backend {
                                                        // (GDN's q..z, the MLP's gate and up)
                                                        // where their weights allow (model.c)
     int gdn_state_chunk;                               // tokens per chunk of gdn_op.hs (0: op's chunk)
+    size_t (*gdn_fwd_keep)(int B, int T, int H, int Dk, int Dv);  // elements of gdn_op.keep
+                                                       // (stat class); NULL or 0: none
     void *(*alloc)(size_t bytes);                      // zero-filled
     void (*release)(void *p);
     void (*download)(double *dst, const void *src, size_t n, be_class c);  // to host float64

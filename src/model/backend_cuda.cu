@@ -491,10 +491,27 @@ struct ops {
         p.beta = (const float *)op->beta;
         p.o = op->o;
         p.h_states = (float *)op->hs;  // gdn.save_states: for the backward
+        p.tg = op->keep;               // else T and G kept for the backward's recompute
         p.stream = STREAM;
         size_t wsb = gdn_chunk_fwd_workspace_bytes(&p);  // 0: the kernel recomputes per CTA
         p.workspace = wsb ? workspace(wsb) : nullptr;
         gdn_chunk_fwd(&p);
+    }
+    // gdn_op.keep: each chunk's T and G from the forward's prep kernel (bf16; ~2% of the
+    // activations at fla-220m), read by the backward's states-only recompute instead of running
+    // that prep again (the same bits). GDN_FWD_KEEP=0 keeps nothing (A/B, tests).
+    static size_t gdn_fwd_keep(int B, int T, int H, int Dk, int Dv) {
+        const char *e = getenv("GDN_FWD_KEEP");
+        if (!BF || (e && strcmp(e, "0") == 0)) return 0;
+        gdn_fwd_params p;
+        memset(&p, 0, sizeof p);
+        p.B = B;
+        p.T = T;
+        p.H = H;
+        p.Dk = Dk;
+        p.Dv = Dv;
+        p.dtype = GDN_DTYPE_BF16;
+        return GDN_CDIV(gdn_chunk_fwd_tg_bytes(&p), elem(BE_STAT));
     }
     static void gdn_bwd(const gdn_op *op) {
 #if GDN_BWD_ON_GPU
@@ -521,6 +538,7 @@ struct ops {
         p.dg = (float *)op->dg;
         p.dbeta = (float *)op->dbeta;
         p.h_states = (const float *)op->hs;
+        p.fwd_tg = op->keep;  // the forward's T and G: the recompute skips its prep kernel
         p.stream = STREAM;
         p.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&p);
         p.workspace = workspace(p.workspace_bytes);
@@ -559,6 +577,7 @@ struct ops {
         b.master = BF;
         b.fuse_projections = true;
         b.gdn_state_chunk = GDN_CHUNK;  // the kernels' chunk, whatever gdn.chunk_size says
+        b.gdn_fwd_keep = gdn_fwd_keep;
         b.alloc = be_alloc;
         b.release = be_release;
         b.download = download;

@@ -294,6 +294,9 @@ static void carve(model *m) {
             if (m->cfg.gdn_save_states) {  // the rule's chunk-start states, for its backward
                 const int C = m->be->gdn_state_chunk ? m->be->gdn_state_chunk : m->cfg.gdn_chunk_size;
                 a->hs = STAT((size_t)m->B * m->H * GDN_CDIV(m->T, C) * m->dk * m->dv);
+            } else if (m->be->gdn_fwd_keep) {  // else what the backend's recompute can reuse
+                const size_t n = m->be->gdn_fwd_keep(m->B, m->T, m->H, m->dk, m->dv);
+                if (n) a->gkeep = STAT(n);
             }
             a->rstd_o = STAT(N * m->H);
             a->on = KEEP(on, N * hv);
@@ -601,7 +604,7 @@ static void gdn_mixer_fwd(model *m, int l, bool train) {
                       c->gdn_gate ? P(lp->dt_bias) : NULL, N, H, L.ld_ab, mode);
     gdn_op op = {.B = m->B, .T = m->T, .H = H, .Dk = m->dk, .Dv = m->dv, .chunk = c->gdn_chunk_size,
                  .mode = mode, .q = a->qn, .k = a->kn, .v = a->v_act, .g = a->g, .beta = a->beta,
-                 .o = a->o, .hs = a->hs};  // every forward: a backward may follow one with train false
+                 .o = a->o, .hs = a->hs, .keep = a->gkeep};  // every forward: a backward may follow one with train false
     be->gdn_fwd(&op);
     be->gated_rmsnorm_fwd(a->on, a->rstd_o, a->o, a->z, P(lp->onorm), (size_t)N * H, m->dv, L.zh,
                           L.zld, c->norm_eps);
@@ -787,7 +790,7 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train, dw_later
                  .mode = mode, .q = a->qn, .k = a->kn, .v = a->v_act, .g = a->g, .beta = a->beta,
                  .o = a->o, .dO = D[1], .dq = D[3], .dk = D[4], .dv = D[5],
                  .dg = c->gdn_gate ? m->dsmall[0] : NULL, .dbeta = c->gdn_delta ? m->dsmall[1] : NULL,
-                 .hs = a->hs};
+                 .hs = a->hs, .keep = a->gkeep};
     be->gdn_bwd(&op);
     if (c->gdn_gate || c->gdn_delta)
         be->gdn_gates_bwd(c->gdn_gate ? da : NULL, c->gdn_delta ? db : NULL,

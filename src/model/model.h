@@ -60,6 +60,8 @@ typedef struct {
                                                  // rule output, norm
     void *hs;                                    // gdn.save_states: the rule's chunk-start
                                                  // states (gdn_op.hs), else NULL
+    void *gkeep;                                 // without hs: the backend's gdn_op.keep
+                                                 // (its forward's results for the backward)
     void *inproj;                                // the fused input projection's (N, w) output
                                                  // (model.c, gdn_inproj): q_lin .. z are its
                                                  // columns; NULL when not fused
