@@ -16,9 +16,8 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include "gemm_fill.cuh"
+#include "gemm_lt.cuh"
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define LK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d cublas %d\n", __FILE__, __LINE__, (int)s_); exit(1); } } while (0)
 
 
 static cublasLtHandle_t lt;
@@ -28,22 +27,10 @@ static const size_t WS = 32u << 20;
 // one GEMM as linear_cuda.cu's matmul: D (m x n col-major) = op(A) op(B) [+ D]
 static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
                 int lda, const void *B, int ldb, void *D, int ldc, cudaDataType_t tcd, bool acc) {
-    cublasLtMatmulDesc_t op;
-    LK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    const bool at = ta == CUBLAS_OP_T, bt = tb == CUBLAS_OP_T;
-    cublasLtMatrixLayout_t a, b, c;
-    LK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, at ? k : m, at ? m : k, lda));
-    LK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, bt ? n : k, bt ? k : n, ldb));
-    LK(cublasLtMatrixLayoutCreate(&c, tcd, m, n, ldc));
-    cublasLtMatmulPreference_t pref;
-    LK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t w = WS;
-    LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &w, sizeof w));
-    cublasLtMatmulHeuristicResult_t res[32];
-    int found = 0;
-    LK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 32, res, &found));
+    lt_gemm G;
+    lt_gemm_make(G, lt, ta, tb, m, n, k, lda, ldb, ldc, tcd, WS);
+    const cublasLtMatmulHeuristicResult_t *res = G.res;
+    const int found = G.found;
     const float alpha = 1.f, beta = acc ? 1.f : 0.f;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -55,7 +42,7 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
     CK(cudaMemcpy(d0.data(), D, dbytes, cudaMemcpyDeviceToHost));  // D before any call
     for (int i = 0; i < found; i++) {
         auto call = [&] {
-            return cublasLtMatmul(lt, op, &alpha, A, a, B, b, &beta, D, c, D, c, &res[i].algo, ws, WS, 0);
+            return cublasLtMatmul(lt, G.op, &alpha, A, G.a, B, G.b, &beta, D, G.c, D, G.c, &res[i].algo, ws, WS, 0);
         };
         if (call() != CUBLAS_STATUS_SUCCESS) continue;  // an algorithm may refuse at run time
         for (int j = 0; j < 2; j++) LK(call());
@@ -93,11 +80,7 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
     printf("RESULT %-22s m %5d n %5d k %5d  algos %2d  first %.4f ms (%3.0f TFLOP/s)  best #%d %.4f ms (%3.0f TFLOP/s)  gain %.1f%%\n",
            name, m, n, k, found, ms[0], f / ms[0] * 1e-9, best, ms[best], f / ms[best] * 1e-9,
            100.0 * (ms[0] - ms[best]) / ms[0]);
-    LK(cublasLtMatmulPreferenceDestroy(pref));
-    LK(cublasLtMatrixLayoutDestroy(a));
-    LK(cublasLtMatrixLayoutDestroy(b));
-    LK(cublasLtMatrixLayoutDestroy(c));
-    LK(cublasLtMatmulDescDestroy(op));
+    lt_gemm_free(G);
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
 }

@@ -23,9 +23,8 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include "gemm_fill.cuh"
+#include "gemm_lt.cuh"
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define LK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d cublas %d\n", __FILE__, __LINE__, (int)s_); exit(1); } } while (0)
 
 static cublasLtHandle_t lt;
 static void *ws;
@@ -51,22 +50,10 @@ static bool same_numerics(const cublasLtMatmulAlgo_t &a, const cublasLtMatmulAlg
 // D (m x n col-major, ldc) = op(A) op(B) [+ D], as linear_cuda.cu's matmul
 static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
                 int lda, const void *B, int ldb, void *D, int ldc, cudaDataType_t tcd, bool acc) {
-    cublasLtMatmulDesc_t op;
-    LK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    const bool at = ta == CUBLAS_OP_T, bt = tb == CUBLAS_OP_T;
-    cublasLtMatrixLayout_t a, b, c;
-    LK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, at ? k : m, at ? m : k, lda));
-    LK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, bt ? n : k, bt ? k : n, ldb));
-    LK(cublasLtMatrixLayoutCreate(&c, tcd, m, n, ldc));
-    cublasLtMatmulPreference_t pref;
-    LK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t w = WS;
-    LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &w, sizeof w));
-    cublasLtMatmulHeuristicResult_t res[32];
-    int found = 0;
-    LK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 32, res, &found));
+    lt_gemm G;
+    lt_gemm_make(G, lt, ta, tb, m, n, k, lda, ldb, ldc, tcd, WS);
+    const cublasLtMatmulHeuristicResult_t *res = G.res;
+    const int found = G.found;
     const float alpha = 1.f, beta = acc ? 1.f : 0.f;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -78,7 +65,7 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
     for (int i = 0; i < found; i++)
         if (i == 0 || same_numerics(res[0].algo, res[i].algo)) cand.push_back(i);
     auto call = [&](int i) {
-        return cublasLtMatmul(lt, op, &alpha, A, a, B, b, &beta, D, c, D, c, &res[i].algo, ws, WS, 0);
+        return cublasLtMatmul(lt, G.op, &alpha, A, G.a, B, G.b, &beta, D, G.c, D, G.c, &res[i].algo, ws, WS, 0);
     };
     const double flop = 2.0 * m * n * k;
     std::vector<double> sh(cand.size(), 1e30), su(cand.size(), 1e30);
@@ -136,11 +123,7 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
                name, m, n, k, cand.size(), ndiff, su[0], cand[pick], su[pick], cand[best], su[best],
                100.0 * (su[pick] - su[best]) / su[pick]);
     fflush(stdout);
-    LK(cublasLtMatmulPreferenceDestroy(pref));
-    LK(cublasLtMatrixLayoutDestroy(a));
-    LK(cublasLtMatrixLayoutDestroy(b));
-    LK(cublasLtMatrixLayoutDestroy(c));
-    LK(cublasLtMatmulDescDestroy(op));
+    lt_gemm_free(G);
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
 }
