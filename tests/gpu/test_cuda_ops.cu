@@ -1642,49 +1642,68 @@ int main() {
     if (getenv("GDN_TEST_ONLY"))
         printf("GDN_TEST_ONLY=%s: only the test groups whose name contains it run\n", getenv("GDN_TEST_ONLY"));
     printf("\n%-38s %-5s %-26s %11s %9s  %s\n", "op", "dtype", "output", "rel_err", "tol", "result");
+    // each group timed (the suite's wall time on the GPU machine is mostly the float64
+    // references of the large shapes: the table says which groups to speed up)
+    std::vector<std::pair<std::string, double>> took;
+    auto group = [&](const char *name, const std::function<void()> &fn) {
+        if (!only(name)) return;
+        const double g0 = gdn_now();
+        fn();
+        for (auto &t : took)
+            if (t.first == name) {
+                t.second += gdn_now() - g0;
+                return;
+            }
+        took.push_back({name, gdn_now() - g0});
+    };
     for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) {
-        if (only("embedding")) test_embedding(dt, &r);
-        if (only("rmsnorm")) test_rmsnorm(dt, &r);
-        if (only("add_rmsnorm")) test_add_rmsnorm(dt, &r);
-        if (only("conv1d")) test_conv1d(dt, &r);
-        if (only("conv_silu")) test_conv_silu(dt, &r);
-        if (only("pointwise")) test_pointwise(dt, &r);
-        if (only("l2norm")) test_l2norm(dt, &r);
-        if (only("conv_silu3_l2")) test_conv_silu3_l2(dt, &r);
-        if (only("gates")) test_gates(dt, &r);
-        if (only("gated_rmsnorm")) test_gated_rmsnorm(dt, &r);
-        if (only("crossentropy")) test_crossentropy(dt, &r);
-        if (only("dropout")) test_dropout(dt, &r);
-        if (only("rope")) test_rope(dt, &r);
+        group("embedding", [&] { test_embedding(dt, &r); });
+        group("rmsnorm", [&] { test_rmsnorm(dt, &r); });
+        group("add_rmsnorm", [&] { test_add_rmsnorm(dt, &r); });
+        group("conv1d", [&] { test_conv1d(dt, &r); });
+        group("conv_silu", [&] { test_conv_silu(dt, &r); });
+        group("pointwise", [&] { test_pointwise(dt, &r); });
+        group("l2norm", [&] { test_l2norm(dt, &r); });
+        group("conv_silu3_l2", [&] { test_conv_silu3_l2(dt, &r); });
+        group("gates", [&] { test_gates(dt, &r); });
+        group("gated_rmsnorm", [&] { test_gated_rmsnorm(dt, &r); });
+        group("crossentropy", [&] { test_crossentropy(dt, &r); });
+        group("dropout", [&] { test_dropout(dt, &r); });
+        group("rope", [&] { test_rope(dt, &r); });
     }
-    if (only("conv_s13")) {  // its own stream: the later groups draw what they drew before
+    group("conv_s13", [&] {  // its own stream: the later groups draw what they drew before
         rng_t r3;
         rng_init(&r3, 20261213, 0);
         for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_conv_s13(dt, &r3);
-    }
-    if (only("gated_rmsnorm_s13")) {  // its own stream: the later groups draw what they drew before
+    });
+    group("gated_rmsnorm_s13", [&] {  // its own stream: the later groups draw what they drew before
         rng_t r4;
         rng_init(&r4, 20261214, 0);
         for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_gated_rmsnorm_s13(dt, &r4);
-    }
-    if (only("convert")) test_convert(&r);
-    if (only("adamw")) test_adamw(&r);
-    if (only("adamw_multi")) {  // its own stream: the later groups draw what they drew before
+    });
+    group("convert", [&] { test_convert(&r); });
+    group("adamw", [&] { test_adamw(&r); });
+    group("adamw_multi", [&] {  // its own stream: the later groups draw what they drew before
         rng_t r2;
         rng_init(&r2, 20261130, 0);
         test_adamw_multi(&r2);
-    }
-    if (only("swiglu")) {  // its own stream: the later groups draw what they drew before
+    });
+    group("swiglu", [&] {  // its own stream: the later groups draw what they drew before
         rng_t r5;
         rng_init(&r5, 20261215, 0);
         for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_swiglu_strided(dt, &r5);
-    }
-    if (only("sumsq")) test_sumsq(&r);
+    });
+    group("sumsq", [&] { test_sumsq(&r); });
     // last: a shape cuBLASLt finds no algorithm for stops the program (gdn_die), after the rest
-    if (only("linear"))
+    group("linear", [&] {
         for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_linear(dt, &r);
-    if (only("linear_tune"))
+    });
+    group("linear_tune", [&] {
         for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_linear_tune(dt, &r);
+    });
+    printf("\nseconds per group:");
+    for (const auto &t : took) printf(" %s %.1f,", t.first.c_str(), t.second);
+    printf("\n");
     for (void *p : g_allocs) CUDA_CHECK(cudaFree(p));
     printf("\nall runs and checks: %.1f s\n", gdn_now() - t0);
     return gc_finish("test_cuda_ops");
