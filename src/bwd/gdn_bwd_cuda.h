@@ -42,10 +42,11 @@ typedef struct {
     float *dh0;               // (B,H,Dk,Dv) written (=); NULL = not wanted
     const float *h_states;    // (B,H,NC,Dk,Dv) chunk-start states kept by the forward
                               // (gdn.save_states), NULL = recompute them into the workspace
-    const void *fwd_tg;       // without h_states: the forward's T and G of every chunk
-                              // (gdn_fwd_params.tg, written by a gdn_chunk_fwd on the same q, k,
-                              // v, g, beta), so that the recompute skips its prep kernel (the
-                              // same bits); NULL = the recompute forms them again
+    const void *fwd_keep_t;   // without h_states: what the forward kept on the same q, k, v, g,
+    const float *fwd_keep_g;  // beta (gdn_fwd_params.keep_t, keep_g, keep_dt), so that the
+    const void *fwd_keep_dt;  // recompute of the states skips its prep kernel (keep_g and
+                              // keep_t) or replays them (keep_g and keep_dt): the same bits;
+                              // NULL = the recompute forms them again
     void *workspace;          // device scratch, 256-byte aligned,
     size_t workspace_bytes;   //   >= gdn_chunk_bwd_workspace_bytes(this)
     int dv_block;             // value columns per scan CTA: 0 = choose, else 16, 32 or 64

@@ -24,7 +24,8 @@
 //   [fwd]  gdn_chunk_fwd with h_states -> Hs and o = NULL (states only: no Q, P, O work;
 //          skipped when the forward kept them); its prep path borrows the dH' (or PA..Kp)
 //          region of the workspace before the scan fills it, and skips its prep kernel when
-//          the forward kept T and G (fwd_tg: the same bits)
+//          the forward kept T and G, or replays the states from the forward's Δ~ and G
+//          (fwd_keep_*: the same bits)
 //   prep   (4 warps)  P, A, the fp32 solve (one thread per column), W, KHg, dΔ_loc = P^T dO;
 //                     writes Linv, KHg (hi + lo planes), W (NP planes), P | Gam⊙KK^T packed
 //                     (fp32), dΔ_loc
@@ -2327,8 +2328,10 @@ gdn_fwd_params recompute_fwd_params(const gdn_bwd_params *p, float *hs) {
     f.h0 = p->h0;
     f.ht = NULL;
     f.h_states = hs;
-    f.tg = (void *)p->fwd_tg;  // the forward's T and G: no prep kernel in the recompute
-    f.tg_ready = p->fwd_tg != NULL;
+    f.keep_t = (void *)p->fwd_keep_t;  // the forward's T, G or Δ~: no prep kernel, or a replay
+    f.keep_g = (float *)p->fwd_keep_g;
+    f.keep_dt = (void *)p->fwd_keep_dt;
+    f.keep_ready = p->fwd_keep_g && (p->fwd_keep_t || p->fwd_keep_dt);
     f.dv_block = 0;
     f.stream = p->stream;
     return f;
@@ -2449,7 +2452,11 @@ extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
     if (p->dht) gdn_bwd_check_ptr(p->dht, 8, "dht");
     if (p->dh0) gdn_bwd_check_ptr(p->dh0, 8, "dh0");
     if (p->h_states) gdn_bwd_check_ptr(p->h_states, 16, "h_states");
-    if (p->fwd_tg && !p->h_states) gdn_bwd_check_ptr(p->fwd_tg, 16, "fwd_tg");
+    if (!p->h_states) {
+        if (p->fwd_keep_t) gdn_bwd_check_ptr(p->fwd_keep_t, 16, "fwd_keep_t");
+        if (p->fwd_keep_g) gdn_bwd_check_ptr(p->fwd_keep_g, 16, "fwd_keep_g");
+        if (p->fwd_keep_dt) gdn_bwd_check_ptr(p->fwd_keep_dt, 16, "fwd_keep_dt");
+    }
     gdn_bwd_check_ptr(p->workspace, 256, "workspace");
     if (p->workspace_bytes < w.total)
         gdn_die("gdn_chunk_bwd: workspace of %zu bytes, %zu needed\nHINT: size it with "

@@ -38,6 +38,8 @@
 #include "gdn_cuda.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <type_traits>
 #include <cuda_bf16.h>
 
@@ -437,13 +439,13 @@ __device__ void solve_T(unsigned char *sm, int offA, int offT, const float *beta
 __host__ __device__ inline size_t gdn_ws_cc(const gdn_fwd_params &p) {  // elements of T (or P)
     return (size_t)p.B * p.H * ((p.T + C - 1) / C) * C * C;
 }
-// Where T and G live: p.tg when the caller keeps them (T, then G), else the workspace (T, P, G)
+// Where T and G live: the caller's keep_t / keep_g when it keeps them, else the workspace (T,
+// P, G)
 __host__ __device__ inline __nv_bfloat16 *gdn_ws_T(const gdn_fwd_params &p) {
-    return (__nv_bfloat16 *)(p.tg ? p.tg : p.workspace);
+    return (__nv_bfloat16 *)(p.keep_t ? p.keep_t : p.workspace);
 }
 __host__ __device__ inline float *gdn_ws_G(const gdn_fwd_params &p) {
-    return p.tg ? (float *)((__nv_bfloat16 *)p.tg + gdn_ws_cc(p))
-                : (float *)((__nv_bfloat16 *)p.workspace + 2 * gdn_ws_cc(p));
+    return p.keep_g ? p.keep_g : (float *)((__nv_bfloat16 *)p.workspace + 2 * gdn_ws_cc(p));
 }
 template <int DK>
 __global__ void __launch_bounds__(128)
@@ -736,6 +738,15 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
         }
 
         // ---- P5: O += P Δ -> global (OUT); S' = gamma_C S + Δ~^T K --------------------------
+        if constexpr (PRE) {  // Δ~ rows of this warp group's columns as the update reads them
+            if (p.keep_dt) {
+                __nv_bfloat16 *dst = (__nv_bfloat16 *)p.keep_dt + (tok0 + (size_t)t0 * H) * DV + dv0;
+                for (int i = tid & 127; i < nvalid * (DVB / 8); i += 128) {
+                    const int r = i / (DVB / 8), c = (i % (DVB / 8)) * 8;
+                    *(uint4 *)(dst + (size_t)r * rowv + c) = *(const uint4 *)(sm + offDT + r * PBV + c * 2);
+                }
+            }
+        }
         if constexpr (OUT) {
             for (int kk = 0; kk <= wl; ++kk) {
                 uint32_t pa[NP][4];
@@ -805,6 +816,93 @@ static int gdn_smem_optin() {  // shared memory a block may opt in to on this de
     return optin;
 }
 
+// ---- the replay kernel: the chunk-start states again, from a forward's kept Δ~ and G -------
+// Per chunk S' = gamma_C S + Δ~^T K: the scan's P5 on the same bf16 operands (Δ~ as the scan
+// stored it, K) with the same fragments in the same k order, so every state element gets the
+// same fp32 operations (an mma's element depends only on its row of A, its column of B and its
+// accumulator: the warp tiling may differ from the scan's). One warp per 16 value columns (a
+// state m-tile) x all Dk columns; K and Δ~ of chunk n+1 are in flight while chunk n updates. No
+// dependent products: a stream of the state writes and the K, Δ~ reads.
+template <int DK, int DVB>
+struct gdn_replay_layout {
+    static constexpr int NW = DVB / 16, PQK = DK + 8, PV = DVB + 8;
+    static constexpr int QK_PL = C * PQK * 2, V_PL = C * PV * 2;
+    static constexpr int K = 0, D = 2 * QK_PL, BYTES = D + 2 * V_PL;  // 2 stages each
+};
+template <int DK, int DVB>
+__global__ void __launch_bounds__(2 * DVB) gdn_chunk_replay_kernel(const __grid_constant__ gdn_fwd_params p) {
+    using L = gdn_replay_layout<DK, DVB>;
+    constexpr int NTH = 32 * L::NW, PBQ = L::PQK * 2, PBV = L::PV * 2, NSW = DK / 8;
+    extern __shared__ __align__(128) unsigned char sm[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int dv0 = blockIdx.x * DVB, h = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, H = p.H, DV = p.Dv, NC = (T + C - 1) / C;
+    const size_t rowk = (size_t)H * DK, rowv = (size_t)H * DV, tok0 = (size_t)b * T * H + h;
+    const __nv_bfloat16 *kg = (const __nv_bfloat16 *)p.k + tok0 * DK;
+    const __nv_bfloat16 *dtg = (const __nv_bfloat16 *)p.keep_dt + tok0 * DV + dv0;
+    const float *Gg = p.keep_g + ((size_t)b * H + h) * NC * C;
+    const size_t state0 = ((size_t)b * H + h) * DK * DV;
+    const uint32_t sbase = smem_u32(sm);
+    float sacc[NSW][4];
+#pragma unroll
+    for (int j = 0; j < NSW; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int dv = warp * 16 + g + (e >> 1) * 8, dk = j * 8 + 2 * t4 + (e & 1);
+            sacc[j][e] = p.h0 ? p.h0[state0 + (size_t)dk * DV + dv0 + dv] : 0.f;
+        }
+    auto store_state_global = [&](float *dst) {
+#pragma unroll
+        for (int j = 0; j < NSW; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int dv = warp * 16 + g + (e >> 1) * 8, dk = j * 8 + 2 * t4 + (e & 1);
+                dst[(size_t)dk * DV + dv0 + dv] = sacc[j][e];
+            }
+    };
+    auto load_chunk = [&](int n) {
+        const int t0 = n * C;
+        load_tile<DK, false, PBQ, L::QK_PL, NTH>(sm, L::K + (n & 1) * L::QK_PL, kg + (size_t)t0 * rowk,
+                                                 rowk, T - t0, tid);
+        load_tile<DVB, false, PBV, L::V_PL, NTH>(sm, L::D + (n & 1) * L::V_PL, dtg + (size_t)t0 * rowv,
+                                                 rowv, T - t0, tid);
+    };
+    float gnext = 0.f;
+    if (NC > 0) {
+        load_chunk(0);
+        cp_async_commit();
+        gnext = Gg[C - 1];
+    }
+    for (int n = 0; n < NC; ++n) {
+        cp_async_wait_all();
+        __syncthreads();  // chunk n's K and Δ~ are in; every read of chunk n-1 is done
+        if (n + 1 < NC) load_chunk(n + 1);
+        cp_async_commit();
+        const float Gc = gnext;
+        if (n + 1 < NC) gnext = Gg[(size_t)(n + 1) * C + C - 1];
+        if (p.h_states) store_state_global(p.h_states + (((size_t)b * H + h) * NC + n) * DK * DV);
+        const float gc = exp2f(Gc);
+#pragma unroll
+        for (int j = 0; j < NSW; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sacc[j][e] *= gc;
+        const uint32_t ds = sbase + L::D + (n & 1) * L::V_PL, ks = sbase + L::K + (n & 1) * L::QK_PL;
+#pragma unroll
+        for (int kk = 0; kk < C / 16; ++kk) {
+            uint32_t da[1][4];
+            lda_t<1, PBV, L::V_PL>(da, ds, kk * 16, warp * 16, lane);
+#pragma unroll
+            for (int jp = 0; jp < NSW / 2; ++jp) {
+                uint32_t kb[1][4];
+                ldb_t<1, PBQ, L::QK_PL>(kb, ks, kk * 16, 2 * jp * 8, lane);
+                mma_p<0>(sacc[2 * jp], da, kb);
+                mma_p<1>(sacc[2 * jp + 1], da, kb);
+            }
+        }
+    }
+    if (p.ht) store_state_global(p.ht + state0);
+}
+
 template <int DK, int DVB, int NWG, bool F32, bool PRE, bool OUT>
 void gdn_chunk_fwd_launch(const gdn_fwd_params *p) {
     using L = gdn_fwd_layout<DK, DVB, NWG, F32, PRE, OUT>;
@@ -847,6 +945,27 @@ void gdn_chunk_prep_launch(const gdn_fwd_params *p) {
     CUDA_CHECK_LAUNCH();
 }
 
+// GDN_REPLAY_DVB = 128: 8 warps a CTA (K read by half as many CTAs); else 64 (4 warps)
+template <int DK, int DVB>
+void gdn_chunk_replay_launch(const gdn_fwd_params *p) {
+    using L = gdn_replay_layout<DK, DVB>;
+    auto kern = gdn_chunk_replay_kernel<DK, DVB>;
+    static bool attr_done = false;
+    if (!attr_done) {
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
+        attr_done = true;
+    }
+    const dim3 grid(p->Dv / DVB, p->H, p->B);
+    kern<<<grid, 2 * DVB, L::BYTES, p->stream>>>(*p);
+    CUDA_CHECK_LAUNCH();
+}
+template <int DK>
+void gdn_chunk_replay_run(const gdn_fwd_params *p) {
+    const char *e = getenv("GDN_REPLAY_DVB");
+    if (e && strcmp(e, "128") == 0 && p->Dv % 128 == 0) gdn_chunk_replay_launch<DK, 128>(p);
+    else gdn_chunk_replay_launch<DK, 64>(p);
+}
+
 }  // namespace
 
 extern "C" int gdn_chunk_fwd_dv_block(const gdn_fwd_params *p) {
@@ -875,11 +994,16 @@ extern "C" size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *p) {
            + (size_t)p->B * p->H * nc * C * sizeof(float);                // G
 }
 
-extern "C" size_t gdn_chunk_fwd_tg_bytes(const gdn_fwd_params *p) {
-    if (p->dtype == GDN_DTYPE_FP32) return 0;
-    const size_t nc = (size_t)(p->T + C - 1) / C;
-    return (size_t)p->B * p->H * nc * C * C * sizeof(__nv_bfloat16)  // T
-           + (size_t)p->B * p->H * nc * C * sizeof(float);             // G
+extern "C" size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *p, size_t *t, size_t *g, size_t *dt) {
+    const size_t nc = (size_t)(p->T + C - 1) / C, bh = (size_t)p->B * p->H;
+    const bool f32 = p->dtype == GDN_DTYPE_FP32;
+    const size_t bt = f32 ? 0 : bh * nc * C * C * sizeof(__nv_bfloat16);
+    const size_t bg = f32 ? 0 : bh * nc * C * sizeof(float);
+    const size_t bd = f32 ? 0 : (size_t)p->B * p->T * p->H * p->Dv * sizeof(__nv_bfloat16);
+    if (t) *t = bt;
+    if (g) *g = bg;
+    if (dt) *dt = bd;
+    return bt + bg + bd;
 }
 
 static void gdn_check_ptr(const void *ptr, size_t align, const char *name) {
@@ -918,27 +1042,45 @@ extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
     const bool f32 = p->dtype == GDN_DTYPE_FP32;
     if (f32) p->workspace = NULL;  // the fp32 path recomputes T and P in the fused kernel
     if (p->workspace) gdn_check_ptr(p->workspace, 16, "workspace");
-    if (!p->workspace) {  // tg belongs to the prep path
-        p->tg = NULL;
-        p->tg_ready = 0;
+    // the replay (keep_ready with keep_dt, states only): no workspace, no prep, no scan
+    const bool replay = !f32 && p->keep_ready && p->keep_dt && !p->o && (p->h_states || p->ht);
+    if (!p->workspace && !replay) {  // the keep buffers belong to the prep path
+        p->keep_t = p->keep_dt = NULL;
+        p->keep_g = NULL;
+        p->keep_ready = 0;
     }
-    if (p->tg) gdn_check_ptr(p->tg, 16, "tg");
-    if (p->tg_ready && !p->tg) gdn_die("gdn_chunk_fwd: tg_ready set without tg");
-    const int dvb = gdn_chunk_fwd_dv_block(p);
-    if (f32 && dvb != 16)
-        gdn_die("gdn_chunk_fwd: dv_block %d with fp32 inputs\nHINT: fp32 runs with dv_block 16",
-                dvb);
-    if (dvb == 128 && !(p->workspace && p->Dk <= 128))
-        gdn_die("gdn_chunk_fwd: dv_block 128 needs a workspace and Dk <= 128 (Dk %d, workspace "
-                "%p)\nHINT: pass gdn_chunk_fwd_workspace_bytes(p) bytes", p->Dk, p->workspace);
-    if (dvb != 16 && dvb != 32 && dvb != 128 && !(dvb == 64 && p->Dk <= 128))
-        gdn_die("gdn_chunk_fwd: dv_block %d not supported with Dk %d\nHINT: 16, 32, 64 (Dk <= "
-                "128) or 128 (Dk <= 128, workspace)", dvb, p->Dk);
+    if (p->keep_t) gdn_check_ptr(p->keep_t, 16, "keep_t");
+    if (p->keep_g) gdn_check_ptr(p->keep_g, 16, "keep_g");
+    if (p->keep_dt) gdn_check_ptr(p->keep_dt, 16, "keep_dt");
+    if (p->keep_ready && !(p->keep_g && (p->keep_t || replay)))
+        gdn_die("gdn_chunk_fwd: keep_ready needs keep_g and keep_t, or keep_dt with o = NULL and "
+                "h_states or ht (the replay)");
+    // the replay has its own column blocks (GDN_REPLAY_DVB): dv_block does not apply
+    const int dvb = replay ? 0 : gdn_chunk_fwd_dv_block(p);
+    if (!replay) {
+        if (f32 && dvb != 16)
+            gdn_die("gdn_chunk_fwd: dv_block %d with fp32 inputs\nHINT: fp32 runs with dv_block 16",
+                    dvb);
+        if (dvb == 128 && !(p->workspace && p->Dk <= 128))
+            gdn_die("gdn_chunk_fwd: dv_block 128 needs a workspace and Dk <= 128 (Dk %d, workspace "
+                    "%p)\nHINT: pass gdn_chunk_fwd_workspace_bytes(p) bytes", p->Dk, p->workspace);
+        if (dvb != 16 && dvb != 32 && dvb != 128 && !(dvb == 64 && p->Dk <= 128))
+            gdn_die("gdn_chunk_fwd: dv_block %d not supported with Dk %d\nHINT: 16, 32, 64 (Dk <= "
+                    "128) or 128 (Dk <= 128, workspace)", dvb, p->Dk);
+    }
     if (p->T == 0) {  // nothing to scan: ht = h0
         if (p->ht) {
             const size_t n = (size_t)p->B * p->H * p->Dk * p->Dv * sizeof(float);
             if (p->h0) CUDA_CHECK(cudaMemcpyAsync(p->ht, p->h0, n, cudaMemcpyDeviceToDevice, p->stream));
             else CUDA_CHECK(cudaMemsetAsync(p->ht, 0, n, p->stream));
+        }
+        return;
+    }
+    if (replay) {
+        switch (p->Dk) {
+        case 64: gdn_chunk_replay_run<64>(p); break;
+        case 128: gdn_chunk_replay_run<128>(p); break;
+        default: gdn_chunk_replay_run<256>(p); break;
         }
         return;
     }
@@ -966,9 +1108,9 @@ extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
     }
     // prep path (always writes G; T with delta on; P unless p_from_prep == 2, measured faster
     // at every benchmark shape, bench/gdn_fwd.md; states only: no P anywhere, prep skips Q)
-    // tg_ready: T and G are the caller's from an earlier call, no prep (P then per CTA)
-    if (p->p_from_prep != 2) p->p_from_prep = p->o && !p->tg_ready ? 1 : 2;
-    if (!p->tg_ready) {
+    // keep_ready: T and G are the caller's from an earlier call, no prep (P then per CTA)
+    if (p->p_from_prep != 2) p->p_from_prep = p->o && !p->keep_ready ? 1 : 2;
+    if (!p->keep_ready) {
         switch (p->Dk) {
         case 64: gdn_chunk_prep_launch<64>(p); break;
         case 128: gdn_chunk_prep_launch<128>(p); break;

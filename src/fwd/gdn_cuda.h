@@ -53,14 +53,21 @@ typedef struct {
                              // sharing Q, K, T, P; bf16 with workspace, Dk <= 128); fp32: 16
     int p_from_prep;         // with a workspace, P from the prep kernel: 0 or 1 = yes (default),
                              // 2 = no (computed per CTA); for benchmarks and tests
-    void *tg;                // bf16 prep path only (ignored otherwise), NULL = not used:
-                             // gdn_chunk_fwd_tg_bytes(p) bytes (16-byte aligned) that take the
-                             // chunks' T (bf16) and gate cumsums G (fp32) instead of the
-                             // workspace, so that a later call can reuse them (the backward's
-                             // states-only recompute, gdn_bwd_params.fwd_tg)
-    int tg_ready;            // with tg: 1 = tg already holds T and G of an earlier call with the
-                             // same k, g, beta, shape and mode: the prep kernel is skipped (P
-                             // then computed per CTA); 0 = the prep kernel writes them
+    // Kept for a later call on the same inputs (the bf16 prep path only: with a workspace; else
+    // ignored), NULL = not kept: the prep kernel writes each chunk's T (keep_t: (B,H,NC,C,C)
+    // bf16) and gate cumsums G (keep_g: (B,H,NC,C) fp32) there instead of the workspace, and the
+    // scan writes each chunk's Δ~ = diag(gamma_C / gamma) Δ rows as its state update reads them
+    // (keep_dt: (B,T,H,Dv) bf16); 16-byte aligned, sizes from gdn_chunk_fwd_keep_bytes. The
+    // backward's states-only recompute reuses them (gdn_bwd_params.fwd_keep_*).
+    void *keep_t;
+    float *keep_g;
+    void *keep_dt;
+    int keep_ready;          // 1: keep_g and keep_t or keep_dt already hold an earlier call's on
+                             // the same k, v, g, beta, shape and mode: no prep kernel. With
+                             // keep_dt, o NULL and h_states or ht set: the states are replayed,
+                             // S = gamma_C S + Δ~^T K a chunk (the scan's own update on the same
+                             // operands: the same bits; no workspace needed); else keep_t is
+                             // needed and the scan runs on it (P, when o is wanted, per CTA)
     cudaStream_t stream;
 } gdn_fwd_params;
 
@@ -71,8 +78,8 @@ void gdn_chunk_fwd(const gdn_fwd_params *p);
 int gdn_chunk_fwd_dv_block(const gdn_fwd_params *p);
 // Bytes of workspace that make the prep-kernel path available (0 for fp32: not used there).
 size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *p);
-// Bytes of gdn_fwd_params.tg for p's shape (T and G of every chunk; 0 for fp32: not used).
-size_t gdn_chunk_fwd_tg_bytes(const gdn_fwd_params *p);
+// Bytes of gdn_fwd_params.keep_t, keep_g, keep_dt for p's shape (0 for fp32: not used).
+size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *p, size_t *t, size_t *g, size_t *dt);
 
 #ifdef __cplusplus
 }

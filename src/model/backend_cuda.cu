@@ -491,18 +491,25 @@ struct ops {
         p.beta = (const float *)op->beta;
         p.o = op->o;
         p.h_states = (float *)op->hs;  // gdn.save_states: for the backward
-        p.tg = op->keep;               // else T and G kept for the backward's recompute
+        keep_carve(op, &p.keep_g, &p.keep_t, &p.keep_dt);  // else kept for the backward
         p.stream = STREAM;
         size_t wsb = gdn_chunk_fwd_workspace_bytes(&p);  // 0: the kernel recomputes per CTA
         p.workspace = wsb ? workspace(wsb) : nullptr;
         gdn_chunk_fwd(&p);
     }
-    // gdn_op.keep: each chunk's T and G from the forward's prep kernel (bf16; ~2% of the
-    // activations at fla-220m), read by the backward's states-only recompute instead of running
-    // that prep again (the same bits). GDN_FWD_KEEP=0 keeps nothing (A/B, tests).
-    static size_t gdn_fwd_keep(int B, int T, int H, int Dk, int Dv) {
+    // gdn_op.keep (bf16): what the GDN forward keeps for the backward's recompute of the chunk
+    // states, carved as keep_g (each chunk's gate cumsums, fp32) then, by GDN_FWD_KEEP: unset or
+    // 2, keep_dt (each chunk's Δ~ rows, bf16 (B,T,H,Dv)): the backward replays the states from
+    // them (S = gamma_C S + Δ~^T K, no dependent products); 1, keep_t (each chunk's T): the
+    // recompute skips its prep kernel; 0: nothing kept, the recompute forms everything again.
+    // Every level gives the same bits (bench/model_gpu.md "Session 15").
+    // (read at every call: a model's carve and its ops run under one setting, so a test may
+    // switch it between models)
+    static int keep_level() {
         const char *e = getenv("GDN_FWD_KEEP");
-        if (!BF || (e && strcmp(e, "0") == 0)) return 0;
+        return !e ? 2 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "1") == 0 ? 1 : 2;
+    }
+    static gdn_fwd_params keep_shape(int B, int T, int H, int Dk, int Dv) {
         gdn_fwd_params p;
         memset(&p, 0, sizeof p);
         p.B = B;
@@ -511,7 +518,28 @@ struct ops {
         p.Dk = Dk;
         p.Dv = Dv;
         p.dtype = GDN_DTYPE_BF16;
-        return GDN_CDIV(gdn_chunk_fwd_tg_bytes(&p), elem(BE_STAT));
+        return p;
+    }
+    static size_t gdn_fwd_keep(int B, int T, int H, int Dk, int Dv) {
+        if (!BF || keep_level() == 0) return 0;
+        const gdn_fwd_params p = keep_shape(B, T, H, Dk, Dv);
+        size_t t, g, dt;
+        gdn_chunk_fwd_keep_bytes(&p, &t, &g, &dt);
+        const size_t bytes = GDN_CDIV(g, 256) * 256 + (keep_level() == 1 ? t : dt);
+        return GDN_CDIV(bytes, elem(BE_STAT));
+    }
+    // op->keep carved as gdn_fwd_keep sized it: G, then T or Δ~ (NULL where not kept)
+    static void keep_carve(const gdn_op *op, float **g, void **t, void **dt) {
+        *g = NULL;
+        *t = *dt = NULL;
+        if (!op->keep) return;
+        const gdn_fwd_params p = keep_shape(op->B, op->T, op->H, op->Dk, op->Dv);
+        size_t bt, bg, bd;
+        gdn_chunk_fwd_keep_bytes(&p, &bt, &bg, &bd);
+        *g = (float *)op->keep;
+        void *rest = (char *)op->keep + GDN_CDIV(bg, 256) * 256;
+        if (keep_level() == 1) *t = rest;
+        else *dt = rest;
     }
     static void gdn_bwd(const gdn_op *op) {
 #if GDN_BWD_ON_GPU
@@ -538,7 +566,14 @@ struct ops {
         p.dg = (float *)op->dg;
         p.dbeta = (float *)op->dbeta;
         p.h_states = (const float *)op->hs;
-        p.fwd_tg = op->keep;  // the forward's T and G: the recompute skips its prep kernel
+        {  // what the forward kept: the recompute replays the states, or skips its prep kernel
+            float *g;
+            void *t, *dt;
+            keep_carve(op, &g, &t, &dt);
+            p.fwd_keep_g = g;
+            p.fwd_keep_t = t;
+            p.fwd_keep_dt = dt;
+        }
         p.stream = STREAM;
         p.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&p);
         p.workspace = workspace(p.workspace_bytes);

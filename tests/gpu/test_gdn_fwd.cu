@@ -218,61 +218,90 @@ static void run_case(const tcase *c, uint64_t seed, const tvariant *vars, int nv
         CUDA_CHECK(cudaMemcpy(hs_b, dhs2, nhs * 4, cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaMemcpy(ht_b, dht2, ns * 4, cudaMemcpyDeviceToHost));
         const bool so_same = memcmp(hs_a, hs_b, nhs * 4) == 0 && memcmp(ht_a, ht_b, ns * 4) == 0;
-        // T and G kept in p.tg (the prep path; what the model keeps for the backward's
-        // recompute): the o run writing them and the states-only run reusing them (tg_ready, no
-        // prep) give bitwise the runs above; o with tg_ready (P per CTA) within tol of the
-        // reference. tg and the workspace start poisoned.
-        bool tg_same = true;
-        double etg = 0;
+        // The keep buffers (the prep path; what the model keeps for the backward's recompute):
+        // the o run writing T, G and Δ~ there gives bitwise the run above; then the states again
+        // (1) with keep_t, keep_g and keep_ready (no prep; the workspace poisoned), (2) replayed
+        // from keep_g and keep_dt (no workspace; GDN_REPLAY_DVB 64 and 128), each bitwise; and
+        // o with keep_ready (P per CTA) within tol of the reference. All start poisoned.
+        bool keep_same = true;
+        double ekeep = 0;
         if (dws) {
-            const size_t tgb = gdn_chunk_fwd_tg_bytes(&p);
-            void *dtg = NULL;
-            CUDA_CHECK(cudaMalloc(&dtg, tgb));
-            CUDA_CHECK(cudaMemset(dtg, 0xff, tgb));
+            size_t bt, bg, bd;
+            gdn_chunk_fwd_keep_bytes(&p, &bt, &bg, &bd);
+            void *kt = NULL, *kd = NULL;
+            float *kgp = NULL;
+            CUDA_CHECK(cudaMalloc(&kt, bt));
+            CUDA_CHECK(cudaMalloc(&kgp, bg));
+            CUDA_CHECK(cudaMalloc(&kd, bd + 16));
+            CUDA_CHECK(cudaMemset(kt, 0xff, bt));
+            CUDA_CHECK(cudaMemset(kgp, 0xff, bg));
+            CUDA_CHECK(cudaMemset(kd, 0xff, bd + 16));
             unsigned char *oa = (unsigned char *)gdn_malloc(nv * esz), *ob = (unsigned char *)gdn_malloc(nv * esz);
             CUDA_CHECK(cudaMemcpy(oa, dout, nv * esz, cudaMemcpyDeviceToHost));
+            auto poison = [&] {
+                CUDA_CHECK(cudaMemset(dhs2, 0xff, nhs * 4));
+                CUDA_CHECK(cudaMemset(dht2, 0xff, ns * 4));
+                CUDA_CHECK(cudaMemset(dws, 0xff, wsb));
+            };
+            auto states_same = [&] {
+                CUDA_CHECK(cudaDeviceSynchronize());
+                CUDA_CHECK(cudaMemcpy(hs_b, dhs2, nhs * 4, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemcpy(ht_b, dht2, ns * 4, cudaMemcpyDeviceToHost));
+                return memcmp(hs_a, hs_b, nhs * 4) == 0 && memcmp(ht_a, ht_b, ns * 4) == 0;
+            };
+            poison();
             CUDA_CHECK(cudaMemset(dout, 0xff, nv * esz));
-            CUDA_CHECK(cudaMemset(dhs2, 0xff, nhs * 4));
-            CUDA_CHECK(cudaMemset(dht2, 0xff, ns * 4));
-            CUDA_CHECK(cudaMemset(dws, 0xff, wsb));
             gdn_fwd_params pt = p;
             pt.h_states = dhs2;
             pt.ht = dht2;
-            pt.tg = dtg;
+            pt.keep_t = kt;
+            pt.keep_g = kgp;
+            pt.keep_dt = kd;
             gdn_chunk_fwd(&pt);
-            CUDA_CHECK(cudaDeviceSynchronize());
+            keep_same = states_same();
             CUDA_CHECK(cudaMemcpy(ob, dout, nv * esz, cudaMemcpyDeviceToHost));
-            CUDA_CHECK(cudaMemcpy(hs_b, dhs2, nhs * 4, cudaMemcpyDeviceToHost));
-            CUDA_CHECK(cudaMemcpy(ht_b, dht2, ns * 4, cudaMemcpyDeviceToHost));
-            tg_same = memcmp(oa, ob, nv * esz) == 0 && memcmp(hs_a, hs_b, nhs * 4) == 0 &&
-                      memcmp(ht_a, ht_b, ns * 4) == 0;
-            CUDA_CHECK(cudaMemset(dhs2, 0xff, nhs * 4));
-            CUDA_CHECK(cudaMemset(dht2, 0xff, ns * 4));
-            CUDA_CHECK(cudaMemset(dws, 0xff, wsb));
-            gdn_fwd_params pr = ps;
-            pr.tg = dtg;
-            pr.tg_ready = 1;
+            keep_same = keep_same && memcmp(oa, ob, nv * esz) == 0;
+            unsigned char tail[16];  // nothing written past Δ~
+            CUDA_CHECK(cudaMemcpy(tail, (char *)kd + bd, 16, cudaMemcpyDeviceToHost));
+            for (int i = 0; i < 16; i++) keep_same = keep_same && tail[i] == 0xff;
+            poison();
+            gdn_fwd_params pr = ps;  // (1) states only on the kept T and G
+            pr.keep_t = kt;
+            pr.keep_g = kgp;
+            pr.keep_ready = 1;
             gdn_chunk_fwd(&pr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            CUDA_CHECK(cudaMemcpy(hs_b, dhs2, nhs * 4, cudaMemcpyDeviceToHost));
-            CUDA_CHECK(cudaMemcpy(ht_b, dht2, ns * 4, cudaMemcpyDeviceToHost));
-            tg_same = tg_same && memcmp(hs_a, hs_b, nhs * 4) == 0 && memcmp(ht_a, ht_b, ns * 4) == 0;
+            keep_same = keep_same && states_same();
+            for (const char *dvb : {"64", "128"}) {  // (2) the replay
+                poison();
+                CHECK_SYS(setenv("GDN_REPLAY_DVB", dvb, 1));
+                gdn_fwd_params pp = ps;
+                pp.workspace = NULL;
+                pp.keep_g = kgp;
+                pp.keep_dt = kd;
+                pp.keep_ready = 1;
+                gdn_chunk_fwd(&pp);
+                CHECK_SYS(unsetenv("GDN_REPLAY_DVB"));
+                keep_same = keep_same && states_same();
+            }
             CUDA_CHECK(cudaMemset(dout, 0xff, nv * esz));
             CUDA_CHECK(cudaMemset(dws, 0xff, wsb));
-            pt.tg_ready = 1;
+            pt.keep_dt = NULL;
+            pt.keep_ready = 1;
             gdn_chunk_fwd(&pt);
             CUDA_CHECK(cudaDeviceSynchronize());
             double *o2 = dalloc(nv);
             download(o2, dout, nv, c->dt);
-            etg = count_nonfinite(o2, nv) ? NAN : rel_l2(o2, o_ref, nv);
+            ekeep = count_nonfinite(o2, nv) ? NAN : rel_l2(o2, o_ref, nv);
             free(o2);
             free(oa);
             free(ob);
-            CUDA_CHECK(cudaFree(dtg));
+            CUDA_CHECK(cudaFree(kt));
+            CUDA_CHECK(cudaFree(kgp));
+            CUDA_CHECK(cudaFree(kd));
         }
         const bool ok = bad == 0 && !overrun && eo <= tol && eh <= tol && es <= tol &&
-                        isfinite(eo) && isfinite(eh) && isfinite(es) && so_same && tg_same &&
-                        etg <= tol && isfinite(etg);
+                        isfinite(eo) && isfinite(eh) && isfinite(es) && so_same && keep_same &&
+                        ekeep <= tol && isfinite(ekeep);
         char mode[32], path[16];
         snprintf(mode, sizeof mode, "%s%s%s", c->gate ? "" : "nogate ", c->delta ? "" : "nodelta ",
                  c->neg ? "neg " : "");
@@ -282,9 +311,9 @@ static void run_case(const tcase *c, uint64_t seed, const tvariant *vars, int nv
                c->dt == GDN_DTYPE_BF16 ? "bf16" : "fp32", B, T, H, Dk, Dv, path, dvb,
                mode[0] ? mode : "default", c->weak ? "weak" : "mixed", h0 ? "h0" : "-", eo, eh);
         if (c->states) printf("  states %.2e", es);
-        if (dws) printf("  tg-o %.2e", etg);
+        if (dws) printf("  keep-o %.2e", ekeep);
         printf("  (tol %.0e)%s%s%s%s  %s\n", tol, bad ? "  NONFINITE" : "", overrun ? "  OVERRUN" : "",
-               so_same ? "" : "  STATES-ONLY-DIFFER", tg_same ? "" : "  TG-DIFFER", ok ? "pass" : "FAIL");
+               so_same ? "" : "  STATES-ONLY-DIFFER", keep_same ? "" : "  KEEP-DIFFER", ok ? "pass" : "FAIL");
         n_cases++;
         n_fail += !ok;
         if (dws) CUDA_CHECK(cudaFree(dws));

@@ -20,8 +20,8 @@
 //       equal to the run without; (3b) light against off on 3 layers GSG with all dropouts,
 //       40 steps, bitwise; the same 200 steps with GEMM algorithm tuning off, bitwise (tuning
 //       picks only among cuBLASLt algorithms that compute the same bits).
-//       GDN_FWD_KEEP=0 (the backward's recompute forms each chunk's T and G again instead of
-//       reading the forward's): bitwise the run with them kept.
+//       GDN_FWD_KEEP=1 (the recompute reuses the forward's T and G instead of replaying the
+//       states from its Δ~ and G) and =0 (it forms everything again): each bitwise the default.
 //   (5) GDN_MLP_FUSED=0 (the MLP's gate and up as two GEMMs instead of one): fp32 against
 //       float64 as (1); 200 bf16 steps against the fused run, within (2)'s 0.1 nats.
 // (data/tinyshakespeare.h5 is not used: the test must run where the data is absent, as in CI.)
@@ -240,17 +240,18 @@ int main() {
         gc_checks += 2;
         gc_failures += !v_loss + !v_w;
     }
-    // GDN_FWD_KEEP=0: every run above keeps each GDN forward's chunk T and G (gdn_op.keep) and the
-    // backward's recompute reuses them instead of running its prep kernel; without the keep the
-    // recompute forms them again with the same kernel: the same bits
-    {
-        CHECK_SYS(setenv("GDN_FWD_KEEP", "0", 1));
+    // GDN_FWD_KEEP: every run above keeps each GDN forward's gate cumsums and Δ~ rows
+    // (gdn_op.keep) and the backward replays the chunk states from them; =1 keeps T and G
+    // instead (the recompute skips its prep kernel); =0 keeps nothing (the recompute forms
+    // everything again): the same bits each
+    for (const char *lvl : {"1", "0"}) {
+        CHECK_SYS(setenv("GDN_FWD_KEEP", lvl, 1));
         train_result gk = train(c, backend_cuda_get(true), B, steps, seed);
         CHECK_SYS(unsetenv("GDN_FWD_KEEP"));
         bool v_loss = same_bits(gk.loss, g1.loss);
         bool v_w = same_bits(gk.master, g1.master) && same_bits(gk.params, g1.params);
-        printf("  GDN_FWD_KEEP=0 (the recompute's T and G formed again) == kept, bitwise: losses %s, "
-               "final weights %s\n", v_loss ? "pass" : "FAIL", v_w ? "pass" : "FAIL");
+        printf("  GDN_FWD_KEEP=%s == the replay (default), bitwise: losses %s, final weights %s\n", lvl,
+               v_loss ? "pass" : "FAIL", v_w ? "pass" : "FAIL");
         gc_checks += 2;
         gc_failures += !v_loss + !v_w;
     }
