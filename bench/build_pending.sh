@@ -66,8 +66,6 @@ variant() {
 # main with only the test's per-gradient hash lines (ghash) of the kernel patch: the base
 # (main also carries what the next session's first call runs on main itself: run_pending.sh mainchecks)
 variant main - test_gdn_bwd gdn_bwd_bench test_model_cuda test_wgmma attention_bench
-[ -f docs/pending/gdn_bwd_wgmma_fg.patch ] &&
-    variant gdnfg docs/pending/gdn_bwd_wgmma_fg.patch test_gdn_bwd gdn_bwd_bench test_wgmma
 [ -f docs/pending/attention_fwd_first_delete.patch ] &&
     variant attnclean docs/pending/attention_fwd_first_delete.patch test_attention test_model_cuda
 # the standalone Hopper GEMM bench (bench/hopper_gemm.cu, on main since session 9; a pending

@@ -3,9 +3,9 @@
 # binaries of bench/build_pending.sh (carry BIN, default .gpubin-pending, and .devdeps).
 #   bench/run_pending.sh [SECTION...]      sections: mainchecks (the default), main, hgemm
 #   (bench/hopper_gemm.cu); the others need their sessions' patches, in git history: hgemmlin,
-#   hgemmdx, attntma, attnbwd3 (session 10, at de27b4a), gdnfg, attnclean (session 8), gdnwgmma
-#   (session 7), gdnprefetch (session 6), gdnfinal, gdnscan (session 5), residual, narrow,
-#   attention (session 4)
+#   hgemmdx, attntma, attnbwd3 (session 10, at de27b4a), attnclean (session 8), gdnprefetch
+#   (session 6), gdnfinal, gdnscan (session 5), residual, narrow, attention (session 4); gdnfg
+#   (session 8) and gdnwgmma (session 7) went with GDN_BWD_WGMMA's levels 1-3 (session 15)
 # Logs go to /tmp/pending, their tarball to $OUT; a summary of each section is printed. Estimated times on
 # one H200: main ~3.5 min, residual ~2.5 min, narrow ~2.5 min, gdnfinal ~5 min, attention ~3 min;
 # a call is at most 10 min, so run two sections per call.
@@ -51,31 +51,6 @@ hashcmp() {
             awk '{ for (i = 3; i <= 8; i++) { split($i, a, ":"); split($(i + 8), b, ":"); if (a[2] != b[2]) d[a[1]]++ } }
                  END { printf "gradients that moved (cases):"; for (k in d) printf " %s %d", k, d[k]; print "" }'
     fi
-}
-# gdn_levels VARIANT "LEVELS" [main]: test_gdn_bwd of main (the base, hashes on) and of VARIANT at
-# each GDN_BWD_WGMMA level, with hashcmp against the base and the moved cases by dtype/dk/mode;
-# then gdn_bwd_bench twice at each level (first main's too with "main"), alternated
-gdn_levels() {
-    local v=$1 levels=$2 withmain=${3:-} w r
-    GDN_TEST_HASH=1 timeout 240 "$B/main/test_gdn_bwd" >"$out/gdn-base.log" 2>&1
-    echo "test_gdn_bwd (main): exit $?; $(tail -1 "$out/gdn-base.log")"
-    for w in $levels; do
-        GDN_BWD_WGMMA=$w GDN_TEST_HASH=1 timeout 240 "$B/$v/test_gdn_bwd" >"$out/gdn-$v$w.log" 2>&1
-        echo "test_gdn_bwd ($v, GDN_BWD_WGMMA=$w): exit $?; $(tail -1 "$out/gdn-$v$w.log")"
-        hashcmp "$out/gdn-base.log" "$out/gdn-$v$w.log" "$out/gdn-hashdiff-$v$w.txt"
-        grep '^>' "$out/gdn-hashdiff-$v$w.txt" | awk '{print $3}' | cut -d/ -f1,5,8 | sort | uniq -c | head -8
-        grep FAIL "$out/gdn-$v$w.log" | head -3
-    done
-    for r in 1 2; do
-        if [ -n "$withmain" ]; then
-            timeout 120 "$B/main/gdn_bwd_bench" >"$out/gbb-main-$r.log" 2>&1
-            grep '^RESULT' "$out/gbb-main-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/main r$r: /"
-        fi
-        for w in $levels; do
-            GDN_BWD_WGMMA=$w timeout 120 "$B/$v/gdn_bwd_bench" >"$out/gbb-$v$w-$r.log" 2>&1
-            grep '^RESULT' "$out/gbb-$v$w-$r.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/$v level $w r$r: /"
-        done
-    done
 }
 sections=("$@")
 [ ${#sections[@]} -eq 0 ] && sections=(mainchecks)
@@ -126,7 +101,7 @@ for sec in "${sections[@]}"; do
             done
         done ;;
     mainchecks)  # main's GPU tests and the GDN backward's speed (attention and GDN must pick wgmma;
-        # session 9: S1 recompute bwd ~3.66 ms at GDN_BWD_WGMMA level 3, the default)
+        # session 9: S1 recompute bwd ~3.66 ms with the then default final kernel, WG 3)
         synth
         timeout 200 "$B/main/test_model_cuda" >"$out/tmc-main.log" 2>&1
         echo "test_model_cuda (main): exit $?; $(tail -1 "$out/tmc-main.log")"; grep FAIL "$out/tmc-main.log" | head -3
@@ -137,12 +112,6 @@ for sec in "${sections[@]}"; do
         grep -m2 'wgmma' "$out/ta-main.log"
         timeout 120 "$B/main/gdn_bwd_bench" >"$out/gbb-mainchecks.log" 2>&1
         grep '^RESULT' "$out/gbb-mainchecks.log" | awk '{print $2, $3, "bwd", $12}' | sed "s/^/main: /" ;;
-    gdnwgmma)  # session 7 patch: the final kernel's products on wgmma, GDN_BWD_WGMMA = 0 / 1 / 2 against main
-        gdn_levels gdnwgmma "0 1 2" main ;;
-    gdnfg)  # session 8 patch: rows f, g of the GDN final kernel on wgmma (GDN_BWD_WGMMA=3) against level 2
-        timeout 60 "$B/gdnfg/test_wgmma" >"$out/test_wgmma-fg.log" 2>&1
-        echo "test_wgmma (with m64n32): exit $?; $(tail -1 "$out/test_wgmma-fg.log")"
-        gdn_levels gdnfg "2 3" ;;  # level 2: hashes identical to main's; 3: dv, dh0 never move
     hgemm)  # bench/hopper_gemm.cu (13 variants x 5 shapes; + a pending patch to it if any), bench only.
         # The watchdog build first, one process per variant (a trap ends only that variant's run),
         # then the timing build on the variants whose checks all passed, in one process.

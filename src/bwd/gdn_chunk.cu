@@ -28,7 +28,7 @@
 //          (fwd_keep_*: the same bits)
 //   prep   (4 warps)  P, A, the fp32 solve (one thread per column), W, KHg, dΔ_loc = P^T dO;
 //                     writes Linv, KHg (hi + lo planes), W (NP planes), P | Gam⊙KK^T packed
-//                     (fp32), dΔ_loc
+//                     (fp32), dΔ_loc (prep2 instead on the recompute path, below)
 //   scan   (4 warps, one CTA per (b, h, block of DVB value columns), chunks in reverse):
 //                     dH' in fp32 accumulators (bf16 planes in smem as the mma operand);
 //                     writes dΔ over dΔ_loc and dH' of every chunk
@@ -39,23 +39,24 @@
 //                     the pass's Q, K columns and (first pass) the C x C work (dQK,
 //                     Z = dT T^T, dA, X, dbeta, the dg cross sums); then dq, dk of the pass's
 //                     columns.
-// Recompute path (bf16 inputs, Dk <= 128: recompute_path): prep writes only Linv, W and dΔ_loc
-//   (into the dH' slot of its chunk), never reads H; with prep2 and GDN_BWD_SCAN_DLOC (unset or
-//   1, the default; 0: as before) prep2 writes P's bf16
-//   plane (workspace PA region) instead of dΔ_loc and never reads dO, and the scan forms
-//   dΔ_loc = P^T dO for its value columns with prep2's wmm call (bitwise the same values); the
-//   scan does not write dΔ; the final
-//   kernel forms P = Gam ⊙ QK^T (setup; one plane, as prep's) with K resident, per value
-//   sub-block dΔ = P^T dO + diag(hdec) K dH' (dH' hi + lo) and KHg = diag(gamma) K H (fp32,
-//   not rounded to planes), and QK^T, KK^T again for the C x C work (the same bits as prep's).
-//   The recomputed forward's workspace goes to the dH' region.
-// On sm_90a, bf16 with Dk = 128 and delta on (final_wgmma_level; GDN_BWD_WGMMA=0 keeps the
-// mma.sync kernel), the final kernel's dO H^T, Δh dH'^T and -γdV H^T run on wgmma (WG 1, with
-// GDN_BWD_WGMMA=1), also K dH' and K H (WG 2), and by default also dO Δ^T and dΔ Y^T (WG 3):
-// close to the mma.sync results, not bitwise (WG 3's and WG 2's were bitwise equal on the tests).
-// By default (GDN_BWD_FINAL_EARLY unset or 1; =0: WG 3 itself) WG 4 runs where WG 3 would run: WG 3's arithmetic, with each value
-// sub-block's staging -> planes conversion under the previous sub-block's wgmma group (two dH'
-// panel slots) and the loads issued a phase earlier (final_layout::EA); bitwise WG 3.
+// Recompute path (bf16 inputs, Dk <= 128: recompute_path): prep2 (prep's arithmetic in less
+//   shared memory) writes only Linv, W and P's bf16 plane (the A operand of P^T dO as the mma
+//   reads it; workspace PA region), never reads H or dO; the scan forms dΔ_loc = P^T dO for its
+//   value columns from that plane with prep's wmm call (bitwise the values prep wrote in fp32)
+//   and does not write dΔ; the final kernel forms P = Gam ⊙ QK^T (setup; one plane, as prep2's)
+//   with K resident, per value sub-block dΔ = P^T dO + diag(hdec) K dH' (dH' hi + lo) and KHg =
+//   diag(gamma) K H (fp32, not rounded to planes), and QK^T, KK^T again for the C x C work (the
+//   same bits as prep2's). The recomputed forward's workspace goes to the dH' region.
+// On sm_90a, bf16 with Dk = 128 and delta on (final_wgmma; GDN_BWD_WGMMA=0 keeps the mma.sync
+// kernel, WG 0), the final kernel is WG 4: dO H^T, Δh dH'^T, -γdV H^T, K dH', K H, dO Δ^T and
+// dΔ Y^T on wgmma, each value sub-block's staging -> planes conversion under the previous
+// sub-block's wgmma group (two dH' panel slots) and the loads issued a phase earlier
+// (final_layout::EA); close to the mma.sync results, not bitwise.
+// History: sessions 8-14 kept the older paths behind A/B switches (GDN_BWD_WGMMA levels 1-3:
+// the final kernels WG 1-3 that WG 4 grew from; GDN_BWD_FINAL_EARLY=0: WG 3; GDN_BWD_PREP2=0:
+// prep on the recompute path; GDN_BWD_SCAN2: the unpipelined one-stage scan, or an 8-warp DVB
+// 128 scan; GDN_BWD_SCAN_DLOC=0: prep2 writing dΔ_loc in fp32); session 15 deleted them with
+// the kernels only they reached (bench/gdn_bwd.md has their measurements).
 // Tensor cores: mma.sync m16n8k16 bf16 -> fp32; fp32 inputs run the same kernels with operands
 // split into bf16 hi + lo planes (NP = 2). With bf16 inputs (NP = 1) the inputs Q, K, V, dO are
 // exact as one plane, and the intermediates that dg and dbeta rest on are hi + lo planes too
@@ -68,7 +69,7 @@
 // Workspace (gdn_chunk_bwd_workspace_bytes) holds, per chunk: Hs, dH' (fp32 Dk x Dv), dΔ (fp32
 // C x Dv), P|AK (fp32 C x C), Linv (2 planes C x C), W (NP planes
 // C x Dk), KHg (2 planes C x Dv); on the recompute path only Hs, dH', P (one bf16 plane
-// C x C, used with GDN_BWD_SCAN_DLOC), Linv and W.
+// C x C), Linv and W.
 #include "gdn_bwd_cuda.h"
 
 #include <stdint.h>
@@ -92,9 +93,9 @@ constexpr int SMEM_SM = 233472;   // shared memory per SM on sm_90 (228 KiB; 1 K
 constexpr int cmax(int a, int b) { return a > b ? a : b; }
 // bf16 inputs with Dk <= 128 (the final kernel takes all key columns in one pass): the final
 // kernel recomputes P, Gam ⊙ KK^T, KHg and dΔ from what it has on chip instead of reading them
-// from the workspace, prep skips H, and dΔ_loc (prep -> scan) lives in the dH' slot of its chunk
-// (the scan reads a chunk's columns of it before it writes their dH' there). Dk 256 and fp32
-// keep them in the workspace. The host asks the same (gdn_bwd_rc).
+// from the workspace, prep2 runs instead of prep (no H, no dO: it writes P's bf16 plane), and
+// the scan forms dΔ_loc = P^T dO itself. Dk 256 and fp32 keep them in the workspace (prep).
+// The host asks the same (gdn_bwd_rc).
 __host__ __device__ constexpr bool recompute_path(int DK, int NP) { return NP == 1 && DK <= 128; }
 
 // Everything a kernel reads: the caller's params and the carved workspace.
@@ -104,7 +105,7 @@ struct bwd_args {
     const float *Hs;     // (B,H,NC,Dk,Dv) chunk-start states (forward or recomputed)
     float *dHs;          // (B,H,NC,Dk,Dv) gradient of each chunk's end state (scan -> final)
     float *dD;           // (B,H,NC,C,Dv) dΔ_loc (prep) -> dΔ (scan) -> read by final; NULL
-                         // on the recompute path (dΔ_loc in dHs, dΔ formed by each kernel)
+                         // on the recompute path (dΔ_loc, dΔ formed by each kernel)
     float *PA;           // (B,H,NC,C,C) lower incl. diag: Gam ⊙ QK^T; strictly upper [j][i]:
                          // (Gam ⊙ KK^T)_ij (prep -> final); NULL on the recompute path
     bf16 *Lv;            // (B,H,NC,2,C,C) Linv hi + lo planes, any dtype (prep -> final)
@@ -113,8 +114,8 @@ struct bwd_args {
                          // (prep -> final, which forms Y = V - KHg in fp32 and takes
                          // gamma k.dKg = -KHg.dV from it); NULL on the recompute path
     bf16 *Pp;            // (B,H,NC,C,C) P = Gam ⊙ QK^T, prep2's bf16 mma operand as it is
-                         // (prep2 -> scan), when the scan forms dΔ_loc = P^T dO itself
-                         // (GDN_BWD_SCAN_DLOC, recompute path with prep2); else NULL
+                         // (prep2 -> scan, which forms dΔ_loc = P^T dO from it); NULL off the
+                         // recompute path
 };
 
 // ---- input / output element pairs (bf16 when NP == 1, fp32 when NP == 2) --------------------
@@ -241,20 +242,21 @@ __device__ __forceinline__ void in4_planes(unsigned char *sm, int dst, int pl, i
 }
 
 // =============================================================================================
-// prep: per chunk, 4 warps; warp w owns rows [16w, 16w + 16) of every C-row result.
+// prep: per chunk, 4 warps; warp w owns rows [16w, 16w + 16) of every C-row result. Off the
+// recompute path only (fp32, Dk 256): prep2 takes the recompute path.
 // =============================================================================================
 template <int DK, int NP>
 struct prep_layout {
-    static constexpr bool RC = recompute_path(DK, NP);  // no H, KHg, PA
+    static_assert(!recompute_path(DK, NP), "prep: off the recompute path (prep2 takes it)");
     static constexpr int VB = NP == 1 ? 64 : 32;       // value columns per block of Y, dΔ_loc
     static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
     static constexpr int PBC = (C + 8) * 2, CC_PL = C * PBC;
     static constexpr int PBV = (VB + 8) * 2, HB_PL = DK * PBV, DO_PL = C * PBV;
     static constexpr int PA = C + 4;                   // fp32 pitch of A / Linv
     static constexpr int HP = 2;                       // H planes: hi + lo also for bf16 inputs
-    // region 0: Q, then diag(gamma) K (after P), then H (not RC) and dO blocks (after W)
-    static constexpr int R0 = cmax(NP * QK_PL, (RC ? 0 : HP * HB_PL) + NP * DO_PL);
-    static constexpr int Q = 0, KG = 0, HB = 0, DO = RC ? 0 : HP * HB_PL;
+    // region 0: Q, then diag(gamma) K (after P), then H and dO blocks (after W)
+    static constexpr int R0 = cmax(NP * QK_PL, HP * HB_PL + NP * DO_PL);
+    static constexpr int Q = 0, KG = 0, HB = 0, DO = HP * HB_PL;
     static constexpr int K = R0;
     static constexpr int A = K + NP * QK_PL;
     static constexpr int T = A + C * PA * 4;
@@ -326,7 +328,6 @@ template <int DK, int NP>
 __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant__ bwd_args a) {
     using L = prep_layout<DK, NP>;
     constexpr int VB = L::VB, NTV = VB / 8;
-    constexpr bool RC = L::RC;
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_bwd_params &p = a.p;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
@@ -365,27 +366,23 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     __syncthreads();
 
     // ---- P = Gam ⊙ Q K^T (lower), A = strictLower(beta_i Gam ⊙ K K^T) ------------------------
-    float *PAg = RC ? nullptr : a.PA + cix * C * C;
+    float *PAg = a.PA + cix * C * C;
     {
         float aq[8][4] = {}, ak[8][4] = {};
         qk_kk_products<DK, NP>(aq, ak, sQ, sK, m0, warp, lane, delta);
         frag_each<8>(aq, m0, 0, lane, [&](int i, int j, float x0, float x1) {
             const float p0 = x0 * gam_ij(Gh, Gl, i, j), p1 = x1 * gam_ij(Gh, Gl, i, j + 1);
             st_pair<NP>(sm, L::P + i * L::PBC + j * 2, L::CC_PL, p0, p1);
-            if constexpr (!RC) {
-                if (j <= i) PAg[i * C + j] = p0;
-                if (j + 1 <= i) PAg[i * C + j + 1] = p1;
-            }
+            if (j <= i) PAg[i * C + j] = p0;
+            if (j + 1 <= i) PAg[i * C + j + 1] = p1;
         });
         if (delta)
             frag_each<8>(ak, m0, 0, lane, [&](int i, int j, float x0, float x1) {
                 const float a0 = j < i ? x0 * gam_ij(Gh, Gl, i, j) : 0.f;
                 const float a1 = j + 1 < i ? x1 * gam_ij(Gh, Gl, i, j + 1) : 0.f;
                 *(float2 *)(Asm + i * L::PA + j) = make_float2(bsm[i] * a0, bsm[i] * a1);
-                if constexpr (!RC) {
-                    if (j < i) PAg[j * C + i] = a0;
-                    if (j + 1 < i) PAg[(j + 1) * C + i] = a1;
-                }
+                if (j < i) PAg[j * C + i] = a0;
+                if (j + 1 < i) PAg[(j + 1) * C + i] = a1;
             });
     }
     __syncthreads();
@@ -418,9 +415,9 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     }
     __syncthreads();  // region 0 is reused for H and dO blocks
 
-    // ---- per value block: KHg = diag(gamma) K H (H as hi + lo; not RC), dΔ_loc = P^T dO ---------
+    // ---- per value block: KHg = diag(gamma) K H (H as hi + lo), dΔ_loc = P^T dO ----------------
     for (int v0 = 0; v0 < DV; v0 += VB) {
-        if (!RC && delta)
+        if (delta)
             cvt_rows_f32<L::HP>(sm, L::HB, L::PBV, L::HB_PL, a.Hs + cix * DK * DV + v0, DV, DK,
                                 VB, DK, tid, 128);
         load_in_rows<NP>(sm, L::DO, L::PBV, L::DO_PL, dog + v0 * esz, rsv, C, VB, nvalid, tid,
@@ -428,7 +425,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
         cp_async_commit();
         cp_async_wait_all();
         __syncthreads();
-        if (!RC && delta) {
+        if (delta) {
             float acc[NTV][4] = {};
             wmm<NP, false, true, NTV, L::HP>(acc, sK, sH, m0, 0, 0, DK, lane);
             bf16 *Kg = a.Kp + cix * 2 * C * DV;
@@ -440,7 +437,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
         {
             float acc[NTV][4] = {};
             wmm<NP, true, true, NTV>(acc, sP, sDO, m0, 0, m0, C, lane);
-            float *dDg = (RC ? a.dHs + cix * DK * DV : a.dD + cix * C * DV) + v0;  // row stride Dv
+            float *dDg = a.dD + cix * C * DV + v0;  // row stride Dv
             frag_each<NTV>(acc, m0, 0, lane, [&](int i, int j, float x0, float x1) {
                 *(float2 *)(dDg + (size_t)i * DV + j) = make_float2(x0, x1);
             });
@@ -450,29 +447,31 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
 }
 
 // =============================================================================================
-// prep2 (GDN_BWD_PREP2 unset or 1, the default; the recompute path only: bf16, Dk <= 128): prep's arithmetic in prep's
-// order (bitwise its results) in less shared memory, so that 4 CTAs share an SM at Dk 128 (prep
-// has 72 KB: 3; prep2 55 KB, and __launch_bounds__(128, 4) keeps the registers at <= 128):
+// prep2 (the recompute path: bf16, Dk <= 128): prep's arithmetic in prep's order (bitwise its
+// results) in less shared memory, so that 4 CTAs share an SM at Dk 128 (prep would have 72 KB:
+// 3; prep2 55 KB, and __launch_bounds__(128, 4) keeps the registers at <= 128), and instead of
+// dΔ_loc = P^T dO, P's bf16 plane (the A operand of that product, exactly as the mma reads it)
+// -> a.Pp: the scan forms P^T dO for its value columns with the same wmm call (the same
+// fragments, k from 16 w, each n-tile's accumulation alone: the same fp32 bits); prep2 never
+// reads dO.
 //   - A (fp32 C x C) lives in region 0 once every warp has read Q (one more barrier between the
 //     P/A mma and the A epilogue), not in a region of its own;
 //   - diag(gamma) K is formed in K's own buffer (each thread rewrites the pairs it read; the
 //     recompute path never reads K again), so region 0 is free after the Linv / T loop;
-//   - the dO blocks come by cp.async into two buffers of region 0: blocks 0 and 1 issued before
-//     the W product, block v + 2 while block v + 1 computes; each waited for (wait_group 1)
-//     only at its block, not right after its issue;
 //   - warp 0 forms the gates while Q and K are still in flight (prep waits for them first).
 // =============================================================================================
 template <int DK, int NP>
 struct prep2_layout {
     static_assert(recompute_path(DK, NP), "prep2: the recompute path only");
-    static constexpr int VB = 64, NB = 2;                  // dO block columns, buffers
     static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
     static constexpr int PBC = (C + 8) * 2, CC_PL = C * PBC;
-    static constexpr int PBV = (VB + 8) * 2, DO_PL = C * PBV;
     static constexpr int PA = C + 4;                       // fp32 pitch of A / Linv
-    // region 0: Q, then A / Linv (fp32), then NB dO blocks
-    static constexpr int R0 = cmax(cmax(NP * QK_PL, C * PA * 4), NB * NP * DO_PL);
-    static constexpr int Q = 0, A = 0, DO = 0;
+    // region 0: Q, then A / Linv (fp32). DOB: the two 64-column dO blocks region 0 also held
+    // while prep2 formed dΔ_loc (until session 15), kept in its size so that the layout (and the
+    // tested PTX) stays as it was; 1 KB at Dk 64 and 128, no CTA per SM to gain.
+    static constexpr int DOB = 2 * NP * C * (64 + 8) * 2;
+    static constexpr int R0 = cmax(cmax(NP * QK_PL, C * PA * 4), DOB);
+    static constexpr int Q = 0, A = 0;
     static constexpr int K = R0;                           // K, then diag(gamma) K
     static constexpr int T = K + NP * QK_PL;
     static constexpr int P = T + NP * CC_PL;
@@ -483,35 +482,29 @@ struct prep2_layout {
     static_assert(DK > 128 || BYTES + 1024 <= SMEM_SM / 4, "prep2: 4 CTAs per SM");
 };
 
-// SD (GDN_BWD_SCAN_DLOC unset or 1, the default with prep2): no dΔ_loc here; P's bf16 plane (the
-// A operand of P^T dO, exactly as the mma reads it) goes to a.Pp and the scan forms P^T dO for
-// its value columns with the same wmm call (the same fragments, k from 16 w, each n-tile's
-// accumulation alone: the same fp32 bits). prep2 then never reads dO.
-template <int DK, int NP, bool SD = false>
+template <int DK, int NP>
 __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_constant__ bwd_args a) {
     using L = prep2_layout<DK, NP>;
-    constexpr int VB = L::VB, NTV = VB / 8;
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_bwd_params &p = a.p;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
     const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
+    const int T = p.T, H = p.H, NC = a.NC;
     const int t0 = n * C, nvalid = min(C, T - t0);
     const bool delta = p.mode.delta, gate = p.mode.gate;
     const size_t row0 = ((size_t)b * T + t0) * H + h;  // token row of (b, t0, h)
     const size_t cix = ((size_t)b * H + h) * NC + n;     // chunk tile index
-    const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
+    const size_t rsk = (size_t)H * DK;
     const size_t esz = NP == 1 ? 2 : 4;
     const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;
     const unsigned char *kg = (const unsigned char *)p.k + row0 * DK * esz;
-    const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz;
 
     float *gsm = (float *)(sm + L::GB), *bsm = gsm + C;
     float *Gh = (float *)(sm + L::GS), *Gl = Gh + C, *gam = Gl + C, *hdec = gam + C;
     float *Asm = (float *)(sm + L::A);
     const uint32_t sb = smem_u32(sm);
     const smat sQ{sb + L::Q, L::PBK, L::QK_PL}, sK{sb + L::K, L::PBK, L::QK_PL};
-    const smat sT{sb + L::T, L::PBC, L::CC_PL}, sP{sb + L::P, L::PBC, L::CC_PL};
+    const smat sT{sb + L::T, L::PBC, L::CC_PL};
 
     load_in_rows<NP>(sm, L::Q, L::PBK, L::QK_PL, qg, rsk, C, DK, nvalid, tid, 128);
     load_in_rows<NP>(sm, L::K, L::PBK, L::QK_PL, kg, rsk, C, DK, nvalid, tid, 128);
@@ -544,8 +537,8 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_cons
         }
     }
     __syncthreads();
-    if constexpr (SD) {  // P's plane (C rows of C bf16) -> a.Pp, 16 bytes a store
-        static_assert(NP == 1, "prep2 SD: one P plane");
+    {  // P's plane (C rows of C bf16) -> a.Pp, 16 bytes a store
+        static_assert(NP == 1, "prep2: one P plane");
         bf16 *Pg = a.Pp + cix * C * C;
         for (int e = tid; e < C * C / 8; e += 128) {
             const int r = e / (C / 8), c = (e % (C / 8)) * 8;
@@ -568,23 +561,7 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_cons
             const float2 kv = ld_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL);
             st_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL, gam[i] * kv.x, gam[i] * kv.y);
         }
-        __syncthreads();  // T and diag(gamma) K are in; A is no longer read: region 0 is free
-    }
-
-    // dO block vb (columns [vb VB, +VB)) -> buffer vb % NB of region 0; one commit group each,
-    // empty past the last block
-    auto issue_do = [&](int vb) {
-        if (vb * VB < DV)
-            load_in_rows<NP>(sm, L::DO + (vb % L::NB) * NP * L::DO_PL, L::PBV, L::DO_PL,
-                             dog + vb * VB * esz, rsv, C, VB, nvalid, tid, 128);
-        cp_async_commit();
-    };
-    if constexpr (!SD) {
-#pragma unroll
-        for (int vb = 0; vb < L::NB; ++vb) issue_do(vb);
-    }
-
-    if (delta) {
+        __syncthreads();  // T and diag(gamma) K are in; A is no longer read
         // ---- W = T diag(gamma) K -> global planes --------------------------------------------
         bf16 *Wg = a.Wp + cix * NP * C * DK;
         for (int cb = 0; cb < DK; cb += 64) {
@@ -594,22 +571,6 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep2_kernel(const __grid_cons
                 stg_pair<NP>(Wg, (size_t)C * DK, (size_t)i * DK + j, x0, x1);
             });
         }
-    }
-
-    // ---- per value block: dΔ_loc = P^T dO -> the start of the chunk's dH' slot ----------------
-    if constexpr (SD) return;  // the scan forms it
-    float *dDg = a.dHs + cix * DK * DV;  // row stride Dv
-    for (int vb = 0; vb * VB < DV; ++vb) {
-        cp_async_wait<L::NB - 1>();  // block vb is in (vb + 1 may be in flight)
-        __syncthreads();
-        const smat sDO{sb + L::DO + (vb % L::NB) * NP * L::DO_PL, L::PBV, L::DO_PL};
-        float acc[NTV][4] = {};
-        wmm<NP, true, true, NTV>(acc, sP, sDO, m0, 0, m0, C, lane);
-        frag_each<NTV>(acc, m0, 0, lane, [&](int i, int j, float x0, float x1) {
-            *(float2 *)(dDg + (size_t)i * DV + vb * VB + j) = make_float2(x0, x1);
-        });
-        __syncthreads();  // buffer vb % NB is no longer read
-        issue_do(vb + L::NB);
     }
 }
 
@@ -624,19 +585,18 @@ constexpr int scan_ctas(int bytes, int rcta) {
 // SMAX: the most stages (chunk sets in flight) the launcher allows: 2 when the grid leaves SMs
 // idle (one CTA per SM, the next chunk's loads behind this one's work), 1 when the grid is
 // larger than the SMs (70 KB at Dk 128, DVB 64: two CTAs per SM hide each other's latency).
-// CW (column warps, GDN_BWD_SCAN2=2): 4 CW warps per CTA, warp w owning rows of group w % 4 and
-// value columns [(w / 4) DVB / CW, +DVB / CW) of the CTA's DVB; CW = 2 runs DVB 128 at one CTA per
-// SM (every (b, h) reads its Q, K, W twice instead of 4 times at DVB 64).
-// SD (GDN_BWD_SCAN_DLOC; recompute path with prep2): the set holds P (bf16 C x C, pitch PDD) in
-// place of the fp32 dΔ_loc rows, and is always staged (PF). Each warp forms its own dΔ_loc rows
-// (16 wr..) from P and the set's dO rows with prep2's wmm call, in registers. (Splitting that
-// product evenly over the warps through an fp32 shared tile ran at the same speed, s14a.)
-template <int DK, int DVB, int NP, int SMAX, int CW = 1, bool SD = false>
-struct scan_layout {
+// SD (the recompute path; false there only in scan_pipe_ok's criterion): the set holds P (bf16
+// C x C, pitch PDD, from prep2) in place of the fp32 dΔ_loc rows, and is always staged (PF). Each
+// warp forms its own dΔ_loc rows (16 w..) from P and the set's dO rows with prep's wmm call, in
+// registers. (Splitting that product evenly over the warps through an fp32 shared tile ran at
+// the same speed, s14a.)
+// scan_sets: the stage count S and staging PF; scan_layout: the offsets (SD on the recompute path)
+template <int DK, int DVB, int NP, int SMAX, bool SD>
+struct scan_sets {
     static constexpr int PBK = (DK + 8) * 2, QK_PL = C * PBK;
     static constexpr int PBV = (DVB + 8) * 2;
     static constexpr int RG_BYTES = NP * PBV * cmax(DK, 2 * C);
-    static constexpr int WG = CW * 4 * 4 * C * 4;            // per warp: Gh, Gl, gam, hdec
+    static constexpr int WG = 4 * 4 * C * 4;                 // per warp: Gh, Gl, gam, hdec
     static constexpr int SET0 = 3 * NP * QK_PL + C * 4;      // Q, K, W planes + g of one chunk
     static constexpr int S = SMAX >= 2 && 2 * SET0 + RG_BYTES + WG <= SMEM_MAX ? 2 : 1;  // stages
     // PF: a chunk's dΔ_loc (fp32) and dO (input dtype) rows of the block come by cp.async into
@@ -648,29 +608,32 @@ struct scan_layout {
     static constexpr int PDD = SD ? (C + 8) * 2 : (DVB + 8) * 4, PDO = (DVB + 8) * 2 * NP;
     static constexpr int XB = C * (PDD + PDO), RCTA = DVB == 64 ? 2 : 8;
     static constexpr int BYTES0 = S * SET0 + RG_BYTES + WG;
-    static constexpr bool PF1 = BYTES0 + XB <= SMEM_MAX &&  // one stage, CW = 1
+    static constexpr bool PF1 = BYTES0 + XB <= SMEM_MAX &&  // one stage
                                 scan_ctas(BYTES0 + XB, RCTA) >= scan_ctas(BYTES0, RCTA);
-    static constexpr bool PF = SD       ? true  // (BYTES is checked below)
-                               : CW > 1 ? S == 1 && BYTES0 + XB <= SMEM_MAX  // (one CTA per SM)
+    static constexpr bool PF = SD       ? true  // (scan_layout checks BYTES)
                                : S == 2 ? 2 * (SET0 + XB) + RG_BYTES + WG <= SMEM_MAX
                                         : PF1;
-    static constexpr int SET = SET0 + (PF ? XB : 0);
-    static constexpr int Q = 0, K = NP * QK_PL, W = 2 * NP * QK_PL, G = SET - C * 4;
-    static constexpr int DDR = 3 * NP * QK_PL, DOR = DDR + C * PDD;  // (PF only)
+};
+template <int DK, int DVB, int NP, int SMAX>
+struct scan_layout : scan_sets<DK, DVB, NP, SMAX, recompute_path(DK, NP)> {
+    using B = scan_sets<DK, DVB, NP, SMAX, recompute_path(DK, NP)>;
+    static constexpr int SET = B::SET0 + (B::PF ? B::XB : 0);
+    static constexpr int Q = 0, K = NP * B::QK_PL, W = 2 * NP * B::QK_PL, G = SET - C * 4;
+    static constexpr int DDR = 3 * NP * B::QK_PL, DOR = DDR + C * B::PDD;  // (PF only)
     // region: dH' planes (Dk rows) while dΔ is formed; then gamma dO and -dΔ planes (C rows)
-    static constexpr int RG = S * SET;
-    static constexpr int DH = RG, DH_PL = DK * PBV;
-    static constexpr int DO = RG, DO_PL = C * PBV;
-    static constexpr int DD = RG + NP * C * PBV;
-    static constexpr int WGO = RG + RG_BYTES;
-    static constexpr int BYTES = WGO + WG;
+    static constexpr int RG = B::S * SET;
+    static constexpr int DH = RG, DH_PL = DK * B::PBV;
+    static constexpr int DO = RG, DO_PL = C * B::PBV;
+    static constexpr int DD = RG + NP * C * B::PBV;
+    static constexpr int WGO = RG + B::RG_BYTES;
+    static constexpr int BYTES = WGO + B::WG;
     static_assert(BYTES <= SMEM_MAX, "scan shared memory");
-    static_assert(SET % 16 == 0 && PDD % 16 == 0 && PDO % 16 == 0 && DOR % 16 == 0,
+    static_assert(SET % 16 == 0 && B::PDD % 16 == 0 && B::PDO % 16 == 0 && DOR % 16 == 0,
                   "scan: 16-byte cp.async destinations");
 };
 
-// PIPE (GDN_BWD_SCAN2 unset or 1, the default; one stage with PF, bf16; scan_pipe_ok): the same arithmetic in the same
-// order (bitwise the PIPE = false results), the loads of chunk n - 1 split by when their buffers
+// PIPE (one stage with PF, bf16: where scan_pipe_ok): the same arithmetic in the same order
+// (bitwise the PIPE = false results), the loads of chunk n - 1 split by when their buffers
 // fall free in chunk n, so that none of them is waited for right after it is issued:
 //   group A: K and g of n - 1, issued after the barrier behind (1) (K dH' and gates_warp are the
 //            only readers of K and g); waited for at the top of n - 1
@@ -681,25 +644,19 @@ struct scan_layout {
 // Every iteration commits A, B, C (empty at n = 0), so the pending groups are [A, B, C] at the
 // top (wait_group 1: A and B complete) and [C, A'] before (2) (wait_group 1: C complete).
 // gates_warp runs after (1) is issued (its results are read only by the epilogue of (1)).
-// CW = 2 (GDN_BWD_SCAN2=2, with PIPE): 8 warps, the warp's row group wr = warp % 4 and its
-// value columns from c0 = (warp / 4) DVB / 2; per warp the same products, epilogues and stores as
-// a CW = 1 warp of a DVB / 2 CTA at columns v0 + c0 (each mma n-tile sums over k alone: the same
-// bits).
-template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1, bool SD = false>
-__global__ void __launch_bounds__(128 * CW)
-    gdn_bwd_scan_kernel(const __grid_constant__ bwd_args a) {
-    using L = scan_layout<DK, DVB, NP, SMAX, CW, SD>;
+template <int DK, int DVB, int NP, int SMAX, bool PIPE = false>
+__global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant__ bwd_args a) {
+    using L = scan_layout<DK, DVB, NP, SMAX>;
     static_assert(!PIPE || (L::S == 1 && L::PF && NP == 1), "scan PIPE: one stage, PF, bf16");
-    static_assert(CW == 1 || (CW == 2 && PIPE), "scan CW 2: with PIPE");
-    constexpr int NTHR = 128 * CW;
-    constexpr int MT = DK / 64, NTV = DVB / CW / 8, RW = DK / 4;  // m-tiles, n-tiles, rows per warp
+    constexpr int NTHR = 128;
+    constexpr int MT = DK / 64, NTV = DVB / 8, RW = DK / 4;  // m-tiles, n-tiles, rows per warp
     constexpr bool RC = recompute_path(DK, NP);
-    static_assert(!SD || (RC && L::PF), "scan SD: the recompute path, staged sets");
+    constexpr bool SD = RC;  // dΔ_loc = P^T dO from prep2's P (scan_layout's)
+    static_assert(!SD || L::PF, "scan SD: staged sets");
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_bwd_params &p = a.p;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g4 = lane >> 2, t4 = lane & 3;
-    const int wr = CW == 1 ? warp : warp & 3, c0 = CW == 1 ? 0 : (warp >> 2) * (DVB / CW);
     const int v0 = blockIdx.x * DVB, h = blockIdx.y, b = blockIdx.z;
     const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
     const bool delta = p.mode.delta, gate = p.mode.gate;
@@ -713,8 +670,8 @@ __global__ void __launch_bounds__(128 * CW)
     const smat sDO{sb + L::DO, L::PBV, L::DO_PL}, sDD{sb + L::DD, L::PBV, L::DO_PL};
 
     auto stage = [&](int n) { return L::S == 2 ? (n & 1) * L::SET : 0; };
-    // chunk ci's dΔ_loc (row stride Dv): its own region, or (RC) the start of its dH' slot
-    auto dd_loc = [&](size_t ci) { return RC ? a.dHs + ci * DK * DV : a.dD + ci * C * DV; };
+    // chunk ci's dΔ_loc (row stride Dv; not SD)
+    auto dd_loc = [&](size_t ci) { return a.dD + ci * C * DV; };
     // (PIPE) chunk n's K and g (group A), Q and W (group C): the parts of load_chunk, the same
     // copies
     auto load_kg = [&](int n) {
@@ -779,7 +736,7 @@ __global__ void __launch_bounds__(128 * CW)
                                          rsv * esz, nv, tid);
     };
 
-    // dH (rows r = wr RW + mt 16 + g4 (+8), cols c = c0 + nt 8 + 2 t4 (+1)), from dht
+    // dH (rows r = warp RW + mt 16 + g4 (+8), cols c = nt 8 + 2 t4 (+1)), from dht
     float acc[MT][NTV][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -787,8 +744,8 @@ __global__ void __launch_bounds__(128 * CW)
         for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int r = wr * RW + mt * 16 + g4 + (e >> 1) * 8;
-                const int c = c0 + nt * 8 + 2 * t4 + (e & 1);
+                const int r = warp * RW + mt * 16 + g4 + (e >> 1) * 8;
+                const int c = nt * 8 + 2 * t4 + (e & 1);
                 acc[mt][nt][e] = p.dht ? p.dht[bh * DK * DV + (size_t)r * DV + v0 + c] : 0.f;
             }
     auto store_dh_planes = [&]() {
@@ -798,7 +755,7 @@ __global__ void __launch_bounds__(128 * CW)
             for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
-                    const int r = wr * RW + mt * 16 + g4 + hr * 8, c = c0 + nt * 8 + 2 * t4;
+                    const int r = warp * RW + mt * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
                     st_pair<NP>(sm, L::DH + r * L::PBV + c * 2, L::DH_PL, acc[mt][nt][2 * hr],
                                 acc[mt][nt][2 * hr + 1]);
                 }
@@ -810,7 +767,7 @@ __global__ void __launch_bounds__(128 * CW)
             for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
-                    const int r = wr * RW + mt * 16 + g4 + hr * 8, c = c0 + nt * 8 + 2 * t4;
+                    const int r = warp * RW + mt * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
                     *(float2 *)(dst + (size_t)r * DV + v0 + c) =
                         make_float2(acc[mt][nt][2 * hr], acc[mt][nt][2 * hr + 1]);
                 }
@@ -846,8 +803,9 @@ __global__ void __launch_bounds__(128 * CW)
         const size_t row0 = ((size_t)b * T + t0) * H + h, cix = bh * NC + n;
         const smat sQ{sb + st + L::Q, L::PBK, L::QK_PL}, sK{sb + st + L::K, L::PBK, L::QK_PL};
         const smat sW{sb + st + L::W, L::PBK, L::QK_PL};
-        // this thread's dΔ_loc and dO pairs (rows 16 wr + g4 (+8), cols c0 + nt 8 + 2 t4)
-        float *dDg = dd_loc(cix) + v0;
+        // this thread's dΔ_loc and dO pairs (rows 16 warp + g4 (+8), cols nt 8 + 2 t4); (SD: none
+        // in global memory, a.dD is NULL)
+        float *dDg = SD ? nullptr : dd_loc(cix) + v0;
         // (PF: from the chunk's set, after the barrier below; same values, zero rows included)
         float2 ddl[NTV][2], dov[NTV][2];
         auto ld_dd_do = [&]() {
@@ -856,17 +814,14 @@ __global__ void __launch_bounds__(128 * CW)
             for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
-                    const int i = wr * 16 + g4 + hr * 8, c = c0 + nt * 8 + 2 * t4;
+                    const int i = warp * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
                     ddl[nt][hr] = *(const float2 *)(dDg + (size_t)i * DV + c);
                     dov[nt][hr] =
                         i < nv ? ld_in2<NP>(dog, (size_t)i * rsv + c) : make_float2(0.f, 0.f);
                 }
         };
-        // dH' of chunk n (gradient of its end state) -> its slot; on the recompute path without PF
-        // only after the barrier behind (1), which follows every thread's dΔ_loc loads from that
-        // slot (the loads stay here: issued before gates_warp they cost registers, 72 -> 126 at
-        // <64,16,1,1>, and one CTA per SM)
-        if constexpr (!(RC && !L::PF)) store_dh_global(a.dHs + cix * DK * DV);
+        // dH' of chunk n (gradient of its end state) -> its slot
+        store_dh_global(a.dHs + cix * DK * DV);
         if constexpr (!PIPE) {
             gates_warp((const float *)(sm + st + L::G), Gh, Gl, gam, hdec, lane);
             __syncwarp();
@@ -875,13 +830,13 @@ __global__ void __launch_bounds__(128 * CW)
 
         // (1) dΔ = dΔ_loc + diag(hdec) K dH'
         float a1[NTV][4] = {};
-        wmm<NP, false, true, NTV>(a1, sK, sDH, wr * 16, c0, 0, DK, lane);
-        // (SD) dΔ_loc = P^T dO, this warp's rows and columns: prep2's call (k from the warp's
-        // first row: P is lower), so each n-tile's fp32 sum is the one prep2 wrote
+        wmm<NP, false, true, NTV>(a1, sK, sDH, warp * 16, 0, 0, DK, lane);
+        // (SD) dΔ_loc = P^T dO, this warp's rows and columns: prep's call (k from the warp's
+        // first row: P is lower), so each n-tile's fp32 sum is the one prep would write
         float dl[NTV][4] = {};
         if constexpr (SD) {
             const smat sPm{sb + st + L::DDR, L::PDD, 0}, sDOr{sb + st + L::DOR, L::PDO, 0};
-            wmm<NP, true, true, NTV>(dl, sPm, sDOr, wr * 16, c0, wr * 16, C, lane);
+            wmm<NP, true, true, NTV>(dl, sPm, sDOr, warp * 16, 0, warp * 16, C, lane);
         }
         if constexpr (PIPE) {
             gates_warp((const float *)(sm + st + L::G), Gh, Gl, gam, hdec, lane);
@@ -892,12 +847,11 @@ __global__ void __launch_bounds__(128 * CW)
             if (n > 0) load_kg(n - 1);
             cp_async_commit();  // A
         }
-        if constexpr (RC && !L::PF) store_dh_global(a.dHs + cix * DK * DV);
 #pragma unroll
         for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
-                const int i = wr * 16 + g4 + hr * 8, c = c0 + nt * 8 + 2 * t4;
+                const int i = warp * 16 + g4 + hr * 8, c = nt * 8 + 2 * t4;
                 if constexpr (SD) {
                     ddl[nt][hr] = make_float2(dl[nt][2 * hr], dl[nt][2 * hr + 1]);
                     dov[nt][hr] = ld_in2<NP>(sm + st + L::DOR + i * L::PDO, c);
@@ -925,9 +879,9 @@ __global__ void __launch_bounds__(128 * CW)
             for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= gC;
-            wmm<NP, true, true, NTV>(acc[mt], sQ, sDO, wr * RW + mt * 16, c0, 0, C, lane);
+            wmm<NP, true, true, NTV>(acc[mt], sQ, sDO, warp * RW + mt * 16, 0, 0, C, lane);
             if (delta)
-                wmm<NP, true, true, NTV>(acc[mt], sW, sDD, wr * RW + mt * 16, c0, 0, C, lane);
+                wmm<NP, true, true, NTV>(acc[mt], sW, sDD, warp * RW + mt * 16, 0, 0, C, lane);
         }
         __syncthreads();  // the region and this chunk's stage are free
         store_dh_planes();
@@ -947,17 +901,19 @@ __global__ void __launch_bounds__(128 * CW)
 // C-row result (C x C, C x DKH). In a value sub-block warps 0-3 form Δ, warps 4-7 dV (all VB
 // columns each).
 // =============================================================================================
-// WG (the wgmma instances, bf16 with Dk = 128 and delta on, on sm_90a; final_wgmma_level): 1:
-// the H products that run over value columns into the C x Dk accumulators (dO H^T, Δh dH'^T,
-// -γdV H^T) are wgmma m64n64k16 with A (dO, Δh, -γdV) in registers from the same ldmatrix
-// fragments and B (the H and dH' blocks) in shared memory in the 128-byte swizzled layout of
-// wgmma.cuh: one 64-column panel of DKH rows per block, the hi plane in columns 0..31 and the lo
-// plane in 32..63 (VB = 32), so one panel row is one 128-byte line and every k-step a descriptor
-// of its own (K-major: rows = key dims = N). 2: also K dH' and K H, the same panels read N-major
-// (rows = key dims = K, N = 64 = hi | lo). 3: also dO Δ^T and dΔ Y^T (m64n32 per warpgroup, its
-// 32 token columns), with Y and Δ as C-row panels (hi | lo) instead of padded planes.
+// WG: 0, the mma.sync kernel (every shape); 4, the wgmma kernel (bf16 with Dk = 128 and delta
+// on, on sm_90a; final_wgmma): the H products that run over value columns into the C x Dk
+// accumulators (dO H^T, Δh dH'^T, -γdV H^T) are wgmma m64n64k16 with A (dO, Δh, -γdV) in
+// registers from the same ldmatrix fragments and B (the H and dH' blocks) in shared memory in
+// the 128-byte swizzled layout of wgmma.cuh: one 64-column panel of DKH rows per block, the hi
+// plane in columns 0..31 and the lo plane in 32..63 (VB = 32), so one panel row is one 128-byte
+// line and every k-step a descriptor of its own (K-major: rows = key dims = N); K dH' and K H
+// read the same panels N-major (rows = key dims = K, N = 64 = hi | lo); dO Δ^T and dΔ Y^T run
+// as m64n32 per warpgroup (its 32 token columns), with Y and Δ as C-row panels (hi | lo) instead
+// of padded planes. (The numbers 1-3 were its earlier steps, deleted in session 15.)
 template <int DK, int NP, int WG = 0>
 struct final_layout {
+    static_assert(WG == 0 || WG == 4, "final: WG 0 (mma.sync) or 4 (wgmma)");
     // Value columns stream in sub-blocks of VB, each staged raw (cp.async) while the one before
     // computes, so only the first one's loads wait. PAIR sub-blocks form a group of VG columns:
     // the fp32 sums that run over value columns outside one mma chain (<H, dH'>, the -KHg.dV row
@@ -987,18 +943,17 @@ struct final_layout {
     // (red: the 8 warp sums of <H, dH'>; the rest is unused)
     static constexpr int R = SMALL + (18 * C + 256) * 4;
     // Region R, phase 1 (each value sub-block of a pass): planes converted from the staging
-    // (WG 3: Y and Δ are swizzled panels after the dH' panel instead, see YW below)
-    static constexpr bool WP = WG >= 3;
-    // WG 4 (GDN_BWD_FINAL_EARLY, the default): WG 3 with the staging and the conversion off the
-    // sub-block chain. The dH' panel has two slots (slot = e, as the H panel's), so sub-block
-    // v + 1's staging -> planes conversion runs while sub-block v's wgmma group (the H products)
-    // is in flight; v + 1's dO, H, dH' are staged right after v's first barrier (the conversion
-    // read them under v - 1's wgmmas), V after Y (which reads it); the RC KHg of warps 4-7 waits
-    // in the DQK | XB region (written only in phase 2) instead of the dH' staging; phase 2's
-    // Linv and Q travel into the dO | H | dH' staging during the last sub-block. The same
-    // arithmetic in the same order as WG 3 (each thread's <H, dH'> terms too): only where and
-    // when copies and conversions run changes.
-    static constexpr bool EA = WG >= 4;
+    // (WP, WG 4: Y and Δ are swizzled panels after the dH' panel instead, see YW below)
+    static constexpr bool WP = WG != 0;
+    // EA (WG 4): the staging and the conversion off the sub-block chain. The dH' panel has two
+    // slots (slot = e, as the H panel's), so sub-block v + 1's staging -> planes conversion runs
+    // while sub-block v's wgmma group (the H products) is in flight; v + 1's dO, H, dH' are
+    // staged right after v's first barrier (the conversion read them under v - 1's wgmmas), V
+    // after Y (which reads it); the RC KHg of warps 4-7 waits in the DQK | XB region (written
+    // only in phase 2) instead of the dH' staging; phase 2's Linv and Q travel into the dO | H |
+    // dH' staging during the last sub-block. (Bitwise the results of WG 3, its step before,
+    // which converted and staged in the sub-block chain.)
+    static constexpr bool EA = WG != 0;
     static constexpr int Y0 = R;                                  // Y = V - KHg (2 planes)
     static constexpr int DO = Y0 + (WP ? 0 : 2 * V_PL);
     static constexpr int DD = DO + NP * V_PL;                     // dΔ (2)
@@ -1015,10 +970,11 @@ struct final_layout {
                                                                   // slots (slot = place in VG)
     static constexpr int HB_SLOT = WG ? HW_PL : 2 * HB_PL;        // bytes per slot
     static constexpr int DHB = HB + PAIR * HB_SLOT;               // dH' block (2)
-    // WG 3: Y and Δ as C-row panels (hi | lo, as the H panels), B of dT += dΔ Y^T and dP += dO
-    // Δ^T on wgmma (K-major: rows = tokens = N); 1024-aligned as DHB and HW_PL are
+    // WP: Y and Δ as C-row panels (hi | lo, as the H panels), B of dT += dΔ Y^T and dP += dO
+    // Δ^T on wgmma (K-major: rows = tokens = N); 1024-aligned as DHB and HW_PL are (after the
+    // two dH' panel slots)
     static constexpr int YW_PL = C * 128;
-    static constexpr int YW = DHB + (EA ? 2 : 1) * (WG ? HW_PL : 2 * HB_PL), DLW = YW + YW_PL;
+    static constexpr int YW = DHB + (WG ? 2 * HW_PL : 2 * HB_PL), DLW = YW + YW_PL;
     static constexpr int Y = WP ? YW : Y0, DL = WP ? DLW : DL0;
     static constexpr int END1 = YW + (WP ? 2 * YW_PL : 0);
     // phase 2 (after the value sub-blocks of a pass): its Q, K columns and the C x C work (RC:
@@ -1052,7 +1008,7 @@ struct final_layout {
                           CC_PL % 16 == 0 && (VB / 8) * 128 * 16 <= XB + NP * CC_PL - DQK),
                   "final: WG 4 layout (phase 2's Linv, Q in the staging, KHg in DQK | XB)");
     static_assert(!WG || (HB % 1024 == 0 && HW_PL % 1024 == 0), "final: WG panels 1024-aligned");
-    static_assert(!WP || (YW % 1024 == 0 && YW_PL % 1024 == 0), "final: WG 3 panels 1024-aligned");
+    static_assert(!WP || (YW % 1024 == 0 && YW_PL % 1024 == 0), "final: Y, Δ panels 1024-aligned");
     static_assert(SV % 16 == 0 && PBV % 16 == 0, "final: cp.async staging alignment");
 };
 
@@ -1081,7 +1037,7 @@ __device__ __forceinline__ void abt_lower(float (&acc)[4][4], smat a, smat b, in
     }
 }
 
-// ---- WG instance: the H and dH' blocks as swizzled panels, the H products on wgmma ----------
+// ---- WG 4: the H and dH' blocks, Y and Δ as swizzled panels, their products on wgmma ------
 // 4 fp32 of row r, columns c..c + 3 (c % 4 == 0, c < 32) -> hi at column c, lo at column 32 + c
 // of the R-row panel at byte offset base: the split of st_run<2, 4> (the same plane bits); the 4
 // elements stay inside one 16-byte chunk, so each plane is one 8-byte store.
@@ -1094,7 +1050,7 @@ __device__ __forceinline__ void st4_panel(unsigned char *sm, int base, int r, in
     *(uint2 *)(sm + base + 2 * wgm::sw128<R>(r, c)) = make_uint2(hi[0], hi[1]);
     *(uint2 *)(sm + base + 2 * wgm::sw128<R>(r, c + 32)) = make_uint2(lo[0], lo[1]);
 }
-// WG 3: st_pair<2> of (x0, x1) at row r, columns c, c + 1 (c even, c < 32) of an R-row panel:
+// st_pair<2> of (x0, x1) at row r, columns c, c + 1 (c even, c < 32) of an R-row panel:
 // hi at column c, lo at 32 + c (the same plane bits as st_pair<2>).
 template <int R>
 __device__ __forceinline__ void st_pair_panel(unsigned char *sm, int base, int r, int c, float x0,
@@ -1104,11 +1060,11 @@ __device__ __forceinline__ void st_pair_panel(unsigned char *sm, int base, int r
     *(uint32_t *)(sm + base + 2 * wgm::sw128<R>(r, c)) = hi;
     *(uint32_t *)(sm + base + 2 * wgm::sw128<R>(r, c + 32)) = lo;
 }
-// wmm<NPA, false, true, NT, 2> with B (k = key rows, n = the sub-block's value columns) read from
-// an R-row panel at shared address bp: ldmatrix.trans of the same 8-element runs (each a 16-byte
+// wmm<NPA, false, true, NT, 2> with B (k = rows, n = the sub-block's value columns) read from an
+// R-row panel at shared address bp: ldmatrix.trans of the same 8-element runs (each a 16-byte
 // chunk of the swizzled line; the 8 rows of one 8x8 matrix land in 8 distinct chunks, so no bank
-// conflict) and the same mma order as wmm: the same bits as the padded layout gave. (WG 3 also
-// reads the Y panel so, k = token rows, with A = T of 2 planes.)
+// conflict) and the same mma order as wmm: the same bits as the padded layout gave. (WG 4's
+// Δ = T Y: the Y panel, k = token rows, A = T of 2 planes.)
 template <int R, int NT, int NPA = 1>
 __device__ __forceinline__ void wmm_bpanel(float (&acc)[NT][4], smat a, uint32_t bp, int m0,
                                            int n0, int k0, int k1, int lane) {
@@ -1147,16 +1103,15 @@ __device__ __forceinline__ void wg_fence_proxy() {
 // A hi x B hi). Two orders differ from the mma.sync path: -γdV_e H_e^T follows its own
 // sub-block's Δh dH'^T (there: both Δh dH'^T of the VG group, then both -γdV H^T, issued under a
 // condition, which makes ptxas serialise the wgmmas), and one wgmma sums its 16-deep products
-// differently from mma.sync: the results are close, not bitwise. One wgmma group, issued before
-// `between` (the C x C products' mma.sync work, which overlaps it) and waited for after it:
-// nothing stays in flight past the sub-block (the next one rewrites the panels and A planes).
-// FG (WG 3): the C x C products too, in the same group (`between` is then empty): for this
-// warpgroup's 32 token columns n0.. of the C x C accumulators (aP, aT in the mma.sync tiling are
-// its m64n32 accumulators element for element: column n0 + 8 nt + 2 t + (e & 1)), aP += dO Δ^T
-// (A = the dO fragments above, B = the Δ panel at dlp) and aT += dΔ Y^T (A = dΔ, 2 planes, from
-// sDD; B = the Y panel at yp), both K-major C-row panels (hi | lo) read at rows n0.., k-step
-// 2 pl + s as for H.
-template <bool FG, class F>
+// differently from mma.sync: the results are close, not bitwise. The C x C products too, in the
+// same group: for this warpgroup's 32 token columns n0.. of the C x C accumulators (aP, aT in
+// the mma.sync tiling are its m64n32 accumulators element for element: column n0 + 8 nt + 2 t +
+// (e & 1)), aP += dO Δ^T (A = the dO fragments above, B = the Δ panel at dlp) and aT += dΔ Y^T
+// (A = dΔ, 2 planes, from sDD; B = the Y panel at yp), both K-major C-row panels (hi | lo) read
+// at rows n0.., k-step 2 pl + s as for H. One wgmma group, issued before `between` (the next
+// sub-block's conversion, which overlaps it) and waited for after it: nothing stays in flight
+// past the sub-block (the next one rewrites the panels and A planes).
+template <class F>
 __device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8][4], smat sDO,
                                                smat sDH, smat sG, uint32_t hbe, uint32_t dhb,
                                                int m0, int q0, int lane, F between,
@@ -1169,13 +1124,13 @@ __device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8]
     float(&p16)[16] = reinterpret_cast<float(&)[16]>(aP);
     float(&t16)[16] = reinterpret_cast<float(&)[16]>(aT);
     uint32_t fo[2][1][4], fd[2][2][4], fg[2][1][4];  // [k-step][plane][fragment]
-    uint32_t fe[2][2][4];                             // FG: dΔ
+    uint32_t fe[2][2][4];                             // dΔ
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
         lda<1>(fo[s], sDO, m0, 16 * s, lane);
         lda<2>(fd[s], sDH, m0, 16 * s, lane);
         lda<1>(fg[s], sG, m0, 16 * s, lane);
-        if constexpr (FG) lda<2>(fe[s], sDD, m0, 16 * s, lane);
+        lda<2>(fe[s], sDD, m0, 16 * s, lane);
     }
     // the A fragments and accumulators written before the fence (wgmma.cuh: fence_regs)
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fo));
@@ -1183,11 +1138,9 @@ __device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8]
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fg));
     wgm::fence_regs(q32);
     wgm::fence_regs(k32);
-    if constexpr (FG) {
-        wgm::fence_regs(reinterpret_cast<uint32_t(&)[16]>(fe));
-        wgm::fence_regs(p16);
-        wgm::fence_regs(t16);
-    }
+    wgm::fence_regs(reinterpret_cast<uint32_t(&)[16]>(fe));
+    wgm::fence_regs(p16);
+    wgm::fence_regs(t16);
     wgm::fence();
     // k-step s of plane pl of a panel: columns 32 pl + 16 s, i.e. desc_k's k-step 2 pl + s
 #pragma unroll
@@ -1206,18 +1159,16 @@ __device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8]
         wgm::mma_rs<64, 0>(k32, fg[s][0], wgm::desc_k<R>(hbe, q0, 2 + s), 1);
         wgm::mma_rs<64, 0>(k32, fg[s][0], wgm::desc_k<R>(hbe, q0, s), 1);
     }
-    if constexpr (FG) {
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {  // dO Δ^T
-            wgm::mma_rs<32, 0>(p16, fo[s][0], wgm::desc_k<C>(dlp, n0, 2 + s), 1);
-            wgm::mma_rs<32, 0>(p16, fo[s][0], wgm::desc_k<C>(dlp, n0, s), 1);
-        }
+    for (int s = 0; s < 2; ++s) {  // dO Δ^T
+        wgm::mma_rs<32, 0>(p16, fo[s][0], wgm::desc_k<C>(dlp, n0, 2 + s), 1);
+        wgm::mma_rs<32, 0>(p16, fo[s][0], wgm::desc_k<C>(dlp, n0, s), 1);
+    }
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {  // dΔ Y^T
-            wgm::mma_rs<32, 0>(t16, fe[s][1], wgm::desc_k<C>(yp, n0, s), 1);
-            wgm::mma_rs<32, 0>(t16, fe[s][0], wgm::desc_k<C>(yp, n0, 2 + s), 1);
-            wgm::mma_rs<32, 0>(t16, fe[s][0], wgm::desc_k<C>(yp, n0, s), 1);
-        }
+    for (int s = 0; s < 2; ++s) {  // dΔ Y^T
+        wgm::mma_rs<32, 0>(t16, fe[s][1], wgm::desc_k<C>(yp, n0, s), 1);
+        wgm::mma_rs<32, 0>(t16, fe[s][0], wgm::desc_k<C>(yp, n0, 2 + s), 1);
+        wgm::mma_rs<32, 0>(t16, fe[s][0], wgm::desc_k<C>(yp, n0, s), 1);
     }
     wgm::commit();
     between();
@@ -1228,17 +1179,15 @@ __device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8]
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fo));
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[16]>(fd));
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[8]>(fg));
-    if constexpr (FG) {
-        wgm::fence_regs(p16);
-        wgm::fence_regs(t16);
-        wgm::fence_regs(reinterpret_cast<uint32_t(&)[16]>(fe));
-    }
+    wgm::fence_regs(p16);
+    wgm::fence_regs(t16);
+    wgm::fence_regs(reinterpret_cast<uint32_t(&)[16]>(fe));
 #else
-    __trap();  // launched only where the sm_90a image exists (final_wgmma_level checks)
+    __trap();  // launched only where the sm_90a image exists (final_wgmma checks)
 #endif
 }
 
-// WG 2: acc (this warpgroup's m64n64: columns 0..31 = K B_hi, 32..63 = K B_lo over the
+// acc (this warpgroup's m64n64: columns 0..31 = K B_hi, 32..63 = K B_lo over the
 // sub-block's value columns) = K B over all DKH key dims, B the panel at bp read N-major
 // (trans-b: rows = key dims = K, columns = N = hi | lo; desc_n), A = K (rows m0.. of the chunk)
 // by ldmatrix, 8 k-steps in one group, waited for here. acc zero on entry. The caller sums the
@@ -1262,7 +1211,7 @@ __device__ __forceinline__ void final_wg_kpanel(float (&acc)[8][4], smat sK, uin
     wgm::fence_regs(a32);
     wgm::fence_regs(reinterpret_cast<uint32_t(&)[32]>(fk));
 #else
-    __trap();  // launched only where the sm_90a image exists (final_wgmma_level checks)
+    __trap();  // launched only where the sm_90a image exists (final_wgmma checks)
 #endif
 }
 
@@ -1433,7 +1382,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     float hdh = 0.f;  // this thread's part of <H, dH'>
     // EA: the staged dO, H, dH' of the sub-block at columns v0c -> its dO planes, H panel slot
     // and dH' panel slot (slot = its place e in the VG group), and its <H, dH'> terms: the
-    // conversion at the top of the sub-block loop below (WG != 0, RC, delta on), line for line
+    // conversion at the top of the sub-block loop below (WG 0's; here RC, delta on), line for line
     auto convert_ea = [&](int v0c) {
         const int e = (v0c / VB) % PAIR;
         const int hbo = L::HB + e * L::HB_SLOT, dhbo = L::DHB + e * L::HB_SLOT;
@@ -1493,15 +1442,9 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     const float4 dv = *(const float4 *)(sm + L::SDH + so);
                     hdh += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
                     const float xh[4] = {hv.x, hv.y, hv.z, hv.w}, xd[4] = {dv.x, dv.y, dv.z, dv.w};
-                    if constexpr (WG != 0) {
-                        st4_panel<DKH>(sm, hbo, r, c, xh);
-                        st4_panel<DKH>(sm, L::DHB, r, c, xd);
-                    } else {
-                        st_run<2, 4>(sm, hbo + po, L::HB_PL, xh);
-                        st_run<2, 4>(sm, L::DHB + po, L::HB_PL, xd);
-                    }
+                    st_run<2, 4>(sm, hbo + po, L::HB_PL, xh);
+                    st_run<2, 4>(sm, L::DHB + po, L::HB_PL, xd);
                 }
-                if constexpr (WG != 0) wg_fence_proxy();  // the panels, for wgmma
             }
             if (PAIR == 1 || hq * 4 / VB != e) {
                 const int u = tid / TPG * (VB / 4) + tid % (VB / 4);  // among these threads
@@ -1563,15 +1506,11 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 // K H (H as hi + lo, as prep formed it) and Y = V - KHg by warps 4-7; each in
                 // the tiling of stage A below (rows m0, all VB columns), in halves of 16 columns
                 // (all VB at once spills: the 96 accumulators of stage B are live here)
-                if constexpr (WG >= 2) {  // warpgroup 0: K dH' (dΔ); 1: K H (KHg); all VB columns
+                if constexpr (WG != 0) {  // warpgroup 0: K dH' (dΔ); 1: K H (KHg); all VB columns
                     float acc[8][4] = {};
-                    if constexpr (L::EA)
-                        final_wg_kpanel(acc, sKh,  // dH' slot e, as H's
-                                        sb + (uint32_t)(ch == 0 ? L::DHB + e * L::HB_SLOT : hbo),
-                                        m0, lane);
-                    else
-                        final_wg_kpanel(acc, sKh, ch == 0 ? sb + L::DHB : sb + (uint32_t)hbo, m0,
-                                        lane);
+                    final_wg_kpanel(acc, sKh,  // dH' slot e, as H's
+                                    sb + (uint32_t)(ch == 0 ? L::DHB + e * L::HB_SLOT : hbo), m0,
+                                    lane);
                     float x[NTV][4];
 #pragma unroll
                     for (int nt = 0; nt < NTV; ++nt)
@@ -1595,26 +1534,20 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                                 x[nt][2 * hr] *= gam[i];
                                 x[nt][2 * hr + 1] *= gam[i];
                                 const float2 v = ld_in2<NP>(sm + L::SV, (size_t)i * VB + j);
-                                if constexpr (L::WP)  // the Y panel (wgmma's B of dΔ Y^T)
-                                    st_pair_panel<C>(sm, L::Y, i, j, v.x - x[nt][2 * hr],
-                                                     v.y - x[nt][2 * hr + 1]);
-                                else
-                                    st_pair<2>(sm, L::Y + i * L::PBV + j * 2, L::V_PL,
-                                               v.x - x[nt][2 * hr], v.y - x[nt][2 * hr + 1]);
+                                // the Y panel (wgmma's B of dΔ Y^T)
+                                st_pair_panel<C>(sm, L::Y, i, j, v.x - x[nt][2 * hr],
+                                                 v.y - x[nt][2 * hr + 1]);
                             }
                             khs[nt * 128] = make_float4(x[nt][0], x[nt][1], x[nt][2], x[nt][3]);
                         }
-                        if constexpr (L::WP) wg_fence_proxy();  // published by the barrier below
+                        wg_fence_proxy();  // published by the barrier below
                     }
                 } else
 #pragma unroll 1
                 for (int hf = 0; hf < NTV / 2; ++hf) {
                     float x[2][4] = {};
                     if (ch == 0) {  // K dH', scaled by hdec, then P^T dO by the same mma chain
-                        if constexpr (WG != 0)
-                            wmm_bpanel<DKH, 2>(x, sKh, sb + L::DHB, m0, hf * 16, 0, DKH, lane);
-                        else
-                            wmm<1, false, true, 2, 2>(x, sKh, sDHB, m0, hf * 16, 0, DKH, lane);
+                        wmm<1, false, true, 2, 2>(x, sKh, sDHB, m0, hf * 16, 0, DKH, lane);
 #pragma unroll
                         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -1627,11 +1560,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                         });
                     } else if (delta) {
                         const smat sHB{sb + (uint32_t)hbo, L::PBV, L::HB_PL};
-                        if constexpr (WG != 0)
-                            wmm_bpanel<DKH, 2>(x, sKh, sb + (uint32_t)hbo, m0, hf * 16, 0, DKH,
-                                               lane);
-                        else
-                            wmm<1, false, true, 2, 2>(x, sKh, sHB, m0, hf * 16, 0, DKH, lane);
+                        wmm<1, false, true, 2, 2>(x, sKh, sHB, m0, hf * 16, 0, DKH, lane);
 #pragma unroll
                         for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
@@ -1722,35 +1651,21 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                 cp_async_commit();
             }
 
-            if constexpr (WG != 0) {  // the H products on wgmma, the C x C ones while they run
+            if constexpr (WG != 0) {  // the H and C x C products on wgmma, the next sub-block's
+                                      // conversion under them
                 const smat sG{sb + (uint32_t)dvo, L::PBV, L::V_PL};
-                if constexpr (L::EA)  // WG 4: the next sub-block's conversion under the wgmmas
-                    final_wg_hprod<true>(
-                        aQ, aK, sDO, sDH, sG, sb + (uint32_t)hbo,
-                        sb + (uint32_t)(L::DHB + e * L::HB_SLOT), m0, q0, lane,
-                        [&] {
-                            if (kn < NKH) {
-                                cp_async_wait<1>();  // its dO, H, dH' (V may travel)
-                                __syncthreads();  // everyone's; every warp's A fragments of
-                                                  // this group (dO planes) are loaded
-                                convert_ea(vn);
-                            }
-                        },
-                        aP, aT, sDD, sb + L::DL, sb + L::Y, ch * 32);
-                else if constexpr (L::WP)  // WG 3: dO Δ^T, dΔ Y^T in the group too
-                    final_wg_hprod<true>(aQ, aK, sDO, sDH, sG, sb + (uint32_t)hbo, sb + L::DHB, m0,
-                                         q0, lane, [] {}, aP, aT, sDD, sb + L::DL, sb + L::Y,
-                                         ch * 32);
-                else
-                    final_wg_hprod<false>(
-                        aQ, aK, sDO, sDH, sG, sb + (uint32_t)hbo, sb + L::DHB, m0, q0, lane,
-                        [&] {  // (NKH = 1 and delta on: kh = 0)
-                            wmm<NP, false, false, 4, 2>(aP, sDO, sDL, m0, ch * 32, 0, VB,
-                                                        lane);  // dO Δ^T
-                            wmm<2, false, false, 4>(aT, sDD, sY, m0, ch * 32, 0, VB,
-                                                    lane);  // dΔ Y^T
-                        },
-                        aP, aT, sDD, 0u, 0u, 0);
+                final_wg_hprod(
+                    aQ, aK, sDO, sDH, sG, sb + (uint32_t)hbo,
+                    sb + (uint32_t)(L::DHB + e * L::HB_SLOT), m0, q0, lane,
+                    [&] {
+                        if (kn < NKH) {
+                            cp_async_wait<1>();  // its dO, H, dH' (V may travel)
+                            __syncthreads();  // everyone's; every warp's A fragments of
+                                              // this group (dO planes) are loaded
+                            convert_ea(vn);
+                        }
+                    },
+                    aP, aT, sDD, sb + L::DL, sb + L::Y, ch * 32);
             } else {
                 if (kh == 0) {
                     if (delta) {  // dO Δ^T, dΔ Y^T
@@ -2074,142 +1989,93 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
 }
 
 // ---- launchers ---------------------------------------------------------------------------------
-// GDN_BWD_SCAN2 = 1: the pipelined scan where it exists (scan_pipe_ok, when one stage is chosen);
-// 2: at DVB 64 the pipelined 8-warp DVB 128 scan where its grid fits the SMs (scan_pipe2_ok),
-// else as 1. GDN_BWD_PREP2 = 1: prep2 (the recompute path: bf16, Dk <= 128). Both 1 by default
-// since session 11 (bitwise the older kernels' results, the backward 3-4% faster at the model's
-// shapes on an H200: bench/gdn_bwd.md); 0 runs the older kernels. Read at every call (one process
-// can switch them between calls).
-int env_level(const char *name, int unset = 0) {
-    const char *s = getenv(name);
-    if (!s) return unset;
-    return s[0] >= '0' && s[0] <= '9' && s[1] == 0 ? s[0] - '0' : 0;
-}
+// (Sessions 8-14's A/B switches GDN_BWD_PREP2, GDN_BWD_SCAN2, GDN_BWD_SCAN_DLOC and
+// GDN_BWD_FINAL_EARLY, and GDN_BWD_WGMMA's levels 1-3, were deleted in session 15 with the
+// kernels only they reached: see the header.)
 template <class K>
 void set_smem(K kern, int bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-template <int DK, int NP, bool SD>
-void gdn_bwd_prep2_launch(const bwd_args &a, dim3 grid) {
-    using L2 = prep2_layout<DK, NP>;
-    static bool attr2_done = false;
-    if (!attr2_done) {  // the most shared memory per SM (4 CTAs of 55 KB at Dk 128)
-        set_smem(gdn_bwd_prep2_kernel<DK, NP, SD>, L2::BYTES);
-        CUDA_CHECK(cudaFuncSetAttribute(gdn_bwd_prep2_kernel<DK, NP, SD>,
-                                        cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        (int)cudaSharedmemCarveoutMaxShared));
-        int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, gdn_bwd_prep2_kernel<DK, NP, SD>, 128, L2::BYTES));
-        if (DK == 128 && per_sm < 4)
-            fprintf(stderr, "gdn_chunk_bwd: GDN_BWD_PREP2 runs %d CTAs per SM, not 4 "
-                            "(registers or shared memory): no gain expected\n", per_sm);
-        attr2_done = true;
-    }
-    gdn_bwd_prep2_kernel<DK, NP, SD><<<grid, 128, L2::BYTES, a.p.stream>>>(a);
-    CUDA_CHECK_LAUNCH();
-}
+// prep2 on the recompute path (bf16, Dk <= 128), prep off it
 template <int DK, int NP>
 void gdn_bwd_prep_launch(const bwd_args &a) {
-    using L = prep_layout<DK, NP>;
-    static bool attr_done = false;  // one attribute call per instance
-    if (!attr_done) {
-        set_smem(gdn_bwd_prep_kernel<DK, NP>, L::BYTES);
-        attr_done = true;
-    }
     const dim3 grid(a.NC, a.p.H, a.p.B);
     if constexpr (recompute_path(DK, NP)) {
-        if (env_level("GDN_BWD_PREP2", 1) == 1) {
-            if (a.Pp) gdn_bwd_prep2_launch<DK, NP, true>(a, grid);
-            else gdn_bwd_prep2_launch<DK, NP, false>(a, grid);
-            return;
+        using L2 = prep2_layout<DK, NP>;
+        static bool attr2_done = false;
+        if (!attr2_done) {  // the most shared memory per SM (4 CTAs of 55 KB at Dk 128)
+            set_smem(gdn_bwd_prep2_kernel<DK, NP>, L2::BYTES);
+            CUDA_CHECK(cudaFuncSetAttribute(gdn_bwd_prep2_kernel<DK, NP>,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            (int)cudaSharedmemCarveoutMaxShared));
+            int per_sm = 0;
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &per_sm, gdn_bwd_prep2_kernel<DK, NP>, 128, L2::BYTES));
+            if (DK == 128 && per_sm < 4)
+                fprintf(stderr, "gdn_chunk_bwd: prep2 runs %d CTAs per SM, not 4 "
+                                "(registers or shared memory): slower than planned\n", per_sm);
+            attr2_done = true;
         }
+        gdn_bwd_prep2_kernel<DK, NP><<<grid, 128, L2::BYTES, a.p.stream>>>(a);
+    } else {
+        using L = prep_layout<DK, NP>;
+        static bool attr_done = false;  // one attribute call per instance
+        if (!attr_done) {
+            set_smem(gdn_bwd_prep_kernel<DK, NP>, L::BYTES);
+            attr_done = true;
+        }
+        gdn_bwd_prep_kernel<DK, NP><<<grid, 128, L::BYTES, a.p.stream>>>(a);
     }
-    gdn_bwd_prep_kernel<DK, NP><<<grid, 128, L::BYTES, a.p.stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
 // the kernel's shared-memory attribute, once per instantiation
-template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1, bool SD = false>
+template <int DK, int DVB, int NP, int SMAX, bool PIPE = false>
 void gdn_bwd_scan_attr() {
     static bool attr_done = false;
     if (!attr_done) {
-        set_smem(gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE, CW, SD>,
-                 scan_layout<DK, DVB, NP, SMAX, CW, SD>::BYTES);
+        set_smem(gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE>,
+                 scan_layout<DK, DVB, NP, SMAX>::BYTES);
         attr_done = true;
     }
 }
-template <int DK, int DVB, int NP, int SMAX, bool PIPE, int CW, bool SD>
-void gdn_bwd_scan_launch_sd(const bwd_args &a, dim3 grid) {
-    gdn_bwd_scan_attr<DK, DVB, NP, SMAX, PIPE, CW, SD>();
-    gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE, CW, SD>
-        <<<grid, 128 * CW, scan_layout<DK, DVB, NP, SMAX, CW, SD>::BYTES, a.p.stream>>>(a);
-    CUDA_CHECK_LAUNCH();
-}
-// a.Pp set (GDN_BWD_SCAN_DLOC, recompute path): the SD instance, the same stages and pipeline
-template <int DK, int DVB, int NP, int SMAX, bool PIPE = false, int CW = 1>
+template <int DK, int DVB, int NP, int SMAX, bool PIPE = false>
 void gdn_bwd_scan_launch_s(const bwd_args &a, dim3 grid) {
-    if constexpr (recompute_path(DK, NP)) {
-        if (a.Pp) {
-            gdn_bwd_scan_launch_sd<DK, DVB, NP, SMAX, PIPE, CW, true>(a, grid);
-            return;
-        }
-    }
-    gdn_bwd_scan_attr<DK, DVB, NP, SMAX, PIPE, CW>();
-    gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE, CW>
-        <<<grid, 128 * CW, scan_layout<DK, DVB, NP, SMAX, CW>::BYTES, a.p.stream>>>(a);
+    gdn_bwd_scan_attr<DK, DVB, NP, SMAX, PIPE>();
+    gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE>
+        <<<grid, 128, scan_layout<DK, DVB, NP, SMAX>::BYTES, a.p.stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
-// The pipelined one-stage scan (gdn_bwd_scan_kernel PIPE) exists where the one-stage kernel
-// stages dΔ_loc and dO by cp.async (PF) and the inputs are bf16
+// The pipelined one-stage scan (gdn_bwd_scan_kernel PIPE) runs where the inputs are bf16 and
+// the one-stage kernel without SD (fp32 dΔ_loc rows) stages its sets by cp.async (PF): the
+// criterion it was chosen by before SD (whose sets are always staged) came, kept so that every
+// shape keeps its kernel; elsewhere the one-stage scan is the unpipelined one
 template <int DK, int DVB, int NP>
 constexpr bool scan_pipe_ok() {
-    return NP == 1 && scan_layout<DK, DVB, NP, 1>::S == 1 && scan_layout<DK, DVB, NP, 1>::PF;
-}
-// ... and its 8-warp DVB 128 form (CW = 2), taken for DVB 64 (bf16, Dk <= 128)
-template <int DK, int NP>
-constexpr bool scan_pipe2_ok() {
-    if constexpr (NP == 1 && DK <= 128)
-        return scan_layout<DK, 128, NP, 1, 2>::S == 1 && scan_layout<DK, 128, NP, 1, 2>::PF;
-    else
-        return false;
+    return NP == 1 && scan_sets<DK, DVB, NP, 1, false>::S == 1 &&
+           scan_sets<DK, DVB, NP, 1, false>::PF;
 }
 // One stage (two CTAs per SM) when the grid has more CTAs than the device has SMs and two of
 // them fit on an SM; else two stages. Same arithmetic either way (bitwise the same results).
 template <int DK, int DVB, int NP>
 void gdn_bwd_scan_launch(const bwd_args &a) {
+    constexpr bool pipe = scan_pipe_ok<DK, DVB, NP>();
     const dim3 grid(a.p.Dv / DVB, a.p.H, a.p.B);
     static int sms = 0, two_fit = -1;
-    if (two_fit < 0) {
+    if (two_fit < 0) {  // (asked of the one-stage kernel that runs)
         int dev = 0, per_sm = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        gdn_bwd_scan_attr<DK, DVB, NP, 1>();
+        gdn_bwd_scan_attr<DK, DVB, NP, 1, pipe>();
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, gdn_bwd_scan_kernel<DK, DVB, NP, 1>, 128, scan_layout<DK, DVB, NP, 1>::BYTES));
+            &per_sm, gdn_bwd_scan_kernel<DK, DVB, NP, 1, pipe>, 128,
+            scan_layout<DK, DVB, NP, 1>::BYTES));
         two_fit = per_sm >= 2;
     }
     const int st = a.p.scan_stages;  // checked by gdn_chunk_bwd
-    const int lvl = env_level("GDN_BWD_SCAN2", 1);
-    if constexpr (DVB == 64) {
-        if constexpr (scan_pipe2_ok<DK, NP>()) {
-            // one CTA of 8 warps per 128 value columns, one per SM, whatever the stages asked
-            const dim3 g2(a.p.Dv / 128, a.p.H, a.p.B);
-            if (lvl == 2 && a.p.Dv % 128 == 0 && (long)g2.x * g2.y * g2.z <= sms) {
-                gdn_bwd_scan_launch_s<DK, 128, NP, 1, true, 2>(a, g2);
-                return;
-            }
-        }
-    }
-    if (st == 1 || (st == 0 && two_fit && (long)grid.x * grid.y * grid.z > sms)) {
-        if constexpr (scan_pipe_ok<DK, DVB, NP>()) {
-            if (lvl >= 1) {
-                gdn_bwd_scan_launch_s<DK, DVB, NP, 1, true>(a, grid);
-                return;
-            }
-        }
-        gdn_bwd_scan_launch_s<DK, DVB, NP, 1>(a, grid);
-    } else
+    if (st == 1 || (st == 0 && two_fit && (long)grid.x * grid.y * grid.z > sms))
+        gdn_bwd_scan_launch_s<DK, DVB, NP, 1, pipe>(a, grid);
+    else
         gdn_bwd_scan_launch_s<DK, DVB, NP, 2>(a, grid);
 }
 template <int DK, int NP, int WG>
@@ -2224,65 +2090,27 @@ void gdn_bwd_final_launch_w(const bwd_args &a) {
     gdn_bwd_final_kernel<DK, NP, WG><<<grid, 256, L::BYTES, a.p.stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
-// Which final kernel runs for bf16 with Dk = 128 and delta on (read once): GDN_BWD_WGMMA = 0: the
-// mma.sync kernel; 1: WG 1; 2: WG 2; else (unset, 3): WG 3 = WG 2 + dO Δ^T and dΔ Y^T on wgmma
-// (one H200: WG 2 6% faster than the mma.sync kernel's backward in session 8, WG 3 another ~1%
-// in session 9 with all 101 test_gdn_bwd gradient hashes bitwise WG 2's; bench/gdn_bwd.md);
-// 0 on a device without an sm_90a image. Dk 64
-// (its 32 key columns per warpgroup would need m64n32), Dk 256, fp32 and delta off (no -γdV)
-// always take the mma.sync kernel (cuda_check.h, cuda_sm90a_image_runs: a build without the
-// sm_90a image would run the compute_80 PTX, JIT-compiled to the trap).
-int final_wgmma_level() {
+// Whether the wgmma final kernel (WG 4) runs for bf16 with Dk = 128 and delta on (the
+// environment read once): not with GDN_BWD_WGMMA=0 (the mma.sync kernel, WG 0; any other value
+// or none: wgmma), nor on a device without an sm_90a image (one H200: WG 2, the first two steps
+// on wgmma, 6% faster than the mma.sync kernel's backward in session 8, WG 3 another ~1% in
+// session 9, WG 4 another 0.2-1.7% in session 11; bench/gdn_bwd.md). Dk 64 (its 32 key columns
+// per warpgroup would need m64n32), Dk 256, fp32 and delta off (no -γdV) always take the
+// mma.sync kernel (cuda_check.h, cuda_sm90a_image_runs: a build without the sm_90a image would
+// run the compute_80 PTX, JIT-compiled to the trap).
+bool final_wgmma() {
     static int env = -1, image = -1;  // concurrent first calls store the same values
     if (env < 0) {
         const char *s = getenv("GDN_BWD_WGMMA");
-        env = s && strcmp(s, "0") == 0   ? 0
-              : s && strcmp(s, "1") == 0 ? 1
-              : s && strcmp(s, "2") == 0 ? 2
-                                         : 3;
+        env = s && strcmp(s, "0") == 0 ? 0 : 1;
     }
-    return env && cuda_sm90a_image_runs(gdn_bwd_final_kernel<128, 1, 1>, &image) ? env : 0;
-}
-// GDN_BWD_FINAL_EARLY (unset or 1: the default since session 11): where level 3 runs, run WG 4
-// instead: the same products in the same order (bitwise level 3's: test_gdn_bwd's 101 hashes on an
-// H200), with each sub-block's staging -> planes conversion under the wgmma group of the one
-// before (two dH' panel slots), the next sub-block's dO, H and dH' staged one phase earlier, and
-// phase 2's Linv and Q staged during the last sub-block (final_layout::EA); 0.2-1.7% off the
-// backward. Read once; "0" (or any other value) keeps level 3. Returns 2 when set to 1 explicitly.
-int final_early() {
-    static int env = -1;  // concurrent first calls store the same value
-    if (env < 0) {
-        const char *s = getenv("GDN_BWD_FINAL_EARLY");
-        env = !s ? 1 : strcmp(s, "1") == 0 ? 2 : 0;
-    }
-    return env;
+    return env && cuda_sm90a_image_runs(gdn_bwd_final_kernel<128, 1, 4>, &image);
 }
 template <int DK, int NP>
 void gdn_bwd_final_launch(const bwd_args &a) {
     if constexpr (DK == 128 && NP == 1) {
-        const int wg = a.p.mode.delta ? final_wgmma_level() : 0;
-        if (a.p.mode.delta && final_early() == 2 && wg != 3) {
-            static bool warned = false;  // (a race only prints the line twice)
-            if (!warned) {
-                fprintf(stderr, "gdn_chunk_bwd: GDN_BWD_FINAL_EARLY ignored (GDN_BWD_WGMMA level %d, "
-                                "not 3): running level %d\n", wg, wg);
-                warned = true;
-            }
-        }
-        if (wg == 1) {
-            gdn_bwd_final_launch_w<DK, NP, 1>(a);
-            return;
-        }
-        if (wg == 2) {
-            gdn_bwd_final_launch_w<DK, NP, 2>(a);
-            return;
-        }
-        if (wg == 3 && final_early()) {
+        if (a.p.mode.delta && final_wgmma()) {
             gdn_bwd_final_launch_w<DK, NP, 4>(a);
-            return;
-        }
-        if (wg == 3) {
-            gdn_bwd_final_launch_w<DK, NP, 3>(a);
             return;
         }
     }
@@ -2364,7 +2192,7 @@ ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
     o += align256(dhs);
     w.off_dd = o;
     if (!rc) o += align256(nch * C2 * Dv * 4);
-    w.off_pa = o;  // (recompute path: P's bf16 plane for GDN_BWD_SCAN_DLOC, whatever the switch)
+    w.off_pa = o;  // (recompute path: prep2's bf16 P plane for the scan)
     o += rc ? align256(nch * C2 * C2 * 2) : align256(nch * C2 * C2 * 4);
     w.off_lv = w.off_wp = w.off_kp = o;
     if (p->mode.delta) {  // Linv and KHg: hi + lo bf16 planes whatever the dtype; W: NP planes
@@ -2473,11 +2301,7 @@ extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
     a.Lv = (bf16 *)(ws + w.off_lv);
     a.Wp = (bf16 *)(ws + w.off_wp);
     a.Kp = rc ? NULL : (bf16 *)(ws + w.off_kp);
-    // GDN_BWD_SCAN_DLOC (unset or 1, the default; 0: prep2 writes dΔ_loc in fp32 as before): the
-    // scan forms dΔ_loc = P^T dO from prep2's P (bitwise the same); with prep2 only
-    a.Pp = rc && env_level("GDN_BWD_PREP2", 1) == 1 && env_level("GDN_BWD_SCAN_DLOC", 1) == 1
-               ? (bf16 *)(ws + w.off_pa)
-               : NULL;
+    a.Pp = rc ? (bf16 *)(ws + w.off_pa) : NULL;  // prep2's P, for the scan's dΔ_loc = P^T dO
     if (p->h_states) {
         a.Hs = p->h_states;
     } else {  // second forward scan: chunk-start states only

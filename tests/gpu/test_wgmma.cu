@@ -12,8 +12,8 @@
 // and with A taken from rows 64..127 of a 128-row tile (a second warpgroup's rows): ss_k N 128
 // (the forward's and the dQ pass's Q rows), ss_k N 64 K 128 (the backward dK/dV pass's K / V
 // rows at D = 128) and ss_n N 64 K 128 (its nondeterministic dQ product at D = 64, A = dS).
-// Also rs_k with N = 32 (m64n32k16, K 16 and 64: the GDN backward's dO Δ^T and dΔ Y^T at
-// GDN_BWD_WGMMA=3, whose B is a 32-row half of a 64-row panel).
+// Also rs_k with N = 32 (m64n32k16, K 16 and 64: the GDN backward's dO Δ^T and dΔ Y^T in its
+// wgmma final kernel, whose B is a 32-row half of a 64-row panel).
 // Every case runs accumulating onto a random C (scale-d = 1) and with scale-d = 0 on the first
 // k-step (C must be ignored). Inputs are random bf16, never 0 (+-[0.25, 1]), so every misplaced
 // element shows. Pass: |D - ref| <= 1e-5 (|C| + sum_k |A B|) per element. A failing case prints
