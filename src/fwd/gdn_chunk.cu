@@ -6,7 +6,11 @@
 //   gdn_chunk_fwd_kernel   one CTA per (b, h, block of value columns), chunks in order:
 //                          the state recurrence and the output (PRE: T, P read from the
 //                          workspace; fused: recomputed in the CTA); OUT false (o = NULL):
-//                          states only, for the backward's recompute
+//                          states only, for the backward's recompute; with keep_dt also
+//                          each chunk's Δ~ rows -> keep_dt (T, G -> keep_t, keep_g: prep)
+//   gdn_chunk_replay_kernel  one CTA per (b, h, block of value columns), chunks in order: the
+//                          states again from keep_g and keep_dt, S' = gamma_C S + Δ~^T K only
+//                          (keep_ready; bitwise the scan's states)
 //
 // Per chunk of C = 64 tokens, each warp group of 4 warps (DVB value columns):
 //   G_r   = log2(e) (g_1 + .. + g_r)       per-warp scan; gamma_r = 2^G_r
