@@ -474,16 +474,21 @@ struct ops {
     }
     // The kernel always uses chunks of GDN_CHUNK = 64 tokens; op->chunk (the CPU algorithm's
     // chunk) does not change the result, only the float64 rounding on the CPU.
-    static void gdn_fwd(const gdn_op *op) {
+    // The forward's parameters for a shape, everything else zero
+    static gdn_fwd_params gdn_fwd_shape(int B, int T, int H, int Dk, int Dv) {
         gdn_fwd_params p;
         memset(&p, 0, sizeof p);
-        p.B = op->B;
-        p.T = op->T;
-        p.H = op->H;
-        p.Dk = op->Dk;
-        p.Dv = op->Dv;
-        p.mode = op->mode;
+        p.B = B;
+        p.T = T;
+        p.H = H;
+        p.Dk = Dk;
+        p.Dv = Dv;
         p.dtype = BF ? GDN_DTYPE_BF16 : GDN_DTYPE_FP32;
+        return p;
+    }
+    static void gdn_fwd(const gdn_op *op) {
+        gdn_fwd_params p = gdn_fwd_shape(op->B, op->T, op->H, op->Dk, op->Dv);
+        p.mode = op->mode;
         p.q = op->q;
         p.k = op->k;
         p.v = op->v;
@@ -509,37 +514,30 @@ struct ops {
         const char *e = getenv("GDN_FWD_KEEP");
         return !e ? 2 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "1") == 0 ? 1 : 2;
     }
-    static gdn_fwd_params keep_shape(int B, int T, int H, int Dk, int Dv) {
-        gdn_fwd_params p;
-        memset(&p, 0, sizeof p);
-        p.B = B;
-        p.T = T;
-        p.H = H;
-        p.Dk = Dk;
-        p.Dv = Dv;
-        p.dtype = GDN_DTYPE_BF16;
-        return p;
+    // The keep buffer's layout for a shape (bf16): G at 0, then T (level 1) or Δ~ at *rest;
+    // returns its bytes. One place for gdn_fwd_keep (the size) and keep_carve (the pointers).
+    static size_t keep_layout(int B, int T, int H, int Dk, int Dv, size_t *rest) {
+        const gdn_fwd_params p = gdn_fwd_shape(B, T, H, Dk, Dv);
+        size_t t, g, dt;
+        gdn_chunk_fwd_keep_bytes(&p, &t, &g, &dt);
+        *rest = GDN_CDIV(g, 256) * 256;
+        return *rest + (keep_level() == 1 ? t : dt);
     }
     static size_t gdn_fwd_keep(int B, int T, int H, int Dk, int Dv) {
         if (!BF || keep_level() == 0) return 0;
-        const gdn_fwd_params p = keep_shape(B, T, H, Dk, Dv);
-        size_t t, g, dt;
-        gdn_chunk_fwd_keep_bytes(&p, &t, &g, &dt);
-        const size_t bytes = GDN_CDIV(g, 256) * 256 + (keep_level() == 1 ? t : dt);
-        return GDN_CDIV(bytes, elem(BE_STAT));
+        size_t rest;
+        return GDN_CDIV(keep_layout(B, T, H, Dk, Dv, &rest), elem(BE_STAT));
     }
     // op->keep carved as gdn_fwd_keep sized it: G, then T or Δ~ (NULL where not kept)
     static void keep_carve(const gdn_op *op, float **g, void **t, void **dt) {
         *g = NULL;
         *t = *dt = NULL;
         if (!op->keep) return;
-        const gdn_fwd_params p = keep_shape(op->B, op->T, op->H, op->Dk, op->Dv);
-        size_t bt, bg, bd;
-        gdn_chunk_fwd_keep_bytes(&p, &bt, &bg, &bd);
+        size_t rest;
+        keep_layout(op->B, op->T, op->H, op->Dk, op->Dv, &rest);
         *g = (float *)op->keep;
-        void *rest = (char *)op->keep + GDN_CDIV(bg, 256) * 256;
-        if (keep_level() == 1) *t = rest;
-        else *dt = rest;
+        if (keep_level() == 1) *t = (char *)op->keep + rest;
+        else *dt = (char *)op->keep + rest;
     }
     static void gdn_bwd(const gdn_op *op) {
 #if GDN_BWD_ON_GPU
