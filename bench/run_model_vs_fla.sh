@@ -21,11 +21,15 @@
 # FLA_SECOND_MIN=150 s are left; "" = none), CALL_LIMIT=570 (seconds this script may take in
 # all: phases are shortened or skipped to end before it), PROFILE_STEPS=20 (a short extra
 # gdn-train run with --profile, and --profile-events, when `gdn-train --help` lists them), GDN_ARGS="" (more
-# gdn-train options for both gdn-train runs, e.g. "--set train.recompute=light").
+# gdn-train options for both gdn-train runs, e.g. "--set train.recompute=light"),
+# FLA_CACHE_IN="" (a .tar.xz of a Triton cache that an earlier call's FLA_CACHE_OUT wrote: fla's
+# compiled kernels and autotuning results, so its first step takes seconds, not minutes; its
+# first-step time is then not a cold start, and the summary says so), FLA_CACHE_OUT="" (1: save
+# this call's Triton cache as $OUT/triton_cache.tar.xz when it is under 16 MiB).
 # fla's Hopper backward guard is bypassed inside bench/fla_model.py, for timing only.
 # Files in $OUT (at most 8 come back): summary.md, gdn_train.log (each line prefixed with the
 # epoch time it was read), gdn_metrics.jsonl, gdn_profile.log, fla_model.log, smi.csv,
-# build.log.
+# build.log, triton_cache.tar.xz (FLA_CACHE_OUT).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -130,8 +134,18 @@ else
     echo "this gdn-train has no --profile flag: no per-op table" | tee "$out/gdn_profile.log"
 fi
 
-# ---- fla
+# ---- fla (its Triton cache in $tmp/triton: an earlier call's when FLA_CACHE_IN is given)
 : >"$out/fla_model.log"
+export TRITON_CACHE_DIR="$tmp/triton"
+mkdir -p "$TRITON_CACHE_DIR"
+if [ -n "${FLA_CACHE_IN:-}" ]; then
+    if tar xJf "$FLA_CACHE_IN" -C "$TRITON_CACHE_DIR"; then
+        echo "fla: warm Triton cache from $FLA_CACHE_IN (fla's first step is not a cold start)" |
+            tee -a "$out/fla_model.log" >>"$tmp/head.md"
+    else
+        echo "fla: cannot read the Triton cache $FLA_CACHE_IN: cold start" | tee -a "$out/fla_model.log"
+    fi
+fi
 run_fla() {  # run_fla MASTER LIMIT
     local base rc
     base=$(mem_now)
@@ -157,6 +171,15 @@ if [ -d fla ]; then
     fi
 else
     echo "no ./fla: fla not run (carry its source: see bench/NEXT.md)" | tee "$out/fla_model.log"
+fi
+if [ -n "${FLA_CACHE_OUT:-}" ] && [ -n "$(ls -A "$TRITON_CACHE_DIR")" ]; then
+    tar cJf "$tmp/tc.tar.xz" -C "$TRITON_CACHE_DIR" . &&
+        if [ "$(stat -c %s "$tmp/tc.tar.xz")" -lt $((16 << 20)) ]; then
+            mv "$tmp/tc.tar.xz" "$out/triton_cache.tar.xz"
+            echo "fla: Triton cache saved, $(du -k "$out/triton_cache.tar.xz" | cut -f1) KiB"
+        else
+            echo "fla: Triton cache $(du -k "$tmp/tc.tar.xz" | cut -f1) KiB compressed: over 16 MiB, not saved"
+        fi
 fi
 
 # ---- memory samples: one file, "phase,MiB" (baseline first, as phase "<phase>-base")
