@@ -2,8 +2,10 @@
 // sum_j w[c,j] x[b, t-K+1+j, c]). Output t reads input s = t-K+1+j, so
 //   dx[b,s,c]  = sum_{j: s+K-1-j < T} w[c,j] dy[b, s+K-1-j, c]          (=)
 //   dw[c,j]   += sum_{b, t >= K-1-j} dy[b,t,c] x[b, t-K+1+j, c]          (+=)
-// Threads: dx by rows (b, s); dw by channels c, each dw[c,j] summed over (b, t) in order on one
-// thread (so dw is the same for any thread count).
+// Threads: dx by rows (b, s); dw by blocks of 16 channels, each dw[c,j] summed over (b, t) in
+// order on one thread (so dw is the same for any thread count). A block walks the rows once,
+// every tap's sums side by side (rows read along the channels, not down one column per tap):
+// each sum still adds its terms in the order b, then t.
 // conv_silu_bwd_cpu: the backward of silu(conv1d(x, w)) through the same two ops.
 #include <stdlib.h>
 #include <string.h>
@@ -29,16 +31,24 @@ void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, c
                 dx[((size_t)b * T + s) * C + c] = acc;
             }
         }
+        double *acc = gdn_malloc((size_t)K * 16 * sizeof(double));  // [j][c - c0]
         GDN_OMP(for schedule(static))
-        for (int c = 0; c < C; c++)
-            for (int j = 0; j < K; j++) {
-                double acc = 0;
-                for (int b = 0; b < B; b++)
-                    for (int t = K - 1 - j; t < T; t++)
-                        acc += dy[((size_t)b * T + t) * C + c] *
-                               x[((size_t)b * T + t - K + 1 + j) * C + c];
-                dw[(size_t)c * K + j] += acc;
-            }
+        for (int c0 = 0; c0 < C; c0 += 16) {
+            const int nc = GDN_MIN(16, C - c0);
+            for (int i = 0; i < K * nc; i++) acc[i] = 0;
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++) {
+                    const double *gr = dy + ((size_t)b * T + t) * C + c0;
+                    for (int j = GDN_MAX(0, K - 1 - t); j < K; j++) {  // t >= K - 1 - j
+                        const double *xr = x + ((size_t)b * T + t - K + 1 + j) * C + c0;
+                        double *a = acc + (size_t)j * nc;
+                        for (int c = 0; c < nc; c++) a[c] += gr[c] * xr[c];
+                    }
+                }
+            for (int c = 0; c < nc; c++)
+                for (int j = 0; j < K; j++) dw[(size_t)(c0 + c) * K + j] += acc[(size_t)j * nc + c];
+        }
+        free(acc);
     }
 }
 

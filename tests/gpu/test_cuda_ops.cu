@@ -33,12 +33,14 @@
 #include <vector>
 #include <algorithm>
 #include <string>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 extern "C" {
 #include "../../src/bwd/bwd_cpu.h"
 #include "../../src/model/backend.h"
 }
+#include "../../src/fwd/cpu_threads.h"
 #include "../../src/model/cuda_ops.h"
 #include "../../src/model/linear_cuda.h"
 
@@ -50,13 +52,28 @@ static double tol_of(cuda_dtype dt) { return dt == CUDA_BF16 ? 1e-2 : 1e-5; }
 static double round_to(double x, cuda_dtype dt) {
     return dt == CUDA_BF16 ? (double)__bfloat162float(__float2bfloat16((float)x)) : (double)(float)x;
 }
-// normal(offset, scale) rounded to dt, never exactly 0
+// Host loops over the elements of large arrays (random fills, conversions) run on the OpenMP
+// threads of the CPU ops (cpu_threads.h; one thread without OpenMP): each element is computed
+// alone, so the values are the same for any thread count.
+#define HOST_PAR_MIN ((size_t)1 << 16)
+// normal(offset, scale) rounded to dt, never exactly 0. Element i takes words 4i..4i+3 after
+// r's position (rng_normal draws two uniforms of two words each): fixed chunks of elements,
+// each from a copy of r seeked to its start (rng_seek), fill x with the bits of one sequential
+// pass, and r ends where that pass would leave it.
 static vec randn(rng_t *r, size_t n, double scale, cuda_dtype dt, double offset = 0.0) {
     vec x(n);
-    for (auto &e : x) {
-        double v = round_to(offset + scale * rng_normal(r), dt);
-        e = v != 0.0 ? v : round_to(0.5 * scale, dt);
+    const size_t chunk = 8192, nchunks = (n + chunk - 1) / chunk;
+    const uint64_t w0 = 4 * r->counter - (uint64_t)r->nbuf;  // words drawn so far
+    GDN_OMP(parallel for schedule(static) if (n >= HOST_PAR_MIN))
+    for (size_t c = 0; c < nchunks; c++) {
+        rng_t rc = *r;
+        rng_seek(&rc, w0 + 4 * c * chunk);
+        for (size_t i = c * chunk; i < std::min(n, (c + 1) * chunk); i++) {
+            double v = round_to(offset + scale * rng_normal(&rc), dt);
+            x[i] = v != 0.0 ? v : round_to(0.5 * scale, dt);
+        }
     }
+    rng_seek(r, w0 + 4 * n);
     return x;
 }
 
@@ -76,10 +93,12 @@ static dten dempty(size_t n, cuda_dtype dt, size_t offset_elems = 0) {
 static void upload(const dten &t, const vec &x) {
     if (t.dt == CUDA_BF16) {
         std::vector<__nv_bfloat16> h(t.n);
+        GDN_OMP(parallel for schedule(static) if (t.n >= HOST_PAR_MIN))
         for (size_t i = 0; i < t.n; i++) h[i] = __float2bfloat16((float)x[i]);
         CUDA_CHECK(cudaMemcpy(t.d, h.data(), t.n * 2, cudaMemcpyHostToDevice));
     } else {
         std::vector<float> h(t.n);
+        GDN_OMP(parallel for schedule(static) if (t.n >= HOST_PAR_MIN))
         for (size_t i = 0; i < t.n; i++) h[i] = (float)x[i];
         CUDA_CHECK(cudaMemcpy(t.d, h.data(), t.n * 4, cudaMemcpyHostToDevice));
     }
@@ -94,10 +113,12 @@ static vec download(const dten &t) {
     if (t.dt == CUDA_BF16) {
         std::vector<__nv_bfloat16> h(t.n);
         CUDA_CHECK(cudaMemcpy(h.data(), t.d, t.n * 2, cudaMemcpyDeviceToHost));
+        GDN_OMP(parallel for schedule(static) if (t.n >= HOST_PAR_MIN))
         for (size_t i = 0; i < t.n; i++) x[i] = __bfloat162float(h[i]);
     } else {
         std::vector<float> h(t.n);
         CUDA_CHECK(cudaMemcpy(h.data(), t.d, t.n * 4, cudaMemcpyDeviceToHost));
+        GDN_OMP(parallel for schedule(static) if (t.n >= HOST_PAR_MIN))
         for (size_t i = 0; i < t.n; i++) x[i] = h[i];
     }
     return x;
@@ -140,8 +161,8 @@ struct out_check {
 
 // Run fn and check every output; a second call checks accumulation; with `reduction`, a third
 // run from the same state must reproduce the first run's bytes.
-static void run_checks(const char *op, cuda_dtype dt, const std::function<void()> &fn, std::vector<out_check> outs,
-                       bool reduction) {
+static void run_checks(const char *op, cuda_dtype dt, const std::function<void()> &fn,
+                       const std::vector<out_check> &outs, bool reduction) {
     auto prep = [&]() {
         for (auto &o : outs) {
             if (o.init.empty())
@@ -1634,6 +1655,11 @@ static bool only(const char *group) {
 }
 
 int main() {
+    // glibc: keep freed memory for reuse (no mmap'd blocks, no trimming). The large shapes
+    // allocate and free host arrays of up to ~1 GB many times; handed back to the kernel, each
+    // was faulted in again, zero-filled, on the main thread (~100 GB of page faults a run).
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, -1);
     gpu_require("test_cuda_ops");
     cuda_linear_init();
     rng_t r;
