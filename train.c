@@ -752,6 +752,7 @@ int main(int argc, char **argv) {
     printf("startup: %.1f s from launch to the first step\n", gdn_now() - t_launch);
     fflush(stdout);  // the header is there before the first step's line, also through a pipe
     peak *= dd->world;
+    int peak_retries = 0;  // CPU: times the matmul rate was timed again (the log below)
     int N = m->N;
     int32_t *x = gdn_malloc(sizeof(int32_t) * N), *y = gdn_malloc(sizeof(int32_t) * N);
     double t_start = gdn_now(), t_win = t_start, last_val = NAN;
@@ -846,6 +847,20 @@ int main(int argc, char **argv) {
             // time per training step: evaluations and checkpoints in the window left out
             double now = gdn_now(), dt = (now - t_win - t_aside) / (double)GDN_MAX(win_steps, 1);
             double tps = tokens_per_step / dt, fl = tps * m->flops_per_token;
+            // CPU: an MFU above 100% means the matmul rate was timed on a busy machine (say,
+            // a build beside the run): time it again, at most 3 times a run, keeping the best
+            double t_peak = 0;
+            if (!on_gpu && fl > peak && peak_retries < 3) {
+                peak_retries++;
+                const double t0 = gdn_now(), again = cpu_peak_flops() * dd->world;
+                t_peak = gdn_now() - t0;
+                if (again > peak) {
+                    printf("mfu: this CPU's float64 matmul rate timed again: %.1f GFLOP/s (%.1f at "
+                           "start, when the machine was busier)\n", again / dd->world / 1e9,
+                           peak / dd->world / 1e9);
+                    peak = again;
+                }
+            }
             char eta[32], val[32] = "";
             fmt_eta(eta, sizeof eta, dt * (double)(cfg.steps - st.step));
             if (do_eval) snprintf(val, sizeof val, " | val %.4f", last_val);
@@ -858,7 +873,7 @@ int main(int argc, char **argv) {
                     st.step, (unsigned long long)st.tokens_seen, loss, lr, gnorm, tps, fl / peak,
                     now - t_start);
             fflush(mf);
-            t_win = now;
+            t_win = now + t_peak;  // the re-timing is not a training step's time
             t_aside = 0;
             win_steps = 0;
         }
