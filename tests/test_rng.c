@@ -57,5 +57,27 @@ int main(void) {
     printf("rng_seek(n) == n draws, n = 0..47  %s\n", seek ? "pass" : "FAIL");
     gc_checks++;
     if (!seek) gc_failures++;
+
+    // rng_tell counts the words drawn, through every kind of draw, and rng_seek(rng_tell) is
+    // a no-op on what follows
+    rng_init(&a, 5, 1);
+    int tell = rng_tell(&a) == 0;
+    uint64_t words = 0;
+    for (int i = 0; i < 30; i++) {
+        switch (i % 3) {
+        case 0: rng_u32(&a); words += 1; break;
+        case 1: rng_uniform(&a); words += 2; break;
+        default: rng_normal(&a); words += 4; break;
+        }
+        tell &= rng_tell(&a) == words;
+        b = a;
+        rng_seek(&b, rng_tell(&a));
+        rng_t c = a;
+        tell &= rng_u32(&b) == rng_u32(&c);
+    }
+    printf("rng_tell == words drawn; rng_seek(rng_tell) continues the stream  %s\n",
+           tell ? "pass" : "FAIL");
+    gc_checks++;
+    if (!tell) gc_failures++;
     return gc_finish("test_rng");
 }

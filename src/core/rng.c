@@ -58,6 +58,8 @@ void rng_seek(rng_t *r, uint64_t n) {
     }
 }
 
+uint64_t rng_tell(const rng_t *r) { return 4 * r->counter - (uint64_t)r->nbuf; }
+
 double rng_uniform(rng_t *r) { return (double)(rng_u64(r) >> 11) * 0x1.0p-53; }
 
 double rng_normal(rng_t *r) {

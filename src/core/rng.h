@@ -25,6 +25,8 @@ uint64_t rng_below(rng_t *r, uint64_t n);      // uniform in [0, n), unbiased
 // Position the stream as if exactly n 32-bit words had been drawn since rng_init: lets threads
 // fill disjoint parts of one stream (rng_uniform draws 2 words, rng_normal 4) with the same bits.
 void rng_seek(rng_t *r, uint64_t n);
+// The 32-bit words drawn since rng_init (or since the position rng_seek set): rng_seek's inverse.
+uint64_t rng_tell(const rng_t *r);
 // Stateless: the 4 words of block `ctr` of stream `key`.
 void philox4x32(uint64_t key, uint64_t ctr, uint32_t out[4]);
 // Stateless uniform in [0,1) for element i of stream key (used by dropout masks).

@@ -63,7 +63,7 @@ static double round_to(double x, cuda_dtype dt) {
 static vec randn(rng_t *r, size_t n, double scale, cuda_dtype dt, double offset = 0.0) {
     vec x(n);
     const size_t chunk = 8192, nchunks = (n + chunk - 1) / chunk;
-    const uint64_t w0 = 4 * r->counter - (uint64_t)r->nbuf;  // words drawn so far
+    const uint64_t w0 = rng_tell(r);
     GDN_OMP(parallel for schedule(static) if (n >= HOST_PAR_MIN))
     for (size_t c = 0; c < nchunks; c++) {
         rng_t rc = *r;
