@@ -7,7 +7,7 @@
 //   GDN_FAULT_NAN_STEP=N (environment, for tests): the loss of step N is made NaN.
 //   --timeline N: spans of N steps per stream (forward, backward per gradient range, all-reduce
 //   buckets, wait, update) into <out_dir>/timeline.csv (rank R > 0: timeline.rankR.csv); see
-//   timeline_window and src/model/timeline.h. It changes no bit of the run.
+//   timeline_window and src/diag/timeline.h. It changes no bit of the run.
 //   GDN_NO_OVERLAP=1 (environment, for tests): all-reduce the gradients after the backward
 //   instead of overlapped with it (the same sums, so the same bits on 2 ranks).
 //
@@ -40,14 +40,14 @@
 #include "fwd/cpu_threads.h"
 #include "fwd/fwd_cpu.h"
 #include "model/checkpoint.h"
-#include "model/compare.h"
+#include "diag/compare.h"
 #if GDN_HAVE_CUDA
 #include "model/backend_cuda.h"
-#include "model/cuda_ops.h"
+#include "cuda/ops.h"
 #endif
 #include "model/model.h"
-#include "model/profile.h"
-#include "model/timeline.h"
+#include "diag/profile.h"
+#include "diag/timeline.h"
 #include "optim/optim.h"
 
 static volatile sig_atomic_t g_stop = 0;

@@ -24,7 +24,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
-#include "model/cuda_ops.h"
+#include "cuda/ops.h"
 
 struct run_t {
     size_t lo, hi;

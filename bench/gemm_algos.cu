@@ -1,9 +1,9 @@
 // gemm_algos.cu — on the GPU machine: does cuBLASLt's first heuristic choice leave speed on the
 // table for the model's matmuls? For each GEMM of fla-220m (forward y = x W^T, dx = dy W, dW +=
-// dy^T x, with the descriptors of src/model/linear_cuda.cu: bf16 A/B, fp32 compute, bf16 or
+// dy^T x, with the descriptors of src/cuda/gemm.cu: bf16 A/B, fp32 compute, bf16 or
 // accumulated fp32 D, 32 MiB workspace), ask the heuristic for up to 32 algorithms, time each
 // (median of 15 calls after 3, CUDA events, random bf16 inputs) and print the first choice's time,
-// the best one's time and rank, and the gain. linear_cuda.cu uses the first choice.
+// the best one's time and rank, and the gain. gemm.cu uses the first choice.
 // With ALGOS_DETAIL=1 also one line per candidate: its configuration (algo id, tile, stages,
 // split-K, reduction scheme, cluster shape) and whether its output is bitwise the first choice's
 // (the accumulating dW runs from the same initial D each time).
@@ -24,7 +24,7 @@ static cublasLtHandle_t lt;
 static void *ws;
 static const size_t WS = 32u << 20;
 
-// one GEMM as linear_cuda.cu's matmul: D (m x n col-major) = op(A) op(B) [+ D]
+// one GEMM as gemm.cu's matmul: D (m x n col-major) = op(A) op(B) [+ D]
 static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
                 int lda, const void *B, int ldb, void *D, int ldc, cudaDataType_t tcd, bool acc) {
     lt_gemm G;

@@ -1,5 +1,5 @@
 // gemm_lt.cuh — what bench/gemm_algos.cu and bench/gemm_power.cu share: checked calls and one
-// GEMM's cuBLASLt descriptors as src/model/linear_cuda.cu builds them (bf16 A and B, fp32
+// GEMM's cuBLASLt descriptors as src/cuda/gemm.cu builds them (bf16 A and B, fp32
 // compute, C/D of type tcd; D (m x n col-major, ldc) = op(A) op(B) [+ D]) with up to 32 heuristic
 // candidates for a workspace of ws_bytes.
 #pragma once

@@ -1,4 +1,4 @@
-// gemm_power.cu — on the GPU machine: does the cuBLASLt candidate that src/model/linear_cuda.cu's
+// gemm_power.cu — on the GPU machine: does the cuBLASLt candidate that src/cuda/gemm.cu's
 // tuner picks (the fastest of 5 calls on a cool GPU, among the candidates with the heuristic's
 // first algorithm id, split-K count and reduction scheme: bitwise the same output) stay the
 // fastest when the GPU runs at its power limit, as it does in a training step (session 15, call
@@ -47,7 +47,7 @@ static bool same_numerics(const cublasLtMatmulAlgo_t &a, const cublasLtMatmulAlg
            cfg(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) == cfg(b, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
 }
 
-// D (m x n col-major, ldc) = op(A) op(B) [+ D], as linear_cuda.cu's matmul
+// D (m x n col-major, ldc) = op(A) op(B) [+ D], as gemm.cu's matmul
 static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
                 int lda, const void *B, int ldb, void *D, int ldc, cudaDataType_t tcd, bool acc) {
     lt_gemm G;

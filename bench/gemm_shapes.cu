@@ -13,7 +13,7 @@
 #include <vector>
 #include <cuda_bf16.h>
 #include "gemm_fill.cuh"
-#include "model/linear_cuda.h"
+#include "cuda/gemm.h"
 #include "core/cuda_check.h"
 
 

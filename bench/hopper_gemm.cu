@@ -8,7 +8,7 @@
 // For each shape (fla-220m's forwards, bench/gemm_algos.cu) and each of our two tile widths
 // (128 x 256 and 128 x 128): random bf16 inputs (bench/gemm_fill.cuh), our kernel and cuBLASLt
 // (its first heuristic choice, the descriptors of gemm_algos.cu's forward, as
-// src/model/linear_cuda.cu), rel-L2 of ours against cuBLASLt's output over the whole matrix
+// src/cuda/gemm.cu), rel-L2 of ours against cuBLASLt's output over the whole matrix
 // (must be < 1e-3; different accumulation orders only flip a few bf16 roundings), plus a fp32
 // dot-product check of both at 4096 sampled elements, and the median of 15 timed calls after 3
 // (CUDA events). One RESULT line per shape and variant.
@@ -64,7 +64,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include "gemm_fill.cuh"
-#include "../src/fwd/wgmma.cuh"
+#include "../src/cuda/wgmma.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
 #define LK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d cublas %d\n", __FILE__, __LINE__, (int)s_); exit(1); } } while (0)
@@ -707,7 +707,7 @@ static cublasLtHandle_t lt;
 static void *ws;
 static const size_t WS = 32u << 20;
 
-// cuBLASLt's forward as gemm_algos.cu / linear_cuda.cu: column-major D (N x M) = W^T-op ... i.e.
+// cuBLASLt's forward as gemm_algos.cu / gemm.cu: column-major D (N x M) = W^T-op ... i.e.
 // A = W (K x N col-major, op T), B = X (K x M col-major, op N), D = Y (N x M col-major, ld N)
 struct Lt {
     cublasLtMatmulDesc_t op;

@@ -19,7 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
-#include "model/cuda_ops.h"
+#include "cuda/ops.h"
 #include "gdn_bench_common.cuh"
 
 __global__ void gen_bf16(__nv_bfloat16 *x, size_t n, uint64_t seed, float scale, float offset) {

@@ -3,7 +3,7 @@
 // op (SwiGLU backward off by 1e-3) fails, and only where that op's gradient flows.
 #include "testutil.h"
 #include "../src/bwd/bwd_cpu.h"
-#include "../src/model/compare.h"
+#include "../src/diag/compare.h"
 
 static void bad_swiglu_bwd(void *dgate, void *dup, void *h, const void *dh, const void *gate,
                            const void *up, size_t rows, int cols, size_t ld) {

@@ -1,4 +1,4 @@
-// test_profile.c — the profiling decorator (src/model/profile.h) on the CPU backend, on tiny
+// test_profile.c — the profiling decorator (src/diag/profile.h) on the CPU backend, on tiny
 // models: (a) it changes nothing: losses, gradients and the AdamW update are bitwise those of
 // plain backend_cpu; (b) its table lists each op with the call count the model structure
 // implies, and the matmul GFLOP per step 2*N*sum(in*out) (forward) and twice that (backward);
@@ -10,7 +10,7 @@
 #include "testutil.h"
 #include "tiny_model.h"
 #include "../src/model/model.h"
-#include "../src/model/profile.h"
+#include "../src/diag/profile.h"
 #include "../src/optim/optim.h"
 
 enum { B = 2, T = 9, RUNS = 2, MAX_ROWS = 64 };

@@ -38,7 +38,7 @@
 // registers: no d_pre planes), bitwise v2's dx and partials, the same final kernel (its comment).
 // v2 stays for the tiled shapes s13 does not take (packs of 2 channels only: a width, ld or
 // column not on 4 elements; more than 65535 groups of rows).
-#include "../fwd/cuda_ops_device.cuh"
+#include "../cuda/elementwise.cuh"
 
 namespace {
 
@@ -73,13 +73,13 @@ template <typename T> struct conv_silu_bwd_params {
     const T *dys[3], *x, *w;
     int T_, C, K, tiles, rows;
     size_t ld;
-    conv_segs seg;  // which dy buffer each channel comes from (cuda_ops_device.cuh)
+    conv_segs seg;  // which dy buffer each channel comes from (cuda/elementwise.cuh)
     // dy's element (token row r, channel c) and the row stride of c's segment
     __device__ __forceinline__ const T *dyrow(size_t r, int c) const { return seg.at(dys[0], dys[1], dys[2], r, c); }
     __device__ __forceinline__ int width(int c) const { return seg.width(c); }
 };
 
-// sigmoid_fast (cuda_ops_device.cuh): the fast intrinsics, no branch.
+// sigmoid_fast (cuda/elementwise.cuh): the fast intrinsics, no branch.
 __device__ __forceinline__ float dsilu_f(float g, float pre) {  // g silu'(pre)
     const float s = sigmoid_fast(pre);
     return g * s * (1.f + pre * (1.f - s));
@@ -563,7 +563,7 @@ void conv_silu_bwd_launch(T *dx, float *dw, const T *const dys[3], const int cw[
 
 }  // namespace
 
-// ---- public entry point (cuda_ops.h) --------------------------------------------------------
+// ---- public entry point (cuda/ops.h) --------------------------------------------------------
 extern "C" void cuda_conv_silu3_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy0, const void *dy1,
                                     const void *dy2, const void *x, const void *w, int B, int T, int C0, int C1,
                                     int C2, int K, size_t ld, cudaStream_t s) {

@@ -1,4 +1,4 @@
-// elementwise.cu — CUDA backwards of the small ops of cuda_ops.h (twins of src/bwd/*.c): embedding,
+// elementwise.cu — CUDA backwards of the small ops of cuda/ops.h (twins of src/bwd/*.c): embedding,
 // RMSNorm, conv1d, SiLU, L2 norm, GDN gates, gated RMSNorm, SwiGLU, dropout, RoPE.
 // Gradient rule (src/bwd/bwd_cpu.h): activation gradients (T) are overwritten, parameter
 // gradients (fp32) ACCUMULATE (+=).
@@ -13,11 +13,11 @@
 // Extra outputs (train.recompute = light): the RMSNorm and gated RMSNorm backwards can also write
 // the forward's y, and the SwiGLU backward its h, from the inputs they read anyway (x, the saved
 // rstd, w, z; gate, up), bitwise the forward kernels' values (rmsnorm_y, gated_rmsnorm_y,
-// swiglu_h in cuda_ops_device.cuh). A template flag (Y, H) adds the store, so the kernels without
+// swiglu_h in cuda/elementwise.cuh). A template flag (Y, H) adds the store, so the kernels without
 // it are those of before.
-// Embedding: each run of equal tokens (built on the host, see cuda_ops.h) is one block that
+// Embedding: each run of equal tokens (built on the host, see cuda/ops.h) is one block that
 // sums its rows in sorted order and adds once, so repeated tokens need no atomics either.
-#include "../fwd/cuda_ops_device.cuh"
+#include "../cuda/elementwise.cuh"
 
 namespace {
 
@@ -34,7 +34,7 @@ constexpr int COLSUM_MAX_SLICES = 4096, COLSUM_THREADS = 256, COLSUM_MAX_DEVICES
 
 }  // namespace
 
-// Scratch of the device in use (cuda_ops_device.cuh): grown (never shrunk) when a call needs
+// Scratch of the device in use (cuda/elementwise.cuh): grown (never shrunk) when a call needs
 // more, which happens on the first calls only. Stream order makes it safe for launchers issued
 // on one stream per device (the backend's compute stream); growth synchronises the device
 // before freeing.
@@ -1009,7 +1009,7 @@ void embedding_bwd_launch(float *dwte, const T *dout, const int32_t *order, cons
 
 }  // namespace
 
-// ---- public entry points (cuda_ops.h) -------------------------------------------------------
+// ---- public entry points (cuda/ops.h) -------------------------------------------------------
 extern "C" {
 
 void cuda_embedding_bwd(cuda_dtype dt, float *dwte, const void *dout, const int32_t *order, const int32_t *starts,

@@ -80,8 +80,8 @@
 #include <cuda_bf16.h>
 
 #include "../core/cuda_check.h"
-#include "../fwd/gdn_chunk_common.cuh"
-#include "../fwd/wgmma.cuh"
+#include "../cuda/mma.cuh"
+#include "../cuda/wgmma.cuh"
 
 namespace {
 

@@ -92,8 +92,8 @@ unsigned long attention_bwd_wgmma3_launches(void);
 #if defined(__CUDACC__) && defined(ATTN_DEVICE_HELPERS)
 #include <stdint.h>
 #include <cuda_bf16.h>
-#include "gdn_chunk_common.cuh"  // PTX wrappers: smem_u32, cp_async16 (0 bytes: zero fill), ldsm4(t), pack_bf16
-#include "wgmma.cuh"             // sw128 (the wgmma path's tile layout), the wgmma and mbarrier wrappers
+#include "../cuda/mma.cuh"  // PTX wrappers: smem_u32, cp_async16 (0 bytes: zero fill), ldsm4(t), pack_bf16
+#include "../cuda/wgmma.cuh"             // sw128 (the wgmma path's tile layout), the wgmma and mbarrier wrappers
 #include <cuda.h>                // CUtensorMap (types only)
 
 // src/fwd/attention.cu: the TMA tensor map of a (B,T,H,D) bf16 tensor x of p's shape, 4-D (D, H,

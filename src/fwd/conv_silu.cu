@@ -34,7 +34,7 @@
 // warp of 32 W = 128 consecutive channels of one token: the sum of squares is a butterfly over
 // them, of the fp32 silu values (the unfused path squares their rounded copies), and the
 // unnormalised q, k are never stored. Other shapes: conv_silu3, then l2norm_fwd in place.
-#include "cuda_ops_device.cuh"
+#include "../cuda/elementwise.cuh"
 
 namespace {
 
@@ -50,7 +50,7 @@ template <typename T> struct conv_silu_fwd_params {
     const T *x, *w;
     int T_, C, K, tiles, rows;
     size_t ld;  // x's row stride
-    conv_segs seg;  // which output each channel goes to (cuda_ops_device.cuh)
+    conv_segs seg;  // which output each channel goes to (cuda/elementwise.cuh)
     float *rn[2];   // L2 norm of segments 0, 1 (NORM kernels): 1/norm per (token, head)
     int nd;         // channels per head
     float eps, sc[2];
@@ -59,7 +59,7 @@ template <typename T> struct conv_silu_fwd_params {
     __device__ __forceinline__ int width(int c) const { return seg.width(c); }
 };
 
-// sigmoid_fast (cuda_ops_device.cuh): the fast intrinsics, no branch.
+// sigmoid_fast (cuda/elementwise.cuh): the fast intrinsics, no branch.
 __device__ __forceinline__ float silu_f(float p) { return p * sigmoid_fast(p); }
 
 // TT tokens per thread in chunks of U: the U loads of a chunk are in flight together.
@@ -416,7 +416,7 @@ void check_shape(const char *who, int B, int T, const int cw[3], int K, size_t l
 
 }  // namespace
 
-// ---- public entry point (cuda_ops.h) --------------------------------------------------------
+// ---- public entry point (cuda/ops.h) --------------------------------------------------------
 static unsigned long conv_silu_s13_launches = 0;  // host side, counted at launch
 void conv_silu_s13_count() { __atomic_add_fetch(&conv_silu_s13_launches, 1, __ATOMIC_RELAXED); }
 extern "C" unsigned long cuda_conv_silu_s13_launches(void) {

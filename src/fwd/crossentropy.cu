@@ -12,7 +12,7 @@
 // max, which carry the sum, keep their accuracy): expf's range reduction made the kernel
 // issue-bound (ncu, session 9: 84% issue slots, 44% of DRAM bandwidth). The one-hot term is
 // subtracted once, by the thread holding the target's pack.
-#include "cuda_ops_device.cuh"
+#include "../cuda/elementwise.cuh"
 
 namespace {
 

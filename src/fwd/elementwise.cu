@@ -1,4 +1,4 @@
-// elementwise.cu — CUDA forwards of the small ops of cuda_ops.h (twins of src/fwd/*.c): embedding,
+// elementwise.cu — CUDA forwards of the small ops of cuda/ops.h (twins of src/fwd/*.c): embedding,
 // RMSNorm (alone, and fused with the residual add before it), causal depthwise conv1d, SiLU,
 // per-row L2 norm, GDN gates, gated (per-head) RMSNorm, SwiGLU, RoPE, dropout, and the memory
 // helpers add and convert. Activations in T = float or bf16, statistics (rstd, rnorm, g, beta)
@@ -7,8 +7,8 @@
 // sums elements (or 16-byte packs) l, l + 32, ... in order, then a xor butterfly: the order is
 // fixed by (D, alignment), so results are bitwise reproducible. Elementwise ops go through
 // ew_launch (16-byte packs when every pointer is aligned). The RoPE and dropout kernels, shared
-// with their backwards, live in cuda_ops_device.cuh. Maths and shapes: src/fwd/fwd_cpu.h.
-#include "cuda_ops_device.cuh"
+// with their backwards, live in cuda/elementwise.cuh. Maths and shapes: src/fwd/fwd_cpu.h.
+#include "../cuda/elementwise.cuh"
 
 namespace {
 
@@ -441,7 +441,7 @@ static unsigned long norm_s13_launches;
 
 }  // namespace
 
-// ---- public entry points (cuda_ops.h) -------------------------------------------------------
+// ---- public entry points (cuda/ops.h) -------------------------------------------------------
 void norm_s13_count() { __atomic_add_fetch(&norm_s13_launches, 1ul, __ATOMIC_RELAXED); }
 
 extern "C" {

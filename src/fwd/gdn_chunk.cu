@@ -47,7 +47,7 @@
 #include <type_traits>
 #include <cuda_bf16.h>
 
-#include "gdn_chunk_common.cuh"
+#include "../cuda/mma.cuh"
 #include "../core/cuda_check.h"
 
 namespace {
@@ -114,7 +114,7 @@ struct gdn_prep_layout {
     static_assert(CC_PL <= QK_PL, "T, P fit in K's and Q's buffers");
 };
 
-// ---- PTX wrappers: shared with the backward (gdn_chunk_common.cuh; the cp.async group
+// ---- PTX wrappers: shared with the backward (cuda/mma.cuh; the cp.async group
 // wrappers cp_async_commit, cp_async_wait_all there are global) ------------------------------
 using gdnk::cvt_rows_f32;
 using gdnk::cp_async16;

@@ -1,6 +1,6 @@
 // backend_cuda.cu — the GPU backend: every op of backend.h on device memory, in two modes
 // (backend_cuda.h): bf16 (training) and fp32 (checks against the float64 CPU backend). Each op
-// calls a launcher of cuda_ops.h, the cuBLASLt linear (linear_cuda.h), the GDN chunk kernels
+// calls a launcher of cuda/ops.h, the cuBLASLt linear (gemm.h), the GDN chunk kernels
 // (gdn_cuda.h, gdn_bwd_cuda.h) or the attention kernels (attention_cuda.h).
 //
 // Element types per memory class (backend.h):      ACT   STAT  PARAM  GRAD  OPT
@@ -22,15 +22,15 @@
 //
 // Determinism: the embedding backward's token order is built on the host (stable sort by id),
 // the cross-entropy loss is the row losses summed on the host in index order, cuBLASLt plans
-// are cached; the kernels promise fixed-order reductions (cuda_ops.h).
+// are cached; the kernels promise fixed-order reductions (cuda/ops.h).
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <algorithm>
 #include <vector>
 #include "backend_cuda.h"
-#include "cuda_ops.h"
-#include "linear_cuda.h"
+#include "../cuda/ops.h"
+#include "../cuda/gemm.h"
 #include "../fwd/attention_cuda.h"
 #include "../fwd/gdn_cuda.h"
 #if __has_include("../bwd/gdn_bwd_cuda.h")

@@ -168,7 +168,7 @@ void model_print_summary(const model *m, FILE *f);
 size_t model_count_params(const model *m, bool include_embeddings);
 
 // Finite-difference check of the whole model as configured, shrunk to B x T tokens, on the CPU
-// in float64 (src/model/gradcheck.c): samples up to `samples` elements of every parameter
+// in float64 (src/diag/gradcheck.c): samples up to `samples` elements of every parameter
 // tensor, prints a table (norm-wise relative error, worst element, pass/fail) to out and
 // returns the number of failing tensors.
 int model_gradcheck(const gdn_config *c, int B, int T, int samples, double tol, uint64_t seed,

@@ -1,11 +1,11 @@
 // adamw.cu — CUDA AdamW step on one tensor and the deterministic sum of squares used by the
-// global gradient norm (cuda_ops.h). AdamW, per element, in fp32 (src/model/backend.h):
+// global gradient norm (cuda/ops.h). AdamW, per element, in fp32 (src/model/backend.h):
 //   g = grad gscale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   w -= lr (m/bc1 / (sqrt(v/bc2) + eps) + wd w)
 // with w the fp32 master weight when master != NULL (then p = round_to_dt(w)), else p itself.
 // Sum of squares: fp64 accumulation, a grid of min(1024, ceil(n/1024)) blocks (a function of n
 // only), per-block partials into a per-device scratch, then one block sums them in order.
-#include "../fwd/cuda_ops_device.cuh"
+#include "../cuda/elementwise.cuh"
 
 namespace {
 

@@ -1,5 +1,5 @@
-// test_cuda_ops.cu — every launcher of src/model/cuda_ops.h, and the cuBLASLt linear layer of
-// src/model/linear_cuda.h, against its float64 CPU twin (src/fwd/*.c, src/bwd/*.c,
+// test_cuda_ops.cu — every launcher of src/cuda/ops.h, and the cuBLASLt linear layer of
+// src/cuda/gemm.h, against its float64 CPU twin (src/fwd/*.c, src/bwd/*.c,
 // backend_cpu's AdamW), in fp32 and bf16.
 // Inputs are random (normal, never 0) and rounded once to the storage type, so the oracle and
 // the GPU see the same values; saved statistics fed to a backward (rstd, rnorm) are the
@@ -41,8 +41,8 @@ extern "C" {
 #include "../../src/model/backend.h"
 }
 #include "../../src/fwd/cpu_threads.h"
-#include "../../src/model/cuda_ops.h"
-#include "../../src/model/linear_cuda.h"
+#include "../../src/cuda/ops.h"
+#include "../../src/cuda/gemm.h"
 
 typedef std::vector<double> vec;
 
@@ -1554,7 +1554,7 @@ static void test_sumsq(rng_t *r) {
     }
 }
 
-// Linear layers through cuBLASLt (linear_cuda.h) against the CPU twins: y = x W^T, dx = dy W
+// Linear layers through cuBLASLt (gemm.h) against the CPU twins: y = x W^T, dx = dy W
 // (=, and += onto a prefill), dW += dy^T x (also alone, dx NULL). Shapes: N 1 / 2 / 33 / 63 / 65 /
 // 300; in and out off the 16-byte pack (72, 40, 36, 520) and narrow outputs (out 4 / 8: the
 // model's a/b gate projections are out 4).
@@ -1598,7 +1598,7 @@ static void test_linear(cuda_dtype dt, rng_t *r) {
     }
 }
 
-// GEMM algorithm tuning (linear_cuda.cu tune_plan) must not change a bit: y = x W^T and dx = dy W
+// GEMM algorithm tuning (gemm.cu tune_plan) must not change a bit: y = x W^T and dx = dy W
 // (the beta = 0 GEMMs it tunes) with the heuristic's first algorithm and with the tuned one, at
 // the model's shapes (fla-220m's, N cut to 4096 / 2048) and small ones. Each side starts from an
 // empty plan cache (cuda_linear_set_tune drops it), picks its algorithm on a first call (tuning

@@ -32,11 +32,11 @@
 #include <vector>
 extern "C" {
 #include "../../src/model/model.h"
-#include "../../src/model/compare.h"
+#include "../../src/diag/compare.h"
 #include "../../src/optim/optim.h"
 }
 #include "../../src/model/backend_cuda.h"
-#include "../../src/model/linear_cuda.h"
+#include "../../src/cuda/gemm.h"
 
 static gdn_config tiny_config(const char *pattern) {
     gdn_config c;
@@ -256,7 +256,7 @@ int main() {
         gc_failures += !v_loss + !v_w;
     }
     // GEMM algorithm tuning off (the heuristic's first cuBLASLt algorithm everywhere, as before
-    // linear_cuda.cu tuned): the same bits (tuning keeps only candidates whose output on the
+    // gemm.cu tuned): the same bits (tuning keeps only candidates whose output on the
     // first call's operands is bitwise the first choice's; the 200 steps then use other data)
     {
         cuda_linear_set_tune(0);

@@ -22,7 +22,7 @@
 // thread and register that hold them. Exit 77 (skipped) without an sm_90 device.
 #include "gputest.h"
 #include <vector>
-#include "../../src/fwd/wgmma.cuh"
+#include "../../src/cuda/wgmma.cuh"
 
 enum { MODE_SS_K, MODE_SS_N, MODE_RS_K, MODE_RS_N };
 static const char *mode_name[] = {"ss_k", "ss_n", "rs_k", "rs_n"};

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 #include <stdio.h>
-#include "backend.h"
+#include "../model/backend.h"
 #include "timeline.h"
 
 // A backend whose ops (zero, add, copy, sumsq, every op, adamw, adamw_multi when inner has it)

@@ -1,15 +1,15 @@
-// linear_cuda.h — the GPU linear layer (y = x W^T, no bias) and its backward, through cuBLASLt:
+// gemm.h — the GPU linear layer (y = x W^T, no bias) and its backward, through cuBLASLt:
 // bf16 or fp32 operands, fp32 accumulation (CUBLAS_COMPUTE_32F; never TF32, so fp32 mode is
 // true fp32). W is (out, in) row-major as in PyTorch; x, y, dx, dy are token-major (N rows).
 // One cuBLASLt handle and one 32 MiB workspace for the process, created by cuda_linear_init;
 // the algorithm of each (shape, dtype, alignment) is chosen once at its first use and cached:
 // the heuristic's first one, or for beta = 0 the fastest of its candidates whose output on that
-// call's operands is bitwise the first one's (linear_cuda.cu), so results are bitwise those of
+// call's operands is bitwise the first one's (gemm.cu), so results are bitwise those of
 // the heuristic's first choice and repeatable from step to step and run to run.
 #pragma once
 #include <stddef.h>
 #include <cuda_runtime.h>
-#include "cuda_ops.h"  // cuda_dtype
+#include "ops.h"  // cuda_dtype
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,7 +28,7 @@ typedef struct {
 } cuda_linear_tune_stats;
 cuda_linear_tune_stats cuda_linear_get_tune_stats(void);
 // y (N,out) = x (N,in) W^T, W (out,in); x, W, y in dt. An out of 256 q + r with 0 < r <= 32
-// runs as two GEMMs (the 256 q, then the r outputs; GDN_GEMM_SPLIT, linear_cuda.cu); the
+// runs as two GEMMs (the 256 q, then the r outputs; GDN_GEMM_SPLIT, gemm.cu); the
 // backward's never.
 void cuda_linear_fwd(cuda_dtype dt, void *y, const void *x, const void *W, int N, int in, int out,
                      cudaStream_t s);

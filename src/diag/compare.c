@@ -11,7 +11,7 @@
 // whether a failure is the per-element precision of the GDN kernel amplified by cancellation.
 #include "compare.h"
 #include <math.h>
-#include "model.h"
+#include "../model/model.h"
 #include "../bwd/bwd_cpu.h"
 #include "../core/common.h"
 #include "../core/rng.h"

@@ -1,4 +1,4 @@
-// cuda_ops.h — the CUDA kernels behind the GPU backend (backend_cuda.cu), one launcher per op
+// cuda/ops.h — the CUDA kernels behind the GPU backend (backend_cuda.cu), one launcher per op
 // of backend.h. All pointers are device pointers unless named *_host. Element types follow the
 // backend's memory classes (backend.h): activations and parameters in `dt` (bf16 for training,
 // fp32 for tests), statistics (rstd, rnorm, lse, g, beta), parameter gradients, AdamW state and
@@ -47,7 +47,7 @@ void cuda_add_rmsnorm_fwd(cuda_dtype dt, void *x_out, void *y, float *rstd, cons
                           cudaStream_t s);
 // acc: dx += the gradient (added in fp32, rounded once), else dx = it; dw += (fp32).
 // y: NULL, or (N,d) = cuda_rmsnorm_fwd's y of x from the saved rstd, bitwise (rmsnorm_y,
-// cuda_ops_device.cuh; train.recompute = light); NULL runs the kernels without it.
+// cuda/elementwise.cuh; train.recompute = light); NULL runs the kernels without it.
 void cuda_rmsnorm_bwd(cuda_dtype dt, void *dx, float *dw, void *y, const void *dy, const void *x,
                       const void *w, const float *rstd, int N, int d, bool acc, cudaStream_t s);
 void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C,

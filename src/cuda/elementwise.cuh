@@ -1,4 +1,4 @@
-// cuda_ops_device.cuh — device helpers shared by the kernels behind src/model/cuda_ops.h
+// cuda/elementwise.cuh — device helpers shared by the kernels behind src/cuda/ops.h
 // (src/fwd/elementwise.cu, src/fwd/crossentropy.cu, src/bwd/elementwise.cu, src/optim/adamw.cu):
 // the dtype switch, fp32 load/store of float / bf16 elements, 16-byte packs, a grid-stride
 // elementwise engine, fixed-order warp reductions and the Philox4x32-10 twin of src/core/rng.c.
@@ -11,8 +11,8 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "../core/cuda_check.h"
-#include "../model/cuda_ops.h"
-#include "gdn_chunk_common.cuh"  // the cp.async group wrappers
+#include "ops.h"
+#include "mma.cuh"  // the cp.async group wrappers
 
 // Runs `...` with T = float or __nv_bfloat16 according to dt (one switch per public launcher).
 #define CUDA_DT_SWITCH(dt, T, ...)                                                            \
@@ -321,7 +321,7 @@ template <int BYTES> __device__ __forceinline__ void cp_async_zfill(void *dst, c
     *(chunk *)dst = c;
 #endif
 }
-// (cp_async_commit, cp_async_wait<N>, cp_async_wait_all: gdn_chunk_common.cuh)
+// (cp_async_commit, cp_async_wait<N>, cp_async_wait_all: cuda/mma.cuh)
 // Four fp32 values stored as one pack of T (8 bytes in bf16, 16 in fp32; p aligned to it), each
 // rounded as from_f (cvt.rn per element; store_pack's struct copy became four 2-byte stores).
 __device__ __forceinline__ void st_pack4(float *p, const float (&f)[4]) {  // (a float4 became four stores)

@@ -5,7 +5,7 @@
 // backward's gradient. Weights are drawn larger than at init (std 0.2) and norm weights are
 // jittered, so that gradients are O(1e-2..1) and every path of the model matters.
 #include <math.h>
-#include "model.h"
+#include "../model/model.h"
 #include "../core/common.h"
 #include "../core/rng.h"
 

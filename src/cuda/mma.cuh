@@ -1,4 +1,4 @@
-// gdn_chunk_common.cuh — device helpers shared by the chunkwise GDN kernels (the backward in
+// cuda/mma.cuh — device helpers shared by the chunkwise GDN kernels (the backward in
 // src/bwd/gdn_chunk.cu; the forward in src/fwd/gdn_chunk.cu uses the PTX wrappers and keeps its
 // own fragment loaders with compile-time pitches; the attention kernels use the PTX wrappers
 // too): PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> fp32),
@@ -15,7 +15,7 @@
 #include <cuda_bf16.h>
 
 // cp.async groups, the one set of wrappers for every kernel (GDN, attention, the conv and
-// memory-bound kernels through cuda_ops_device.cuh): commit this thread's cp.async since the last
+// memory-bound kernels through cuda/elementwise.cuh): commit this thread's cp.async since the last
 // commit as a group; wait until at most N of its groups (the newest) are in flight; wait for all.
 // The "memory" clobbers keep the compiler's shared-memory accesses on their side of each. sm_80+
 // (an older device has no cp.async: the conv kernels' cp_async_zfill copies synchronously there,

@@ -7,7 +7,7 @@ extern "C" {
 #include <stdint.h>
 #include <stdio.h>
 #include "../core/config.h"
-#include "backend.h"
+#include "../model/backend.h"
 
 // Builds the model of c (vocab_size < 2: 300) for micro-batches of B x T on `test` and on
 // backend_cpu, initialises `test` with model_init_params(seed), copies the weights `test` reads

@@ -1,4 +1,4 @@
-// linear_cuda.cu — y = x W^T and its backward through cuBLASLt (linear_cuda.h says what and
+// gemm.cu — y = x W^T and its backward through cuBLASLt (gemm.h says what and
 // why). cuBLASLt is column-major; a row-major (r, c) matrix is the column-major (c, r) matrix
 // with ld = c, so with x (N,in), W (out,in), y (N,out), dy (N,out) row-major:
 //
@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
-#include "linear_cuda.h"
+#include "gemm.h"
 #include "../core/cuda_check.h"
 
 namespace {
