@@ -405,8 +405,8 @@ static void test_roundtrip(const gdn_config *valid) {
     free(text2);
 }
 
-// train.recompute: off | full | light (a CFG_MODE key), and the words of the bool it was
-// (true = full, false = off); written back as the mode's name, read back to the same value
+// train.recompute: off | full | light (a CFG_MODE key), and the boolean words for its first two
+// choices (true = full, false = off); written back as the mode's name, read back to the same value
 static void test_recompute_mode(void) {
     printf("\ntrain.recompute: off | full | light, true = full, false = off\n");
     const struct { const char *v; gdn_recompute want; const char *name; } cases[] = {

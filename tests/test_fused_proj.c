@@ -1,7 +1,8 @@
 // test_fused_proj.c — GDN's input projections as one GEMM (model.c, gdn_inproj; the CUDA
-// backend's fuse_projections): q, k, v, a, b, z with the short conv, a, b, z without. On the float64 CPU backend with fuse_projections switched on, against the
-// same model without it (the reference's one GEMM per weight), over two micro-batches with
-// gradient accumulation and all dropouts:
+// backend's fuse_projections): q, k, v, a, b, z with the short conv, a, b, z without. On the
+// float64 CPU backend with fuse_projections switched on, against the same model without it
+// (the reference's one GEMM per weight), over two micro-batches with gradient accumulation and
+// all dropouts:
 //   - the fused layout was taken (acts.inproj set) where the weights are contiguous;
 //   - the training loss, every gradient tensor and the evaluation loss agree to float64
 //     rounding (relative 1e-12 per tensor: the fused GEMM sums dx over the whole group at once,

@@ -340,7 +340,7 @@ static void test_conv_silu(void) {
         conv_ctx c = {dalloc(n), rnd(n, 1), rnd(nw, 1), rnd(n, 1), B, T, C, K};
         char op[64], what[128];
         snprintf(op, sizeof op, "conv_silu B%d T%d C%d K%d", B, T, C, K);
-        // the unfused pair, as the model ran it before: conv1d, silu; silu_bwd, conv1d_bwd
+        // the unfused pair: conv1d, silu; silu_bwd, conv1d_bwd
         double *pre = dalloc(n), *y_ref = dalloc(n), *dpre = dalloc(n), *dx_ref = dalloc(n);
         double *dw_ref = rnd(nw, 1), *dw = copy_of(dw_ref, nw), *dx = dalloc(n);
         conv1d_fwd_cpu(pre, c.x, c.w, B, T, C, K);

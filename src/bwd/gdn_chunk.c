@@ -1,7 +1,8 @@
 // gdn_chunk.c — backward of the chunkwise gated delta rule (DESIGN 3.2), float64: the algorithm
 // of the CUDA backward, checked against the token-level backward (gdn_token.c). All gradients =.
-// Nothing is saved by the forward: per (b, h) a forward scan recomputes the chunk-start states
-// H_[t], then the reverse scan recomputes per chunk (rows Q, K (c,Dk), V, dO (c,Dv)):
+// Per (b, h) a forward scan recomputes the chunk-start states H_[t] (or they are read from p->hs
+// when the forward saved them), then the reverse scan recomputes per chunk (rows Q, K (c,Dk), V,
+// dO (c,Dv)):
 //   G, gamma, Gam, T = (I + A)^{-1} diag(beta) (as L^{-1} diag(beta), L = I + A),
 //   W = T diag(gamma) K,  Δ = T V - W H        (src/fwd/gdn_chunk.c for the definitions)
 // and, with P = Q K^T ⊙ Gam, hdec_r = gamma_c / gamma_r, dH' the gradient of the next start state:

@@ -26,7 +26,7 @@
 
 // CFG_ENUM: a string field holding one of the choices. CFG_MODE: an int field (a C enum) holding
 // the index of the value among the choices; it also takes the boolean words, false / no / 0 / off
-// for choice 0 and true / yes / 1 / on for choice 1 (a key that was a bool keeps its old values).
+// for choice 0 and true / yes / 1 / on for choice 1 (train.recompute = true is full).
 typedef enum {
     CFG_INT, CFG_U64, CFG_DOUBLE, CFG_BOOL, CFG_STRING, CFG_ENUM, CFG_PATTERN, CFG_MODE
 } cfg_type;

@@ -13,7 +13,7 @@ extern "C" {
 #define CFG_STR 256
 
 // train.recompute (model.c carve): which activations live in one buffer shared by the layers
-// instead of one per layer. OFF, FULL are 0, 1: the values of the bool this key used to be.
+// instead of one per layer. OFF, FULL are 0, 1: the boolean words false / true name them.
 typedef enum {
     RECOMPUTE_OFF = 0,    // every layer keeps all its activations
     RECOMPUTE_FULL = 1,   // shared: the outputs of the RMSNorms, conv + SiLU + L2 norm, the gated

@@ -66,7 +66,7 @@ bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint
                   int rank, int world, int n_mb, uint64_t pos, bool prefetch, char *err,
                   size_t errlen);
 // A sampler with prefetch must not be copied or moved after sampler_init (its thread holds
-// its address). Setting s->pos by hand is safe: a prefetched batch of another pos is dropped.
+// its address). Setting s->pos by hand is safe: a prefetched batch of another pos is discarded.
 void sampler_next(batch_sampler *s, int32_t *x, int32_t *y);   // batch `pos`, then pos++
 void sampler_free(batch_sampler *s);
 // The whole split instead of random windows (train.eval_batches = 0): the W =

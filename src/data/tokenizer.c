@@ -17,10 +17,6 @@
 
 extern char **environ;
 
-// Declared here until dataset.h carries it: the vocabulary size of a tokenizer
-// (bytes: 256; spm: model pieces + 1 for the newline id).
-bool tokenizer_vocab_size(const char *tokenizer, int *vocab, char *err, size_t errlen);
-
 // ---- temporary files and subprocesses -----------------------------------------------------
 
 typedef struct {

@@ -4,8 +4,8 @@
 // A_log and dt_bias are the only gradients that are a few numbers summed over every token:
 // dA_log[h] = sum_n dg[n,h] g[n,h], ddt_bias[h] = sum_n dg[n,h] dg/du[n,h]. Such a sum can
 // cancel (seen: sum |terms| / |sum| = 45 for one head at init), and then a per-term relative
-// error e gives up to e * sum|terms| / |sum| on the result. The check stays the plain relative
-// error for every tensor (the bound); for these two the table also prints
+// error e gives up to e * sum|terms| / |sum| on the result. The pass/fail check is the plain
+// relative error <= tol for every tensor, these two included; for them the table also prints
 // err / sum|terms| and kappa = sum|terms| / |sum| (sum_n |term_n| from the CPU run: both factors
 // dg/dA_log = g and dg/du have one sign, so it is the same backward applied to |dg|), which says
 // whether a failure is the per-element precision of the GDN kernel amplified by cancellation.

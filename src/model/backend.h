@@ -1,6 +1,6 @@
 // backend.h — the op interface the model is written against. The model never knows whether
 // tensors live in host float64 (the CPU reference backend, backend_cpu.c) or on a GPU in
-// bf16/fp32 (the CUDA backend, a later issue): it holds void pointers carved from arenas that
+// bf16/fp32 (the CUDA backend, backend_cuda.cu): it holds void pointers carved from arenas that
 // the backend allocated, and calls the ops below. Shapes and maths of each op are those of
 // src/fwd/fwd_cpu.h; the gradient rule is that of src/bwd/bwd_cpu.h (parameter grads +=,
 // activation grads =).

@@ -1,5 +1,5 @@
 // checkpoint.c — see checkpoint.h. Every HDF5 call is checked; a failure while writing removes
-// the temporary file and returns false with the reason (the old checkpoint is untouched).
+// the temporary file and returns false with the reason (the previous checkpoint is untouched).
 #include "checkpoint.h"
 #include <hdf5.h>
 #include <fcntl.h>

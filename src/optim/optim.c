@@ -56,7 +56,7 @@ void optim_adamw_range(model *m, size_t lo, size_t hi, long step, double lr, dou
         if (a >= b) continue;
         const double wd = first->decay ? c->weight_decay : 0.0;
         if (multi) {
-            if (ns > 0 && a < seg[ns - 1].hi) {  // not ascending (no such layout today)
+            if (ns > 0 && a < seg[ns - 1].hi) {  // not ascending (unreached: model.c carves in order)
                 be->adamw_multi(p, w, g, mm, vv, m->opt_lo, seg, ns, lr, c->beta1, c->beta2,
                                 c->adam_eps, bc1, bc2, scale);
                 ns = 0;
