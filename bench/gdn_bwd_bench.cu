@@ -1,14 +1,16 @@
 // gdn_bwd_bench.cu — times the CUDA GDN chunk forward + backward (gdn_chunk_fwd, gdn_chunk_bwd)
 // at the shapes of BENCHMARKS.md and of one fla-220m layer (shape 3), bf16, inputs drawn as there (q, k L2-normalised rows,
 // g = logsigmoid(N(0,1) + 3), beta = sigmoid(U(0,1))), dO ~ N(0,1), d(final state) ~ N(0,1).
-// Two variants: "recompute" = forward (o, ht) + backward that recomputes the chunk-start
-// states (the default), and "states" = forward that also keeps them (gdn.save_states) +
-// backward that reads them. Before timing, each variant's gradients (NaN-poisoned first) are
+// Three variants, one per gdn.bwd_states: "recompute" = forward (o, ht) + backward that
+// recomputes the chunk-start states, "replay" = forward (with its workspace) that also keeps the
+// gate cumsums and Δ~ rows + backward that replays the states from them (the default), and
+// "states" = forward that also stores them (saved) + backward that reads them. Before timing, each variant's gradients (NaN-poisoned first) are
 // checked on one head against the float64 token-level backward (gdn_token_bwd_cpu, run on a CPU
 // thread while the GPU is timed). Timing: CUDA events around fwd+bwd, 3 warm-up runs, two
 // rounds of 20 runs alternating between two input sets (each > 10x the L2), median per round.
 // Memory: what the fwd+bwd allocates beyond its inputs (q, k, v, g, beta, dO, dht): o, ht,
-// the gradients, the backward's workspace and (states) the saved states. Prints one "RESULT"
+// the gradients, the backward's workspace, (replay) the forward's workspace and the kept G and
+// Δ~, (states) the saved states. Prints one "RESULT"
 // line per (shape, variant); run_gdn_bwd.sh joins them with fla's. Built by run_gdn_bwd.sh.
 #include <algorithm>
 #include <pthread.h>
@@ -49,7 +51,7 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bwd_bench: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20);
-    // BENCHMARKS.md's three kernel shapes, then one GDN layer of configs/fla-220m.ini (issue 7)
+    // BENCHMARKS.md's three kernel shapes, then one GDN layer of configs/fla-220m.ini
     const int shapes[4][5] = {{8, 4096, 16, 128, 128}, {4, 4096, 16, 128, 256}, {1, 32768, 16, 128, 128},
                               {16, 2048, 4, 128, 256}};
     int fails = 0;
@@ -104,14 +106,22 @@ int main(int argc, char **argv) {
         f.o = o; f.ht = ht;
         gdn_bwd_params p;
         memset(&p, 0, sizeof p);
-        p.B = B; p.T = T; p.H = H; p.Dk = Dk; p.Dv = Dv;
-        p.mode = f.mode;
-        p.dtype = GDN_DTYPE_BF16;
+        p.fwd = f;
+        p.fwd.o = NULL; p.fwd.ht = NULL;
         p.dq = dq; p.dk = dk; p.dv = dv; p.dg = dg; p.dbeta = db; p.dh0 = dh0;
         const size_t ws_re = gdn_chunk_bwd_workspace_bytes(&p);
-        p.h_states = hs;
+        p.fwd.h_states = hs;
         const size_t ws_st = gdn_chunk_bwd_workspace_bytes(&p);
-        p.h_states = NULL;
+        p.fwd.h_states = NULL;
+        // replay: the forward's workspace and what it keeps (G, Δ~)
+        size_t keep_g_bytes, keep_dt_bytes;
+        const size_t keep_bytes = gdn_chunk_fwd_keep_bytes(&f, &keep_g_bytes, &keep_dt_bytes);
+        const size_t fws_bytes = gdn_chunk_fwd_workspace_bytes(&f);
+        float *keep_g;
+        void *keep_dt, *fws;
+        CUDA_CHECK(cudaMalloc(&keep_g, keep_g_bytes));
+        CUDA_CHECK(cudaMalloc(&keep_dt, keep_dt_bytes));
+        CUDA_CHECK(cudaMalloc(&fws, fws_bytes));
         void *ws;
         CUDA_CHECK(cudaMalloc(&ws, ws_re));
         p.workspace = ws;
@@ -121,15 +131,26 @@ int main(int argc, char **argv) {
                                          2 * N * 4 + NS * 4) / 1048576.0;
         auto set_inputs = [&](const inset &s) {
             f.q = s.q; f.k = s.k; f.v = s.v; f.g = s.g; f.beta = s.beta;
-            p.q = s.q; p.k = s.k; p.v = s.v; p.g = s.g; p.beta = s.beta; p.dO = s.dO; p.dht = s.dht;
+            p.fwd.q = s.q; p.fwd.k = s.k; p.fwd.v = s.v; p.fwd.g = s.g; p.fwd.beta = s.beta;
+            p.dO = s.dO; p.dht = s.dht;
         };
 
+        // variant 0 recompute, 1 replay, 2 states (saved)
+        enum { NVAR = 3 };
+        auto set_variant = [&](int var) {
+            f.h_states = var == 2 ? hs : NULL;
+            f.workspace = var == 1 ? fws : NULL;
+            f.keep_g = var == 1 ? keep_g : NULL;
+            f.keep_dt = var == 1 ? keep_dt : NULL;
+            p.fwd.h_states = f.h_states;
+            p.fwd.keep_g = f.keep_g;
+            p.fwd.keep_dt = f.keep_dt;
+            p.workspace_bytes = var == 2 ? ws_st : ws_re;
+        };
         if (quick) {
             set_inputs(in[0]);
-            for (int var = 0; var < 2; var++) {
-                f.h_states = var ? hs : NULL;
-                p.h_states = var ? hs : NULL;
-                p.workspace_bytes = var ? ws_st : ws_re;
+            for (int var = 0; var < NVAR; var++) {
+                set_variant(var);
                 gdn_chunk_fwd(&f);
                 gdn_chunk_bwd(&p);
             }
@@ -167,13 +188,11 @@ int main(int argc, char **argv) {
         if (pthread_create(&th, NULL, headref_run, &R)) gdn_die("pthread_create failed");
 
         // per variant: a checked run (poisoned outputs, input set 0), then the timing
-        const char *vname[2] = {"recompute", "states"};
-        std::vector<std::vector<double>> got[2];
-        double times[2][2];
-        for (int var = 0; var < 2; var++) {
-            f.h_states = var ? hs : NULL;
-            p.h_states = var ? hs : NULL;
-            p.workspace_bytes = var ? ws_st : ws_re;
+        const char *vname[NVAR] = {"recompute", "replay", "states"};
+        std::vector<std::vector<double>> got[NVAR];
+        double times[NVAR][2];
+        for (int var = 0; var < NVAR; var++) {
+            set_variant(var);
             auto run = [&]() {
                 gdn_chunk_fwd(&f);
                 gdn_chunk_bwd(&p);
@@ -218,14 +237,14 @@ int main(int argc, char **argv) {
             CUDA_CHECK(cudaEventDestroy(e0));
             CUDA_CHECK(cudaEventDestroy(e1));
         }
-        // forward alone (with and without states) for the split fwd / bwd
-        double fwd_ms[2];
+        // forward alone (each variant's) for the split fwd / bwd
+        double fwd_ms[NVAR];
         {
             cudaEvent_t e0, e1;
             CUDA_CHECK(cudaEventCreate(&e0));
             CUDA_CHECK(cudaEventCreate(&e1));
-            for (int var = 0; var < 2; var++) {
-                f.h_states = var ? hs : NULL;
+            for (int var = 0; var < NVAR; var++) {
+                set_variant(var);
                 std::vector<float> ms;
                 for (int it = -3; it < 20; it++) {
                     set_inputs(in[(it + 4) & 1]);
@@ -245,7 +264,7 @@ int main(int argc, char **argv) {
         if (pthread_join(th, NULL)) gdn_die("pthread_join failed");
         const std::vector<double> *ref[6] = {&R.dq, &R.dk, &R.dv, &R.dg, &R.db, &R.dh0};
         const char *gname[6] = {"dq", "dk", "dv", "dg", "db", "dh0"};
-        for (int var = 0; var < 2; var++) {
+        for (int var = 0; var < NVAR; var++) {
             double worst = 0;
             char errs[256];
             int off = 0;
@@ -256,8 +275,9 @@ int main(int argc, char **argv) {
             }
             const bool ok = worst <= 1e-2;
             fails += !ok;
-            const double ws_mib = (double)(var ? ws_st : ws_re) / 1048576.0;
-            const double extra = outs_mib + ws_mib + (var ? hs_bytes / 1048576.0 : 0.0);
+            const double ws_mib = (double)(var == 2 ? ws_st : ws_re) / 1048576.0;
+            const double kept = var == 2 ? (double)hs_bytes : var == 1 ? (double)(keep_bytes + fws_bytes) : 0.0;
+            const double extra = outs_mib + ws_mib + kept / 1048576.0;
             const double best = std::min(times[var][0], times[var][1]);
             printf("RESULT B%d_T%d_H%d_dk%d_dv%d %s dvb %d ms %.4f %.4f fwd_ms %.4f bwd_ms %.4f "
                    "ws_mib %.0f extra_mib %.0f err%s %s\n",
@@ -271,7 +291,7 @@ int main(int argc, char **argv) {
                 CUDA_CHECK(cudaFree(x));
         }
         for (void *x : {(void *)o, (void *)ht, (void *)dq, (void *)dk, (void *)dv, (void *)dg,
-                        (void *)db, (void *)dh0, (void *)hs, ws})
+                        (void *)db, (void *)dh0, (void *)hs, ws, (void *)keep_g, keep_dt, fws})
             CUDA_CHECK(cudaFree(x));
     }
     printf("gdn_bwd_bench: %d check failures\n", fails);

@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_fwd_bench: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20);
-    // BENCHMARKS.md's three kernel shapes, then one GDN layer of configs/fla-220m.ini (issue 7)
+    // BENCHMARKS.md's three kernel shapes, then one GDN layer of configs/fla-220m.ini
     const int shapes[4][5] = {{8, 4096, 16, 128, 128}, {4, 4096, 16, 128, 256}, {1, 32768, 16, 128, 128},
                               {16, 2048, 4, 128, 256}};
     int fails = 0;

@@ -124,7 +124,8 @@ static void test_defaults(void) {
           c.mlp_hidden == 0 && c.norm_eps == 1e-6 && c.init_std == 0.02);
     check("[gdn]", c.gdn_n_heads == 2 && c.gdn_head_dim == 32 && c.gdn_expand_v == 2 &&
           c.gdn_conv_size == 4 && c.gdn_short_conv && c.gdn_output_gate && c.gdn_gate &&
-          c.gdn_delta && !c.gdn_allow_neg_eigval && c.gdn_chunk_size == 64 && !c.gdn_save_states);
+          c.gdn_delta && !c.gdn_allow_neg_eigval && c.gdn_chunk_size == 64 &&
+          c.gdn_bwd_states == GDN_BWD_STATES_REPLAY);
     check("[swa]", c.swa_n_heads == 2 && c.swa_head_dim == 32 && c.swa_window == 64 &&
           c.swa_rope_base == 10000 && c.swa_deterministic);
     check("[data]", strcmp(c.data_path, "data/tinyshakespeare.h5") == 0 && c.seq_len == 128);

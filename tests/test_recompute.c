@@ -7,7 +7,7 @@
 // all dropouts), G without conv and output gate (untied), A, and with the CUDA backend's fused
 // input projections (fuse_projections: q..z as one GEMM with the conv; a, b, z as one without;
 // the MLP's gate and up as one GEMM, SwiGLU on its strided halves; the first of them also with
-// the LM head in row chunks and gdn.save_states), each mode against the same model with
+// the LM head in row chunks and gdn.bwd_states = saved), each mode against the same model with
 // recompute off:
 //   - the loss and every gradient are bitwise equal, over three steps (two micro-batches with
 //     gradient accumulation each; the second forward overwrites the shared buffers the first
@@ -37,7 +37,7 @@ static void test_case(const char *name, const char *pattern, bool conv, bool oga
     c.gdn_output_gate = ogate;
     if (extras) {  // the LM head in row chunks of 7 tokens, the GDN chunk-start states kept
         c.head_chunk_rows = 7;
-        c.gdn_save_states = true;
+        c.gdn_bwd_states = GDN_BWD_STATES_SAVED;
     }
     backend be = backend_cpu;
     be.fuse_projections = fused;
@@ -96,7 +96,7 @@ int main(void) {
     test_case("G: no conv, no output gate, untied", "G", false, false, false, false, false);
     test_case("A: attention only", "A", true, true, true, false, false);
     test_case("GSA, fused projections q..z (the CUDA layout), LM head in row chunks, "
-              "gdn.save_states", "GSA", true, true, true, true, true);
+              "gdn.bwd_states = saved", "GSA", true, true, true, true, true);
     test_case("G, fused projections a, b, z, no conv", "G", false, true, false, true, false);
     return gc_finish("test_recompute");
 }

@@ -1,18 +1,24 @@
-// test_save_states.c — gdn.save_states on the float64 CPU backend: the forward keeps the rule's
-// chunk-start states (gdn_cpu_params.hs, gdn_op.hs) and the backward reads them instead of
-// recomputing them with its own forward scan.
+// test_save_states.c — gdn.bwd_states on the float64 CPU backend: with saved the forward keeps
+// the rule's chunk-start states (gdn_cpu_params.hs, gdn_op.hs) and the backward reads them instead
+// of recomputing them with its own forward scan (replay and recompute: the CPU backend keeps
+// nothing to replay from, both recompute).
 //   - op level (gdn_chunk_fwd_cpu -> gdn_chunk_bwd_cpu): the gradients with the forward's states
 //     equal those of the recomputing backward within 1e-12 relative, for T a multiple of the chunk
 //     and not, with and without an initial state, gate / delta on and off; and a negative control:
 //     one state element moved by 1e-6 moves the gradients beyond that bound (the backward reads
 //     the states it is given);
 //   - model level (patterns GS and G, two micro-batches, with and without train.recompute): the
-//     loss bitwise, every gradient within 1e-12 of the model without save_states, and the
-//     activation arena larger by the states' size.
+//     loss bitwise, every gradient within 1e-12 of the model with gdn.bwd_states = replay (the
+//     default), and the activation arena larger by the states' size; recompute: the loss and
+//     every gradient bitwise those of replay, the same arena;
+//   - config: gdn.bwd_states takes replay | recompute | saved, not the boolean words; a config
+//     file that still sets gdn.save_states fails with a hint to gdn.bwd_states, a checkpoint's
+//     config text with it loads as bwd_states (true: saved, false: replay).
 // The CUDA side (gdn_fwd_params.h_states -> gdn_bwd_params.h_states) is checked bitwise by
 // tests/gpu/test_gdn_bwd.cu (its "states" rows) and tests/gpu/test_model_cuda.cu.
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 #include "../src/bwd/bwd_cpu.h"
 #include "../src/core/config.h"
 #include "../src/core/rng.h"
@@ -106,22 +112,30 @@ static void model_case(const char *pattern, bool recompute) {
     c.recompute = recompute;
     c.dropout = 0.1;
     model *m0 = model_create(&c, &backend_cpu, MB, MT);
-    c.gdn_save_states = true;
+    c.gdn_bwd_states = GDN_BWD_STATES_SAVED;
     model *m1 = model_create(&c, &backend_cpu, MB, MT);
+    c.gdn_bwd_states = GDN_BWD_STATES_RECOMPUTE;
+    model *m2 = model_create(&c, &backend_cpu, MB, MT);
     model_init_params(m0, 5);
     model_init_params(m1, 5);
+    model_init_params(m2, 5);
     printf("\n== model, pattern %s x %d layers, recompute %d\n", pattern, m0->L, recompute);
     rng_t r;
     rng_init(&r, 3, 0);
     int32_t x[2 * MB * MT], y[2 * MB * MT];
     for (int i = 0; i < 2 * MB * MT; i++) x[i] = (int32_t)rng_below(&r, V), y[i] = (int32_t)rng_below(&r, V);
     double l0 = tiny_train2(m0, x, y, MB, MT), l1 = tiny_train2(m1, x, y, MB, MT);
+    double l2 = tiny_train2(m2, x, y, MB, MT);
     char det[80];
     snprintf(det, sizeof det, "%.17g", l0);
-    check_row(memcmp(&l0, &l1, sizeof l0) == 0, "training loss bitwise equal", det);
+    check_row(memcmp(&l0, &l1, sizeof l0) == 0, "saved: training loss bitwise equal", det);
     double e = rel_diff(m1->grad_mem, m0->grad_mem, m0->n_elems);
     snprintf(det, sizeof det, "rel %.2e <= 1e-12", e);
-    check_row(e <= 1e-12, "every gradient within 1e-12", det);
+    check_row(e <= 1e-12, "saved: every gradient within 1e-12", det);
+    check_row(memcmp(&l0, &l2, sizeof l0) == 0 &&
+                  memcmp(m0->grad_mem, m2->grad_mem, m0->n_elems * sizeof(double)) == 0 &&
+                  m2->a_acts.size == m0->a_acts.size,
+              "recompute: loss, gradients and arena those of replay", "bitwise");
     int ng = 0;
     for (int l = 0; l < m0->L; l++) ng += m0->lp[l].kind == 'G';
     size_t want = (size_t)ng * MB * m0->H * GDN_CDIV(MT, 8) * m0->dk * m0->dv * sizeof(double);
@@ -129,6 +143,72 @@ static void model_case(const char *pattern, bool recompute) {
     check_row(m1->a_acts.size >= m0->a_acts.size + want, "activation arena holds the states", det);
     model_free(m0);
     model_free(m1);
+    model_free(m2);
+}
+
+// config text (as a file, or as a checkpoint's text) -> *c; false on an error, whose stderr text
+// goes to err (n bytes)
+static bool load_text(gdn_config *c, const char *text, bool as_file, char *err, size_t n) {
+    char path[] = "/tmp/test_save_states_XXXXXX";
+    if (as_file) {
+        int fd;
+        CHECK_SYS(fd = mkstemp(path));
+        CHECK_SYS(write(fd, text, strlen(text)));
+        CHECK_SYS(close(fd));
+    }
+    FILE *f = tmpfile();
+    CHECK_PTR(f);
+    fflush(stderr);
+    int saved;
+    CHECK_SYS(saved = dup(2));
+    CHECK_SYS(dup2(fileno(f), 2));
+    const bool ok = as_file ? config_load(c, path, NULL, 0) : config_load_string(c, text, "t.ini");
+    fflush(stderr);
+    CHECK_SYS(dup2(saved, 2));
+    CHECK_SYS(close(saved));
+    if (as_file) CHECK_SYS(unlink(path));
+    rewind(f);
+    const size_t got = fread(err, 1, n - 1, f);
+    err[got] = '\0';
+    fclose(f);
+    return ok;
+}
+
+// gdn.bwd_states through the config loader: its three names, no boolean words, the replaced
+// gdn.save_states named in a config file's error, and read as bwd_states in a checkpoint's text
+static void config_case(void) {
+    printf("\n== config: gdn.bwd_states\n");
+    static const struct { const char *v; gdn_bwd_states_mode want; } ok[] = {
+        {"replay", GDN_BWD_STATES_REPLAY}, {"recompute", GDN_BWD_STATES_RECOMPUTE},
+        {"saved", GDN_BWD_STATES_SAVED}};
+    gdn_config c;
+    config_defaults(&c);
+    check_row(c.gdn_bwd_states == GDN_BWD_STATES_REPLAY, "default: replay", "");
+    char text[64], err[1024];
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        snprintf(text, sizeof text, "[gdn]\nbwd_states = %s\n", ok[i].v);
+        config_defaults(&c);
+        const bool loaded = load_text(&c, text, true, err, sizeof err);
+        check_row(loaded && c.gdn_bwd_states == ok[i].want, ok[i].v, loaded ? "loaded" : err);
+    }
+    config_defaults(&c);
+    bool failed = !load_text(&c, "[gdn]\nbwd_states = true\n", true, err, sizeof err);
+    check_row(failed, "gdn.bwd_states = true: an error", failed ? "" : "loaded");
+    config_defaults(&c);
+    failed = !load_text(&c, "[gdn]\nsave_states = true\n", true, err, sizeof err);
+    err[strcspn(err, "\n")] = '\0';
+    check_row(failed && strstr(err, "gdn.bwd_states = saved") != NULL,
+              "gdn.save_states in a config file: an error naming gdn.bwd_states = saved", err);
+    for (int v = 0; v < 2; v++) {  // a checkpoint's text written with save_states
+        snprintf(text, sizeof text, "[gdn]\nsave_states = %s\n", v ? "true" : "false");
+        config_defaults(&c);
+        const bool loaded = load_text(&c, text, false, err, sizeof err);
+        const gdn_bwd_states_mode want = v ? GDN_BWD_STATES_SAVED : GDN_BWD_STATES_REPLAY;
+        check_row(loaded && c.gdn_bwd_states == want,
+                  v ? "checkpoint text save_states = true: read as saved"
+                    : "checkpoint text save_states = false: read as replay",
+                  loaded ? "loaded" : err);
+    }
 }
 
 int main(void) {
@@ -142,5 +222,6 @@ int main(void) {
     model_case("GS", false);
     model_case("GS", true);
     model_case("G", false);
+    config_case();
     return gc_finish("test_save_states");
 }

@@ -1,9 +1,11 @@
 // gdn_bwd_cuda.h — CUDA backward of the chunkwise gated delta rule (DESIGN 3.2). Given q, k, v,
 // g, beta, the optional initial state, dO and the optional gradient of the final state, it
 // writes dq, dk, dv, dg, dbeta and the initial-state gradient (all "=", bwd_cpu.h's rule).
-// Nothing of the forward is needed except, optionally, its chunk-start states (gdn.save_states):
-// without them a second forward scan (gdn_chunk_fwd with h_states into the workspace and
-// o = NULL: states only) recomputes them. Then, on the stream, in order (src/bwd/gdn_chunk.cu says the maths):
+// Its chunk-start states come from the forward (gdn.bwd_states, in fwd): saved (fwd.h_states),
+// replayed from what the forward kept (fwd.keep_g, fwd.keep_dt: S = gamma_C S + Δ~^T K a chunk)
+// or, with neither, recomputed by a second forward scan (gdn_chunk_fwd with h_states into the
+// workspace and o = NULL: states only); all three give the same bits. Then, on the stream, in
+// order (src/bwd/gdn_chunk.cu says the maths):
 //   prep   per chunk      T = (I+A)^{-1} diag(beta) (fp32 solve), W, KHg = diag(gamma) K H,
 //                         dΔ_loc = P^T dO, P and Gam ⊙ K K^T            -> workspace
 //   scan   per (b, h, value block), chunks in reverse, dH on chip:
@@ -11,7 +13,7 @@
 //                         dH = gamma_C dH' + (diag(gamma) Q)^T dO - W^T dΔ  -> dΔ, dH' per chunk
 //   final  per chunk      Δ = T (V - KHg), dV = T^T dΔ, dq, dk, dbeta, dg (cancellation-free)
 // With bf16 inputs and Dk <= 128 the final kernel forms P, Gam ⊙ K K^T, KHg and dΔ itself
-// (prep stores only T's Linv, W and dΔ_loc, the scan no dΔ): a smaller workspace.
+// (prep stores only Linv, W and P's bf16 plane, the scan no dΔ): a smaller workspace.
 // Deterministic: no atomics; every sum has a fixed order, so equal inputs give equal bits.
 //
 // Layout as gdn_fwd_params (gdn_cuda.h): q, k, dq, dk (B,T,H,Dk); v, dO, dv (B,T,H,Dv) in
@@ -27,26 +29,19 @@ extern "C" {
 #endif
 
 typedef struct {
-    int B, T, H, Dk, Dv;      // Dk in {64, 128, 256}, Dv in {Dk, 2 Dk}, T >= 0
-    gdn_mode mode;            // gate false: g ignored (may be NULL), dg not written;
-                              // delta false: beta ignored, dbeta not written
-    gdn_dtype dtype;          // of q, k, v, dO, dq, dk, dv
-    const void *q, *k;        // (B,T,H,Dk)
-    const void *v;            // (B,T,H,Dv)
-    const float *g, *beta;    // (B,T,H)
-    const float *h0;          // (B,H,Dk,Dv) initial state, NULL = zero
+    gdn_fwd_params fwd;       // the forward's: B, T, H, Dk, Dv (Dk in {64, 128, 256}, Dv in {Dk,
+                              // 2 Dk}), mode (gate false: g ignored, dg not written; delta false:
+                              // beta ignored, dbeta not written), dtype (also of dO, dq, dk, dv),
+                              // q, k, v, g, beta, h0 (NULL = zero), stream, and what it saved or
+                              // kept for the backward: h_states (saved chunk-start states) or
+                              // keep_g and keep_dt (the replay's; their keep_ready is implied),
+                              // NULL = recompute the states into the workspace. Not read: o, ht,
+                              // workspace, dv_block, p_from_prep, keep_ready.
     const void *dO;           // (B,T,H,Dv) gradient of o
     const float *dht;         // (B,H,Dk,Dv) gradient of the final state, NULL = zero
     void *dq, *dk, *dv;       // written (=), same layout and dtype as q, k, v
     float *dg, *dbeta;        // (B,T,H) written (=); NULL = not wanted
     float *dh0;               // (B,H,Dk,Dv) written (=); NULL = not wanted
-    const float *h_states;    // (B,H,NC,Dk,Dv) chunk-start states kept by the forward
-                              // (gdn.save_states), NULL = recompute them into the workspace
-    const void *fwd_keep_t;   // without h_states: what the forward kept on the same q, k, v, g,
-    const float *fwd_keep_g;  // beta (gdn_fwd_params.keep_t, keep_g, keep_dt), so that the
-    const void *fwd_keep_dt;  // recompute of the states skips its prep kernel (keep_g and
-                              // keep_t) or replays them (keep_g and keep_dt): the same bits;
-                              // NULL = the recompute forms them again
     void *workspace;          // device scratch, 256-byte aligned,
     size_t workspace_bytes;   //   >= gdn_chunk_bwd_workspace_bytes(this)
     int dv_block;             // value columns per scan CTA: 0 = choose, else 16, 32 or 64
@@ -54,7 +49,9 @@ typedef struct {
     int scan_stages;          // chunks in flight per scan CTA: 0 = choose (1 when the grid has
                               // more CTAs than SMs and two fit per SM, else 2), 1 or 2 = force
                               // (tests: both give bitwise the same gradients)
-    cudaStream_t stream;
+    bool final_mma_sync;      // true: the mma.sync final kernel also where the wgmma one would
+                              // run (bf16, Dk 128, delta on, sm_90a); tests cover the portable
+                              // path with it on Hopper
 } gdn_bwd_params;
 
 // Device scratch the backward needs for p's shapes, dtype, mode and h_states (bytes).

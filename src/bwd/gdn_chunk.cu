@@ -100,7 +100,7 @@ void set_smem(K kern, int bytes) {
 // gdn_bwd_prep_rc_kernel on the recompute path (bf16, Dk <= 128), gdn_bwd_prep_kernel off it
 template <int DK, int NP>
 void gdn_bwd_prep_launch(const bwd_args &a) {
-    const dim3 grid(a.NC, a.p.H, a.p.B);
+    const dim3 grid(a.NC, a.p.fwd.H, a.p.fwd.B);
     if constexpr (recompute_path(DK, NP)) {
         using L2 = prep_rc_layout<DK, NP>;
         static bool attr2_done = false;
@@ -117,7 +117,7 @@ void gdn_bwd_prep_launch(const bwd_args &a) {
                                 "(registers or shared memory): slower than planned\n", per_sm);
             attr2_done = true;
         }
-        gdn_bwd_prep_rc_kernel<DK, NP><<<grid, 128, L2::BYTES, a.p.stream>>>(a);
+        gdn_bwd_prep_rc_kernel<DK, NP><<<grid, 128, L2::BYTES, a.p.fwd.stream>>>(a);
     } else {
         using L = prep_layout<DK, NP>;
         static bool attr_done = false;  // one attribute call per instance
@@ -125,7 +125,7 @@ void gdn_bwd_prep_launch(const bwd_args &a) {
             set_smem(gdn_bwd_prep_kernel<DK, NP>, L::BYTES);
             attr_done = true;
         }
-        gdn_bwd_prep_kernel<DK, NP><<<grid, 128, L::BYTES, a.p.stream>>>(a);
+        gdn_bwd_prep_kernel<DK, NP><<<grid, 128, L::BYTES, a.p.fwd.stream>>>(a);
     }
     CUDA_CHECK_LAUNCH();
 }
@@ -143,7 +143,7 @@ template <int DK, int DVB, int NP, int SMAX, bool PIPE = false>
 void gdn_bwd_scan_launch_stages(const bwd_args &a, dim3 grid) {
     gdn_bwd_scan_attr<DK, DVB, NP, SMAX, PIPE>();
     gdn_bwd_scan_kernel<DK, DVB, NP, SMAX, PIPE>
-        <<<grid, 128, scan_layout<DK, DVB, NP, SMAX>::BYTES, a.p.stream>>>(a);
+        <<<grid, 128, scan_layout<DK, DVB, NP, SMAX>::BYTES, a.p.fwd.stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
 // The pipelined one-stage scan (gdn_bwd_scan_kernel PIPE) runs where the inputs are bf16 and
@@ -160,7 +160,7 @@ constexpr bool scan_pipe_ok() {
 template <int DK, int DVB, int NP>
 void gdn_bwd_scan_launch(const bwd_args &a) {
     constexpr bool pipe = scan_pipe_ok<DK, DVB, NP>();
-    const dim3 grid(a.p.Dv / DVB, a.p.H, a.p.B);
+    const dim3 grid(a.p.fwd.Dv / DVB, a.p.fwd.H, a.p.fwd.B);
     static int sms = 0, two_fit = -1;
     if (two_fit < 0) {  // (asked of the one-stage kernel that runs)
         int dev = 0, per_sm = 0;
@@ -186,29 +186,24 @@ void gdn_bwd_final_launch_path(const bwd_args &a) {
         set_smem(gdn_bwd_final_kernel<DK, NP, WGMMA>, L::BYTES);
         attr_done = true;
     }
-    const dim3 grid(a.NC, a.p.H, a.p.B);
-    gdn_bwd_final_kernel<DK, NP, WGMMA><<<grid, 256, L::BYTES, a.p.stream>>>(a);
+    const dim3 grid(a.NC, a.p.fwd.H, a.p.fwd.B);
+    gdn_bwd_final_kernel<DK, NP, WGMMA><<<grid, 256, L::BYTES, a.p.fwd.stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
 // Whether the wgmma final kernel runs for bf16 with Dk = 128 and delta on: not with
 // final_mma_sync (tests: the mma.sync kernel, the portable path, on Hopper), nor on a device
 // without an sm_90a image (cuda_check.h, cuda_sm90a_image_runs: a build without the sm_90a image
-// would run the compute_80 PTX, JIT-compiled to the trap). The wgmma kernel's backward is ~8%
-// faster than the mma.sync kernel's on an H200 (bench/gdn_bwd.md). Dk 64 (its 32 key columns per
-// warpgroup would need m64n32), Dk 256, fp32 and delta off (no -γdV) always take the mma.sync
-// kernel.
+// would run the compute_80 PTX, JIT-compiled to the trap). bench/gdn_bwd.md has the two kernels'
+// times. Dk 64 (its 32 key columns per warpgroup would need m64n32), Dk 256, fp32 and delta off
+// (no -γdV) always take the mma.sync kernel.
 bool final_wgmma() {
-    static int env = -1, image = -1;  // concurrent first calls store the same values
-    if (env < 0) {
-        const char *s = getenv("GDN_BWD_WGMMA");
-        env = s && strcmp(s, "0") == 0 ? 0 : 1;
-    }
-    return env && cuda_sm90a_image_runs(gdn_bwd_final_kernel<128, 1, true>, &image);
+    static int image = -1;  // concurrent first calls store the same value
+    return cuda_sm90a_image_runs(gdn_bwd_final_kernel<128, 1, true>, &image);
 }
 template <int DK, int NP>
 void gdn_bwd_final_launch(const bwd_args &a) {
     if constexpr (DK == 128 && NP == 1) {
-        if (a.p.mode.delta && final_wgmma()) {
+        if (a.p.fwd.mode.delta && !a.p.final_mma_sync && final_wgmma()) {
             gdn_bwd_final_launch_path<DK, NP, true>(a);
             return;
         }
@@ -235,36 +230,26 @@ void gdn_bwd_run(const bwd_args &a, int dvb) {
     gdn_bwd_final_launch<DK, NP>(a);
 }
 
-// The second forward scan's parameters: chunk-start states into hs, no o (the states-only
-// forward); the workspace is set by the caller
-gdn_fwd_params recompute_fwd_params(const gdn_bwd_params *p, float *hs) {
-    gdn_fwd_params f;
-    memset(&f, 0, sizeof f);
-    f.B = p->B;
-    f.T = p->T;
-    f.H = p->H;
-    f.Dk = p->Dk;
-    f.Dv = p->Dv;
-    f.mode = p->mode;
-    f.dtype = p->dtype;
-    f.q = p->q;
-    f.k = p->k;
-    f.v = p->v;
-    f.g = p->g;
-    f.beta = p->beta;
-    f.h0 = p->h0;
+// The forward's parameters for the chunk-start states: into hs, no o (the states-only forward),
+// replayed when the forward kept G and Δ~ (keep_g, keep_dt), else recomputed; the workspace is
+// set by the caller
+gdn_fwd_params states_fwd_params(const gdn_bwd_params *p, float *hs) {
+    gdn_fwd_params f = p->fwd;
+    f.o = NULL;
     f.ht = NULL;
     f.h_states = hs;
-    f.keep_t = (void *)p->fwd_keep_t;  // the forward's T, G or Δ~: no prep kernel, or a replay
-    f.keep_g = (float *)p->fwd_keep_g;
-    f.keep_dt = (void *)p->fwd_keep_dt;
-    f.keep_ready = p->fwd_keep_g && (p->fwd_keep_t || p->fwd_keep_dt);
+    f.workspace = NULL;
     f.dv_block = 0;
-    f.stream = p->stream;
+    f.p_from_prep = 0;
+    f.keep_ready = f.keep_g && f.keep_dt;
+    if (!f.keep_ready) {  // nothing to replay from: recompute, writing none of the caller's buffers
+        f.keep_g = NULL;
+        f.keep_dt = NULL;
+    }
     return f;
 }
 bool gdn_bwd_rc(const gdn_bwd_params *p) {  // the kernels' recompute_path
-    return recompute_path(p->Dk, p->dtype == GDN_DTYPE_FP32 ? 2 : 1);
+    return recompute_path(p->fwd.Dk, p->fwd.dtype == GDN_DTYPE_FP32 ? 2 : 1);
 }
 size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 // Workspace carving: one table, walked by the size query and by the entry alike.
@@ -272,19 +257,19 @@ struct ws_plan {
     size_t off_hs, off_dhs, off_dd, off_pa, off_lv, off_wp, off_kp, total;
 };
 ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
-    const size_t NC = (size_t)(p->T + GDN_CHUNK - 1) / GDN_CHUNK;
-    const size_t nch = (size_t)p->B * p->H * NC, C2 = (size_t)GDN_CHUNK;
-    const size_t NP = p->dtype == GDN_DTYPE_FP32 ? 2 : 1;
-    const size_t Dk = p->Dk, Dv = p->Dv;
+    const size_t NC = (size_t)(p->fwd.T + GDN_CHUNK - 1) / GDN_CHUNK;
+    const size_t nch = (size_t)p->fwd.B * p->fwd.H * NC, C2 = (size_t)GDN_CHUNK;
+    const size_t NP = p->fwd.dtype == GDN_DTYPE_FP32 ? 2 : 1;
+    const size_t Dk = p->fwd.Dk, Dv = p->fwd.Dv;
     const bool rc = gdn_bwd_rc(p);
     ws_plan w;
     size_t o = 0;
     w.off_hs = o;
-    if (!p->h_states) o += align256(nch * Dk * Dv * 4);
+    if (!p->fwd.h_states) o += align256(nch * Dk * Dv * 4);
     w.off_dhs = o;
     size_t dhs = nch * Dk * Dv * 4;
-    if (rc && !p->h_states) {  // the forward's workspace lives here until prep starts
-        const gdn_fwd_params f = recompute_fwd_params(p, NULL);
+    if (rc && !p->fwd.h_states) {  // the forward's workspace lives here until prep starts
+        const gdn_fwd_params f = states_fwd_params(p, NULL);
         const size_t fws = gdn_chunk_fwd_workspace_bytes(&f);  // > dhs only at Dk = Dv = 64
         dhs = dhs > fws ? dhs : fws;
     }
@@ -294,7 +279,7 @@ ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
     w.off_pa = o;  // (recompute path: prep_rc's bf16 P plane for the scan)
     o += rc ? align256(nch * C2 * C2 * 2) : align256(nch * C2 * C2 * 4);
     w.off_lv = w.off_wp = w.off_kp = o;
-    if (p->mode.delta) {  // Linv and KHg: hi + lo bf16 planes whatever the dtype; W: NP planes
+    if (p->fwd.mode.delta) {  // Linv and KHg: hi + lo bf16 planes whatever the dtype; W: NP planes
         w.off_lv = o;
         o += align256(nch * 2 * C2 * C2 * 2);
         w.off_wp = o;
@@ -322,67 +307,67 @@ extern "C" size_t gdn_chunk_bwd_workspace_bytes(const gdn_bwd_params *p) {
 
 extern "C" int gdn_chunk_bwd_dv_block(const gdn_bwd_params *p) {
     if (p->dv_block) return p->dv_block;
-    if (p->dtype == GDN_DTYPE_FP32) return 16;
+    if (p->fwd.dtype == GDN_DTYPE_FP32) return 16;
     int dev = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     // the largest block (least repeated chunk-local loads) that still fills every SM
-    for (int d = p->Dk <= 128 ? 64 : 32; d >= 16; d /= 2)
-        if ((long)p->B * p->H * (p->Dv / d) >= sms) return d;
+    for (int d = p->fwd.Dk <= 128 ? 64 : 32; d >= 16; d /= 2)
+        if ((long)p->fwd.B * p->fwd.H * (p->fwd.Dv / d) >= sms) return d;
     return 16;
 }
 
 extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
     if (!p) gdn_die("gdn_chunk_bwd: params is NULL");
-    if (p->B < 1 || p->H < 1 || p->T < 0)
-        gdn_die("gdn_chunk_bwd: bad shape B %d T %d H %d (B, H >= 1, T >= 0)", p->B, p->T, p->H);
-    if (p->Dk != 64 && p->Dk != 128 && p->Dk != 256)
+    if (p->fwd.B < 1 || p->fwd.H < 1 || p->fwd.T < 0)
+        gdn_die("gdn_chunk_bwd: bad shape B %d T %d H %d (B, H >= 1, T >= 0)", p->fwd.B, p->fwd.T,
+                p->fwd.H);
+    if (p->fwd.Dk != 64 && p->fwd.Dk != 128 && p->fwd.Dk != 256)
         gdn_die("gdn_chunk_bwd: Dk %d not supported\nHINT: kernels are built for Dk = 64, 128, 256",
-                p->Dk);
-    if (p->Dv != p->Dk && p->Dv != 2 * p->Dk)
+                p->fwd.Dk);
+    if (p->fwd.Dv != p->fwd.Dk && p->fwd.Dv != 2 * p->fwd.Dk)
         gdn_die("gdn_chunk_bwd: Dv %d not supported with Dk %d\nHINT: Dv = Dk or 2 Dk (expand_v 1 "
-                "or 2)", p->Dv, p->Dk);
-    if (p->dtype != GDN_DTYPE_BF16 && p->dtype != GDN_DTYPE_FP32)
-        gdn_die("gdn_chunk_bwd: unknown dtype %d", (int)p->dtype);
-    const bool f32 = p->dtype == GDN_DTYPE_FP32;
+                "or 2)", p->fwd.Dv, p->fwd.Dk);
+    if (p->fwd.dtype != GDN_DTYPE_BF16 && p->fwd.dtype != GDN_DTYPE_FP32)
+        gdn_die("gdn_chunk_bwd: unknown dtype %d", (int)p->fwd.dtype);
+    const bool f32 = p->fwd.dtype == GDN_DTYPE_FP32;
     const int dvb = gdn_chunk_bwd_dv_block(p);
     if (f32 && dvb != 16)
         gdn_die("gdn_chunk_bwd: dv_block %d with fp32 inputs\nHINT: fp32 runs with dv_block 16",
                 dvb);
     if (p->scan_stages < 0 || p->scan_stages > 2)
         gdn_die("gdn_chunk_bwd: scan_stages %d\nHINT: 0 (choose), 1 or 2", p->scan_stages);
-    if (dvb != 16 && dvb != 32 && !(dvb == 64 && p->Dk <= 128))
+    if (dvb != 16 && dvb != 32 && !(dvb == 64 && p->fwd.Dk <= 128))
         gdn_die("gdn_chunk_bwd: dv_block %d not supported with Dk %d\nHINT: 16, 32, or 64 when "
-                "Dk <= 128", dvb, p->Dk);
+                "Dk <= 128", dvb, p->fwd.Dk);
     const ws_plan w = gdn_bwd_plan(p);
-    if (p->T == 0) {  // no tokens: dh0 = dht
+    if (p->fwd.T == 0) {  // no tokens: dh0 = dht
         if (p->dh0) {
-            const size_t bytes = (size_t)p->B * p->H * p->Dk * p->Dv * 4;
+            const size_t bytes = (size_t)p->fwd.B * p->fwd.H * p->fwd.Dk * p->fwd.Dv * 4;
             if (p->dht)
                 CUDA_CHECK(cudaMemcpyAsync(p->dh0, p->dht, bytes, cudaMemcpyDeviceToDevice,
-                                           p->stream));
+                                           p->fwd.stream));
             else
-                CUDA_CHECK(cudaMemsetAsync(p->dh0, 0, bytes, p->stream));
+                CUDA_CHECK(cudaMemsetAsync(p->dh0, 0, bytes, p->fwd.stream));
         }
         return;
     }
-    gdn_bwd_check_ptr(p->q, 16, "q");
-    gdn_bwd_check_ptr(p->k, 16, "k");
-    gdn_bwd_check_ptr(p->v, 16, "v");
+    gdn_bwd_check_ptr(p->fwd.q, 16, "q");
+    gdn_bwd_check_ptr(p->fwd.k, 16, "k");
+    gdn_bwd_check_ptr(p->fwd.v, 16, "v");
     gdn_bwd_check_ptr(p->dO, 16, "dO");
     gdn_bwd_check_ptr(p->dq, 16, "dq");
     gdn_bwd_check_ptr(p->dk, 16, "dk");
     gdn_bwd_check_ptr(p->dv, 16, "dv");
-    if (p->mode.gate) gdn_bwd_check_ptr(p->g, 4, "g (gate on)");
-    if (p->mode.delta) gdn_bwd_check_ptr(p->beta, 4, "beta (delta on)");
-    if (p->h0) gdn_bwd_check_ptr(p->h0, 4, "h0");
+    if (p->fwd.mode.gate) gdn_bwd_check_ptr(p->fwd.g, 4, "g (gate on)");
+    if (p->fwd.mode.delta) gdn_bwd_check_ptr(p->fwd.beta, 4, "beta (delta on)");
+    if (p->fwd.h0) gdn_bwd_check_ptr(p->fwd.h0, 4, "h0");
     if (p->dht) gdn_bwd_check_ptr(p->dht, 8, "dht");
     if (p->dh0) gdn_bwd_check_ptr(p->dh0, 8, "dh0");
-    if (p->h_states) gdn_bwd_check_ptr(p->h_states, 16, "h_states");
-    if (!p->h_states) {
-        if (p->fwd_keep_t) gdn_bwd_check_ptr(p->fwd_keep_t, 16, "fwd_keep_t");
-        if (p->fwd_keep_g) gdn_bwd_check_ptr(p->fwd_keep_g, 16, "fwd_keep_g");
-        if (p->fwd_keep_dt) gdn_bwd_check_ptr(p->fwd_keep_dt, 16, "fwd_keep_dt");
+    if (p->fwd.h_states) gdn_bwd_check_ptr(p->fwd.h_states, 16, "h_states");
+    if (!p->fwd.h_states) {
+        if (p->fwd.keep_g) gdn_bwd_check_ptr(p->fwd.keep_g, 16, "fwd.keep_g");
+        if (p->fwd.keep_dt) gdn_bwd_check_ptr(p->fwd.keep_dt, 16, "fwd.keep_dt");
     }
     gdn_bwd_check_ptr(p->workspace, 256, "workspace");
     if (p->workspace_bytes < w.total)
@@ -391,7 +376,7 @@ extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
 
     bwd_args a;
     a.p = *p;
-    a.NC = (p->T + GDN_CHUNK - 1) / GDN_CHUNK;
+    a.NC = (p->fwd.T + GDN_CHUNK - 1) / GDN_CHUNK;
     unsigned char *ws = (unsigned char *)p->workspace;
     a.dHs = (float *)(ws + w.off_dhs);
     const bool rc = gdn_bwd_rc(p);
@@ -401,12 +386,12 @@ extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
     a.Wp = (bf16 *)(ws + w.off_wp);
     a.Kp = rc ? NULL : (bf16 *)(ws + w.off_kp);
     a.Pp = rc ? (bf16 *)(ws + w.off_pa) : NULL;  // prep_rc's P, for the scan's dΔ_loc = P^T dO
-    if (p->h_states) {
-        a.Hs = p->h_states;
-    } else {  // second forward scan: chunk-start states only
+    if (p->fwd.h_states) {
+        a.Hs = p->fwd.h_states;
+    } else {  // the chunk-start states: replayed, or recomputed by a second forward scan
         float *hs = (float *)(ws + w.off_hs);
         a.Hs = hs;
-        gdn_fwd_params f = recompute_fwd_params(p, hs);
+        gdn_fwd_params f = states_fwd_params(p, hs);
         // The forward's prep path (T, G once per chunk-head, then the scan) needs a workspace;
         // without one it runs fused, redoing them in every value-block CTA (3.1 vs 1.4 ms at B1
         // T32768 H16, bench/gdn_fwd.md). Lend it a region the backward fills only later: on the
@@ -424,13 +409,13 @@ extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {
         gdn_chunk_fwd(&f);
     }
     if (f32) {
-        switch (p->Dk) {
+        switch (p->fwd.Dk) {
         case 64: gdn_bwd_run<64, 2>(a, dvb); break;
         case 128: gdn_bwd_run<128, 2>(a, dvb); break;
         default: gdn_bwd_run<256, 2>(a, dvb); break;
         }
     } else {
-        switch (p->Dk) {
+        switch (p->fwd.Dk) {
         case 64: gdn_bwd_run<64, 1>(a, dvb); break;
         case 128: gdn_bwd_run<128, 1>(a, dvb); break;
         default: gdn_bwd_run<256, 1>(a, dvb); break;

@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     extern __shared__ __align__(128) unsigned char sm_raw[];
     unsigned char *sm = sm_raw;  // WGMMA: rebased to a 1024-byte boundary (the panels' swizzle)
     if constexpr (WGMMA) sm += (1024u - (smem_u32(sm_raw) & 1023u)) & 1023u;
-    const gdn_bwd_params &p = a.p;
+    const gdn_fwd_params &p = a.p.fwd;  // shapes and inputs; a.p: the gradients
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g4 = lane >> 2, t4 = lane & 3, mw = warp & 3, ch = warp >> 2, m0 = mw * 16;
     const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -374,10 +374,10 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;
     const unsigned char *kg = (const unsigned char *)p.k + row0 * DK * esz;
     const unsigned char *vg = (const unsigned char *)p.v + row0 * DV * esz;
-    const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz;
-    unsigned char *dqg = (unsigned char *)p.dq + row0 * DK * esz;
-    unsigned char *dkg = (unsigned char *)p.dk + row0 * DK * esz;
-    unsigned char *dvg = (unsigned char *)p.dv + row0 * DV * esz;
+    const unsigned char *dog = (const unsigned char *)a.p.dO + row0 * DV * esz;
+    unsigned char *dqg = (unsigned char *)a.p.dq + row0 * DK * esz;
+    unsigned char *dkg = (unsigned char *)a.p.dk + row0 * DK * esz;
+    unsigned char *dvg = (unsigned char *)a.p.dv + row0 * DV * esz;
     const float *PAg = RC ? nullptr : a.PA + cix * C * C;
     const float *dDg = RC ? nullptr : a.dD + cix * C * DV;
 
@@ -951,8 +951,8 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     }
                 }
                 __syncthreads();
-                if (tid < nvalid && p.dbeta)
-                    p.dbeta[row0 + (size_t)tid * H] = dbd[tid] + dbp[tid] + dbp[C + tid];
+                if (tid < nvalid && a.p.dbeta)
+                    a.p.dbeta[row0 + (size_t)tid * H] = dbd[tid] + dbp[tid] + dbp[C + tid];
             }
             if (gate) {
                 {  // row prefix: F1[i][s] = sum_{j < s} M_ij; 4 threads per row i, thread q
@@ -1073,7 +1073,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
         if (lane == 0) red[warp] = hs;
     }
     __syncthreads();
-    if (gate && p.dg && warp == 0) {
+    if (gate && a.p.dg && warp == 0) {
         float hd = red[0];
 #pragma unroll
         for (int w = 1; w < 8; ++w) hd += red[w];
@@ -1106,7 +1106,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
             float acc = fmaf(gam[C - 1], hd, cross[s]);
             acc += suf[e];
             if (s > 0) acc += pre[e];
-            if (s < nvalid) p.dg[row0 + (size_t)s * H] = acc;
+            if (s < nvalid) a.p.dg[row0 + (size_t)s * H] = acc;
         }
     }
 }

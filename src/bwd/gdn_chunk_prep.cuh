@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     using L = prep_layout<DK, NP>;
     constexpr int VB = L::VB, NTV = VB / 8;
     extern __shared__ __align__(128) unsigned char sm[];
-    const gdn_bwd_params &p = a.p;
+    const gdn_fwd_params &p = a.p.fwd;  // shapes and inputs; a.p: the gradients
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
     const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     const size_t esz = NP == 1 ? 2 : 4;
     const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;
     const unsigned char *kg = (const unsigned char *)p.k + row0 * DK * esz;
-    const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz;
+    const unsigned char *dog = (const unsigned char *)a.p.dO + row0 * DV * esz;
 
     float *gsm = (float *)(sm + L::GB), *bsm = gsm + C;
     float *Gh = (float *)(sm + L::GS), *Gl = Gh + C, *gam = Gl + C, *hdec = gam + C;
@@ -260,7 +260,7 @@ template <int DK, int NP>
 __global__ void __launch_bounds__(128, 4) gdn_bwd_prep_rc_kernel(const __grid_constant__ bwd_args a) {
     using L = prep_rc_layout<DK, NP>;
     extern __shared__ __align__(128) unsigned char sm[];
-    const gdn_bwd_params &p = a.p;
+    const gdn_fwd_params &p = a.p.fwd;  // shapes and inputs; a.p: the gradients
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
     const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int T = p.T, H = p.H, NC = a.NC;

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
     constexpr bool SD = RC;  // dΔ_loc = P^T dO from prep_rc's P (scan_layout's)
     static_assert(!SD || L::PF, "scan SD: staged sets");
     extern __shared__ __align__(128) unsigned char sm[];
-    const gdn_bwd_params &p = a.p;
+    const gdn_fwd_params &p = a.p.fwd;  // shapes and inputs; a.p: the gradients
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g4 = lane >> 2, t4 = lane & 3;
     const int v0 = blockIdx.x * DVB, h = blockIdx.y, b = blockIdx.z;
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
                                         (const unsigned char *)(dd_loc(bh * NC + n) + v0),
                                         (size_t)DV * 4, C, tid);
         cp_rows16<C, DVB * 2 * NP, NTHR>(sb + st + L::DOR, L::PDO,
-                                         (const unsigned char *)p.dO + (row0 * DV + v0) * esz,
+                                         (const unsigned char *)a.p.dO + (row0 * DV + v0) * esz,
                                          rsv * esz, nv, tid);
     };
 
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
             for (int e = 0; e < 4; ++e) {
                 const int r = warp * RW + mt * 16 + g4 + (e >> 1) * 8;
                 const int c = nt * 8 + 2 * t4 + (e & 1);
-                acc[mt][nt][e] = p.dht ? p.dht[bh * DK * DV + (size_t)r * DV + v0 + c] : 0.f;
+                acc[mt][nt][e] = a.p.dht ? a.p.dht[bh * DK * DV + (size_t)r * DV + v0 + c] : 0.f;
             }
     auto store_dh_planes = [&]() {
 #pragma unroll
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         // (PF: from the chunk's set, after the barrier below; same values, zero rows included)
         float2 ddl[NTV][2], dov[NTV][2];
         auto ld_dd_do = [&]() {
-            const unsigned char *dog = (const unsigned char *)p.dO + row0 * DV * esz + v0 * esz;
+            const unsigned char *dog = (const unsigned char *)a.p.dO + row0 * DV * esz + v0 * esz;
 #pragma unroll
             for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
             cp_async_commit();
         }
     }
-    if (p.dh0) store_dh_global(p.dh0 + bh * DK * DV);
+    if (a.p.dh0) store_dh_global(a.p.dh0 + bh * DK * DV);
 }
 
 }  // namespace

@@ -26,7 +26,8 @@
 
 // CFG_ENUM: a string field holding one of the choices. CFG_MODE: an int field (a C enum) holding
 // the index of the value among the choices; it also takes the boolean words, false / no / 0 / off
-// for choice 0 and true / yes / 1 / on for choice 1 (train.recompute = true is full).
+// for choice 0 and true / yes / 1 / on for choice 1 (train.recompute = true is full), unless the
+// key has CFG_NAMES_ONLY.
 typedef enum {
     CFG_INT, CFG_U64, CFG_DOUBLE, CFG_BOOL, CFG_STRING, CFG_ENUM, CFG_PATTERN, CFG_MODE
 } cfg_type;
@@ -36,6 +37,18 @@ enum {
     CFG_MAX_OPEN = 2,  // range excludes max
     CFG_ZERO_OK = 4,   // 0 is also allowed (a "take it from elsewhere" value)
     CFG_EVEN = 8,      // integer must be even
+    CFG_NAMES_ONLY = 16,  // CFG_MODE: the choices' names only, not the boolean words
+};
+
+// Keys the schema replaced. A config file or --set that still sets one gets the hint in its
+// error; a checkpoint's config text (config_load_string) is read as the new key, its boolean
+// value as the choice named for it (so that checkpoints written with the old key still load).
+static const struct {
+    const char *section, *key, *hint;
+    const char *new_key, *if_true, *if_false;
+} cfg_replaced[] = {
+    {"gdn", "save_states", "gdn.bwd_states = saved for save_states = true, replay for false",
+     "bwd_states", "saved", "replay"},
 };
 
 typedef struct {
@@ -79,7 +92,7 @@ static const cfg_key cfg_keys[] = {
     {"gdn", "delta", CFG_BOOL, F(gdn_delta), 0, 0, 0, "true", NULL, "false: gated linear attention"},
     {"gdn", "allow_neg_eigval", CFG_BOOL, F(gdn_allow_neg_eigval), 0, 0, 0, "false", NULL, "beta in (0, 2)"},
     {"gdn", "chunk_size", CFG_INT, F(gdn_chunk_size), 1, 256, 0, "64", NULL, "tokens per chunk"},
-    {"gdn", "save_states", CFG_BOOL, F(gdn_save_states), 0, 0, 0, "false", NULL, "keep the rule's chunk-start states for the backward (faster, B*H*ceil(T/64)*dk*dv fp32 more per GDN layer on the GPU)"},
+    {"gdn", "bwd_states", CFG_MODE, F(gdn_bwd_states), 0, 0, CFG_NAMES_ONLY, "replay", "replay|recompute|saved", "the backward's chunk-start states: replay (from the forward's gate cumsums and rows, ~v's size a layer), recompute (a second forward scan, nothing kept), saved (kept, B*H*ceil(T/64)*dk*dv fp32 a layer; fastest)"},
     {"swa", "n_heads", CFG_INT, F(swa_n_heads), 1, INF, 0, "2", NULL, "attention heads"},
     {"swa", "head_dim", CFG_INT, F(swa_head_dim), 2, INF, CFG_EVEN, "32", NULL, "even (RoPE pairs)"},
     {"swa", "window", CFG_INT, F(swa_window), 1, INF, 0, "64", NULL, ">= seq_len: full attention"},
@@ -145,6 +158,7 @@ typedef struct {
     int nnames;
     struct { dev_t dev; ino_t ino; bool has_id; const char *name; } stack[CFG_MAX_INCLUDE_DEPTH];
     int depth;                   // files being read (the include chain)
+    bool checkpoint;             // config text from a checkpoint: replaced keys are read as new
 } cfg_load;
 
 typedef struct {
@@ -243,7 +257,7 @@ static void cfg_allowed(const cfg_key *k, char *buf, size_t n) {
             else buf[m++] = *c;
         }
         buf[GDN_MIN(m, n - 1)] = '\0';
-        if (k->type == CFG_MODE && m < n) {  // the boolean words name the first two choices
+        if (k->type == CFG_MODE && !(k->flags & CFG_NAMES_ONLY) && m < n) {  // the boolean words
             size_t c0 = strcspn(k->choices, "|"), c1 = strcspn(k->choices + c0 + 1, "|");
             snprintf(buf + m, n - m, " (or true = %.*s, false = %.*s)", (int)c1,
                      k->choices + c0 + 1, (int)c0, k->choices);
@@ -356,7 +370,7 @@ static bool cfg_apply(const cfg_key *k, const char *v, gdn_config *c, char *err,
             if (m == len && strncmp(ch, v, m) == 0) idx = i;
             ch += m + (ch[m] == '|');
         }
-        for (int j = 0; j < 4 && idx < 0; j++) {
+        for (int j = 0; j < 4 && idx < 0 && !(k->flags & CFG_NAMES_ONLY); j++) {
             if (strcasecmp(v, f[j]) == 0) idx = 0;
             if (strcasecmp(v, t[j]) == 0) idx = 1;
         }
@@ -476,7 +490,13 @@ static void cfg_unknown_key(cfg_load *L, const cfg_at *at, int sec, const char *
         if (d < bd) bd = d, best = i;
     }
     char hint[128] = "", allowed[1024];
-    if (best >= 0 && cfg_close_enough(name, bd))
+    const char *replaced = NULL;
+    for (size_t i = 0; i < sizeof cfg_replaced / sizeof cfg_replaced[0]; i++)
+        if (strcmp(cfg_replaced[i].section, section) == 0 && strcmp(cfg_replaced[i].key, name) == 0)
+            replaced = cfg_replaced[i].hint;
+    if (replaced)
+        snprintf(hint, sizeof hint, " (replaced: use %s)", replaced);
+    else if (best >= 0 && cfg_close_enough(name, bd))
         snprintf(hint, sizeof hint, " (did you mean '%s'?)", cfg_keys[best].key);
     else if (other >= 0)
         snprintf(hint, sizeof hint, " (did you mean [%s] %s?)", cfg_keys[other].section, name);
@@ -596,6 +616,14 @@ static int cfg_handler(void *user, const char *section, const char *name, const 
         return 1;
     }
     int ki = cfg_key_index(cfg_sections[f->sec], name);
+    const size_t nrep = sizeof cfg_replaced / sizeof cfg_replaced[0];
+    for (size_t i = 0; ki < 0 && f->L->checkpoint && i < nrep; i++)
+        if (strcmp(cfg_replaced[i].section, cfg_sections[f->sec]) == 0 &&
+            strcmp(cfg_replaced[i].key, name) == 0) {
+            value = strcmp(value, "true") == 0 ? cfg_replaced[i].if_true : cfg_replaced[i].if_false;
+            name = cfg_replaced[i].new_key;
+            ki = cfg_key_index(cfg_sections[f->sec], name);
+        }
     if (ki < 0) {
         if (*name) cfg_unknown_key(f->L, &at, f->sec, name);
         else cfg_err(f->L, &at, cfg_sections[f->sec], NULL, "no key name before '='; allowed: key = value");
@@ -800,6 +828,7 @@ bool config_load_string_sets(gdn_config *c, const char *text, const char *name_f
                              const char *const *sets, int nset) {
     cfg_load L;
     cfg_begin(&L, c);
+    L.checkpoint = true;
     cfg_parse_text(&L, name_for_errors, ".", text, strlen(text));
     for (int i = 0; i < nset; i++) cfg_set_one(&L, sets[i]);
     return cfg_end(&L, c);

@@ -25,6 +25,16 @@ typedef enum {
                           // before the weight-gradient GEMMs that read it
 } gdn_recompute;
 
+// gdn.bwd_states: where the GDN backward gets the rule's chunk-start states (all give the same
+// gradients, bitwise on the GPU). The CPU backend keeps nothing to replay: replay recomputes there.
+typedef enum {
+    GDN_BWD_STATES_REPLAY = 0,     // the forward keeps each chunk's gate cumsums and Δ~ rows (GPU
+                                   // bf16: ~v's size a layer), the backward replays the states
+    GDN_BWD_STATES_RECOMPUTE = 1,  // nothing kept: the backward runs a second forward scan
+    GDN_BWD_STATES_SAVED = 2,      // the forward stores the states (B*H*ceil(T/64)*dk*dv fp32 a
+                                   // layer): the fastest backward, the most memory
+} gdn_bwd_states_mode;
+
 typedef struct {
     // [model]
     char pattern[64];        // G/S/A letters, repeated to n_layers            default "GS"
@@ -50,7 +60,7 @@ typedef struct {
     bool gdn_delta;          //                                                default true
     bool gdn_allow_neg_eigval; //                                              default false
     int gdn_chunk_size;      // 1..256                                         default 64
-    bool gdn_save_states;    //                                                default false
+    gdn_bwd_states_mode gdn_bwd_states; // replay | recompute | saved                default replay
     // [swa]
     int swa_n_heads;         // >= 1                                           default 2
     int swa_head_dim;        // >= 2, even                                     default 32
@@ -115,7 +125,8 @@ bool config_set(gdn_config *c, const char *assignment);
 void config_write(const gdn_config *c, FILE *f);
 // The same as a malloc'd string (for checkpoints).
 char *config_to_string(const gdn_config *c);
-// Parse config text (as written by config_write) — used when resuming from a checkpoint.
+// Parse config text (as written by config_write) — used when resuming from a checkpoint. A key
+// the schema replaced (gdn.save_states) is read as its replacement.
 bool config_load_string(gdn_config *c, const char *text, const char *name_for_errors);
 // The same followed by --set overrides, checked together (cross-key rules see the result).
 bool config_load_string_sets(gdn_config *c, const char *text, const char *name_for_errors,

@@ -1,5 +1,5 @@
-// cuda/mma.cuh — device helpers shared by the chunkwise GDN kernels (the backward in
-// src/bwd/gdn_chunk.cu; the forward in src/fwd/gdn_chunk.cu uses the PTX wrappers and keeps its
+// cuda/mma.cuh — device helpers shared by the chunkwise GDN kernels (the backward's, in
+// src/bwd/gdn_chunk*.cuh; the forward in src/fwd/gdn_chunk.cu uses the PTX wrappers and keeps its
 // own fragment loaders with compile-time pitches; the attention kernels use the PTX wrappers
 // too): PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> fp32),
 // fragment loads from shared memory with run-time pitches, the bf16 hi + lo split that lets
@@ -7,7 +7,7 @@
 // global -> shared, and the per-chunk gate prefix sums in double-float log2 form.
 //
 // Operand matrices live in shared memory as NP planes of bf16 (NP = 1: bf16; NP = 2: hi, lo with
-// x = hi + lo to ~2^-17 relative), described by gdn_smat {base, row pitch in bytes, plane
+// x = hi + lo to ~2^-17 relative), described by smat {base, row pitch in bytes, plane
 // distance in bytes}. Row pitches are (cols + 8) elements, so the 8 row addresses of one
 // ldmatrix land in distinct 16-byte bank groups.
 #pragma once

@@ -116,7 +116,7 @@ typedef struct {
     double *ht;             // final state, NULL = not wanted
     double *hs;             // chunk-start states (B,H,NC,Dk,Dv), NC = ceil(T/chunk), NULL = none:
                             // the forward writes them; the backward reads them instead of
-                            // recomputing them with its own forward scan (gdn.save_states)
+                            // recomputing them with its own forward scan (gdn.bwd_states = saved)
     // backward
     const double *dO;       // gradient of o
     const double *dht;      // gradient of the final state, NULL = zero

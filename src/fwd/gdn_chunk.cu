@@ -7,8 +7,8 @@
 //                          the state recurrence and the output (PRE: T, P read from the
 //                          workspace; fused: recomputed in the CTA); OUT false (o = NULL):
 //                          states only, for the backward's recompute; with keep_dt also
-//                          each chunk's Δ~ rows -> keep_dt (T, G -> keep_t, keep_g: prep)
-//   gdn_chunk_replay_kernel  one CTA per (b, h, block of value columns), chunks in order: the
+//                          each chunk's Δ~ rows -> keep_dt (and G -> keep_g: prep)
+//   gdn_chunk_replay_kernel  one CTA per (b, h, 64 value columns), chunks in order: the
 //                          states again from keep_g and keep_dt, S' = gamma_C S + Δ~^T K only
 //                          (keep_ready; bitwise the scan's states)
 //
@@ -443,10 +443,9 @@ __device__ void solve_T(unsigned char *sm, int offA, int offT, const float *beta
 __host__ __device__ inline size_t gdn_ws_cc(const gdn_fwd_params &p) {  // elements of T (or P)
     return (size_t)p.B * p.H * ((p.T + C - 1) / C) * C * C;
 }
-// Where T and G live: the caller's keep_t / keep_g when it keeps them, else the workspace (T,
-// P, G)
+// Where T and G live: the workspace (T, P, G), and G in the caller's keep_g when it keeps it
 __host__ __device__ inline __nv_bfloat16 *gdn_ws_T(const gdn_fwd_params &p) {
-    return (__nv_bfloat16 *)(p.keep_t ? p.keep_t : p.workspace);
+    return (__nv_bfloat16 *)p.workspace;
 }
 __host__ __device__ inline float *gdn_ws_G(const gdn_fwd_params &p) {
     return p.keep_g ? p.keep_g : (float *)((__nv_bfloat16 *)p.workspace + 2 * gdn_ws_cc(p));
@@ -949,7 +948,7 @@ void gdn_chunk_prep_launch(const gdn_fwd_params *p) {
     CUDA_CHECK_LAUNCH();
 }
 
-// GDN_REPLAY_DVB = 128: 8 warps a CTA (K read by half as many CTAs); else 64 (4 warps)
+// 64 value columns a CTA (4 warps)
 template <int DK, int DVB>
 void gdn_chunk_replay_launch(const gdn_fwd_params *p) {
     using L = gdn_replay_layout<DK, DVB>;
@@ -962,12 +961,6 @@ void gdn_chunk_replay_launch(const gdn_fwd_params *p) {
     const dim3 grid(p->Dv / DVB, p->H, p->B);
     kern<<<grid, 2 * DVB, L::BYTES, p->stream>>>(*p);
     CUDA_CHECK_LAUNCH();
-}
-template <int DK>
-void gdn_chunk_replay_run(const gdn_fwd_params *p) {
-    const char *e = getenv("GDN_REPLAY_DVB");
-    if (e && strcmp(e, "128") == 0 && p->Dv % 128 == 0) gdn_chunk_replay_launch<DK, 128>(p);
-    else gdn_chunk_replay_launch<DK, 64>(p);
 }
 
 }  // namespace
@@ -998,16 +991,14 @@ extern "C" size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *p) {
            + (size_t)p->B * p->H * nc * C * sizeof(float);                // G
 }
 
-extern "C" size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *p, size_t *t, size_t *g, size_t *dt) {
+extern "C" size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *p, size_t *g, size_t *dt) {
     const size_t nc = (size_t)(p->T + C - 1) / C, bh = (size_t)p->B * p->H;
     const bool f32 = p->dtype == GDN_DTYPE_FP32;
-    const size_t bt = f32 ? 0 : bh * nc * C * C * sizeof(__nv_bfloat16);
     const size_t bg = f32 ? 0 : bh * nc * C * sizeof(float);
     const size_t bd = f32 ? 0 : (size_t)p->B * p->T * p->H * p->Dv * sizeof(__nv_bfloat16);
-    if (t) *t = bt;
     if (g) *g = bg;
     if (dt) *dt = bd;
-    return bt + bg + bd;
+    return bg + bd;
 }
 
 static void gdn_check_ptr(const void *ptr, size_t align, const char *name) {
@@ -1049,17 +1040,16 @@ extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
     // the replay (keep_ready with keep_dt, states only): no workspace, no prep, no scan
     const bool replay = !f32 && p->keep_ready && p->keep_dt && !p->o && (p->h_states || p->ht);
     if (!p->workspace && !replay) {  // the keep buffers belong to the prep path
-        p->keep_t = p->keep_dt = NULL;
+        p->keep_dt = NULL;
         p->keep_g = NULL;
         p->keep_ready = 0;
     }
-    if (p->keep_t) gdn_check_ptr(p->keep_t, 16, "keep_t");
     if (p->keep_g) gdn_check_ptr(p->keep_g, 16, "keep_g");
     if (p->keep_dt) gdn_check_ptr(p->keep_dt, 16, "keep_dt");
-    if (p->keep_ready && !(p->keep_g && (p->keep_t || replay)))
-        gdn_die("gdn_chunk_fwd: keep_ready needs keep_g and keep_t, or keep_dt with o = NULL and "
-                "h_states or ht (the replay)");
-    // the replay has its own column blocks (GDN_REPLAY_DVB): dv_block does not apply
+    if (p->keep_ready && !(p->keep_g && replay))
+        gdn_die("gdn_chunk_fwd: keep_ready needs keep_g and keep_dt with o = NULL and h_states or "
+                "ht (the replay)\nHINT: a forward that keeps them runs with keep_ready = 0");
+    // the replay has its own column blocks (64): dv_block does not apply
     const int dvb = replay ? 0 : gdn_chunk_fwd_dv_block(p);
     if (!replay) {
         if (f32 && dvb != 16)
@@ -1082,9 +1072,9 @@ extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
     }
     if (replay) {
         switch (p->Dk) {
-        case 64: gdn_chunk_replay_run<64>(p); break;
-        case 128: gdn_chunk_replay_run<128>(p); break;
-        default: gdn_chunk_replay_run<256>(p); break;
+        case 64: gdn_chunk_replay_launch<64, 64>(p); break;
+        case 128: gdn_chunk_replay_launch<128, 64>(p); break;
+        default: gdn_chunk_replay_launch<256, 64>(p); break;
         }
         return;
     }
@@ -1112,14 +1102,11 @@ extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
     }
     // prep path (always writes G; T with delta on; P unless p_from_prep == 2, measured faster
     // at every benchmark shape, bench/gdn_fwd.md; states only: no P anywhere, prep skips Q)
-    // keep_ready: T and G are the caller's from an earlier call, no prep (P then per CTA)
-    if (p->p_from_prep != 2) p->p_from_prep = p->o && !p->keep_ready ? 1 : 2;
-    if (!p->keep_ready) {
-        switch (p->Dk) {
-        case 64: gdn_chunk_prep_launch<64>(p); break;
-        case 128: gdn_chunk_prep_launch<128>(p); break;
-        default: gdn_chunk_prep_launch<256>(p); break;
-        }
+    if (p->p_from_prep != 2) p->p_from_prep = p->o ? 1 : 2;
+    switch (p->Dk) {
+    case 64: gdn_chunk_prep_launch<64>(p); break;
+    case 128: gdn_chunk_prep_launch<128>(p); break;
+    default: gdn_chunk_prep_launch<256>(p); break;
     }
     switch (p->Dk * 1000 + dvb) {
     case 64016: gdn_chunk_fwd_run<64, 16, 1, false, true>(p); break;

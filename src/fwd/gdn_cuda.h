@@ -14,6 +14,9 @@
 // from when B*H is small (a long single sequence); with the prep kernel the chunk-local work is
 // not repeated per column block.
 //
+// The backward's parameters (gdn_bwd_cuda.h, gdn_bwd_params) extend these: its .fwd holds the
+// forward's shapes, inputs and what the forward saved or kept for it.
+//
 // Layout as the CPU twins (fwd_cpu.h, gdn_cpu_params): q, k (B,T,H,Dk); v, o (B,T,H,Dv),
 // element (b,t,h,e) at ((b*T + t)*H + h)*D + e; g, beta (B,T,H) fp32, g = log alpha (natural
 // log, <= 0); states h0, ht (B,H,Dk,Dv) fp32, H = S^T (rows = key dims).
@@ -43,8 +46,8 @@ typedef struct {
                              // the states-only forward, no Q, P or O work, same state bits)
     float *ht;               // (B,H,Dk,Dv) final state, NULL = not wanted
     float *h_states;         // (B,H,NC,Dk,Dv) chunk-start states (NC = ceil(T/64)), NULL = not
-                             // wanted; read by the backward only when gdn.save_states is set
-                             // (otherwise it recomputes them with a second forward scan)
+                             // wanted; the backward reads them with gdn.bwd_states = saved
+                             // (gdn_bwd_params.fwd.h_states)
     void *workspace;         // gdn_chunk_fwd_workspace_bytes(p) bytes of device memory (16-byte
                              // aligned) for T and P of every chunk, or NULL: then the fused
                              // kernel recomputes them in every CTA (slower)
@@ -53,22 +56,20 @@ typedef struct {
                              // sharing Q, K, T, P; bf16 with workspace, Dk <= 128); fp32: 16
     int p_from_prep;         // with a workspace, P from the prep kernel: 0 or 1 = yes (default),
                              // 2 = no (computed per CTA); for benchmarks and tests
-    // Kept for a later call on the same inputs (the bf16 prep path only: with a workspace; else
-    // ignored), NULL = not kept: the prep kernel writes each chunk's T (keep_t: (B,H,NC,C,C)
-    // bf16) and gate cumsums G (keep_g: (B,H,NC,C) fp32) there instead of the workspace, and the
+    cudaStream_t stream;
+    // What the backward's replay of the states reads (gdn.bwd_states = replay; the bf16 prep
+    // path only: with a workspace, else ignored), NULL = not kept: the prep kernel writes each
+    // chunk's gate cumsums G (keep_g: (B,H,NC,C) fp32) there instead of the workspace, and the
     // scan writes each chunk's Δ~ = diag(gamma_C / gamma) Δ rows as its state update reads them
-    // (keep_dt: (B,T,H,Dv) bf16); 16-byte aligned, sizes from gdn_chunk_fwd_keep_bytes. The
-    // backward's states-only recompute reuses them (gdn_bwd_params.fwd_keep_*).
-    void *keep_t;
+    // (keep_dt: (B,T,H,Dv) bf16); 16-byte aligned, sizes from gdn_chunk_fwd_keep_bytes. Read by
+    // the backward's replay (gdn_bwd_params.fwd.keep_g, keep_dt).
     float *keep_g;
     void *keep_dt;
-    int keep_ready;          // 1: keep_g and keep_t or keep_dt already hold an earlier call's on
-                             // the same k, v, g, beta, shape and mode: no prep kernel. With
-                             // keep_dt, o NULL and h_states or ht set: the states are replayed,
-                             // S = gamma_C S + Δ~^T K a chunk (the scan's own update on the same
-                             // operands: the same bits; no workspace needed); else keep_t is
-                             // needed and the scan runs on it (P, when o is wanted, per CTA)
-    cudaStream_t stream;
+    int keep_ready;          // 1: keep_g and keep_dt already hold an earlier call's on the same k,
+                             // v, g, beta, shape and mode, and o is NULL with h_states or ht set:
+                             // the states are replayed, S = gamma_C S + Δ~^T K a chunk (the
+                             // scan's own update on the same operands: the same bits; no
+                             // workspace, no prep kernel)
 } gdn_fwd_params;
 
 // Public entry: checks shapes, dtype, pointers (16-byte aligned q, k, v, o; o NULL only with
@@ -78,8 +79,9 @@ void gdn_chunk_fwd(const gdn_fwd_params *p);
 int gdn_chunk_fwd_dv_block(const gdn_fwd_params *p);
 // Bytes of workspace that make the prep-kernel path available (0 for fp32: not used there).
 size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *p);
-// Bytes of gdn_fwd_params.keep_t, keep_g, keep_dt for p's shape (0 for fp32: not used).
-size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *p, size_t *t, size_t *g, size_t *dt);
+// Bytes of gdn_fwd_params.keep_g and keep_dt (*g, *dt) for p's shape, their sum returned (0 for
+// fp32: not used).
+size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *p, size_t *g, size_t *dt);
 
 #ifdef __cplusplus
 }

@@ -22,10 +22,11 @@ typedef struct {
     void *dq, *dk, *dv, *dg, *dbeta;
     void *hs;  // stat class, (B,H,NC,Dk,Dv) chunk-start states, NC = ceil(T / backend
                // gdn_state_chunk (0: chunk)); NULL = none. gdn_fwd writes them, gdn_bwd reads them
-               // instead of recomputing (gdn.save_states: memory for a faster backward)
+               // instead of recomputing (gdn.bwd_states = saved: memory for a faster backward)
     void *keep;  // stat class, backend gdn_fwd_keep elements: what the backend's gdn_fwd keeps
-                 // for gdn_bwd's recompute of the states (CUDA bf16: each chunk's T and gate
-                 // cumsums, so the recompute skips its prep kernel); NULL = none (or with hs)
+                 // for gdn_bwd's replay of the states (gdn.bwd_states = replay; CUDA bf16: each
+                 // chunk's gate cumsums and Δ~ rows); NULL = none: gdn_bwd recomputes the states
+                 // (or reads hs)
 } gdn_op;
 
 // Memory classes: each has its own element type in a backend (CPU: all float64; GPU bf16 mode:
@@ -54,7 +55,8 @@ typedef struct backend {
                                                        // where their weights allow (model.c)
     int gdn_state_chunk;                               // tokens per chunk of gdn_op.hs (0: op's chunk)
     size_t (*gdn_fwd_keep)(int B, int T, int H, int Dk, int Dv);  // elements of gdn_op.keep
-                                                       // (stat class); NULL or 0: none
+                                                       // (stat class); NULL or 0: no replay, the
+                                                       // backward recomputes the states
     void *(*alloc)(size_t bytes);                      // zero-filled
     void (*release)(void *p);
     void (*download)(double *dst, const void *src, size_t n, be_class c);  // to host float64

@@ -495,84 +495,64 @@ struct ops {
         p.g = (const float *)op->g;
         p.beta = (const float *)op->beta;
         p.o = op->o;
-        p.h_states = (float *)op->hs;  // gdn.save_states: for the backward
-        keep_carve(op, &p.keep_g, &p.keep_t, &p.keep_dt);  // else kept for the backward
+        p.h_states = (float *)op->hs;  // gdn.bwd_states = saved: for the backward
+        keep_carve(op, &p.keep_g, &p.keep_dt);  // replay: kept for the backward
         p.stream = STREAM;
         size_t wsb = gdn_chunk_fwd_workspace_bytes(&p);  // 0: the kernel recomputes per CTA
         p.workspace = wsb ? workspace(wsb) : nullptr;
         gdn_chunk_fwd(&p);
     }
-    // gdn_op.keep (bf16): what the GDN forward keeps for the backward's recompute of the chunk
-    // states, carved as keep_g (each chunk's gate cumsums, fp32) then, by GDN_FWD_KEEP: unset or
-    // 2, keep_dt (each chunk's Δ~ rows, bf16 (B,T,H,Dv)): the backward replays the states from
-    // them (S = gamma_C S + Δ~^T K, no dependent products); 1, keep_t (each chunk's T): the
-    // recompute skips its prep kernel; 0: nothing kept, the recompute forms everything again.
-    // Every level gives the same bits (bench/model_gpu.md "Session 15").
-    // (read at every call: a model's carve and its ops run under one setting, so a test may
-    // switch it between models)
-    static int keep_level() {
-        const char *e = getenv("GDN_FWD_KEEP");
-        return !e ? 2 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "1") == 0 ? 1 : 2;
-    }
-    // The keep buffer's layout for a shape (bf16): G at 0, then T (level 1) or Δ~ at *rest;
-    // returns its bytes. One place for gdn_fwd_keep (the size) and keep_carve (the pointers).
-    static size_t keep_layout(int B, int T, int H, int Dk, int Dv, size_t *rest) {
+    // gdn_op.keep (bf16, gdn.bwd_states = replay): what the GDN forward keeps for the backward's
+    // replay of the chunk states, carved as keep_g (each chunk's gate cumsums, fp32) then keep_dt
+    // (each chunk's Δ~ rows, bf16 (B,T,H,Dv)): the backward replays the states from them
+    // (S = gamma_C S + Δ~^T K, no dependent products), the same bits as a recompute. Returns its
+    // bytes, *dt_off the offset of keep_dt. One place for gdn_fwd_keep (the size) and keep_carve
+    // (the pointers).
+    static size_t keep_layout(int B, int T, int H, int Dk, int Dv, size_t *dt_off) {
         const gdn_fwd_params p = gdn_fwd_shape(B, T, H, Dk, Dv);
-        size_t t, g, dt;
-        gdn_chunk_fwd_keep_bytes(&p, &t, &g, &dt);
-        *rest = GDN_CDIV(g, 256) * 256;
-        return *rest + (keep_level() == 1 ? t : dt);
+        size_t g, dt;
+        gdn_chunk_fwd_keep_bytes(&p, &g, &dt);
+        *dt_off = GDN_CDIV(g, 256) * 256;
+        return *dt_off + dt;
     }
     static size_t gdn_fwd_keep(int B, int T, int H, int Dk, int Dv) {
-        if (!BF || keep_level() == 0) return 0;
-        size_t rest;
-        return GDN_CDIV(keep_layout(B, T, H, Dk, Dv, &rest), elem(BE_STAT));
+        if (!BF) return 0;
+        size_t dt_off;
+        return GDN_CDIV(keep_layout(B, T, H, Dk, Dv, &dt_off), elem(BE_STAT));
     }
-    // op->keep carved as gdn_fwd_keep sized it: G, then T or Δ~ (NULL where not kept)
-    static void keep_carve(const gdn_op *op, float **g, void **t, void **dt) {
+    // op->keep carved as gdn_fwd_keep sized it: G, then Δ~ (NULL where not kept)
+    static void keep_carve(const gdn_op *op, float **g, void **dt) {
         *g = NULL;
-        *t = *dt = NULL;
+        *dt = NULL;
         if (!op->keep) return;
-        size_t rest;
-        keep_layout(op->B, op->T, op->H, op->Dk, op->Dv, &rest);
+        size_t dt_off;
+        keep_layout(op->B, op->T, op->H, op->Dk, op->Dv, &dt_off);
         *g = (float *)op->keep;
-        if (keep_level() == 1) *t = (char *)op->keep + rest;
-        else *dt = (char *)op->keep + rest;
+        *dt = (char *)op->keep + dt_off;
     }
     static void gdn_bwd(const gdn_op *op) {
 #if GDN_BWD_ON_GPU
         // No initial state, no final-state gradient; the chunk-start states are the forward's
-        // (gdn.save_states) or recomputed by a second forward scan inside gdn_chunk_bwd.
+        // (gdn.bwd_states = saved), replayed from what it kept (replay) or recomputed by a second
+        // forward scan (recompute), inside gdn_chunk_bwd.
         gdn_bwd_params p;
         memset(&p, 0, sizeof p);
-        p.B = op->B;
-        p.T = op->T;
-        p.H = op->H;
-        p.Dk = op->Dk;
-        p.Dv = op->Dv;
-        p.mode = op->mode;
-        p.dtype = BF ? GDN_DTYPE_BF16 : GDN_DTYPE_FP32;
-        p.q = op->q;
-        p.k = op->k;
-        p.v = op->v;
-        p.g = (const float *)op->g;
-        p.beta = (const float *)op->beta;
+        p.fwd = gdn_fwd_shape(op->B, op->T, op->H, op->Dk, op->Dv);
+        p.fwd.mode = op->mode;
+        p.fwd.q = op->q;
+        p.fwd.k = op->k;
+        p.fwd.v = op->v;
+        p.fwd.g = (const float *)op->g;
+        p.fwd.beta = (const float *)op->beta;
+        p.fwd.h_states = (float *)op->hs;
+        keep_carve(op, &p.fwd.keep_g, &p.fwd.keep_dt);
+        p.fwd.stream = STREAM;
         p.dO = op->dO;
         p.dq = op->dq;
         p.dk = op->dk;
         p.dv = op->dv;
         p.dg = (float *)op->dg;
         p.dbeta = (float *)op->dbeta;
-        p.h_states = (const float *)op->hs;
-        {  // what the forward kept: the recompute replays the states, or skips its prep kernel
-            float *g;
-            void *t, *dt;
-            keep_carve(op, &g, &t, &dt);
-            p.fwd_keep_g = g;
-            p.fwd_keep_t = t;
-            p.fwd_keep_dt = dt;
-        }
-        p.stream = STREAM;
         p.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&p);
         p.workspace = workspace(p.workspace_bytes);
         gdn_chunk_bwd(&p);

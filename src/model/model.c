@@ -291,10 +291,11 @@ static void carve(model *m) {
             if (m->cfg.gdn_delta) a->beta = STAT(N * m->H);
             a->g = STAT(N * m->H);
             a->o = ACT(N * hv);
-            if (m->cfg.gdn_save_states) {  // the rule's chunk-start states, for its backward
+            if (m->cfg.gdn_bwd_states == GDN_BWD_STATES_SAVED) {  // the chunk-start states
                 const int C = m->be->gdn_state_chunk ? m->be->gdn_state_chunk : m->cfg.gdn_chunk_size;
                 a->hs = STAT((size_t)m->B * m->H * GDN_CDIV(m->T, C) * m->dk * m->dv);
-            } else if (m->be->gdn_fwd_keep) {  // else what the backend's recompute can reuse
+            } else if (m->cfg.gdn_bwd_states == GDN_BWD_STATES_REPLAY && m->be->gdn_fwd_keep) {
+                // what the backend's backward replays the states from (none: it recomputes)
                 const size_t n = m->be->gdn_fwd_keep(m->B, m->T, m->H, m->dk, m->dv);
                 if (n) a->gkeep = STAT(n);
             }
@@ -995,8 +996,10 @@ void model_print_summary(const model *m, FILE *f) {
                    "logits buffer %.1f MiB)\n",
                 (int)GDN_CDIV(m->N, m->head_rows), m->head_rows,
                 (double)m->head_rows * m->V * ELEM(m, BE_ACT) / 1048576.0);
-    if (m->cfg.gdn_save_states)
-        fprintf(f, "model: gdn.save_states keeps the GDN chunk-start states for the backward\n");
+    if (m->cfg.gdn_bwd_states == GDN_BWD_STATES_SAVED)
+        fprintf(f, "model: gdn.bwd_states = saved keeps the GDN chunk-start states for the backward\n");
+    else if (m->cfg.gdn_bwd_states == GDN_BWD_STATES_RECOMPUTE)
+        fprintf(f, "model: gdn.bwd_states = recompute: the GDN backward recomputes its chunk-start states\n");
     if (m->be->fuse_projections && !mlp_fused(m, 0))  // GDN_MLP_FUSED=0, or padded weights
         fprintf(f, "model: the MLP's gate and up projections as two GEMMs\n");
     if (m->cfg.recompute == RECOMPUTE_FULL)

@@ -58,10 +58,11 @@ typedef struct {
                                                  // and gates (N,H)
     void *z, *o, *rstd_o, *on;                   // output gate (N,H*dv) (or inproj columns),
                                                  // rule output, norm
-    void *hs;                                    // gdn.save_states: the rule's chunk-start
-                                                 // states (gdn_op.hs), else NULL
-    void *gkeep;                                 // without hs: the backend's gdn_op.keep
-                                                 // (its forward's results for the backward)
+    void *hs;                                    // gdn.bwd_states = saved: the rule's chunk-
+                                                 // start states (gdn_op.hs), else NULL
+    void *gkeep;                                 // gdn.bwd_states = replay: the backend's
+                                                 // gdn_op.keep (what its backward replays the
+                                                 // states from), else NULL
     void *inproj;                                // the fused input projection's (N, w) output
                                                  // (model.c, gdn_inproj): q_lin .. z are its
                                                  // columns; NULL when not fused

@@ -10,16 +10,17 @@
 // bound per (b, h) slice for dg and dbeta (a strongly decaying head is not hidden behind the
 // others); nothing non-finite; a second run, with the scan forced to one stage (scan_stages 1:
 // the layout that runs two CTAs per SM on large grids), gives bitwise the same gradients; with the
-// forward's saved chunk-start states (h_states) the gradients are bitwise those of the
-// recomputing path. Sweeps T in {1, 63, 64, 65, 300, 4096}, Dk in {64, 128, 256}, Dv in
-// {Dk, 2Dk}, gate off, delta off, neg eigval, every scan value block. Exit 77 without a GPU.
-// (Until session 15 a third run compared prep2's fp32 dΔ_loc, GDN_BWD_SCAN_DLOC=0, bitwise
-// against the default: that path and its switch are deleted.) GDN_BWD_WGMMA=0 runs the whole
-// test on the mma.sync final kernel (the one other path: bf16, Dk 128, delta on, sm_90a).
-// GDN_TEST_HASH=1 adds per case a line "hash <case> <FNV-1a 64 of the first run's gradient bytes>"
-// (dq, dk, dv, dg, dbeta, dh0, those the case produces), for bitwise comparisons of two builds,
-// and a line "ghash <case> dq:<h> dk:<h> dv:<h> dg:<h> db:<h> dh0:<h>" with each gradient's own
-// hash ("-" where the case has none): which gradients moved.
+// forward's saved chunk-start states (fwd.h_states) and, bf16, with the states replayed from what
+// the forward kept (fwd.keep_g, fwd.keep_dt) the gradients are bitwise those of the recomputing
+// path. Sweeps T in {1, 63, 64, 65, 300, 4096}, Dk in {64, 128, 256}, Dv in {Dk, 2Dk}, gate off,
+// delta off, neg eigval, every scan value block. Exit 77 without a GPU.
+// Usage: test_gdn_bwd [--seed N] [--mma-sync] [--hash]
+//   --mma-sync  the whole test on the mma.sync final kernel (final_mma_sync: the portable path,
+//               where the wgmma kernel would run: bf16, Dk 128, delta on, sm_90a)
+//   --hash      per case a line "hash <case> <FNV-1a 64 of the first run's gradient bytes>" (dq,
+//               dk, dv, dg, dbeta, dh0, those the case produces), for bitwise comparisons of two
+//               builds, and a line "ghash <case> dq:<h> dk:<h> dv:<h> dg:<h> db:<h> dh0:<h>" with
+//               each gradient's own hash ("-" where the case has none): which gradients moved.
 #include <pthread.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -41,7 +42,7 @@ typedef struct {
     bmode_t bm;
     bool h0, dht;
     int dvb;      // scan value block, 0 = automatic
-    bool states;  // also run with the forward's saved states and compare bitwise
+    bool states;  // also run with the forward's saved (and kept) states and compare bitwise
 } tcase;
 
 // ---- the reference: one job per (b, h) head, run by a pool of threads -----------------------
@@ -157,7 +158,8 @@ static double rel_per_head(const double *got, const double *want, int B, int T, 
 }
 
 static int n_cases = 0, n_fail = 0;
-static bool hash_mode = false;  // GDN_TEST_HASH=1: one "hash <case> <FNV-1a 64>" line per case
+static bool hash_mode = false;  // --hash: one "hash <case> <FNV-1a 64>" line per case
+static bool mma_sync = false;   // --mma-sync: gdn_bwd_params.final_mma_sync
 
 // FNV-1a 64 over n bytes, continuing from h
 static uint64_t fnv1a64(uint64_t h, const unsigned char *d, size_t n) {
@@ -211,14 +213,16 @@ static void run_case(const tcase *c, uint64_t seed) {
 
     gdn_bwd_params p;
     memset(&p, 0, sizeof p);
-    p.B = B; p.T = T; p.H = H; p.Dk = Dk; p.Dv = Dv;
-    p.mode.gate = c->gate; p.mode.delta = c->delta; p.mode.neg_eigval = c->neg;
-    p.dtype = dt;
-    p.q = d_q; p.k = d_k; p.v = d_v; p.g = d_g; p.beta = d_beta; p.h0 = d_h0;
+    gdn_fwd_params *pf = &p.fwd;
+    pf->B = B; pf->T = T; pf->H = H; pf->Dk = Dk; pf->Dv = Dv;
+    pf->mode.gate = c->gate; pf->mode.delta = c->delta; pf->mode.neg_eigval = c->neg;
+    pf->dtype = dt;
+    pf->q = d_q; pf->k = d_k; pf->v = d_v; pf->g = d_g; pf->beta = d_beta; pf->h0 = d_h0;
+    pf->stream = 0;
     p.dO = d_dO; p.dht = d_dht;
     p.dq = o_dq; p.dk = o_dk; p.dv = o_dv; p.dg = o_dg; p.dbeta = o_db; p.dh0 = o_dh0;
     p.dv_block = c->dvb;
-    p.stream = 0;
+    p.final_mma_sync = mma_sync;
     const size_t wsb = gdn_chunk_bwd_workspace_bytes(&p);
     void *ws = NULL;
     CUDA_CHECK(cudaMalloc(&ws, wsb > 0 ? wsb : 256));
@@ -260,37 +264,62 @@ static void run_case(const tcase *c, uint64_t seed) {
     download(gb, o_db, N, GDN_DTYPE_FP32);
     download(gh, o_dh0, ns, GDN_DTYPE_FP32);
 
-    // with the forward's chunk-start states: the same bits as the recomputing path
+    // with the forward's chunk-start states (saved), and replayed from what it kept (bf16: G and
+    // Δ~, a forward with a workspace): the same bits as the recomputing path
     if (c->states) {
         float *hs = NULL;
-        void *o_tmp = NULL;
+        void *o_tmp = NULL, *fws = NULL, *kd = NULL;
+        float *kg = NULL;
         const size_t bhs = (size_t)B * H * NC * Dk * Dv * 4;
         CUDA_CHECK(cudaMalloc(&hs, bhs + 16));
         CUDA_CHECK(cudaMalloc(&o_tmp, bv + 16));
-        gdn_fwd_params f;
-        memset(&f, 0, sizeof f);
-        f.B = B; f.T = T; f.H = H; f.Dk = Dk; f.Dv = Dv;
-        f.mode = p.mode; f.dtype = dt;
-        f.q = d_q; f.k = d_k; f.v = d_v; f.g = d_g; f.beta = d_beta; f.h0 = d_h0;
-        f.o = o_tmp; f.ht = NULL; f.h_states = hs; f.dv_block = 0; f.stream = 0;
+        gdn_fwd_params f = p.fwd;
+        f.o = o_tmp; f.ht = NULL; f.h_states = hs; f.dv_block = 0;
         gdn_chunk_fwd(&f);
-        gdn_bwd_params p2 = p;
-        p2.h_states = hs;
-        const size_t wsb2 = gdn_chunk_bwd_workspace_bytes(&p2);
-        if (wsb2 > wsb) gdn_die("workspace with h_states (%zu) larger than without (%zu)", wsb2, wsb);
-        p2.workspace_bytes = wsb2;
-        for (int i = 0; i < 6; i++) poison(outs[i], obytes[i]);
-        gdn_chunk_bwd(&p2);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        for (int i = 0; i < 6; i++) {
-            const bool used = (i != 3 || c->gate) && (i != 4 || c->delta);
-            if (!used) continue;
-            unsigned char *s2 = snapshot(outs[i], obytes[i]);
-            states_bitwise &= memcmp(snap[i], s2, obytes[i]) == 0;
-            free(s2);
+        size_t bkg = 0, bkd = 0;
+        gdn_chunk_fwd_keep_bytes(&f, &bkg, &bkd);
+        const size_t bfws = gdn_chunk_fwd_workspace_bytes(&f);
+        if (bkg && bkd && bfws) {  // the forward again, keeping G and Δ~ (the prep path)
+            CUDA_CHECK(cudaMalloc(&kg, bkg));
+            CUDA_CHECK(cudaMalloc(&kd, bkd));
+            CUDA_CHECK(cudaMalloc(&fws, bfws));
+            gdn_fwd_params fk = f;
+            fk.h_states = NULL;
+            fk.workspace = fws;
+            fk.keep_g = kg;
+            fk.keep_dt = kd;
+            gdn_chunk_fwd(&fk);
+        }
+        for (int src = 0; src < (kg ? 2 : 1); src++) {
+            gdn_bwd_params p2 = p;
+            if (src == 0) {
+                p2.fwd.h_states = hs;
+            } else {
+                p2.fwd.keep_g = kg;
+                p2.fwd.keep_dt = kd;
+            }
+            const size_t wsb2 = gdn_chunk_bwd_workspace_bytes(&p2);
+            if (wsb2 > wsb) gdn_die("workspace with kept states (%zu) larger than without (%zu)", wsb2, wsb);
+            p2.workspace_bytes = wsb2;
+            for (int i = 0; i < 6; i++) poison(outs[i], obytes[i]);
+            if (wsb) CUDA_CHECK(cudaMemset(ws, 0xff, wsb));
+            gdn_chunk_bwd(&p2);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            for (int i = 0; i < 6; i++) {
+                const bool used = (i != 3 || c->gate) && (i != 4 || c->delta);
+                if (!used) continue;
+                unsigned char *s2 = snapshot(outs[i], obytes[i]);
+                states_bitwise &= memcmp(snap[i], s2, obytes[i]) == 0;
+                free(s2);
+            }
         }
         CUDA_CHECK(cudaFree(hs));
         CUDA_CHECK(cudaFree(o_tmp));
+        if (kg) {
+            CUDA_CHECK(cudaFree(kg));
+            CUDA_CHECK(cudaFree(kd));
+            CUDA_CHECK(cudaFree(fws));
+        }
     }
     uint64_t hash = 0xcbf29ce484222325ull;  // of the first run's gradients, in output order
     char ghash[6][20];                       // each gradient's own hash
@@ -311,7 +340,7 @@ static void run_case(const tcase *c, uint64_t seed) {
     gdn_cpu_params rp;
     memset(&rp, 0, sizeof rp);
     rp.B = B; rp.T = T; rp.H = H; rp.Dk = Dk; rp.Dv = Dv; rp.chunk = GDN_CHUNK;
-    rp.mode = p.mode;
+    rp.mode = p.fwd.mode;
     rp.q = q; rp.k = k; rp.v = v; rp.g = g; rp.beta = beta; rp.h0 = h0;
     rp.dO = dO; rp.dht = dht;
     rp.dq = rq; rp.dk = rk; rp.dv = rv; rp.dg = rg; rp.dbeta = rb; rp.dh0 = rh;
@@ -371,15 +400,23 @@ static void run_case(const tcase *c, uint64_t seed) {
     free(rq); free(rk); free(rv); free(rg); free(rb); free(rh);
 }
 
-int main(void) {
-    gpu_require("test_gdn_bwd");
+int main(int argc, char **argv) {
     uint64_t seed = 20261130;
-    const char *s = getenv("GDN_TEST_SEED");
-    const char *hm = getenv("GDN_TEST_HASH");
-    hash_mode = hm && atoi(hm) == 1;
-    if (s) seed = strtoull(s, NULL, 10);
-    printf("seed %llu (GDN_TEST_SEED); tolerance: relative L2 1e-2 (bf16), 1e-4 (fp32)\n",
-           (unsigned long long)seed);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
+            seed = strtoull(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--hash") == 0) {
+            hash_mode = true;
+        } else if (strcmp(argv[i], "--mma-sync") == 0) {
+            mma_sync = true;
+        } else {
+            fprintf(stderr, "usage: test_gdn_bwd [--seed N] [--mma-sync] [--hash]\n");
+            return 2;
+        }
+    }
+    gpu_require("test_gdn_bwd");
+    printf("seed %llu (--seed)%s; tolerance: relative L2 1e-2 (bf16), 1e-4 (fp32)\n",
+           (unsigned long long)seed, mma_sync ? "; final kernel: mma.sync (--mma-sync)" : "");
     const int dims[6][2] = {{64, 64}, {64, 128}, {128, 128}, {128, 256}, {256, 256}, {256, 512}};
     const gdn_dtype dts[2] = {GDN_DTYPE_FP32, GDN_DTYPE_BF16};
     for (int di = 0; di < 2; di++) {

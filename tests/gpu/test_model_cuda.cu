@@ -16,12 +16,11 @@
 //       required, of both runs). Then a second GPU run from the same seed: losses and final
 //       weights (master and bf16) must be bitwise equal.
 //   (3), (4) the same 200 steps with train.recompute = full and = light, and with
-//       gdn.save_states (the backward reads the forward's chunk-start states): each bitwise
+//       gdn.bwd_states = saved (the backward reads the forward's chunk-start states) and
+//       = recompute (it forms them again; the default replays them): each bitwise
 //       equal to the run without; (3b) light against off on 3 layers GSG with all dropouts,
 //       40 steps, bitwise; the same 200 steps with GEMM algorithm tuning off, bitwise (tuning
 //       picks only among cuBLASLt algorithms that compute the same bits).
-//       GDN_FWD_KEEP=1 (the recompute reuses the forward's T and G instead of replaying the
-//       states from its Δ~ and G) and =0 (it forms everything again): each bitwise the default.
 //   (5) GDN_MLP_FUSED=0 (the MLP's gate and up as two GEMMs instead of one): fp32 against
 //       float64 as (1); 200 bf16 steps against the fused run, within (2)'s 0.1 nats.
 // (data/tinyshakespeare.h5 is not used: the test must run where the data is absent, as in CI.)
@@ -222,36 +221,24 @@ int main() {
 
     // ---- (3) train.recompute = full and = light (the norm and SwiGLU outputs written again by
     // the backward kernels, the weight gradients that read them after: the same values, in
-    // another order), (4) gdn.save_states (the backward reads the forward's chunk-start states
-    // instead of recomputing them: the same kernel, the same arithmetic): the same 200 bf16
-    // steps, each bitwise the run without it ---------------------------------------------------
-    gdn_config crc = c, clt = c, css = c;
+    // another order), (4) gdn.bwd_states = saved (the backward reads the forward's chunk-start
+    // states) and = recompute (a second forward scan forms them; the default, replay, forms them
+    // from the forward's gate cumsums and Δ~ rows): the same arithmetic on the state path, the
+    // same 200 bf16 steps, each bitwise the default run ----------------------------------------
+    gdn_config crc = c, clt = c, css = c, csr = c;
     crc.recompute = RECOMPUTE_FULL;
     clt.recompute = RECOMPUTE_LIGHT;
-    css.gdn_save_states = true;
+    css.gdn_bwd_states = GDN_BWD_STATES_SAVED;
+    csr.gdn_bwd_states = GDN_BWD_STATES_RECOMPUTE;
     const std::pair<const char *, gdn_config> variants[] = {
-        {"train.recompute = full", crc}, {"train.recompute = light", clt}, {"gdn.save_states", css}};
+        {"train.recompute = full", crc}, {"train.recompute = light", clt},
+        {"gdn.bwd_states = saved", css}, {"gdn.bwd_states = recompute", csr}};
     for (const auto &var : variants) {
         train_result gv = train(var.second, backend_cuda_get(true), B, steps, seed);
         bool v_loss = same_bits(gv.loss, g1.loss);
         bool v_w = same_bits(gv.master, g1.master) && same_bits(gv.params, g1.params);
         printf("  %s == without, bitwise: losses %s, final weights %s\n", var.first, v_loss ? "pass" : "FAIL",
                v_w ? "pass" : "FAIL");
-        gc_checks += 2;
-        gc_failures += !v_loss + !v_w;
-    }
-    // GDN_FWD_KEEP: every run above keeps each GDN forward's gate cumsums and Δ~ rows
-    // (gdn_op.keep) and the backward replays the chunk states from them; =1 keeps T and G
-    // instead (the recompute skips its prep kernel); =0 keeps nothing (the recompute forms
-    // everything again): the same bits each
-    for (const char *lvl : {"1", "0"}) {
-        CHECK_SYS(setenv("GDN_FWD_KEEP", lvl, 1));
-        train_result gk = train(c, backend_cuda_get(true), B, steps, seed);
-        CHECK_SYS(unsetenv("GDN_FWD_KEEP"));
-        bool v_loss = same_bits(gk.loss, g1.loss);
-        bool v_w = same_bits(gk.master, g1.master) && same_bits(gk.params, g1.params);
-        printf("  GDN_FWD_KEEP=%s == the replay (default), bitwise: losses %s, final weights %s\n", lvl,
-               v_loss ? "pass" : "FAIL", v_w ? "pass" : "FAIL");
         gc_checks += 2;
         gc_failures += !v_loss + !v_w;
     }

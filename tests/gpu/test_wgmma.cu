@@ -1,4 +1,4 @@
-// test_wgmma.cu — the wgmma primitives of src/fwd/wgmma.cuh (matrix descriptors, 128-byte
+// test_wgmma.cu — the wgmma primitives of src/cuda/wgmma.cuh (matrix descriptors, 128-byte
 // swizzle, accumulator and A-register fragment layouts, fence / commit / wait) against a float64
 // CPU product, before any kernel builds on them. One warpgroup computes
 //   D (64 x N) = [C] + A (64 x K) * B^T,  B given as N x K (D[m][n] = sum_k A[m][k] B[n][k]),
