@@ -899,3 +899,10 @@ char config_layer_kind(const gdn_config *c, int layer) {
     if (n == 0 || layer < 0) gdn_die("config_layer_kind: layer %d of pattern '%s'", layer, c->pattern);
     return c->pattern[(size_t)layer % n];
 }
+
+// ---- the schema, read-only ------------------------------------------------------------------
+
+const char *config_key_default(const char *section, const char *key) {
+    int i = cfg_key_index(section, key);
+    return i < 0 ? NULL : cfg_keys[i].def;
+}

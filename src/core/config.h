@@ -126,6 +126,11 @@ int config_mlp_hidden(const gdn_config *c);   // mlp_hidden or 2/3*ratio*d round
 int config_gdn_dv(const gdn_config *c);       // expand_v * head_dim
 char config_layer_kind(const gdn_config *c, int layer); // 'G', 'S' or 'A'
 
+// The schema's default of [section] key as the INI text of its table (e.g. "1e-3", "off",
+// "data/tinyshakespeare.h5"), or NULL when the schema has no such key. Read by documentation
+// checks (tests/test_readme_options.c: README's options table against the schema).
+const char *config_key_default(const char *section, const char *key);
+
 #ifdef __cplusplus
 }
 #endif
