@@ -569,6 +569,7 @@ int main(int argc, char **argv) {
     if (want_gpu) {
         be = backend_cuda_get(!strcmp(cfg.precision, "bf16"));  // on dist_init's device
         backend_cuda_set_attention_deterministic(cfg.swa_deterministic);
+        backend_cuda_set_gemm_tune(cfg.gemm_tune);
     }
 #endif
     bool on_gpu = be != &backend_cpu;

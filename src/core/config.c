@@ -93,6 +93,7 @@ static const cfg_key cfg_keys[] = {
     {"train", "batch_size", CFG_INT, F(batch_size), 1, INF, 0, "8", NULL, "sequences per micro-batch per rank"},
     {"train", "recompute", CFG_MODE, F(recompute), 0, 0, 0, "off", "off|full|light", "full: redo the cheap activations before each layer's backward; light: only the norm and SwiGLU outputs, inside the backward kernels"},
     {"train", "head_chunk_rows", CFG_INT, F(head_chunk_rows), 1, INF, CFG_ZERO_OK, "0", NULL, "tokens per LM-head logits chunk; 0 = at most 512 MiB of logits"},
+    {"train", "gemm_tune", CFG_BOOL, F(gemm_tune), 0, 0, 0, "true", NULL, "GPU: time cuBLASLt's candidate algorithms at each GEMM shape's first call and keep the fastest that computes the same bits (never changes a result; false: the heuristic's first choice, no start-up cost)"},
     {"train", "grad_accum", CFG_INT, F(grad_accum), 1, INF, 0, "1", NULL, "micro-batches per step"},
     {"train", "steps", CFG_INT, F(steps), 1, INF, 0, "1000", NULL, "optimizer steps"},
     {"train", "seed", CFG_U64, F(seed), 0, 0, 0, "1337", NULL, "seeds init, data and dropout"},

@@ -74,6 +74,7 @@ typedef struct {
     int threads;             // CPU threads for BLAS, 0 = library default      default 0
     gdn_recompute recompute; // off | full | light (true = full, false = off)   default off
     int head_chunk_rows;     // LM head + loss in row chunks of this many tokens (0 = auto)
+    bool gemm_tune;          // GPU: cuBLASLt algorithm tuning (same bits)      default true
     // [optim]
     double lr;               // > 0                                            default 1e-3
     double min_lr;           // >= 0                                           default 1e-4

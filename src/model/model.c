@@ -186,9 +186,8 @@ static inproj_layout gdn_inproj(const model *m, int l) {
 // second, accumulating GEMM) and one for the (2F, d) weight gradient. Only when F activations
 // are a multiple of 16 bytes (F % 8 in bf16): then the up half and every row start 16-byte
 // aligned and the GPU's SwiGLU keeps its 16-byte packs (else it would go element by element).
-// The checkpoint keeps the two named tensors. GDN_MLP_FUSED=0 in the environment (read by
-// model_create) keeps two GEMMs (for A/B comparisons). The CPU reference keeps a GEMM per
-// weight (gdn_inproj's reason).
+// The checkpoint keeps the two named tensors. The CPU reference keeps a GEMM per weight
+// (gdn_inproj's reason).
 static bool mlp_fused(const model *m, int l) {
     const param_info *g = &m->params[m->lp[l].wgate], *u = &m->params[m->lp[l].wup];
     return m->mlp_fuse && u->offset == g->offset + g->numel &&
@@ -390,8 +389,7 @@ model *model_create(const gdn_config *c, const backend *be, int B, int T) {
     if (m->V < 2) gdn_die("model: vocab_size %d (set model.vocab_size or use a dataset)", m->V);
     build_table(m);
     m->head_rows = head_rows_for(m);
-    const char *mf = getenv("GDN_MLP_FUSED");  // mlp_fused: 0 keeps two GEMMs
-    m->mlp_fuse = be->fuse_projections && !(mf && !strcmp(mf, "0"));
+    m->mlp_fuse = be->fuse_projections;  // mlp_fused
 
     arena_plan(&m->a_params, "params");
     arena_plan(&m->a_grads, "grads");
@@ -997,7 +995,7 @@ void model_print_summary(const model *m, FILE *f) {
                 (double)m->head_rows * m->V * ELEM(m, BE_ACT) / 1048576.0);
     if (m->cfg.gdn_save_states)
         fprintf(f, "model: gdn.save_states keeps the GDN chunk-start states for the backward\n");
-    if (m->be->fuse_projections && !mlp_fused(m, 0))  // GDN_MLP_FUSED=0, or padded weights
+    if (m->be->fuse_projections && !mlp_fused(m, 0))  // padded weights, or F rows not 16-byte multiples
         fprintf(f, "model: the MLP's gate and up projections as two GEMMs\n");
     if (m->cfg.recompute == RECOMPUTE_FULL)
         fprintf(f, "model: train.recompute = full: norm, conv, SiLU, L2 norm, gated norm and "
