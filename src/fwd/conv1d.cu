@@ -1,43 +1,121 @@
-// conv_silu.cu — CUDA forward of GDN's fused short convolution + SiLU (twin of conv_silu_fwd_cpu,
-// src/fwd/conv1d.c):
-//   pre[b,t,c] = sum_{j<K} w[c,j] x[b, t-K+1+j, c]   (x at negative time = 0, per sequence)
-//   y[b,t,c]   = silu(pre) = pre sigmoid(pre)
-// pre stays in fp32 registers and is never stored (the backward, src/bwd/conv_silu.cu,
-// recomputes it), so the pair costs one read of x and one write of y.
-// Tiled kernel (conv_silu_fwd_tiled_kernel; the model's path: C % W == 0, x and y aligned to a
-// pack, K <= CONV_SILU_KMAX, one instance per K): thread = (row = (b, tile of CONV_SILU_TT
-// tokens), pack of W = 4 channels); a block is 32 packs (the lanes: 256 contiguous bytes of a
-// token row per warp in bf16) x 8 rows (the warps). The thread walks its tile with the K-1 previous inputs in
-// registers (a sliding window), so each x row is loaded once, plus K-1 halo rows per tile
-// (L1/L2 hits: the neighbouring tile is the next warp's); the loads of a chunk of U tokens are
-// issued together. Loads past the end of a sequence are clamped to its last row (never out of
-// bounds), their outputs not stored. Sum order j = 0..K-1 as the CPU.
-// Sizes (H200, bf16, B 16, T 2048, K 4; bench variants W 2/4/8, U 4/8/16, TT 8/16/32): C 512
-// 23.7 us, C 1024 42 us, against 75.6 / 123 us for conv1d_fwd + silu_fwd and 18.6 / 34.8 us
-// for a device copy of x. W 8 needs ~130 registers (2 blocks per SM) and was 15-20% slower.
-// Other shapes: one thread per output element.
-// With the L2 norm below, the s13 kernel (conv_silu_fwd_s13_kernel): the tiled kernel's
-// arithmetic as one token stream per warp out of a per-thread cp.async ring in shared memory.
-// History (git; bench/model_gpu.md): session 10's v2 kernel (conv_silu_fwd_v2_kernel: the tiled
-// kernel's threads with the block's x tile staged in shared memory first) took 0.85x the tiled
-// kernel's time with the norm, but 1.17x without it, so the plain forward stays on the tiled
-// kernel; session 11 deleted the tiled kernel's norm path and v2's plain path, session 14 v2
-// itself (session 13's s13 kernel matched it bitwise, in less time). "v2" below names it.
+// conv1d.cu — CUDA forwards of the short causal depthwise convolution (twins of conv1d_fwd_cpu
+// and conv_silu_fwd_cpu, src/fwd/conv1d.c):
+//   conv1d:    y[b,t,c] = sum_{j<K} w[c,j] x[b, t-K+1+j, c]   (x at negative time = 0, per sequence)
+//   conv_silu: y = silu(conv1d(x, w)), the fused op of GDN's q, k, v (with an optional per-head L2
+//              norm of q and k in the same pass)
+// Sum order j = 0..K-1 as the CPU, every sum in fp32.
+//
+// conv1d, the plain op: a tiled kernel where C % W == 0, the pointers are 16-byte aligned and
+// K <= CONV_KMAX, else one thread per output.
+//
+// conv_silu (GDN's fused short convolution + SiLU):
+//   pre[b,t,c] = sum_{j<K} w[c,j] x[b, t-K+1+j, c],   y[b,t,c] = silu(pre) = pre sigmoid(pre)
+// pre stays in fp32 registers and is never stored (the backward, src/bwd/conv1d.cu, recomputes
+// it), so the op costs one read of x and one write of y.
 // x's rows have stride ld >= C (ld = C: packed; larger: q, k or v as columns of the fused input
 // projection's output, model.c); y is packed (B,T,C). Segments (cuda_conv_silu3_fwd): the C
 // channels split at cs[1], cs[2] into up to three outputs ys[s], each packed (B,T,cs[s+1]-cs[s])
 // (GDN's q, k, v in one call: each row of the fused projection read once, one launch); the
-// tiled path needs every segment width a multiple of W, so a pack never straddles two.
+// tiled paths need every segment width a multiple of W, so a pack never straddles two.
 // L2 norm (cuda_conv_silu3_l2_fwd): segments 0 and 1 (GDN's q, k) leave normalised per head of
 // nd channels, y = s silu(pre) rnorm, rnorm = 1/sqrt(sum silu(pre)^2 + eps) (rnorm saved, as
-// l2norm_fwd). A head (nd | 128, heads starting at multiples of nd) is nd / W lanes of v2's
-// warp of 32 W = 128 consecutive channels of one token: the sum of squares is a butterfly over
-// them, of the fp32 silu values (the unfused path squares their rounded copies), and the
+// l2norm_fwd). A head (nd | 128, heads starting at multiples of nd) is nd / W packs of W = 4
+// channels in a group of 128 consecutive channels of one token: its sum of squares is each pack's
+// squares in order, then a xor butterfly over the head's packs (the pack's index in the group as
+// the lane), of the fp32 silu values (the unfused path squares their rounded copies), and the
 // unnormalised q, k are never stored. Other shapes: conv_silu3, then l2norm_fwd in place.
-#include "../cuda/elementwise.cuh"
+// Kernels:
+// - tiled (conv_silu_fwd_tiled_kernel; the plain forward's path: C % W == 0, x and y aligned to
+//   a pack, K <= CONV_SILU_KMAX, one instance per K): thread = (row = (b, tile of CONV_SILU_TT
+//   tokens), pack of W = 4 channels); a block is 32 packs (the lanes: 256 contiguous bytes of a
+//   token row per warp in bf16) x 8 rows (the warps). The thread walks its tile with the K-1
+//   previous inputs in registers (a sliding window), so each x row is loaded once, plus K-1 halo
+//   rows per tile (L1/L2 hits: the neighbouring tile is the next warp's); the loads of a chunk of
+//   U tokens are issued together. Loads past the end of a sequence are clamped to its last row
+//   (never out of bounds), their outputs not stored.
+//   Sizes (H200, bf16, B 16, T 2048, K 4; bench variants W 2/4/8, U 4/8/16, TT 8/16/32): C 512
+//   23.7 us, C 1024 42 us, against 75.6 / 123 us for conv1d_fwd + silu_fwd and 18.6 / 34.8 us
+//   for a device copy of x. W 8 needs ~130 registers (2 blocks per SM) and is 15-20% slower.
+//   Staging a block's x tile in shared memory first takes 1.17x its time (bench/model_gpu.md).
+// - ring (conv_silu_fwd_ring_kernel; the forward with the L2 norm, on the same shapes): the
+//   tiled kernel's arithmetic as one token stream per warp out of a per-thread cp.async ring in
+//   shared memory (its comment).
+// - per element (conv_silu_fwd_kernel): other shapes, the sum in the same order.
+#include "../cuda/conv1d.cuh"
+#include "../cuda/ops_testing.h"
 
 namespace {
 
+// ---- causal depthwise conv1d: y[b,t,c] = sum_{j<K} w[c,j] x[b, t-K+1+j, c] (thread per output) --
+template <typename T>
+__global__ void __launch_bounds__(EW_THREADS) conv1d_fwd_kernel(T *y, const T *x, const T *w, size_t total, int T_,
+                                                                int C, int K) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+        const int c = (int)(idx % C);
+        const size_t r = idx / C;  // token b*T + t
+        const int t = (int)(r % T_);
+        float s = 0.f;
+        for (int j = 0; j < K; j++) {
+            const int ts = t - (K - 1) + j;
+            if (ts >= 0) s += to_f(w[(size_t)c * K + j]) * to_f(x[(r - (K - 1) + j) * C + c]);
+        }
+        y[idx] = from_f<T>(s);
+    }
+}
+
+// The same, tiled (the model's path): thread (b, tile of CONV_FWD_TT tokens, pack of W channels)
+// with 16-byte loads, 32-bit index math and the taps in registers; each x row is read K times,
+// from L1 after the first. Needs C % W == 0, 16-byte aligned pointers and K <= CONV_KMAX (the
+// launcher falls back to the kernel above otherwise). Same sum order (j = 0..K-1) as the CPU.
+constexpr int CONV_FWD_TT = 16, CONV_THREADS = 128;
+template <typename T, int W, int KM>
+__global__ void __launch_bounds__(CONV_THREADS)
+    conv1d_fwd_tiled_kernel(T *y, const T *x, const T *w, int T_, int C, int K, int tiles) {
+    const int cp = blockIdx.x * blockDim.x + threadIdx.x;
+    if (cp * W >= C) return;
+    const int c0 = cp * W, b = blockIdx.y / tiles, t0 = (blockIdx.y % tiles) * CONV_FWD_TT;
+    const int t1 = min(t0 + CONV_FWD_TT, T_);
+    float wr[KM][W];
+#pragma unroll
+    for (int j = 0; j < KM; j++)
+#pragma unroll
+        for (int i = 0; i < W; i++) wr[j][i] = j < K ? to_f(w[(c0 + i) * K + j]) : 0.f;
+    const T *xb = x + (size_t)b * T_ * C + c0;
+    T *yb = y + (size_t)b * T_ * C + c0;
+    for (int t = t0; t < t1; t++) {
+        float acc[W];
+#pragma unroll
+        for (int i = 0; i < W; i++) acc[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < KM; j++) {
+            const int ts = t - (K - 1) + j;
+            if (j < K && ts >= 0) {
+                float xv[W];
+                load_pack<T, W>(xb + (size_t)ts * C, xv);
+#pragma unroll
+                for (int i = 0; i < W; i++) acc[i] += wr[j][i] * xv[i];
+            }
+        }
+        store_pack<T, W>(yb + (size_t)t * C, acc);
+    }
+}
+
+template <typename T> void conv1d_fwd_launch(T *y, const T *x, const T *w, int B, int T_, int C, int K, cudaStream_t s) {
+    constexpr int W = vec_width<T>();
+    if (C % W == 0 && K <= CONV_KMAX && aligned16(y) && aligned16(x)) {
+        const int tiles = (int)GDN_CDIV(T_, CONV_FWD_TT);
+        const dim3 grid((unsigned)GDN_CDIV(C / W, CONV_THREADS), (unsigned)(B * tiles));
+        if (K <= 4) conv1d_fwd_tiled_kernel<T, W, 4><<<grid, CONV_THREADS, 0, s>>>(y, x, w, T_, C, K, tiles);
+        else conv1d_fwd_tiled_kernel<T, W, CONV_KMAX><<<grid, CONV_THREADS, 0, s>>>(y, x, w, T_, C, K, tiles);
+    } else {
+        const size_t total = (size_t)B * T_ * C;
+        conv1d_fwd_kernel<T><<<grid_for(total), EW_THREADS, 0, s>>>(y, x, w, total, T_, C, K);
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- conv + SiLU -------------------------------------------------------------------------------
 constexpr int CONV_SILU_KMAX = 4;  // taps of the tiled kernel: one instance per K = 1..4
 constexpr int CONV_SILU_W = 4;     // channels per thread (8-byte loads in bf16, 16 in fp32)
 constexpr int CONV_SILU_TT = 16;   // tokens per thread
@@ -127,50 +205,50 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(
     }
 }
 
-// s13, the forward with the L2 norm (header) as one token stream per warp, v2's arithmetic
-// unchanged. v2 stages a block's whole tile, waits, then computes (its
-// three blocks an SM alternate between loading and computing, issue-bound in between: ~170
-// instructions a warp-token of 4 channels a lane), and stores y by four 2-byte stores a lane.
-// Here a warp owns 256 channels (two groups of 128 = v2's warp, one a half-warp) over a chunk of
-// one sequence's tokens (sched: as many chunks as the resident warps take in one round), and
-// walks it token by token out of a per-thread ring of S13_D rows in shared memory (each thread
-// stages by cp.async exactly the bytes it reads, S13_D - S13_FU rows ahead, so no barrier and
-// no other thread is involved; a slot is refilled one step after it was read). A lane holds two
-// packs of W channels: pack k of lane l in half h is channel g + 64 k + 4 l, g = 256 wc + 128 h,
-// i.e. v2's lanes l (k = 0) and l + 16 (k = 1) of the warp of group g: their sums of squares are
-// v2's butterfly's first level (xor 16, one add: ss0 + ss1 = ss1 + ss0 bitwise) and the levels
-// xor 8 .. 1 are the same shuffles within the half-warp. Everything else (the window, the conv
-// and SiLU, the squares, 1 / sqrt, the scale) is v2's expressions on v2's values in v2's order;
-// a warp whose channels are all in segment 2 skips the norm (v2 computed it and dropped it).
-// y leaves by one 8- (bf16) or 16-byte (fp32) store per pack (st_pack4, the same rounding).
-constexpr int S13_D = 8;   // ring slots of token rows per thread (+ K-1 for the first window)
-constexpr int S13_FU = 1;  // tokens a step (2, interleaving their shuffles, spilled at 128 registers)
-constexpr int S13_WARPS = 8, S13_THREADS = 32 * S13_WARPS, S13_F_BLOCKS = 2;
-struct conv_s13_sched {
+// The ring kernel: the forward with the L2 norm (header) as one token stream per warp, with no
+// block-wide barrier (a kernel that stages a block's whole tile, waits, then computes leaves its
+// blocks alternating between loading and computing, issue-bound in between: ~170 instructions a
+// warp-token of 4 channels a lane). A warp owns 256 channels (two groups of 128, one a half-warp)
+// over a chunk of one sequence's tokens (sched: as many chunks as the resident warps take in one
+// round), and walks it token by token out of a per-thread ring of RING_D rows in shared memory
+// (each thread stages by cp.async exactly the bytes it reads, RING_D - RING_FU rows ahead, so no
+// barrier and no other thread is involved; a slot is refilled one step after it was read). A lane
+// holds two packs of W channels: pack k of lane l in half h is channel g + 64 k + 4 l,
+// g = 256 wc + 128 h, i.e. packs l (k = 0) and l + 16 (k = 1) of group g (header: the pack's
+// index is its lane in the head's butterfly). Heads of 128 channels (hl = 32 packs): the level
+// xor 16 is one add in the lane (ss0 + ss1 = ss1 + ss0 bitwise), the levels xor 8 .. 1 shuffles
+// within the half-warp; smaller heads (hl <= 16): levels hl/2 .. 1 for each pack. The window,
+// the conv and SiLU, the squares, 1 / sqrt and the scale are the tiled kernel's expressions
+// (conv_silu_token); a warp whose channels are all in segment 2 skips the norm. y leaves by one
+// 8- (bf16) or 16-byte (fp32) store per pack (st_pack4, store_pack's rounding).
+constexpr int RING_D = 8;   // ring slots of token rows per thread (+ K-1 for the first window)
+constexpr int RING_FU = 1;  // tokens a step (2, interleaving their shuffles, spilled at 128 registers)
+constexpr int RING_WARPS = 8, RING_THREADS = 32 * RING_WARPS, RING_BLOCKS = 2;
+struct conv_ring_sched {
     int lc, nch, ncolw, items;  // tokens a chunk, chunks a sequence, warp columns, B nch ncolw
 };
-template <typename T, int K> constexpr size_t conv_s13_smem() {  // [warp][slot][pack][lane] packs
-    return (size_t)S13_WARPS * (S13_D + K - 1) * 2 * 32 * CONV_SILU_W * sizeof(T);
+template <typename T, int K> constexpr size_t conv_ring_smem() {  // [warp][slot][pack][lane] packs
+    return (size_t)RING_WARPS * (RING_D + K - 1) * 2 * 32 * CONV_SILU_W * sizeof(T);
 }
 template <typename T, int K>
-__global__ void __launch_bounds__(S13_THREADS, S13_F_BLOCKS)
-    conv_silu_fwd_s13_kernel(const conv_silu_fwd_params<T> p, const conv_s13_sched sch) {
-    constexpr int W = CONV_SILU_W, NP = 2, D = S13_D, U = S13_FU, CB = W * (int)sizeof(T);
+__global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
+    conv_silu_fwd_ring_kernel(const conv_silu_fwd_params<T> p, const conv_ring_sched sch) {
+    constexpr int W = CONV_SILU_W, NP = 2, D = RING_D, U = RING_FU, CB = W * (int)sizeof(T);
     static_assert(D % U == 0 && D >= 2 * U, "steps of U rows, refilled one step late");
     extern __shared__ __align__(16) unsigned char smem[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, h = lane / 16, l = lane % 16;
     unsigned char *const ring = smem + (size_t)warp * (D + K - 1) * NP * 32 * CB;
     auto slot = [ring, lane](int sl, int k) { return (const T *)(ring + ((sl * NP + k) * 32 + lane) * CB); };
-    const int C = p.C, T_ = p.T_, hl = p.nd / W;  // hl: v2's lanes a head (a power of two <= 32)
+    const int C = p.C, T_ = p.T_, hl = p.nd / W;  // hl: packs a head (a power of two <= 32)
     const size_t ld = p.ld;
-    for (int item = blockIdx.x * S13_WARPS + warp; item < sch.items; item += gridDim.x * S13_WARPS) {
+    for (int item = blockIdx.x * RING_WARPS + warp; item < sch.items; item += gridDim.x * RING_WARPS) {
         const int wc = item % sch.ncolw, chunk = item / sch.ncolw, b = chunk / sch.nch;
         const int ts = (chunk - b * sch.nch) * sch.lc, n = min(sch.lc, T_ - ts);
         const size_t bt = (size_t)b * T_;
         const int g = wc * 256 + h * 128;
         const bool live = g < C;  // C % 128 == 0 (norm_fits): a half-warp is all live or all dead
         const bool norm = wc * 256 < p.seg.cs[2];  // some channel of the warp in segment 0 or 1
-        // per pack, as v2 per lane (selects, not indexing: p stays in constant space)
+        // per pack (selects, not indexing: p stays in constant space)
         T *yp[NP];
         float *rp[NP];
         float sc[NP];
@@ -195,7 +273,8 @@ __global__ void __launch_bounds__(S13_THREADS, S13_F_BLOCKS)
                 for (int i = 0; i < W; i++) wr[j][k * W + i] = live ? to_f(p.w[(size_t)(c0 + i) * K + j]) : 0.f;
         }
         // the next row to stage: token tq (from ts - (K-1)), element offset xo of pack 0 in x;
-        // rows outside [0, ts + n) are zero-filled (v2's masked halo and its staged zeros)
+        // rows outside [0, ts + n) are zero-filled (x before t = 0 is 0; rows past the chunk feed no
+        // stored output)
         int tq = ts - (K - 1);
         long long xo = ((long long)bt + tq) * (long long)ld + g + 4 * l;
         auto stage = [&](int sl) {
@@ -255,14 +334,14 @@ __global__ void __launch_bounds__(S13_THREADS, S13_F_BLOCKS)
 #pragma unroll
                             for (int i = 0; i < W; i++) ss[v][k] += o[v][k * W + i] * o[v][k * W + i];
                         }
-                    if (hl == 32) {  // v2's level xor 16 (lane l's sum plus lane l + 16's), then 8 .. 1
+                    if (hl == 32) {  // level xor 16 (pack l's sum plus pack l + 16's), then 8 .. 1
 #pragma unroll
                         for (int v = 0; v < U; v++) ss[v][0] = ss[v][0] + ss[v][1];
 #pragma unroll
                         for (int off = 8; off > 0; off >>= 1)
 #pragma unroll
                             for (int v = 0; v < U; v++) ss[v][0] += __shfl_xor_sync(0xffffffffu, ss[v][0], off);
-                    } else {  // heads within a pack's 16 lanes: v2's levels hl/2 .. 1 for each pack
+                    } else {  // heads within 16 packs: levels hl/2 .. 1 for each pack
                         for (int off = hl / 2; off > 0; off >>= 1)
 #pragma unroll
                             for (int v = 0; v < U; v++) {
@@ -318,33 +397,34 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_si
     }
 }
 
-// s13: as many chunks of each sequence as the resident warps take in one round (2 blocks of 8
+// The ring kernel: as many chunks of each sequence as the resident warps take in one round (2 blocks of 8
 // warps an SM at the model's shape: B 16, T 2048, 8 warp columns -> 16 chunks of 128 tokens, one
-// item a warp), each a multiple of S13_D tokens; a grid of at most the resident blocks.
+// item a warp), each a multiple of RING_D tokens; a grid of at most the resident blocks.
 template <typename T, int K>
-void conv_silu_fwd_s13_launch(const conv_silu_fwd_params<T> &p, int B, cudaStream_t s) {
-    constexpr size_t smem = conv_s13_smem<T, K>();
-    auto kern = conv_silu_fwd_s13_kernel<T, K>;
+void conv_silu_fwd_ring_launch(const conv_silu_fwd_params<T> &p, int B, cudaStream_t s) {
+    constexpr size_t smem = conv_ring_smem<T, K>();
+    auto kern = conv_silu_fwd_ring_kernel<T, K>;
     static int cache = 0;
-    const int resident = s13_setup(kern, S13_THREADS, smem, &cache);
-    conv_s13_sched sch;
+    const int resident = persistent_setup(kern, RING_THREADS, smem, &cache);
+    conv_ring_sched sch;
     sch.ncolw = (int)GDN_CDIV(p.C, 256);
-    const long long slots = (long long)resident * S13_WARPS, per_seq = GDN_MAX(slots / ((long long)B * sch.ncolw), 1LL);
-    sch.lc = (int)GDN_CDIV(GDN_CDIV((long long)p.T_, per_seq), (long long)S13_D) * S13_D;
+    const long long slots = (long long)resident * RING_WARPS;
+    const long long per_seq = GDN_MAX(slots / ((long long)B * sch.ncolw), 1LL);
+    sch.lc = (int)GDN_CDIV(GDN_CDIV((long long)p.T_, per_seq), (long long)RING_D) * RING_D;
     sch.nch = (int)GDN_CDIV(p.T_, sch.lc);
     const long long items = (long long)B * sch.nch * sch.ncolw;
-    if (items > INT32_MAX) gdn_die("cuda conv_silu_fwd s13: %lld warp items", items);
+    if (items > INT32_MAX) gdn_die("cuda conv_silu_fwd ring: %lld warp items", items);
     sch.items = (int)items;
-    const unsigned grid = (unsigned)GDN_MIN(GDN_CDIV(items, (long long)S13_WARPS), (long long)resident);
-    kern<<<grid, S13_THREADS, smem, s>>>(p, sch);
-    conv_silu_s13_count();
+    const unsigned grid = (unsigned)GDN_MIN(GDN_CDIV(items, (long long)RING_WARPS), (long long)resident);
+    kern<<<grid, RING_THREADS, smem, s>>>(p, sch);
+    conv_silu_ring_count();
 }
 
-// NORM: the s13 kernel; else the tiled kernel.
+// NORM: the ring kernel; else the tiled kernel.
 template <typename T, int W, int K, bool NORM, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
 void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
     if (NORM) {
-        conv_silu_fwd_s13_launch<T, K>(p, B, s);
+        conv_silu_fwd_ring_launch<T, K>(p, B, s);
         return;
     }
     p.tiles = (int)GDN_CDIV(p.T_, TT);
@@ -416,11 +496,18 @@ void check_shape(const char *who, int B, int T, const int cw[3], int K, size_t l
 
 }  // namespace
 
-// ---- public entry point (cuda/ops.h) --------------------------------------------------------
-static unsigned long conv_silu_s13_launches = 0;  // host side, counted at launch
-void conv_silu_s13_count() { __atomic_add_fetch(&conv_silu_s13_launches, 1, __ATOMIC_RELAXED); }
-extern "C" unsigned long cuda_conv_silu_s13_launches(void) {
-    return __atomic_load_n(&conv_silu_s13_launches, __ATOMIC_RELAXED);
+// ---- launch counter (cuda/ops_testing.h) -------------------------------------------------------
+static unsigned long ring_launches = 0;  // host side, counted at launch (forward and backward)
+void conv_silu_ring_count() { __atomic_add_fetch(&ring_launches, 1, __ATOMIC_RELAXED); }
+extern "C" unsigned long cuda_conv_silu_ring_launches(void) {
+    return __atomic_load_n(&ring_launches, __ATOMIC_RELAXED);
+}
+
+// ---- public entry points (cuda/ops.h) ----------------------------------------------------------
+extern "C" void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C, int K,
+                                cudaStream_t s) {
+    if ((size_t)B * T * C == 0) return;
+    CUDA_DT_SWITCH(dt, E, conv1d_fwd_launch<E>((E *)y, (const E *)x, (const E *)w, B, T, C, K, s));
 }
 
 extern "C" void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void *x, const void *w, int B,
