@@ -136,6 +136,7 @@ static const cfg_key cfg_keys[] = {
 // A written line is "key = value"; inih's line buffer holds INI_MAX_LINE - 3 characters.
 #define CFG_LINE_MAX (INI_MAX_LINE - 3)
 #define CFG_MAX_INCLUDE_DEPTH 16
+#define CFG_FILE_MAX (1 << 20)  // bytes of one config file
 
 // ---- where a value came from, and error output ----------------------------------------------
 
@@ -648,9 +649,10 @@ static void cfg_read_file(cfg_load *L, const char *path, const cfg_file *parent)
     }
     struct stat st;
     int fs = fstat(fileno(fp), &st);
-    if (fs != 0 || S_ISDIR(st.st_mode)) {
+    if (fs != 0 || !(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode))) {  // not /dev/zero, a tty, ...
         cfg_err(L, &at, NULL, key, "cannot read config %s: %s", path,
-                fs != 0 ? strerror(errno) : "it is a directory");
+                fs != 0 ? strerror(errno) : S_ISDIR(st.st_mode) ? "it is a directory"
+                                                                : "not a regular file or a pipe");
         fclose(fp);
         return;
     }
@@ -673,9 +675,9 @@ static void cfg_read_file(cfg_load *L, const char *path, const cfg_file *parent)
     size_t cap = 4096, len = 0;
     char *text = gdn_malloc(cap);
     errno = 0;
-    for (;;) {
+    for (;;) {  // at most CFG_FILE_MAX + 1 bytes: enough to tell that the file is too large
         len += fread(text + len, 1, cap - 1 - len, fp);
-        if (len < cap - 1) break;
+        if (len < cap - 1 || len > CFG_FILE_MAX) break;
         cap *= 2;
         text = gdn_realloc(text, cap);
     }
@@ -683,8 +685,10 @@ static void cfg_read_file(cfg_load *L, const char *path, const cfg_file *parent)
     bool bad = ferror(fp) != 0;
     int read_errno = errno ? errno : EIO;
     fclose(fp);
-    if (bad) {
-        cfg_err(L, &at, NULL, key, "cannot read config %s: %s", path, strerror(read_errno));
+    if (bad || len > CFG_FILE_MAX) {
+        if (bad) cfg_err(L, &at, NULL, key, "cannot read config %s: %s", path, strerror(read_errno));
+        else cfg_err(L, &at, NULL, key, "config %s is larger than %d bytes; allowed: an INI file "
+                     "of at most that size", path, CFG_FILE_MAX);
         free(text);
         return;
     }
