@@ -164,7 +164,7 @@ static void run_case(const char *what, const char *path, int (*fn)(const char *)
         if (fd < 0 || dup2(fd, 2) < 0) _exit(99);
         close(fd);
         H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-        exit(fn(path));
+        _exit(fn(path));  // no leak check here: libhdf5 leaks on some damaged files (its own allocations)
     }
     int st = 0;
     CHECK_SYS(waitpid(pid, &st, 0));
