@@ -84,6 +84,8 @@ static void usage(FILE *f) {
             "  --test-fault-nan-step N  make the loss of step N NaN (the run stops there, exit 3)\n");
 }
 
+// ---- helpers: directories, times, the MFU's peak, evaluation, checkpoints, numbers -------------
+
 static void mkdir_p(const char *dir) {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", dir);
@@ -789,19 +791,19 @@ int main(int argc, char **argv) {
     cpu_set_threads(r.cfg.threads);
     if (r.args.gradcheck) return run_gradcheck(&r.cfg, r.args.gc_device);
 
-    setup_dist(&r);
-    setup_backend(&r);
-    open_data(&r);
-    write_config(&r);
-    build_model(&r);
-    start_run(&r);
+    setup_dist(&r);         // rank and world, the communicator, CPU or GPU
+    setup_backend(&r);      // the ops: float64 CPU or the GPU's (--profile: timed)
+    open_data(&r);          // the token file
+    write_config(&r);       // the effective config: stdout and <out_dir>/config.ini
+    build_model(&r);        // the model's arenas, ZeRO-1's shards
+    start_run(&r);          // --resume, or parameters drawn from train.seed
     if (r.args.eval_only) {
         rc = eval_checkpoint(&r);
     } else {
-        open_training(&r);
+        open_training(&r);  // batches, metrics file, timeline, gradient sums, signals
         print_header(&r);
         rc = train_loop(&r);
-        report_end(&r, rc);
+        report_end(&r, rc);  // --profile's table, the "done:" line
         close_training(&r);
     }
     close_run(&r);
