@@ -137,7 +137,7 @@ static void test_defaults(void) {
           strcmp(c.schedule, "cosine") == 0 && c.decay_frac == 0.2 && c.weight_decay == 0.1 &&
           c.beta1 == 0.9 && c.beta2 == 0.95 && c.adam_eps == 1e-8 && c.grad_clip == 1.0 &&
           !c.wd_embeddings);
-    check("[dist]", !c.zero1 && c.nccl_id_path[0] == '\0' && c.bucket_mb == 25 && c.timeout_s == 300);
+    check("[dist]", !c.zero1 && c.nccl_id_path[0] == '\0' && c.bucket_mb == 25 && c.overlap && c.timeout_s == 300);
     check("[log]", c.log_every == 10 && strcmp(c.metrics_file, "metrics.jsonl") == 0);
     check("derived: mlp hidden 2/3*4*128 -> 512, dv 64, layers G S G S",
           config_mlp_hidden(&c) == 512 && config_gdn_dv(&c) == 64 && config_layer_kind(&c, 0) == 'G' &&
@@ -385,7 +385,7 @@ static void test_roundtrip(const gdn_config *valid) {
     check("and writes the same text again", strcmp(text, text2) == 0);
     int nkeys = 0;  // lines that are not blank, a [section] or a comment
     for (const char *q = text; *q; q = strchr(q, '\n') + 1) nkeys += *q != '\n' && *q != '[' && *q != ';';
-    check("every key written (62 key lines)", nkeys == 62);
+    check("every key written (63 key lines)", nkeys == 63);
 
     char *p = tpath("written.ini");
     remember(p);

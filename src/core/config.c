@@ -126,6 +126,7 @@ static const cfg_key cfg_keys[] = {
     {"dist", "zero1", CFG_BOOL, F(zero1), 0, 0, 0, "false", NULL, "shard AdamW state across ranks"},
     {"dist", "nccl_id_path", CFG_STRING, F(nccl_id_path), 0, 0, 0, "", NULL, "file sharing the NCCL id without MPI"},
     {"dist", "bucket_mb", CFG_DOUBLE, F(bucket_mb), 0, 65536, CFG_MIN_OPEN, "25", NULL, "all-reduce bucket size"},
+    {"dist", "overlap", CFG_BOOL, F(overlap), 0, 0, 0, "true", NULL, "sum gradient buckets during the backward; false: one pass after it"},
     {"dist", "timeout_s", CFG_INT, F(timeout_s), 1, 604800, 0, "300", NULL, "collective timeout"},
     {"log", "every", CFG_INT, F(log_every), 1, 1000000000, 0, "10", NULL, "steps between log lines"},
     {"log", "metrics_file", CFG_STRING, F(metrics_file), 0, 0, 0, "metrics.jsonl", NULL, "inside out_dir"},

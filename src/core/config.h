@@ -91,6 +91,7 @@ typedef struct {
     bool zero1;              // shard AdamW state across ranks                 default false
     char nccl_id_path[CFG_STR]; // file used to share the NCCL id w/o MPI      default ""
     double bucket_mb;        // > 0, all-reduce bucket size                    default 25
+    bool overlap;            // sum gradient buckets during the backward       default true
     int timeout_s;           // > 0, collective timeout                        default 300
     // [log]
     int log_every;           // >= 1                                           default 10
