@@ -4,12 +4,10 @@
 //   gdn-train --resume CKPT.h5 [--set ...]          (the config stored in the checkpoint)
 //   --stop-after N: leave after step N with a checkpoint, as if interrupted (the schedule still
 //   spans train.steps), so a later --resume continues the same run.
-//   GDN_FAULT_NAN_STEP=N (environment, for tests): the loss of step N is made NaN.
 //   --timeline N: spans of N steps per stream (forward, backward per gradient range, all-reduce
 //   buckets, wait, update) into <out_dir>/timeline.csv (rank R > 0: timeline.rankR.csv); see
 //   timeline_window and src/diag/timeline.h. It changes no bit of the run.
-//   GDN_NO_OVERLAP=1 (environment, for tests): all-reduce the gradients after the backward
-//   instead of overlapped with it (the same sums, so the same bits on 2 ranks).
+//   --test-fault-nan-step N (for tests): the loss of step N is made NaN.
 //
 // Each step: grad_accum micro-batches of batch_size x seq_len tokens (forward, fused loss,
 // backward, gradients accumulated), global-norm clipping, AdamW, the LR schedule. A progress
@@ -21,11 +19,15 @@
 // Data parallel (DESIGN 8, src/dist): under mpirun / torchrun / srun every rank runs this loop
 // on batch_size sequences of its own (micro-batch m of rank r takes windows
 // [(m world + r) B, (m world + r + 1) B) of each step's batch: data/dataset.h), gradients are
-// summed across ranks in buckets of dist.bucket_mb, overlapped with the backward (the model's
-// gradient-ready hook, model.h: a bucket goes out as soon as the layers it holds are done), and
-// every rank applies the same update; with dist.zero1 each bucket piece is summed to the rank
-// whose shard holds it instead, which updates its shard and all-gathers the weights, on the CPU
-// and the GPU. Rank 0 alone logs and writes checkpoints.
+// summed across ranks in buckets of dist.bucket_mb, overlapped with the backward unless
+// dist.overlap = false (src/dist/grad_sync.h: a bucket goes out as soon as the layers it holds
+// are done), and every rank applies the same update; with dist.zero1 each bucket piece is summed
+// to the rank whose shard holds it instead, which updates its shard and all-gathers the weights
+// (src/dist/zero1.h), on the CPU and the GPU. Rank 0 alone logs and writes checkpoints.
+//
+// main() runs the phases in order: the command line, the config, the communicator and the
+// backend, the data, the model (with ZeRO-1's shards), the start (resume or init), then either
+// the evaluation of a checkpoint (--eval) or the training loop, and the end of the run.
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -36,18 +38,17 @@
 #include "core/config.h"
 #include "core/rng.h"
 #include "data/dataset.h"
-#include "dist/dist.h"
-#include "fwd/cpu_threads.h"
-#include "fwd/fwd_cpu.h"
-#include "model/checkpoint.h"
 #include "diag/compare.h"
-#if GDN_HAVE_CUDA
-#include "model/backend_cuda.h"
-#include "cuda/ops.h"
-#endif
-#include "model/model.h"
 #include "diag/profile.h"
 #include "diag/timeline.h"
+#include "dist/dist.h"
+#include "dist/grad_sync.h"
+#include "dist/zero1.h"
+#include "fwd/cpu_threads.h"
+#include "fwd/fwd_cpu.h"
+#include "model/backend_gpu.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
 #include "optim/optim.h"
 
 static volatile sig_atomic_t g_stop = 0;
@@ -78,8 +79,12 @@ static void usage(FILE *f) {
             "               range (lm_head, norm_f, layer L-1..0, embed), each all-reduce bucket, the\n"
             "               wait for the sums, norm + update. CSV step,rank,stream,name,start_ms,end_ms\n"
             "               (ms from the step's start) in <out_dir>/timeline.csv (rank R > 0:\n"
-            "               timeline.rankR.csv); tools/plot-timeline draws it. Same weights, bit for bit\n");
+            "               timeline.rankR.csv); tools/plot-timeline draws it. Same weights, bit for bit\n"
+            "testing:\n"
+            "  --test-fault-nan-step N  make the loss of step N NaN (the run stops there, exit 3)\n");
 }
+
+// ---- helpers: directories, times, the MFU's peak, evaluation, checkpoints, numbers -------------
 
 static void mkdir_p(const char *dir) {
     char buf[1024];
@@ -168,249 +173,6 @@ static void save_or_die(const char *path, const model *m, const train_state *st,
     }
 }
 
-// ---- data parallel: gradient sums overlapped with the backward ---------------------------------
-// The model hands over final gradient ranges during the backward of the last micro-batch
-// (model_grad_hook: lm_head, norm_f, layers L-1..0, embedding). Consecutive ranges that touch
-// (each new one ends where the pending bucket starts, or starts where it ends) are coalesced
-// into one bucket; a bucket of >= bucket_mb, or a range that does not touch it, sends it. A
-// send sums its elements over the ranks in pieces of at most bucket_mb: CPU float64 grads with
-// the blocking MPI all-reduce; GPU fp32 grads (device) with an NCCL all-reduce enqueued on the
-// communicator's stream behind the kernels enqueued so far on the compute stream (the legacy
-// default stream), so it runs while the backward of the earlier layers goes on.
-// grad_sync_finish sends what is pending and makes the compute stream wait for the sums before
-// the gradient norm reads them. Each element is summed once, as one element of some piece,
-// so the result does not depend on the bucketing: on 2 ranks (a + b, commutative) it is the
-// same bits as one all-reduce after the backward (GDN_NO_OVERLAP=1).
-// ZeRO-1 (shard > 0): a piece is not all-reduced but summed to the rank whose shard holds it
-// (split at shard boundaries: one reduce per owner), so after the wait each rank holds the
-// sums of its own shard in the gradient arena (the rest of its arena is its local gradient) and
-// the reduce-scatter after the backward is gone: only the all-gather of the weights is left.
-typedef struct {
-    dist *d;
-    size_t shard;         // ZeRO-1: elements per rank's shard (dist_shard_capacity / world); 0: off
-    size_t bucket;        // elements per all-reduce, >= 1
-    size_t lo, hi;        // pending bucket [lo, hi); empty when lo == hi
-    size_t covered;       // elements handed over this step; n_elems at the finish
-    long sends;           // all-reduces issued so far
-    timeline *tl;         // --timeline (NULL: none): a comm span per all-reduce, the wait
-} grad_sync;
-
-// One sum of grads [off, off + len) (all-reduce, or with ZeRO-1 a reduce to rank `root`), with
-// its comm span when the step is recorded.
-static void grad_sync_sum(grad_sync *g, model *m, size_t off, size_t len, int root) {
-    size_t es = m->be->elem[BE_GRAD];
-    void *ev[2] = {NULL, NULL};
-    int span = -1;
-    if (timeline_recording(g->tl)) {
-        char name[40];
-        if (root < 0) snprintf(name, sizeof name, "allreduce %.3g MB", (double)(len * es) / 1048576.0);
-        else snprintf(name, sizeof name, "reduce %.3g MB to %d", (double)(len * es) / 1048576.0, root);
-        span = timeline_comm_begin(g->tl, name, &ev[0], &ev[1]);
-    }
-    bool timed = ev[0] == NULL;  // host clock: read around the blocking call
-    if (es == sizeof(double)) {
-        if (root < 0) dist_allreduce_sum_f64(g->d, (double *)m->grad_mem + off, len);
-        else dist_reduce_sum_f64(g->d, (double *)m->grad_mem + off, len, root);
-    } else {
-        if (ev[0]) timed = dist_time_next_async(g->d, ev[0], ev[1]);
-        if (root < 0) dist_allreduce_sum_f32_async(g->d, (float *)m->grad_mem + off, len, NULL);
-        else dist_reduce_sum_f32_async(g->d, (float *)m->grad_mem + off, len, root, NULL);
-    }
-    timeline_comm_end(g->tl, span, timed);
-    g->sends++;
-}
-
-// Grads [off, off + len): one all-reduce, or with ZeRO-1 one reduce per owning shard.
-static void grad_sync_piece(grad_sync *g, model *m, size_t off, size_t len) {
-    if (!g->shard) {
-        grad_sync_sum(g, m, off, len, -1);
-        return;
-    }
-    for (size_t a = off, end = off + len; a < end;) {
-        size_t owner = a / g->shard, b = GDN_MIN(end, (owner + 1) * g->shard);
-        grad_sync_sum(g, m, a, b - a, (int)owner);
-        a = b;
-    }
-}
-
-static void grad_sync_send(grad_sync *g, model *m) {
-    for (size_t off = g->lo; off < g->hi; off += g->bucket)
-        grad_sync_piece(g, m, off, GDN_MIN(g->bucket, g->hi - off));
-    g->lo = g->hi = 0;
-}
-
-// model_grad_hook: [lo, hi) of the gradient arena is final.
-static void grad_sync_hook(model *m, size_t lo, size_t hi, void *ctx) {
-    grad_sync *g = ctx;
-    g->covered += hi - lo;
-    if (g->lo == g->hi) g->lo = lo, g->hi = hi;
-    else if (hi == g->lo) g->lo = lo;
-    else if (lo == g->hi) g->hi = hi;
-    else {
-        grad_sync_send(g, m);
-        g->lo = lo, g->hi = hi;
-    }
-    if (g->hi - g->lo >= g->bucket) grad_sync_send(g, m);
-}
-
-// The compute row's "wait" span: from the end of the backward to the sums being there (the
-// last bucket's blocking sum on the host clock; the compute stream's wait on the device).
-static void grad_sync_finish(grad_sync *g, model *m) {
-    grad_sync_send(g, m);
-    if (g->covered != m->n_elems)
-        gdn_die("internal: the gradient hook handed over %zu of %zu elements this step",
-                g->covered, m->n_elems);
-    g->covered = 0;
-    dist_wait_async(g->d, NULL);  // the compute stream waits for the sums (NCCL; else nothing)
-    timeline_compute(g->tl, "wait");
-}
-
-// ---- the model's hooks in the loop: gradient sums and the timeline -----------------------------
-typedef struct {
-    grad_sync *sync;
-    bool overlap;         // the sums go out from the gradient hook
-    int mb, n_mb;         // the micro-batch in flight, of n_mb per step
-} step_hooks;
-
-// "forward", or "forward mb K" with gradient accumulation (K from 0)
-static void mb_label(char *buf, size_t n, const char *what, const step_hooks *h) {
-    if (h->n_mb == 1) snprintf(buf, n, "%s", what);
-    else snprintf(buf, n, "%s mb %d", what, h->mb);
-}
-
-// model_fwd_hook: the forward (with the fused loss of the first LM-head chunk) ends here.
-static void step_fwd_hook(model *m, void *ctx) {
-    step_hooks *h = ctx;
-    (void)m;
-    if (!timeline_recording(h->sync->tl)) return;
-    char name[32];
-    mb_label(name, sizeof name, "forward", h);
-    timeline_compute(h->sync->tl, name);
-}
-
-// "bwd lm_head", "bwd norm_f", "bwd layer L", "bwd embed": the gradient range beginning at
-// element lo (model.h: each range starts at the first tensor of its group). With tied
-// embeddings the LM head's backward has no range of its own: it ends in norm_f's span.
-static void grad_range_name(const model *m, size_t lo, char *buf, size_t n) {
-    if (m->lm_head == m->wte && lo == m->params[m->norm_f].offset) {
-        snprintf(buf, n, "bwd lm_head+norm_f");
-        return;
-    }
-    for (int i = 0; i < m->n_params; i++) {
-        if (m->params[i].offset != lo) continue;
-        int l;
-        if (sscanf(m->params[i].name, "layers.%d.", &l) == 1) snprintf(buf, n, "bwd layer %d", l);
-        else snprintf(buf, n, "bwd %s", m->params[i].name);
-        return;
-    }
-    snprintf(buf, n, "bwd [%zu..)", lo);
-}
-
-// model_grad_hook: the span of the backward that finished this range, then its bucket. On the
-// host clock a blocking all-reduce issued here stalls the backward: a "wait (hook)" span.
-static void step_grad_hook(model *m, size_t lo, size_t hi, void *ctx) {
-    step_hooks *h = ctx;
-    grad_sync *g = h->sync;
-    if (timeline_recording(g->tl)) {
-        char name[40];
-        grad_range_name(m, lo, name, sizeof name);
-        timeline_compute(g->tl, name);
-    }
-    if (!h->overlap) return;
-    long sends = g->sends;
-    grad_sync_hook(m, lo, hi, g);
-    if (g->sends != sends) timeline_compute_blocked(g->tl, "wait (hook)");
-}
-
-// --timeline N: the steps [*first, *first + *count) (1-based) to record: after 2 warm-up steps
-// (the first steps also pay for lazy allocations and plans), earlier when the run (to its end,
-// --stop-after or the end of --profile) is too short for that, all of it when shorter than N.
-static void timeline_window(long n, long done, long end, long *first, long *count) {
-    long left = GDN_MAX(end - done, 0);
-    long warm = GDN_MIN(2, GDN_MAX(left - n, 0));
-    *first = done + 1 + warm;
-    *count = GDN_MIN(n, left - warm);
-}
-
-// ---- ZeRO-1 (dist.zero1) on either backend -----------------------------------------------------
-// z: dist_shard_capacity(n) elements of the gradient / optimizer class (host float64 on the CPU,
-// device fp32 on the GPU), allocated once with the backend's alloc. Each rank keeps AdamW's m and
-// v for its shard only (model_shard_optimizer: 2/world of their memory) and updates its shard of
-// the master weights (the parameters themselves without a master copy); the weights are then
-// all-gathered. A checkpoint gathers m and v through z onto rank 0's host (zero1_gather_moments).
-
-// dst[0, n) <- src[0, n) in the gradient / optimizer class; to_bf16: dst is the GPU's bf16
-// parameter arena (rounded to nearest, as cuda_adamw writes it).
-static void flat_copy(const model *m, bool gpu, void *dst, bool to_bf16, const void *src, size_t n) {
-#if GDN_HAVE_CUDA
-    if (gpu) {
-        cuda_convert(dst, to_bf16 ? CUDA_BF16 : CUDA_F32, src, CUDA_F32, n, NULL);
-        return;
-    }
-#endif
-    (void)gpu;
-    if (to_bf16) gdn_die("internal: bf16 parameters on the CPU");
-    memcpy(dst, src, n * m->be->elem[BE_GRAD]);
-}
-
-// In place over z[0, n): every rank's shard, from its owner.
-static void zero1_allgather(dist *d, const model *m, void *z, size_t n) {
-    if (m->be->elem[BE_GRAD] == sizeof(double)) dist_allgather_f64(d, z, n);
-    else dist_allgather_f32(d, z, n, NULL);
-}
-
-// One step, after the gradient sums (grad_sync with shard > 0: this rank's shard of the gradient
-// arena holds the sums over ranks): the global norm from the shards, AdamW on this rank's shard
-// of the flat arenas (optim_adamw_range: runs of same-decay tensors cut to the shard),
-// all-gather the weights through z. No update when the norm is not finite (*gnorm_out says so).
-// On the timeline's compute row (tl may be NULL): "norm+update"; the caller's next point ends
-// "all-gather".
-static void zero1_step(dist *d, model *m, void *z, bool gpu, long step, double lr,
-                       double *gnorm_out, timeline *tl) {
-    const backend *be = m->be;
-    const gdn_config *c = &m->cfg;
-    size_t n = m->n_elems, lo, hi;
-    size_t eg = be->elem[BE_GRAD], ep = be->elem[BE_PARAM];
-    char *gb = m->grad_mem, *p = m->param_mem, *w = m->master;
-    dist_shard_range(d, n, &lo, &hi);
-    double gnorm = sqrt(dist_scalar_sum_f64(d, be->sumsq(gb + lo * eg, hi - lo)));
-    *gnorm_out = gnorm;
-    if (!isfinite(gnorm)) return;
-    double scale = (c->grad_clip > 0 && gnorm > c->grad_clip) ? c->grad_clip / gnorm : 1.0;
-    optim_adamw_range(m, lo, hi, step, lr, scale);
-    // every rank's shard of the weights: the master copy when there is one, then the bf16
-    // parameters from it; else the parameters themselves
-    timeline_compute(tl, "norm+update");
-    void *truth = w ? (void *)w : (void *)p;
-    flat_copy(m, gpu, z, false, truth, n);
-    zero1_allgather(d, m, z, n);
-    flat_copy(m, gpu, truth, false, z, n);
-    if (w) flat_copy(m, gpu, p, ep == 2, z, n);
-}
-
-// Before a checkpoint: the full AdamW m and v, gathered through z from every rank's shard, as
-// host float64 arrays on rank 0 (m->ckpt_moments, which checkpoint_save writes); every rank takes
-// part. zero1_release_moments frees them after the save.
-static void zero1_gather_moments(dist *d, model *m, void *z, bool gpu) {
-    const backend *be = m->be;
-    size_t n = m->n_elems, eg = be->elem[BE_GRAD];
-    void *arr[2] = {m->opt_m, m->opt_v};
-    for (int k = 0; k < 2; k++) {
-        flat_copy(m, gpu, (char *)z + m->opt_lo * eg, false, arr[k], m->opt_n);
-        zero1_allgather(d, m, z, n);
-        if (d->rank != 0) continue;
-        double *h = gdn_malloc(n * sizeof(double));
-        be->download(h, z, n, BE_GRAD);
-        m->ckpt_moments[k] = h;
-    }
-}
-static void zero1_release_moments(model *m) {
-    for (int k = 0; k < 2; k++) {
-        free((void *)m->ckpt_moments[k]);
-        m->ckpt_moments[k] = NULL;
-    }
-}
-
 // A whole number in [lo, hi] for option `opt`; else a message naming what it takes, false.
 static bool count_arg(const char *opt, const char *what, const char *text, long lo, long hi,
                       long *out) {
@@ -426,287 +188,315 @@ static bool count_arg(const char *opt, const char *what, const char *text, long 
     return true;
 }
 
-int main(int argc, char **argv) {
-    const double t_launch = gdn_now();  // "startup:" below: what a user waits before step 1
-    cpu_threads_env(argv);  // first: idle thread pools must sleep, not spin (cpu_threads.h)
-    const char *cfg_path = NULL, *resume = NULL;
-    enum { MAX_SETS = 256 };
-    const char *sets[MAX_SETS];
-    int nset = 0;
+// ---- the command line --------------------------------------------------------------------------
+
+enum { MAX_SETS = 256 };
+
+typedef struct {
+    const char *cfg_path, *resume;  // CONFIG.ini and --resume (either may be NULL, not both)
+    const char *sets[MAX_SETS];     // --set section.key=value, in order
+    int nset;
+    bool gradcheck, eval_only, profile_events;
+    const char *gc_device;          // --device for --gradcheck: "cpu" or "cuda"
+    int gpus;                       // --gpus: local workers to spawn (1: none)
+    long stop_after;                // --stop-after (-1: none)
+    long profile_steps;             // --profile (0: off)
+    long timeline_steps;            // --timeline (0: off)
+    long fault_nan_step;            // --test-fault-nan-step (-1: none)
+} train_args;
+
+// -1 when the run goes on, else the exit code (0 after --help, 2 after a usage error).
+static int parse_args(int argc, char **argv, train_args *a) {
+    *a = (train_args){.gc_device = "cpu", .gpus = 1, .stop_after = -1, .fault_nan_step = -1};
     if (argc > MAX_SETS) {
         fprintf(stderr, "error: too many arguments (%d)\n", argc);
         return 2;
     }
-    bool gradcheck = false, eval_only = false;
-    int gpus = 1;
-    const char *gc_device = "cpu";
-    long stop_after = -1, profile_steps = 0, timeline_steps = 0;
-    bool profile_events = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--set") && i + 1 < argc)
-            sets[nset++] = argv[++i];
+            a->sets[a->nset++] = argv[++i];
         else if (!strncmp(argv[i], "--set=", 6))
-            sets[nset++] = argv[i] + 6;
+            a->sets[a->nset++] = argv[i] + 6;
         else if (!strcmp(argv[i], "--resume") && i + 1 < argc)
-            resume = argv[++i];
+            a->resume = argv[++i];
         else if (!strcmp(argv[i], "--stop-after") && i + 1 < argc) {
-            if (!count_arg("--stop-after", "a step number", argv[++i], 1, LONG_MAX, &stop_after))
+            if (!count_arg("--stop-after", "a step number", argv[++i], 1, LONG_MAX, &a->stop_after))
                 return 2;
         } else if (!strcmp(argv[i], "--profile") && i + 1 < argc) {
-            if (!count_arg("--profile", "a step count", argv[++i], 1, LONG_MAX, &profile_steps))
+            if (!count_arg("--profile", "a step count", argv[++i], 1, LONG_MAX, &a->profile_steps))
                 return 2;
         } else if (!strcmp(argv[i], "--profile-events")) {
-            profile_events = true;
+            a->profile_events = true;
         } else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) {
-            if (!count_arg("--timeline", "a step count", argv[++i], 1, LONG_MAX, &timeline_steps))
+            if (!count_arg("--timeline", "a step count", argv[++i], 1, LONG_MAX, &a->timeline_steps))
+                return 2;
+        } else if (!strcmp(argv[i], "--test-fault-nan-step") && i + 1 < argc) {
+            if (!count_arg("--test-fault-nan-step", "a step number", argv[++i], 1, LONG_MAX,
+                           &a->fault_nan_step))
                 return 2;
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-            gc_device = argv[++i];
-            if (strcmp(gc_device, "cpu") && strcmp(gc_device, "cuda")) {
-                fprintf(stderr, "error: --device takes cpu or cuda, got '%s'\n", gc_device);
+            a->gc_device = argv[++i];
+            if (strcmp(a->gc_device, "cpu") && strcmp(a->gc_device, "cuda")) {
+                fprintf(stderr, "error: --device takes cpu or cuda, got '%s'\n", a->gc_device);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) {
             long g;
             if (!count_arg("--gpus", "a count", argv[++i], 1, 64, &g)) return 2;
-            gpus = (int)g;
+            a->gpus = (int)g;
         } else if (!strcmp(argv[i], "--gradcheck"))
-            gradcheck = true;
+            a->gradcheck = true;
         else if (!strcmp(argv[i], "--eval"))
-            eval_only = true;
+            a->eval_only = true;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
-        } else if (argv[i][0] == '-' || cfg_path) {
+        } else if (argv[i][0] == '-' || a->cfg_path) {
             fprintf(stderr, "error: unexpected argument '%s'\n", argv[i]);
             usage(stderr);
             return 2;
         } else
-            cfg_path = argv[i];
+            a->cfg_path = argv[i];
     }
-    if (!cfg_path && !resume) {
+    if (!a->cfg_path && !a->resume) {
         usage(stderr);
         return 2;
     }
-    if (profile_events && profile_steps == 0) {
+    if (a->profile_events && a->profile_steps == 0) {
         fprintf(stderr, "error: --profile-events changes how --profile N times the ops: give "
                         "--profile N too\n");
         return 2;
     }
-    if (eval_only && (!resume || gradcheck || stop_after > 0 || profile_steps > 0 || timeline_steps > 0)) {
+    if (a->eval_only && (!a->resume || a->gradcheck || a->stop_after > 0 || a->profile_steps > 0 ||
+                         a->timeline_steps > 0)) {
         fprintf(stderr, "error: --eval evaluates a checkpoint: it needs --resume CKPT.h5 and takes "
                         "no --gradcheck, --stop-after, --profile or --timeline\n");
         return 2;
     }
-    if (gpus > 1) {  // the parent forks one worker per GPU and waits; workers go on below
-        int rc = dist_spawn_local(gpus, argc, argv);
-        if (rc >= 0) return rc;
-    }
+    return -1;
+}
 
-    gdn_config cfg;
-    config_defaults(&cfg);
+// The config file with the --set overrides, or the config stored in the --resume checkpoint
+// with them. false (the message printed) on a bad file or value.
+static bool load_config(gdn_config *cfg, const train_args *a) {
+    config_defaults(cfg);
+    if (a->cfg_path) return config_load(cfg, a->cfg_path, a->sets, a->nset);
     char err[1024];
-    if (cfg_path) {
-        if (!config_load(&cfg, cfg_path, sets, nset)) return 2;
-    } else {
-        char *text = checkpoint_read_config(resume, err, sizeof err);
-        if (!text) gdn_die("%s", err);
-        bool ok = config_load_string_sets(&cfg, text, resume, sets, nset);
-        free(text);
-        if (!ok) return 2;
-    }
+    char *text = checkpoint_read_config(a->resume, err, sizeof err);
+    if (!text) gdn_die("%s", err);
+    bool ok = config_load_string_sets(cfg, text, a->resume, a->sets, a->nset);
+    free(text);
+    return ok;
+}
 
-    cpu_set_threads(cfg.threads);
-    if (gradcheck) {
-        if (!strcmp(gc_device, "cpu")) return model_gradcheck(&cfg, 2, 9, 12, 1e-6, cfg.seed, stdout) ? 1 : 0;
-#if GDN_HAVE_CUDA
-        if (cfg.vocab_size == 0) {  // the tokens of the check are random: any vocabulary works
-            token_file probe;
-            cfg.vocab_size = tokfile_open(&probe, cfg.data_path, err, sizeof err) ? probe.vocab_size : 256;
-            if (cfg.vocab_size == probe.vocab_size) tokfile_close(&probe);
-        }
-        int T = GDN_MIN(cfg.seq_len, 256), fails = 0;
-        printf("== GPU fp32 vs CPU float64 (tolerance 1e-4)\n");
-        fails += model_compare_backends(&cfg, backend_cuda_get(false), 2, T, 1e-4, cfg.seed, stdout);
-        printf("== GPU bf16 vs CPU float64 (tolerance 5e-2: bf16 keeps 8 bits)\n");
-        fails += model_compare_backends(&cfg, backend_cuda_get(true), 2, T, 5e-2, cfg.seed, stdout);
-        return fails ? 1 : 0;
-#else
+// --gradcheck: the exit code (0: every tensor within tolerance).
+static int run_gradcheck(gdn_config *cfg, const char *device) {
+    if (!strcmp(device, "cpu")) return model_gradcheck(cfg, 2, 9, 12, 1e-6, cfg->seed, stdout) ? 1 : 0;
+    if (!backend_gpu_built())
         gdn_die("--device cuda: this build has no CUDA backend (configure where nvcc is found)");
-#endif
+    if (cfg->vocab_size == 0) {  // the tokens of the check are random: any vocabulary works
+        char err[1024];
+        token_file probe;
+        cfg->vocab_size = tokfile_open(&probe, cfg->data_path, err, sizeof err) ? probe.vocab_size : 256;
+        if (cfg->vocab_size == probe.vocab_size) tokfile_close(&probe);
     }
+    int T = GDN_MIN(cfg->seq_len, 256), fails = 0;
+    printf("== GPU fp32 vs CPU float64 (tolerance 1e-4)\n");
+    fails += model_compare_backends(cfg, backend_gpu_get(false), 2, T, 1e-4, cfg->seed, stdout);
+    printf("== GPU bf16 vs CPU float64 (tolerance 5e-2: bf16 keeps 8 bits)\n");
+    fails += model_compare_backends(cfg, backend_gpu_get(true), 2, T, 5e-2, cfg->seed, stdout);
+    return fails ? 1 : 0;
+}
 
-    // data parallel: rank and world from the launcher (mpirun, torchrun, srun) or 1
+// ---- the run: what the phases set up for the loop ----------------------------------------------
+
+typedef struct {
+    train_args args;
+    gdn_config cfg;
+    double t_launch;          // "startup:" in the header: what a user waits before step 1
+    // communicator and backend
+    dist *d;
+    bool r0;                  // rank 0: logs and writes checkpoints
+    bool collectives;         // sums over ranks: world > 1, or dist.backend named at world 1
+    bool on_gpu;
+    const backend *be;
+    // data and model
+    token_file tf;
+    model *m;
+    zero1 *z;                 // dist.zero1 with collectives, else NULL
+    int32_t *x, *y;           // (m->N) one micro-batch's inputs and targets
+    train_state st;
+    char ckpt[1200];          // <out_dir>/checkpoint.h5
+    // the loop
+    batch_sampler ts;
+    FILE *metrics;
+    timeline *tl;             // --timeline, else NULL
+    grad_sync *gs;
+    long tokens_per_step;
+    double peak;              // FLOP/s of all ranks: the MFU's denominator
+    int peak_retries;         // CPU: times the matmul rate was timed again (log_progress)
+    double t_start, t_win;    // the loop's start; the start of the current log window
+    double t_aside;           // seconds of the window spent evaluating or checkpointing
+    long win_steps;           // steps in the window
+    double last_val;          // the last validation loss (NAN: none yet)
+    const char *last_good;    // the last checkpoint written or resumed from
+    long prof_done;           // --profile: steps run so far
+    double t_prof;            // --profile: wall seconds of the profiled steps
+} run;
+
+// Rank and world from the launcher (mpirun, torchrun, srun) or 1; the communicator; the device.
+static void setup_dist(run *r) {
+    const gdn_config *c = &r->cfg;
+    const char *cfg_name = r->args.cfg_path ? r->args.cfg_path : r->args.resume;
+    char err[1024];
     dist_env env;
     if (!dist_env_read(&env, err, sizeof err)) gdn_die("%s", err);
-    bool want_gpu = false;
-#if GDN_HAVE_CUDA
-    want_gpu = !strcmp(cfg.device, "cuda") || (!strcmp(cfg.device, "auto") && backend_cuda_devices() > 0);
-#else
-    if (!strcmp(cfg.device, "cuda"))
+    if (!strcmp(c->device, "cuda") && !backend_gpu_built())
         gdn_die("train.device = cuda: this build has no CUDA backend (configure where nvcc is found)");
-#endif
+    // auto picks the GPU when this build has CUDA and a device is there
+    r->on_gpu = backend_gpu_built() &&
+                (!strcmp(c->device, "cuda") || (!strcmp(c->device, "auto") && backend_gpu_devices() > 0));
     // dist.backend: auto = NCCL across GPUs, MPI across CPU ranks; nccl or mpi at world 1 runs
     // the whole data-parallel path (buckets, collectives, ZeRO-1) over one rank, as a check
-    const char *want = want_gpu && env.world > 1 ? "nccl" : env.mpi_launcher ? "mpi" : "none";
-    if (strcmp(cfg.dist_backend, "auto")) {
-        want = cfg.dist_backend;
-        if (!strcmp(want, "nccl") && !want_gpu)
+    const char *want = r->on_gpu && env.world > 1 ? "nccl" : env.mpi_launcher ? "mpi" : "none";
+    if (strcmp(c->dist_backend, "auto")) {
+        want = c->dist_backend;
+        if (!strcmp(want, "nccl") && !r->on_gpu)
             gdn_die("%s: [dist] backend = nccl needs the GPU (train.device = %s picks the CPU)",
-                    cfg_path ? cfg_path : resume, cfg.device);
-        if (!strcmp(want, "mpi") && want_gpu)
+                    cfg_name, c->device);
+        if (!strcmp(want, "mpi") && r->on_gpu)
             gdn_die("%s: [dist] backend = mpi carries CPU ranks only; on GPUs use nccl (or auto)",
-                    cfg_path ? cfg_path : resume);
+                    cfg_name);
     }
-    dist *dd = dist_init(want, cfg.timeout_s, cfg.nccl_id_path, err, sizeof err);
-    if (!dd) gdn_die("%s", err);
-    bool r0 = dd->rank == 0;
-    if (!r0 && !freopen("/dev/null", "w", stdout)) gdn_die("cannot silence rank %d's stdout", dd->rank);
+    r->d = dist_init(want, c->timeout_s, c->nccl_id_path, err, sizeof err);
+    if (!r->d) gdn_die("%s", err);
+    r->r0 = r->d->rank == 0;
+    if (!r->r0 && !freopen("/dev/null", "w", stdout)) gdn_die("cannot silence rank %d's stdout", r->d->rank);
+    r->collectives = r->d->world > 1 || (r->d->backend != DIST_NONE && strcmp(c->dist_backend, "auto"));
+}
 
-    // backend: auto picks the GPU when this build has CUDA and a device is there
-    const backend *be = &backend_cpu;
-#if GDN_HAVE_CUDA
-    if (want_gpu) {
-        be = backend_cuda_get(!strcmp(cfg.precision, "bf16"));  // on dist_init's device
-        backend_cuda_set_attention_deterministic(cfg.swa_deterministic);
+// The float64 CPU backend or the GPU's (on dist_init's device); --profile wraps it.
+static void setup_backend(run *r) {
+    r->be = &backend_cpu;
+    if (r->on_gpu) {
+        r->be = backend_gpu_get(!strcmp(r->cfg.precision, "bf16"));
+        backend_gpu_set_attention_deterministic(r->cfg.swa_deterministic);
+        backend_gpu_set_gemm_tune(r->cfg.gemm_tune);
     }
-#endif
-    bool on_gpu = be != &backend_cpu;
-    if (profile_steps > 0) be = backend_profiled(be);  // a decorator: same name, same sizes
-    if (profile_events) {
-        if (!on_gpu) gdn_die("--profile-events: device events need the GPU backend (train.device = "
-                             "cuda or auto with a GPU); on the CPU use --profile alone");
-#if GDN_HAVE_CUDA
-        profile_use_clock(timeline_cuda_clock());
-#endif
+    if (r->args.profile_steps > 0) r->be = backend_profiled(r->be);  // a decorator: same name, same sizes
+    if (r->args.profile_events) {
+        if (!r->on_gpu) gdn_die("--profile-events: device events need the GPU backend (train.device = "
+                                "cuda or auto with a GPU); on the CPU use --profile alone");
+        profile_use_clock(timeline_device_clock());
     }
-    // ZeRO-1 and the flat copies treat gradients, optimizer state and (without a master copy)
-    // parameters as arrays of one element type
-    if (be->elem[BE_GRAD] != be->elem[BE_OPT] ||
-        (!be->master && be->elem[BE_PARAM] != be->elem[BE_GRAD]))
-        gdn_die("internal: backend %s: gradient, optimizer and parameter element sizes differ",
-                be->name);
+}
 
-    // data
-    token_file tf;
-    if (!tokfile_open(&tf, cfg.data_path, err, sizeof err))
+// The token file; model.vocab_size = 0 takes the file's.
+static void open_data(run *r) {
+    gdn_config *c = &r->cfg;
+    char err[1024];
+    if (!tokfile_open(&r->tf, c->data_path, err, sizeof err))
         gdn_die("%s\nHINT: make it with gdn-prepare (see README.md), or set data.path", err);
-    if (cfg.vocab_size == 0) cfg.vocab_size = tf.vocab_size;
-    if (cfg.vocab_size < tf.vocab_size)
-        gdn_die("model.vocab_size = %d but '%s' has vocab_size %d", cfg.vocab_size, cfg.data_path,
-                tf.vocab_size);
+    if (c->vocab_size == 0) c->vocab_size = r->tf.vocab_size;
+    if (c->vocab_size < r->tf.vocab_size)
+        gdn_die("model.vocab_size = %d but '%s' has vocab_size %d", c->vocab_size, c->data_path,
+                r->tf.vocab_size);
+}
 
+// The effective config on stdout and (not with --eval) in <out_dir>/config.ini.
+static void write_config(const run *r) {
+    const gdn_config *c = &r->cfg;
     char path[1200];
-    snprintf(path, sizeof path, "%s/config.ini", cfg.out_dir);
-    if (r0 && !eval_only) {  // --eval leaves the run directory as it is
-        mkdir_p(cfg.out_dir);
+    snprintf(path, sizeof path, "%s/config.ini", c->out_dir);
+    if (r->r0 && !r->args.eval_only) {  // --eval leaves the run directory as it is
+        mkdir_p(c->out_dir);
         FILE *cf = fopen(path, "w");
         if (!cf) gdn_die("cannot write '%s': %s", path, strerror(errno));
-        config_write(&cfg, cf);
+        config_write(c, cf);
         if (fclose(cf) != 0) gdn_die("cannot write '%s': %s", path, strerror(errno));
     }
-    if (eval_only) printf("effective config:\n");
+    if (r->args.eval_only) printf("effective config:\n");
     else printf("effective config (also in %s):\n", path);
-    config_write(&cfg, stdout);
+    config_write(c, stdout);
+}
 
-    model *m = model_create(&cfg, be, cfg.batch_size, cfg.seq_len);
-    // collectives at world 1 only when dist.backend names a backend (a check of the path)
-    bool collectives = dd->world > 1 || (dd->backend != DIST_NONE && strcmp(cfg.dist_backend, "auto"));
-    bool zero1 = cfg.zero1 && collectives;
-    if (zero1) {  // this rank keeps AdamW's m and v for its shard only
-        size_t lo, hi;
-        dist_shard_range(dd, m->n_elems, &lo, &hi);
-        model_shard_optimizer(m, lo, hi);
-    }
-    model_print_summary(m, stdout);
-    train_state st = {.step = 0, .tokens_seen = 0, .sampler_pos = 0, .seed = cfg.seed,
-                      .best_val = INFINITY, .world_size = dd->world};
-    char ckpt[1200];
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.h5", cfg.out_dir);
-    if (resume) {
-        if (!checkpoint_load(resume, m, &st, err, sizeof err)) gdn_die("%s", err);
-        if (st.world_size != dd->world)
-            printf("note: checkpoint written by %d ranks, resuming on %d: weights and optimizer "
-                   "state continue exactly; the data continues exactly when batch_size x grad_accum "
-                   "x ranks is what it was (now %d x %d x %d; train.grad_accum can keep it)\n",
-                   st.world_size, dd->world, cfg.batch_size, cfg.grad_accum, dd->world);
-        printf("resumed from %s at step %ld (%llu tokens seen)\n", resume, st.step,
-               (unsigned long long)st.tokens_seen);
-        st.world_size = dd->world;
-        if (eval_only) {
-            int32_t *ex = gdn_malloc(sizeof(int32_t) * m->N), *ey = gdn_malloc(sizeof(int32_t) * m->N);
-            double t0 = gdn_now(), v = evaluate(m, &tf, &cfg, ex, ey, dd);
-            if (cfg.eval_batches == 0) {
-                uint64_t nb, w = full_eval_windows(&tf, &cfg, dd, &nb);
-                printf("eval: val loss %.6f over the whole split (%llu windows of %d), %.1f s\n", v,
-                       (unsigned long long)w, cfg.seq_len + 1, gdn_now() - t0);
-            } else {
-                printf("eval: val loss %.6f over %d batches of %d windows of %d, %.1f s\n", v,
-                       cfg.eval_batches, cfg.batch_size * cfg.grad_accum * dd->world,
-                       cfg.seq_len + 1, gdn_now() - t0);
-            }
-            free(ex);
-            free(ey);
-            model_free(m);
-            tokfile_close(&tf);
-            dist_free(dd);
-            return isfinite(v) ? 0 : 1;
-        }
-    } else {
+// The model and its arenas; with ZeRO-1 this rank's shard of the optimizer state.
+static void build_model(run *r) {
+    const gdn_config *c = &r->cfg;
+    r->m = model_create(c, r->be, c->batch_size, c->seq_len);
+    if (c->zero1 && r->collectives) r->z = zero1_create(r->d, r->m, r->on_gpu);
+    model_print_summary(r->m, stdout);
+    r->x = gdn_malloc(sizeof(int32_t) * r->m->N);
+    r->y = gdn_malloc(sizeof(int32_t) * r->m->N);
+    r->st = (train_state){.step = 0, .tokens_seen = 0, .sampler_pos = 0, .seed = c->seed,
+                          .best_val = INFINITY, .world_size = r->d->world};
+    snprintf(r->ckpt, sizeof r->ckpt, "%s/checkpoint.h5", c->out_dir);
+    r->last_good = "none";
+}
+
+// Weights, optimizer state and loop state from --resume; else parameters drawn from train.seed.
+static void start_run(run *r) {
+    const gdn_config *c = &r->cfg;
+    const char *resume = r->args.resume;
+    if (!resume) {
         double t_init = gdn_now();
-        model_init_params(m, cfg.seed);
+        model_init_params(r->m, c->seed);
         printf("init: parameters drawn in %.2f s\n", gdn_now() - t_init);
+        return;
     }
+    char err[1024];
+    int world = r->d->world;
+    if (!checkpoint_load(resume, r->m, &r->st, err, sizeof err)) gdn_die("%s", err);
+    if (r->st.world_size != world)
+        printf("note: checkpoint written by %d ranks, resuming on %d: weights and optimizer "
+               "state continue exactly; the data continues exactly when batch_size x grad_accum "
+               "x ranks is what it was (now %d x %d x %d; train.grad_accum can keep it)\n",
+               r->st.world_size, world, c->batch_size, c->grad_accum, world);
+    printf("resumed from %s at step %ld (%llu tokens seen)\n", resume, r->st.step,
+           (unsigned long long)r->st.tokens_seen);
+    r->st.world_size = world;
+    r->last_good = resume;
+}
 
-    batch_sampler ts;
-    if (!sampler_init(&ts, &tf, DATA_SPLIT_TRAIN, cfg.batch_size, cfg.seq_len, cfg.seed, dd->rank,
-                      dd->world, cfg.grad_accum, st.sampler_pos * (uint64_t)cfg.grad_accum, true,
-                      err, sizeof err))
-        gdn_die("training data: %s", err);
-    batch_sampler vcheck;  // fail early when the validation split is too short
-    if (!sampler_init(&vcheck, &tf, DATA_SPLIT_VAL, cfg.batch_size, cfg.seq_len, cfg.seed, 0, 1,
-                      1, 0, false, err, sizeof err))
-        gdn_die("validation data: %s", err);
-    sampler_free(&vcheck);
-
-    snprintf(path, sizeof path, "%s/%s", cfg.out_dir, cfg.metrics_file);
-    FILE *mf = fopen(r0 ? path : "/dev/null", resume ? "a" : "w");
-    if (!mf) gdn_die("cannot open metrics file '%s': %s", path, strerror(errno));
-    void *zbuf = zero1 ? be->alloc(dist_shard_capacity(dd, m->n_elems) * be->elem[BE_GRAD]) : NULL;
-    // gradient sums: overlapped with the backward through the hook, or (GDN_NO_OVERLAP) after it
-    const char *no_overlap = getenv("GDN_NO_OVERLAP");
-    bool sync_grads = collectives;  // ZeRO-1 too: each piece summed to its shard's owner
-    bool overlap = sync_grads && !(no_overlap && *no_overlap && strcmp(no_overlap, "0") != 0);
-    grad_sync gsync = {.d = dd,
-                       .shard = zero1 ? dist_shard_capacity(dd, m->n_elems) / (size_t)dd->world : 0,
-                       .bucket = GDN_MAX((size_t)1, (size_t)(cfg.bucket_mb * 1048576.0 /
-                                                             (double)be->elem[BE_GRAD]))};
-    // --timeline: this rank's file, the device clock (CUDA events) on the GPU
-    if (timeline_steps > 0) {
-        long end = cfg.steps, first, count;
-        if (stop_after > 0) end = GDN_MIN(end, stop_after);
-        if (profile_steps > 0) end = GDN_MIN(end, st.step + 2 + profile_steps);
-        timeline_window(timeline_steps, st.step, end, &first, &count);
-        if (count < 1) gdn_die("--timeline %ld: no step left to run (at step %ld of %d)",
-                               timeline_steps, st.step, cfg.steps);
-        const timeline_clock *clk = NULL;
-#if GDN_HAVE_CUDA
-        if (on_gpu) clk = timeline_cuda_clock();
-#endif
-        mkdir_p(cfg.out_dir);  // rank 0 made it; the others may get there first
-        if (r0) snprintf(path, sizeof path, "%s/timeline.csv", cfg.out_dir);
-        else snprintf(path, sizeof path, "%s/timeline.rank%d.csv", cfg.out_dir, dd->rank);
-        gsync.tl = timeline_create(path, dd->rank, first, count, clk);
-        printf("timeline: steps %ld..%ld (%s clock) -> %s\n", first, first + count - 1,
-               clk ? "CUDA event" : "host", path);
+// --eval: the validation loss of the weights; the exit code (1 when it is not finite).
+static int eval_checkpoint(run *r) {
+    const gdn_config *c = &r->cfg;
+    double t0 = gdn_now(), v = evaluate(r->m, &r->tf, c, r->x, r->y, r->d);
+    if (c->eval_batches == 0) {
+        uint64_t nb, w = full_eval_windows(&r->tf, c, r->d, &nb);
+        printf("eval: val loss %.6f over the whole split (%llu windows of %d), %.1f s\n", v,
+               (unsigned long long)w, c->seq_len + 1, gdn_now() - t0);
+    } else {
+        printf("eval: val loss %.6f over %d batches of %d windows of %d, %.1f s\n", v,
+               c->eval_batches, c->batch_size * c->grad_accum * r->d->world, c->seq_len + 1,
+               gdn_now() - t0);
     }
-    step_hooks hooks = {.sync = &gsync, .overlap = overlap, .n_mb = cfg.grad_accum};
-    if (overlap || gsync.tl) {
-        m->grad_hook = step_grad_hook;
-        m->grad_hook_ctx = &hooks;
-    }
-    if (gsync.tl) m->fwd_hook = step_fwd_hook;
+    return isfinite(v) ? 0 : 1;
+}
 
+// --timeline: this rank's file, the device clock (CUDA events) on the GPU.
+static timeline *open_timeline(const run *r) {
+    const gdn_config *c = &r->cfg;
+    const train_args *a = &r->args;
+    long end = c->steps, first, count;
+    if (a->stop_after > 0) end = GDN_MIN(end, a->stop_after);
+    if (a->profile_steps > 0) end = GDN_MIN(end, r->st.step + 2 + a->profile_steps);
+    timeline_window(a->timeline_steps, r->st.step, end, &first, &count);
+    if (count < 1) gdn_die("--timeline %ld: no step left to run (at step %ld of %d)",
+                           a->timeline_steps, r->st.step, c->steps);
+    const timeline_clock *clk = r->on_gpu ? timeline_device_clock() : NULL;
+    char path[1200];
+    mkdir_p(c->out_dir);  // rank 0 made it; the others may get there first
+    if (r->r0) snprintf(path, sizeof path, "%s/timeline.csv", c->out_dir);
+    else snprintf(path, sizeof path, "%s/timeline.rank%d.csv", c->out_dir, r->d->rank);
+    timeline *tl = timeline_create(path, r->d->rank, first, count, clk);
+    printf("timeline: steps %ld..%ld (%s clock) -> %s\n", first, first + count - 1,
+           clk ? "CUDA event" : "host", path);
+    return tl;
+}
+
+// SIGINT/SIGTERM finish the step (g_stop); SIGXFSZ is ignored.
+static void install_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -719,206 +509,304 @@ int main(int argc, char **argv) {
     memset(&ign, 0, sizeof ign);
     ign.sa_handler = SIG_IGN;
     CHECK_SYS(sigaction(SIGXFSZ, &ign, NULL));
+}
 
-    double peak;
+// What the loop needs beside the model: the training batches (a check that the validation
+// split is long enough), the metrics file, the timeline, the gradient sums and their hooks.
+static void open_training(run *r) {
+    const gdn_config *c = &r->cfg;
+    dist *d = r->d;
+    char err[1024], path[1200];
+    if (!sampler_init(&r->ts, &r->tf, DATA_SPLIT_TRAIN, c->batch_size, c->seq_len, c->seed, d->rank,
+                      d->world, c->grad_accum, r->st.sampler_pos * (uint64_t)c->grad_accum, true,
+                      err, sizeof err))
+        gdn_die("training data: %s", err);
+    batch_sampler vcheck;  // fail early when the validation split is too short
+    if (!sampler_init(&vcheck, &r->tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed, 0, 1,
+                      1, 0, false, err, sizeof err))
+        gdn_die("validation data: %s", err);
+    sampler_free(&vcheck);
+
+    snprintf(path, sizeof path, "%s/%s", c->out_dir, c->metrics_file);
+    r->metrics = fopen(r->r0 ? path : "/dev/null", r->args.resume ? "a" : "w");
+    if (!r->metrics) gdn_die("cannot open metrics file '%s': %s", path, strerror(errno));
+    if (r->args.timeline_steps > 0) r->tl = open_timeline(r);
+    // ZeRO-1 too: each piece summed to its shard's owner
+    r->gs = grad_sync_create(d, r->m, r->collectives, c->overlap, r->z ? zero1_shard_elems(r->z) : 0,
+                             c->bucket_mb, c->grad_accum, r->tl);
+    install_signals();
+}
+
+// The run's header: steps, tokens, ranks, the MFU's peak, validation, gradient sums, startup.
+static void print_header(run *r) {
+    const gdn_config *c = &r->cfg;
+    dist *d = r->d;
     char peak_what[256];
-    if (!on_gpu) {
-        peak = cpu_peak_flops();
+    if (!r->on_gpu) {
+        r->peak = cpu_peak_flops();
         snprintf(peak_what, sizeof peak_what, "this CPU's measured float64 matmul rate %.1f GFLOP/s",
-                 peak / 1e9);
+                 r->peak / 1e9);
     } else {
-#if GDN_HAVE_CUDA
         char name[128];
-        peak = backend_cuda_peak_flops(!strcmp(cfg.precision, "bf16"), name, sizeof name);
+        r->peak = backend_gpu_peak_flops(!strcmp(c->precision, "bf16"), name, sizeof name);
         snprintf(peak_what, sizeof peak_what, "the %s datasheet %s peak %.0f TFLOP/s", name,
-                 cfg.precision, peak / 1e12);
-#endif
+                 c->precision, r->peak / 1e12);
     }
-    long tokens_per_step = (long)cfg.batch_size * cfg.seq_len * cfg.grad_accum * dd->world;
+    r->tokens_per_step = (long)c->batch_size * c->seq_len * c->grad_accum * d->world;
     printf("training: %d steps of %ld tokens (%d rank%s, %s%s), device %s, MFU against %s\n",
-           cfg.steps, tokens_per_step, dd->world, dd->world > 1 ? "s" : "",
-           dist_backend_name(dd->backend), cfg.zero1 ? ", ZeRO-1" : "", be->name, peak_what);
-    if (cfg.eval_batches == 0) {
-        uint64_t nb, w = full_eval_windows(&tf, &cfg, dd, &nb);
+           c->steps, r->tokens_per_step, d->world, d->world > 1 ? "s" : "",
+           dist_backend_name(d->backend), c->zero1 ? ", ZeRO-1" : "", r->be->name, peak_what);
+    if (c->eval_batches == 0) {
+        uint64_t nb, w = full_eval_windows(&r->tf, c, d, &nb);
         printf("validation: the whole split, %llu tokens in %llu windows of %d (%llu batches)\n",
-               (unsigned long long)tf.n_tokens[DATA_SPLIT_VAL], (unsigned long long)w,
-               cfg.seq_len + 1, (unsigned long long)nb);
+               (unsigned long long)r->tf.n_tokens[DATA_SPLIT_VAL], (unsigned long long)w,
+               c->seq_len + 1, (unsigned long long)nb);
     }
-    if (sync_grads)
+    if (r->gs->sum)
         printf("gradients: %s in %g MB buckets, %s%s\n",
-               zero1 ? "reduce to each shard's owner" : "all-reduce", cfg.bucket_mb,
-               overlap ? "overlapped with the backward" : "after the backward (GDN_NO_OVERLAP)",
-               zero1 ? "; AdamW on this rank's shard, all-gather of the weights" : "");
-    printf("startup: %.1f s from launch to the first step\n", gdn_now() - t_launch);
+               r->z ? "reduce to each shard's owner" : "all-reduce", c->bucket_mb,
+               r->gs->overlap ? "overlapped with the backward" : "after the backward (dist.overlap = false)",
+               r->z ? "; AdamW on this rank's shard, all-gather of the weights" : "");
+    printf("startup: %.1f s from launch to the first step\n", gdn_now() - r->t_launch);
     fflush(stdout);  // the header is there before the first step's line, also through a pipe
-    peak *= dd->world;
-    int peak_retries = 0;  // CPU: times the matmul rate was timed again (the log below)
+    r->peak *= d->world;
+}
+
+// ---- the loop ------------------------------------------------------------------------------------
+
+// One step: grad_accum micro-batches (forward, fused loss, backward; the gradient sums over the
+// ranks go out from the model's hook), the global norm, AdamW (ZeRO-1: on this rank's shard, then
+// the all-gather). false, with the weights as they were, when the loss or the norm is not finite.
+static bool train_step(run *r, double *loss_out, double *lr_out, double *gnorm_out) {
+    const gdn_config *c = &r->cfg;
+    model *m = r->m;
+    dist *d = r->d;
+    timeline *tl = r->tl;
+    long step = r->st.step;
     int N = m->N;
-    int32_t *x = gdn_malloc(sizeof(int32_t) * N), *y = gdn_malloc(sizeof(int32_t) * N);
-    double t_start = gdn_now(), t_win = t_start, last_val = NAN;
-    double t_aside = 0;  // seconds of the window spent evaluating or checkpointing: not training
-    long win_steps = 0;
-    const char *last_good = resume ? resume : "none";
-    int rc = 0;
-    const char *fault = getenv("GDN_FAULT_NAN_STEP");
-    long nan_step = fault ? atol(fault) : -1;
-    long prof_done = 0;  // --profile: steps run so far
-    double t_prof = 0;   // --profile: wall seconds of the profiled steps
-    if (profile_steps > 0 && st.step + 2 + profile_steps > cfg.steps)
-        gdn_die("--profile %ld needs %ld more steps, train.steps = %d leaves %ld", profile_steps,
-                2 + profile_steps, cfg.steps, cfg.steps - st.step);
-    while (st.step < cfg.steps) {
-        long step = st.step;
-        timeline *tl = gsync.tl;
-        bool rec = timeline_step_begin(tl, step + 1);
-        model_zero_grads(m);
-        double loss_sum = 0;
-        for (int mb = 0; mb < cfg.grad_accum; mb++) {
-            sampler_next(&ts, x, y);
-            m->dropout_key = cfg.seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 1024 + (uint64_t)mb +
-                             ((uint64_t)dd->rank << 40);
-            m->grad_hook_armed = mb == cfg.grad_accum - 1;  // the sums go out with the last one
-            hooks.mb = mb;
-            loss_sum += model_forward_backward(m, x, y, 1.0 / ((double)N * cfg.grad_accum * dd->world), true);
-            if (rec && !m->grad_hook_armed) {  // unarmed: no ranges, the backward in one span
-                char name[32];
-                mb_label(name, sizeof name, "backward", &hooks);
-                timeline_compute(tl, name);
-            }
+    timeline_step_begin(tl, step + 1);
+    model_zero_grads(m);
+    double loss_sum = 0;
+    for (int mb = 0; mb < c->grad_accum; mb++) {
+        sampler_next(&r->ts, r->x, r->y);
+        m->dropout_key = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 1024 + (uint64_t)mb +
+                         ((uint64_t)d->rank << 40);
+        grad_sync_microbatch(r->gs, m, mb);
+        loss_sum += model_forward_backward(m, r->x, r->y, 1.0 / ((double)N * c->grad_accum * d->world), true);
+        grad_sync_microbatch_end(r->gs, m);
+    }
+    grad_sync_step_end(r->gs, m);
+    double loss = dist_scalar_sum_f64(d, loss_sum) / ((double)N * c->grad_accum * d->world);
+    if (step + 1 == r->args.fault_nan_step) loss = NAN;
+    double lr = optim_lr(c, step), gnorm;
+    bool updated = false;
+    if (r->z) {
+        gnorm = NAN;
+        if (isfinite(loss)) {
+            gnorm = zero1_step(r->z, step, lr, tl);  // no update when gnorm is not finite
+            updated = isfinite(gnorm);
         }
-        m->grad_hook_armed = false;
-        if (sync_grads) {
-            if (!overlap) grad_sync_hook(m, 0, m->n_elems, &gsync);
-            grad_sync_finish(&gsync, m);
+    } else {
+        gnorm = optim_grad_norm(m);
+    }
+    *loss_out = loss, *lr_out = lr, *gnorm_out = gnorm;
+    if (!isfinite(loss) || !isfinite(gnorm)) return false;
+    if (!updated) optim_step(m, step, lr, gnorm);
+    timeline_compute(tl, updated ? "all-gather" : "norm+update");  // ZeRO-1: see zero1_step
+    timeline_step_end(tl);
+    timeline_collect(tl);  // the earlier steps: their events preceded this step's norm sync
+    r->st.step++;
+    r->st.tokens_seen += (uint64_t)r->tokens_per_step;
+    r->st.sampler_pos = r->ts.pos / (uint64_t)c->grad_accum;  // steps: independent of the split
+    r->win_steps++;
+    return true;
+}
+
+// --profile: count the step; true when the profiled steps are done. The 2 warm-up steps (plans,
+// lazy buffers) are not counted.
+static bool profile_tick(run *r) {
+    if (++r->prof_done == 2) {
+        profile_reset();
+        r->t_prof = gdn_now();
+    }
+    if (r->prof_done == 2 + r->args.profile_steps) {
+        r->t_prof = gdn_now() - r->t_prof;
+        return true;
+    }
+    return false;
+}
+
+// The validation loss (every rank takes part), logged; its time is left out of the step times.
+static void validate(run *r) {
+    double t_eval = gdn_now();
+    r->last_val = evaluate(r->m, &r->tf, &r->cfg, r->x, r->y, r->d);
+    r->t_aside += gdn_now() - t_eval;
+    if (r->last_val < r->st.best_val) r->st.best_val = r->last_val;
+    fprintf(r->metrics, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",
+            r->st.step, (unsigned long long)r->st.tokens_seen, r->last_val, gdn_now() - r->t_start);
+}
+
+// The progress line and its metrics record over the window since the last one.
+static void log_progress(run *r, double loss, double lr, double gnorm, bool validated) {
+    const gdn_config *c = &r->cfg;
+    const train_state *st = &r->st;
+    int world = r->d->world;
+    // time per training step: evaluations and checkpoints in the window left out
+    double now = gdn_now(), dt = (now - r->t_win - r->t_aside) / (double)GDN_MAX(r->win_steps, 1);
+    double tps = r->tokens_per_step / dt, fl = tps * r->m->flops_per_token;
+    // CPU: an MFU above 100% means the matmul rate was timed on a busy machine (say,
+    // a build beside the run): time it again, at most 3 times a run, keeping the best
+    double t_peak = 0;
+    if (!r->on_gpu && fl > r->peak && r->peak_retries < 3) {
+        r->peak_retries++;
+        const double t0 = gdn_now(), again = cpu_peak_flops() * world;
+        t_peak = gdn_now() - t0;
+        if (again > r->peak) {
+            printf("mfu: this CPU's float64 matmul rate timed again: %.1f GFLOP/s (%.1f at "
+                   "start, when the machine was busier)\n", again / world / 1e9,
+                   r->peak / world / 1e9);
+            r->peak = again;
         }
-        double loss = dist_scalar_sum_f64(dd, loss_sum) / ((double)N * cfg.grad_accum * dd->world);
-        if (step + 1 == nan_step) loss = NAN;
-        double lr = optim_lr(&cfg, step), gnorm;
-        bool updated = false;
-        if (zero1) {
-            if (isfinite(loss)) {
-                zero1_step(dd, m, zbuf, on_gpu, step, lr, &gnorm, tl);  // no update when gnorm is not finite
-                updated = isfinite(gnorm);
-            } else
-                gnorm = NAN;
-        } else {
-            gnorm = optim_grad_norm(m);
-        }
-        if (!isfinite(loss) || !isfinite(gnorm)) {
+    }
+    char eta[32], val[32] = "";
+    fmt_eta(eta, sizeof eta, dt * (double)(c->steps - st->step));
+    if (validated) snprintf(val, sizeof val, " | val %.4f", r->last_val);
+    printf("step %6ld/%d | loss %.4f%s | lr %.2e | gnorm %.3f | %.0f tok/s | MFU %.1f%% | "
+           "%.1f ms/step | ETA %s\n",
+           st->step, c->steps, loss, val, lr, gnorm, tps, 100.0 * fl / r->peak, 1e3 * dt, eta);
+    fflush(stdout);
+    fprintf(r->metrics, "{\"step\": %ld, \"tokens\": %llu, \"loss\": %.17g, \"lr\": %.6e, "
+                        "\"grad_norm\": %.6f, \"tok_s\": %.1f, \"mfu\": %.5f, \"time\": %.3f}\n",
+            st->step, (unsigned long long)st->tokens_seen, loss, lr, gnorm, tps, fl / r->peak,
+            now - r->t_start);
+    fflush(r->metrics);
+    r->t_win = now + t_peak;  // the re-timing is not a training step's time
+    r->t_aside = 0;
+    r->win_steps = 0;
+}
+
+// The checkpoint (rank 0 writes; with ZeRO-1 every rank sends its shard of the moments); its
+// time is left out of the step times.
+static void save_checkpoint(run *r) {
+    double t_ckpt = gdn_now();
+    if (r->z) zero1_gather_moments(r->z);
+    save_or_die(r->ckpt, r->m, &r->st, r->d);
+    if (r->z) zero1_release_moments(r->z);
+    r->t_aside += gdn_now() - t_ckpt;
+    r->last_good = r->ckpt;
+}
+
+// Steps until train.steps, --stop-after, a signal, the end of --profile or a non-finite loss
+// (exit code 3); the exit code.
+static int train_loop(run *r) {
+    const gdn_config *c = &r->cfg;
+    const train_args *a = &r->args;
+    train_state *st = &r->st;
+    if (a->profile_steps > 0 && st->step + 2 + a->profile_steps > c->steps)
+        gdn_die("--profile %ld needs %ld more steps, train.steps = %d leaves %ld", a->profile_steps,
+                2 + a->profile_steps, c->steps, c->steps - st->step);
+    r->t_start = r->t_win = gdn_now();
+    r->last_val = NAN;
+    while (st->step < c->steps) {
+        double loss, lr, gnorm;
+        if (!train_step(r, &loss, &lr, &gnorm)) {
             fprintf(stderr, "error: step %ld: %s is %g; stopping without updating the weights.\n"
                             "  last good checkpoint: %s\n"
                             "HINT: lower optim.lr or set optim.grad_clip, then --resume from it\n",
-                    step + 1, isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? gnorm : loss,
-                    last_good);
-            rc = 3;
-            break;
+                    st->step + 1, isfinite(loss) ? "gradient norm" : "loss",
+                    isfinite(loss) ? gnorm : loss, r->last_good);
+            return 3;
         }
-        if (!updated) optim_step(m, step, lr, gnorm);
-        timeline_compute(tl, updated ? "all-gather" : "norm+update");  // ZeRO-1: see zero1_step
-        timeline_step_end(tl);
-        timeline_collect(tl);  // the earlier steps: their events preceded this step's norm sync
-        st.step++;
-        st.tokens_seen += (uint64_t)tokens_per_step;
-        st.sampler_pos = ts.pos / (uint64_t)cfg.grad_accum;  // steps: independent of the split
-        win_steps++;
-        if (profile_steps > 0) {  // no log, eval or checkpoint inside the measurement
-            if (++prof_done == 2) {  // the warm-up (plans, lazy buffers) is not counted
-                profile_reset();
-                t_prof = gdn_now();
-            }
-            if (prof_done == 2 + profile_steps) {
-                t_prof = gdn_now() - t_prof;
-                break;
-            }
+        if (a->profile_steps > 0) {  // no log, eval or checkpoint inside the measurement
+            if (profile_tick(r)) break;
             continue;
         }
-
-        bool last = st.step == cfg.steps;
-        bool do_eval = last || (cfg.eval_every > 0 && st.step % cfg.eval_every == 0);
-        if (do_eval) {
-            double t_eval = gdn_now();
-            last_val = evaluate(m, &tf, &cfg, x, y, dd);  // every rank takes part
-            t_aside += gdn_now() - t_eval;
-            if (last_val < st.best_val) st.best_val = last_val;
-            fprintf(mf, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",
-                    st.step, (unsigned long long)st.tokens_seen, last_val, gdn_now() - t_start);
-        }
-        if (st.step % cfg.log_every == 0 || last || do_eval) {
-            // time per training step: evaluations and checkpoints in the window left out
-            double now = gdn_now(), dt = (now - t_win - t_aside) / (double)GDN_MAX(win_steps, 1);
-            double tps = tokens_per_step / dt, fl = tps * m->flops_per_token;
-            // CPU: an MFU above 100% means the matmul rate was timed on a busy machine (say,
-            // a build beside the run): time it again, at most 3 times a run, keeping the best
-            double t_peak = 0;
-            if (!on_gpu && fl > peak && peak_retries < 3) {
-                peak_retries++;
-                const double t0 = gdn_now(), again = cpu_peak_flops() * dd->world;
-                t_peak = gdn_now() - t0;
-                if (again > peak) {
-                    printf("mfu: this CPU's float64 matmul rate timed again: %.1f GFLOP/s (%.1f at "
-                           "start, when the machine was busier)\n", again / dd->world / 1e9,
-                           peak / dd->world / 1e9);
-                    peak = again;
-                }
-            }
-            char eta[32], val[32] = "";
-            fmt_eta(eta, sizeof eta, dt * (double)(cfg.steps - st.step));
-            if (do_eval) snprintf(val, sizeof val, " | val %.4f", last_val);
-            printf("step %6ld/%d | loss %.4f%s | lr %.2e | gnorm %.3f | %.0f tok/s | MFU %.1f%% | "
-                   "%.1f ms/step | ETA %s\n",
-                   st.step, cfg.steps, loss, val, lr, gnorm, tps, 100.0 * fl / peak, 1e3 * dt, eta);
-            fflush(stdout);
-            fprintf(mf, "{\"step\": %ld, \"tokens\": %llu, \"loss\": %.17g, \"lr\": %.6e, "
-                        "\"grad_norm\": %.6f, \"tok_s\": %.1f, \"mfu\": %.5f, \"time\": %.3f}\n",
-                    st.step, (unsigned long long)st.tokens_seen, loss, lr, gnorm, tps, fl / peak,
-                    now - t_start);
-            fflush(mf);
-            t_win = now + t_peak;  // the re-timing is not a training step's time
-            t_aside = 0;
-            win_steps = 0;
-        }
-        bool stop_here = st.step == stop_after;
-        if (dd->world > 1 && dist_scalar_max_f64(dd, (double)g_stop) > 0 && !g_stop) g_stop = SIGTERM;
-        bool do_ckpt = last || g_stop || stop_here ||
-                       (cfg.ckpt_every > 0 && st.step % cfg.ckpt_every == 0);
-        if (do_ckpt) {
-            double t_ckpt = gdn_now();
-            if (zbuf) zero1_gather_moments(dd, m, zbuf, on_gpu);
-            save_or_die(ckpt, m, &st, dd);
-            zero1_release_moments(m);
-            t_aside += gdn_now() - t_ckpt;
-            last_good = ckpt;
-        }
+        bool last = st->step == c->steps;
+        bool do_eval = last || (c->eval_every > 0 && st->step % c->eval_every == 0);
+        if (do_eval) validate(r);
+        if (st->step % c->log_every == 0 || last || do_eval) log_progress(r, loss, lr, gnorm, do_eval);
+        bool stop_here = st->step == a->stop_after;
+        if (r->d->world > 1 && dist_scalar_max_f64(r->d, (double)g_stop) > 0 && !g_stop) g_stop = SIGTERM;
+        if (last || g_stop || stop_here || (c->ckpt_every > 0 && st->step % c->ckpt_every == 0))
+            save_checkpoint(r);
         if (g_stop) {
             printf("signal %d: stopped after step %ld, checkpoint written to %s\n", (int)g_stop,
-                   st.step, ckpt);
+                   st->step, r->ckpt);
             break;
         }
         if (stop_here) {
-            printf("--stop-after %ld: stopped, checkpoint written to %s\n", stop_after, ckpt);
+            printf("--stop-after %ld: stopped, checkpoint written to %s\n", a->stop_after, r->ckpt);
             break;
         }
     }
-    if (profile_steps > 0 && prof_done == 2 + profile_steps) {
-        snprintf(path, sizeof path, "%s/profile.txt", cfg.out_dir);
-        FILE *pf = fopen(r0 ? path : "/dev/null", "w");
+    return 0;
+}
+
+// --profile's table (stdout and <out_dir>/profile.txt), the "done:" line of a finished run.
+static void report_end(const run *r, int rc) {
+    const gdn_config *c = &r->cfg;
+    long steps = r->args.profile_steps;
+    if (steps > 0 && r->prof_done == 2 + steps) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/profile.txt", c->out_dir);
+        FILE *pf = fopen(r->r0 ? path : "/dev/null", "w");
         if (!pf) gdn_die("cannot write '%s': %s", path, strerror(errno));
-        profile_print(stdout, t_prof / (double)profile_steps, (int)profile_steps);
-        profile_print(pf, t_prof / (double)profile_steps, (int)profile_steps);
+        profile_print(stdout, r->t_prof / (double)steps, (int)steps);
+        profile_print(pf, r->t_prof / (double)steps, (int)steps);
         if (fclose(pf) != 0) gdn_die("cannot write '%s': %s", path, strerror(errno));
         printf("profile written to %s\n", path);
     }
-    if (rc == 0 && st.step == cfg.steps)
-        printf("done: %ld steps, %.1f s, final val loss %.4f, best %.4f, checkpoint %s\n", st.step,
-               gdn_now() - t_start, last_val, st.best_val, ckpt);
-    timeline_free(gsync.tl);  // waits for the device, writes the last recorded steps
-    if (fclose(mf) != 0) gdn_die("cannot write metrics file: %s", strerror(errno));
-    sampler_free(&ts);
-    tokfile_close(&tf);
-    if (zbuf) be->release(zbuf);
-    model_free(m);
-    dist_free(dd);
-    free(x);
-    free(y);
+    if (rc == 0 && r->st.step == c->steps)
+        printf("done: %ld steps, %.1f s, final val loss %.4f, best %.4f, checkpoint %s\n",
+               r->st.step, gdn_now() - r->t_start, r->last_val, r->st.best_val, r->ckpt);
+}
+
+// What open_training opened, in reverse.
+static void close_training(run *r) {
+    timeline_free(r->tl);  // waits for the device, writes the last recorded steps
+    if (fclose(r->metrics) != 0) gdn_die("cannot write metrics file: %s", strerror(errno));
+    sampler_free(&r->ts);
+    grad_sync_free(r->gs);
+}
+
+// What the phases before the loop opened, in reverse; the communicator last (collective).
+static void close_run(run *r) {
+    tokfile_close(&r->tf);
+    zero1_free(r->z);
+    model_free(r->m);
+    dist_free(r->d);
+    free(r->x);
+    free(r->y);
+}
+
+int main(int argc, char **argv) {
+    run r = {.t_launch = gdn_now()};
+    cpu_threads_env(argv);  // first: idle thread pools must sleep, not spin (cpu_threads.h)
+    int rc = parse_args(argc, argv, &r.args);
+    if (rc >= 0) return rc;
+    if (r.args.gpus > 1) {  // the parent forks one worker per GPU and waits; workers go on below
+        rc = dist_spawn_local(r.args.gpus, argc, argv);
+        if (rc >= 0) return rc;
+    }
+    if (!load_config(&r.cfg, &r.args)) return 2;
+    cpu_set_threads(r.cfg.threads);
+    if (r.args.gradcheck) return run_gradcheck(&r.cfg, r.args.gc_device);
+
+    setup_dist(&r);         // rank and world, the communicator, CPU or GPU
+    setup_backend(&r);      // the ops: float64 CPU or the GPU's (--profile: timed)
+    open_data(&r);          // the token file
+    write_config(&r);       // the effective config: stdout and <out_dir>/config.ini
+    build_model(&r);        // the model's arenas, ZeRO-1's shards
+    start_run(&r);          // --resume, or parameters drawn from train.seed
+    if (r.args.eval_only) {
+        rc = eval_checkpoint(&r);
+    } else {
+        open_training(&r);  // batches, metrics file, timeline, gradient sums, signals
+        print_header(&r);
+        rc = train_loop(&r);
+        report_end(&r, rc);  // --profile's table, the "done:" line
+        close_training(&r);
+    }
+    close_run(&r);
     return rc;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# bench/ab_model.sh — on the GPU machine: tokens/s of two gdn-train binaries on the same config,
-# alternated in one call (between machine instances the same binary's GEMMs differed by 2-3% in
-# session 5, so an A/B across calls measures the machine as much as the change).
+# bench/ab_model.sh — on the GPU machine: tokens/s of two gdn-train binaries (or one binary in
+# two settings) on the same config, alternated in one call (between machine instances the same
+# binary's GEMMs differ by 2-3%, so an A/B across calls measures the machine as much as the change).
 #   bench/ab_model.sh OLD_BIN NEW_BIN [ROUNDS=3] [CONFIG=configs/fla-220m.ini] [STEPS=61]
 # Each run: STEPS steps; tokens/s is the mean over the step lines 11 .. STEPS-1 (cuBLASLt and the
 # allocator warm up in the first steps; the last step also evaluates). Prints every run, then per binary the

@@ -1,7 +1,7 @@
 // adamw_bench.cu — times a step's CUDA AdamW at fla-220m (219.9M elements: bf16 params, fp32
 // master weights, gradients, m and v) two ways on the same arenas: "per-run" = cuda_adamw once per
-// run of same-decay tensors (74 launches, optim.c with GDN_ADAMW_FAST=0) and "multi" =
-// cuda_adamw_multi on the 74 runs (one launch, optim.c's default). The layout is model.c's for
+// run of same-decay tensors (74 launches) and "multi" = cuda_adamw_multi on the 74 runs (one
+// launch, what optim.c calls on the GPU). The layout is model.c's for
 // configs/fla-220m.ini (the tensors in build_table's order, each padded to 32 elements; decay on
 // the matrices and convs, none on the norms, A_log, dt_bias and the embedding).
 // First the check: two identical copies of every arena (random, v > 0), two steps per-run on one
@@ -11,10 +11,7 @@
 // runs alternating per-run / multi, median per round; GB/s counts 30 bytes per element (reads
 // g, m, v, master; writes m, v, master and the bf16 p), and a cudaMemcpy of as many bytes (half
 // read, half written) is timed the same way as the streaming reference.
-// Build (from the repo root, after cmake --build build --target gdn_cuda gdn), one line:
-//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc
-//        bench/adamw_bench.cu build/libgdn_cuda.a build/libgdn.a -Xcompiler -fopenmp -lgomp
-//        -lpthread -lm -o build/adamw_bench
+// Build: the CMake target adamw_bench; run by hand on a GPU (not a test).
 #include <algorithm>
 #include <stdint.h>
 #include <stdio.h>

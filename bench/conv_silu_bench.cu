@@ -1,17 +1,15 @@
-// conv_silu_bench.cu — the fused short convolution + SiLU of GDN's q, k, v (src/fwd/conv_silu.cu,
-// src/bwd/conv_silu.cu) at fla-220m's shapes: bf16, B*T = 32768 tokens (B 8 T 4096 and
+// conv_silu_bench.cu — the fused short convolution + SiLU of GDN's q, k, v (src/fwd/conv1d.cu,
+// src/bwd/conv1d.cu) at fla-220m's shapes: bf16, B*T = 32768 tokens (B 8 T 4096 and
 // B 16 T 2048), q, k, v = 512 + 512 + 1024 channels read as columns of the fused input
 // projection's output (row stride ld 3080, as model.c), K 4, heads of 128 for the L2 norm.
-// Times conv_silu3_fwd (the register-window tiled kernel, v1), conv_silu3_l2_fwd (the model's
+// Times conv_silu3_fwd (the register-window tiled kernel), conv_silu3_l2_fwd (the model's
 // forward) and conv_silu3_bwd (the model's backward, its dw final kernel included; both on the
-// s13 kernels: one token stream per warp out of a per-thread cp.async ring): two rounds of 20
+// ring kernels: one token stream per warp out of a per-thread cp.async ring): two rounds of 20
 // back-to-back launches between CUDA events (each tensor > 2x the 60 MB L2), us per call and the
 // GB/s of the bytes that must move (x and y; x, dy and dx), next to a strided device copy of x's
 // C columns (the forward's bytes: its practical floor). Prints "RESULT op shape kernel us_round1
-// us_round2 GB/s"; exits 1 if an op did not run the kernel named (cuda_conv_silu_s13_launches).
-// Until session 11 it also timed each op on the other kernel (GDN_CONV_SILU_V2), until session
-// 14 the staged ops on session 10's v2 kernels as well (GDN_CONV_S13 = 0), and compared their
-// outputs bitwise: git history, and bench/model_gpu.md for the numbers.
+// us_round2 GB/s"; exits 1 if an op did not run the kernel named (cuda_conv_silu_ring_launches,
+// cuda/ops_testing.h). Numbers: bench/model_gpu.md.
 // Build (repo root, after building the libraries; or the CMake target conv_silu_bench):
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc \
 //        bench/conv_silu_bench.cu BUILD/libgdn_cuda.a BUILD/libgdn.a -Xcompiler -fopenmp -lgomp \
@@ -27,6 +25,7 @@
 
 #include "core/cuda_check.h"
 #include "cuda/ops.h"
+#include "cuda/ops_testing.h"
 #include "gdn_bench_common.cuh"
 
 __global__ void gen_bf16(__nv_bfloat16 *x, size_t n, uint64_t seed, float scale) {
@@ -98,19 +97,19 @@ int main() {
             const char *name;
             std::function<void()> fn;
             double mb;
-            bool s13;  // runs an s13 kernel
+            bool ring;  // runs a ring kernel
         } ops[3] = {{"fwd", fwd, mb_fwd, false}, {"l2fwd", l2, mb_fwd, true}, {"bwd", bwd, mb_bwd, true}};
         for (auto &op : ops) {
-            const unsigned long n0 = cuda_conv_silu_s13_launches();
+            const unsigned long n0 = cuda_conv_silu_ring_launches();
             double us[2];
             for (int r = 0; r < 2; r++) us[r] = time_us(op.fn);
-            const bool ok = (cuda_conv_silu_s13_launches() != n0) == op.s13;
-            printf("RESULT %-6s %-14s %-3s %8.1f %8.1f  %6.0f GB/s%s\n", op.name, shape, op.s13 ? "s13" : "v1", us[0],
-                   us[1], op.mb / 1e3 / (std::min(us[0], us[1]) * 1e-6), ok ? "" : "  WRONG KERNEL");
+            const bool ok = (cuda_conv_silu_ring_launches() != n0) == op.ring;
+            printf("RESULT %-6s %-14s %-5s %8.1f %8.1f  %6.0f GB/s%s\n", op.name, shape, op.ring ? "ring" : "tiled",
+                   us[0], us[1], op.mb / 1e3 / (std::min(us[0], us[1]) * 1e-6), ok ? "" : "  WRONG KERNEL");
             if (!ok) failures++;
         }
     }
-    printf("s13 launches: %lu\n", cuda_conv_silu_s13_launches());
+    printf("ring launches: %lu\n", cuda_conv_silu_ring_launches());
     printf("conv_silu_bench: %s\n", failures ? "an op ran the wrong kernel" : "every op on its kernel");
     return failures ? 1 : 0;
 }

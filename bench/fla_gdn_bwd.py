@@ -1,5 +1,5 @@
 # fla_gdn_bwd.py — times flash-linear-attention's chunk_gated_delta_rule forward + backward (fla as
-# is, its source carried in ./fla, never committed) at the shapes of BENCHMARKS.md, inputs drawn
+# is, its source carried in ./fla, never committed) at the shapes of fla's GDN benchmark (fla_inputs.py), inputs drawn
 # as there: bf16, q/k L2-normalised, g = logsigmoid(randn + 3) fp32, beta = sigmoid(rand),
 # chunk 64, output_final_state=True, random dO and d(final state). fwd+bwd = one call that runs
 # the forward and torch.autograd.grad for q, k, v, g, beta. Median of triton.testing.do_bench,

@@ -1,5 +1,5 @@
 # fla_gdn_fwd.py — times flash-linear-attention's chunk_gated_delta_rule forward (fla as is,
-# its source carried in ./fla, never committed) at the shapes of BENCHMARKS.md, inputs drawn as
+# its source carried in ./fla, never committed) at the shapes of fla's GDN benchmark (fla_inputs.py), inputs drawn as
 # there: bf16, q/k L2-normalised, g = logsigmoid(randn + 3) fp32, beta = sigmoid(rand), chunk 64,
 # output_final_state=True. Median of triton.testing.do_bench. Forward only, under no_grad (fla's
 # Hopper guard concerns the backward and is not touched). Prints "FLA <shape> <ms>" lines.

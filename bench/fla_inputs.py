@@ -1,10 +1,10 @@
-# fla_inputs.py — the shapes and inputs of BENCHMARKS.md that fla_gdn_fwd.py and fla_gdn_bwd.py
+# fla_inputs.py — the shapes and inputs of fla's GDN benchmark that fla_gdn_fwd.py and fla_gdn_bwd.py
 # time fla on (bf16 q, k L2-normalised; v ~ N(0,1); g = logsigmoid(N(0,1) + 3) and
 # beta = sigmoid(U(0,1)) in fp32), drawn in this order from torch's generator.
 import torch
 import torch.nn.functional as F
 
-# BENCHMARKS.md's three kernel shapes, then one GDN layer of configs/fla-220m.ini (issue 7)
+# fla's benchmark's three kernel shapes, then one GDN layer of configs/fla-220m.ini
 SHAPES = [(8, 4096, 16, 128, 128), (4, 4096, 16, 128, 256), (1, 32768, 16, 128, 128), (16, 2048, 4, 128, 256)]
 
 

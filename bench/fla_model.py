@@ -1,6 +1,6 @@
 # fla_model.py — whole-model training speed of flash-linear-attention's GatedDeltaNetForCausalLM
 # (fla as is, its source carried in ./fla, never committed) at the configuration of
-# BENCHMARKS.md and configs/fla-220m.ini (issue 7): hidden 1024, 12 layers, 4 heads of dk 128,
+# fla's own benchmark and configs/fla-220m.ini: hidden 1024, 12 layers, 4 heads of dk 128,
 # expand_v 2 (dv 256), short conv 4, output gate, SwiGLU intermediate 2816, vocab 32000, untied
 # embeddings (219.90M parameters), seq 2048, batch 16, random tokens, bf16.
 #

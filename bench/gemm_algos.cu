@@ -3,7 +3,8 @@
 // dy^T x, with the descriptors of src/cuda/gemm.cu: bf16 A/B, fp32 compute, bf16 or
 // accumulated fp32 D, 32 MiB workspace), ask the heuristic for up to 32 algorithms, time each
 // (median of 15 calls after 3, CUDA events, random bf16 inputs) and print the first choice's time,
-// the best one's time and rank, and the gain. gemm.cu uses the first choice.
+// the best one's time and rank, and the gain. gemm.cu's tuner chooses only among the candidates
+// with the first choice's configuration whose output is bitwise the first choice's.
 // With ALGOS_DETAIL=1 also one line per candidate: its configuration (algo id, tile, stages,
 // split-K, reduction scheme, cluster shape) and whether its output is bitwise the first choice's
 // (the accumulating dW runs from the same initial D each time).

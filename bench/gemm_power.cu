@@ -1,10 +1,11 @@
 // gemm_power.cu — on the GPU machine: does the cuBLASLt candidate that src/cuda/gemm.cu's
 // tuner picks (the fastest of 5 calls on a cool GPU, among the candidates with the heuristic's
 // first algorithm id, split-K count and reduction scheme: bitwise the same output) stay the
-// fastest when the GPU runs at its power limit, as it does in a training step (session 15, call
-// s15a: 688 W of 700, SM clock ~1680 MHz against 1980)? For each GEMM of fla-220m as the model
-// runs it now (the MLP's gate|up as one 1024 -> 5632 GEMM, the GDN input projection's forward as
-// 3072 + 8 columns, random bf16 operands), every same-numerics candidate is timed
+// fastest when the GPU runs at its power limit, as it does in a training step (fla-220m on an
+// H200: 688 W of 700, SM clock ~1680 MHz against 1980, bench/model_gpu.md)? For each GEMM of
+// fla-220m as the model runs it (the MLP's gate|up as one 1024 -> 5632 GEMM, the GDN input
+// projection's forward as 3072 + 8 columns, random bf16 operands), every same-numerics candidate
+// is timed
 //   short:     5 calls after a 0.3 s pause (the tuner's measurement, GPU cool)
 //   sustained: the candidate alone in a loop for LOOP_MS (the clock settles under the power
 //              limit), then CALLS calls between two events; two rounds over the candidates

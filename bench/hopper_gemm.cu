@@ -42,7 +42,7 @@
 //    global address 16-byte aligned (K % 8 == 0 checked on the host).
 //  - The 128B swizzle TMA writes (16-byte chunk c of row r lands at chunk c ^ (r & 7) of line r)
 //    is the layout of wgmma's SWIZZLE_128B K-major operand (9.7.15.5.1.2), the one
-//    src/fwd/wgmma.cuh's sw128/desc_k describe and tests/gpu/test_wgmma.cu proves: SBO = 1024
+//    src/cuda/wgmma.cuh's sw128/desc_k describe and tests/gpu/test_wgmma.cu proves: SBO = 1024
 //    (8 lines of 128 bytes), LBO unused, base offset 0 since every panel is 1024-aligned; k-step s
 //    starts 32 s bytes into the line (the hardware applies the XOR by address bits).
 //  - 9.7.13.15 mbarrier: try_wait.parity with the parity of the phase *before* the current one
@@ -881,7 +881,7 @@ int main(int argc, char **argv) {
     LK(cublasLtCreate(&lt));
     CK(cudaMalloc(&ws, WS));
     // Variants (HGEMM_VARIANTS=a,b,... selects and orders them; default: all, in this order).
-    // HGEMM_TILE=256 or 128 (as before) keeps only the variants of that tile width.
+    // HGEMM_TILE=256 or 128 keeps only the variants of that tile width.
     struct variant { const char *name; int bn; void (*run)(const char *, const char *, int, int, int); const char *what; };
     const variant variants[] = {
         {"c256", 256, run_shape<Ours<256, 4>>, "v1 cooperative 128x256, 4 stages, direct stores"},

@@ -5,9 +5,10 @@
 # training): compute-bound kernels read ~30% slower than in the step, memory-bound ones do not.
 #   bench/ncu_kernels.sh GDN_TRAIN_BIN [NAME:SKIP ...]
 # NAME is a regex of the kernel's function name, SKIP how many launches of it to pass first (12 =
-# the second step's first layer for a per-layer kernel of fla-220m). Default: the non-GEMM
-# kernels of session 9's table (bench/model_gpu.md). Full reports in /tmp/ncu/NAME.txt and their
-# tarball in $OUT; one summary line per kernel here. CONFIG (environment): the config file.
+# the second step's first layer for a per-layer kernel of fla-220m). Default: the GDN kernels and
+# the largest memory-bound kernels of the step (bench/model_gpu.md). Full reports in
+# /tmp/ncu/NAME.txt and their tarball in $OUT; one summary line per kernel here. CONFIG
+# (environment): the config file.
 set -uo pipefail
 bin=${1:?usage: bench/ncu_kernels.sh GDN_TRAIN_BIN [NAME:SKIP ...]}
 shift
@@ -21,9 +22,8 @@ mkdir -p "$out" data
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 [ -x "$NCU" ] || { echo "ncu_kernels: no ncu on this machine" >&2; exit 2; }
 kernels=("$@")
-[ ${#kernels[@]} -eq 0 ] && kernels=(gdn_bwd_final_kernel:12 gdn_bwd_prep_kernel:12 gdn_bwd_scan_kernel:12
-    gdn_chunk_fwd_kernel:12 gdn_chunk_prep_kernel:12 conv_silu_bwd_tiled_kernel:12 conv_silu_fwd_tiled_kernel:12
-    crossentropy_kernel:4 rmsnorm_bwd_fused_kernel:24 gated_rmsnorm_bwd_fused_kernel:12 embedding_bwd_kernel:1)
+[ ${#kernels[@]} -eq 0 ] && kernels=(gdn_bwd_final:12 gdn_bwd_prep:12 gdn_bwd_scan:12 gdn_chunk_fwd:12
+    gdn_chunk_replay:12 conv_silu:12 crossentropy:4 rmsnorm_bwd:24 gated_rmsnorm_bwd:12 embedding_bwd:1)
 sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats
     --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis)
 for ks in "${kernels[@]}"; do

@@ -1,14 +1,12 @@
-// norm_bench.cu — the GDN output norm (gated RMSNorm, src/fwd/elementwise.cu and
-// src/bwd/elementwise.cu) at fla-220m's shape: bf16, 32768 tokens x 4 heads of 256 (131072
+// norm_bench.cu — the GDN output norm (gated RMSNorm, src/fwd/gated_rmsnorm.cu and
+// src/bwd/gated_rmsnorm.cu) at fla-220m's shape: bf16, 32768 tokens x 4 heads of 256 (131072
 // rows), z at column 2056 of the fused input projection's rows of 3080 (as model.c), dz into a
 // buffer of the same layout, the backward with y (train.recompute = light). Times the forward
-// and the backward (its dw final kernel included), both on the s13 kernels: two rounds of 20
-// back-to-back launches between CUDA events (each tensor > the 60 MB L2), us per call and the
+// and the backward (its dw final kernel included), both on the narrow-row kernels: two rounds of
+// 20 back-to-back launches between CUDA events (each tensor > the 60 MB L2), us per call and the
 // GB/s of the bytes that must move (forward: x, z, y; backward: x, dy, z, dx, dz, y). Prints
-// "RESULT op us_round1 us_round2 GB/s"; exits 1 if an op did not run an s13 kernel
-// (cuda_norm_s13_launches). Until session 14 it timed the kernels before s13 as well
-// (GDN_NORM_S13 masks 0, 3, 11) and compared their outputs bitwise: git history, and
-// bench/model_gpu.md for the numbers.
+// "RESULT op us_round1 us_round2 GB/s"; exits 1 if an op did not run a narrow-row kernel
+// (cuda_gated_rmsnorm_narrow_launches, cuda/ops_testing.h). Numbers: bench/model_gpu.md.
 // Build: the CMake target norm_bench; run by hand on a GPU (not a test).
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +18,7 @@
 
 #include "core/cuda_check.h"
 #include "cuda/ops.h"
+#include "cuda/ops_testing.h"
 #include "gdn_bench_common.cuh"
 
 __global__ void gen_bf16(__nv_bfloat16 *x, size_t n, uint64_t seed, float scale, float offset) {
@@ -65,12 +64,12 @@ int main() {
     const std::function<void()> ops[2] = {fwd, bwd};  // the forward first: rstd for the backward
     int bad = 0;
     for (int op = 0; op < 2; op++) {
-        const unsigned long l0 = cuda_norm_s13_launches();
+        const unsigned long l0 = cuda_gated_rmsnorm_narrow_launches();
         const double t1 = time_us(ops[op]), t2 = time_us(ops[op]);
-        const bool ran = cuda_norm_s13_launches() != l0;
+        const bool ran = cuda_gated_rmsnorm_narrow_launches() != l0;
         bad += !ran;
         printf("RESULT gated_rmsnorm_%s rows%zu D%d zh%d ld%zu %8.1f %8.1f us %6.0f GB/s%s\n", op ? "bwd" : "fwd", rows,
-               D, zh, ld, t1, t2, (op ? gb_b : gb_f) / (std::min(t1, t2) * 1e-6), ran ? "" : " (no s13 launch!)");
+               D, zh, ld, t1, t2, (op ? gb_b : gb_f) / (std::min(t1, t2) * 1e-6), ran ? "" : " (no narrow-row launch!)");
     }
     return bad ? 1 : 0;
 }

@@ -4,7 +4,7 @@
 # Run from the repo root on the GPU machine after building the libraries
 # (cmake --build BUILD --target gdn_cuda gdn):
 #   bench/run_gdn_bwd.sh [BUILD_DIR]        logs go to $OUT (or /tmp)
-# fla's source must be at ./fla (bench/gdn_bwd.md says how it got there). The bench binary is
+# fla's source must be at ./fla (bench/README.md). The bench binary is
 # compiled here with nvcc against the built static libraries unless $GDN_BWD_BENCH names one.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -3,7 +3,7 @@
 # markdown table (shape, dv_block, our ms, TFLOP/s, floor, fla ms, ratio). Run from the repo
 # root on the GPU machine after building (cmake --build BUILD --target gdn_cuda gdn):
 #   bench/run_gdn_fwd.sh [BUILD_DIR]        logs go to $OUT (or /tmp)
-# fla's source must be at ./fla (see bench/gdn_fwd.md). The bench binary is compiled here with
+# fla's source must be at ./fla (bench/README.md). The bench binary is compiled here with
 # nvcc against the built static libraries unless $GDN_FWD_BENCH names one.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run_model_vs_fla.sh — whole-model training, gdn.c against fla, in one GPU call (issue 7):
+# bench/run_model_vs_fla.sh — whole-model training, gdn.c against fla, in one GPU call:
 # configs/fla-220m.ini (219.90M parameters, seq 2048, batch 16, bf16) with gdn-train, then fla's
 # GatedDeltaNetForCausalLM at the same shapes with bench/fla_model.py, then a comparison table:
 # seconds from process start to the first finished step, tokens/s over steps 10..60, median
@@ -9,13 +9,14 @@
 #
 #   bench/run_model_vs_fla.sh            on the GPU machine, from the repo root; logs in $OUT
 #
-# Needs: .devdeps (libinih; carry it), ./fla (fla's source; carry it), python3 with numpy and
-# h5py (there) for the synthetic token file data/synth-32000.h5 (made here when absent).
+# Needs: ./fla (fla's source, bench/README.md), python3 with numpy and h5py for the synthetic
+# token file data/synth-32000.h5 (made here when absent); .devdeps/env.sh, where present, puts
+# libinih on the paths of a machine that lacks it.
 # Binaries: GDN_BIN=DIR uses DIR/gdn-train built elsewhere for sm_90a (DIR/*.gz are gunzipped
 # first); otherwise gdn-train is built here with CMake into build-dev (its time is reported).
 # Environment (defaults): STEPS=61 (gdn-train's last step also evaluates, so the window ends at
 # STEPS-1; fla runs STEPS-1 steps), WINDOW=10, OURS_TIMEOUT=180, FLA_TIMEOUT=420 (fla's first
-# step took 252 s of Triton compilation and autotuning in BENCHMARKS.md), FLA_MASTER=bf16 (as
+# step takes ~230-270 s of Triton compilation and autotuning when its cache is cold), FLA_MASTER=bf16 (as
 # fla's own benchmark: bf16 parameters and AdamW state under autocast), FLA_SECOND=fp32 (a
 # second fla run with fp32 parameters and AdamW state, as gdn.c keeps them, if at least
 # FLA_SECOND_MIN=150 s are left; "" = none), CALL_LIMIT=570 (seconds this script may take in
@@ -72,7 +73,7 @@ trap 'rm -rf "$tmp"' EXIT
     echo "GPU: $(nvidia-smi -i 0 --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1)"
     if c=$(git rev-parse --short HEAD 2>/dev/null); then
         echo "tree: $c$(git diff --quiet HEAD 2>/dev/null || echo ' + local changes')"
-    else echo "tree: no .git on this machine (see the session's notes for the commit)"; fi
+    else echo "tree: no .git on this machine (name the binaries' commit yourself)"; fi
 } >"$tmp/head.md"
 
 # ---- binaries
@@ -170,7 +171,7 @@ if [ -d fla ]; then
         fi
     fi
 else
-    echo "no ./fla: fla not run (carry its source: see bench/NEXT.md)" | tee "$out/fla_model.log"
+    echo "no ./fla: fla not run (carry its source in ./fla: see bench/README.md)" | tee "$out/fla_model.log"
 fi
 if [ -n "${FLA_CACHE_OUT:-}" ] && [ -n "$(ls -A "$TRITON_CACHE_DIR")" ]; then
     tar cJf "$tmp/tc.tar.xz" -C "$TRITON_CACHE_DIR" . &&
@@ -272,7 +273,7 @@ row(f"seconds from start to first finished step", ours.get("first"), "first_step
 row(f"tokens/s, steps {W}..{last}", ours.get("tok_s"), "tok_s", "%.0f", "gdn.c / fla >= 1.7x")
 row("median step ms", ours.get("med_ms"), "median_step_ms", "%.1f", "")
 row("peak GPU memory, nvidia-smi GiB", ours.get("smi"), "smi", "%.2f", "gdn.c / fla <= 0.75x")
-row("fla torch max_memory_allocated GiB", None, "peak_alloc_gib", "%.2f", "BENCHMARKS: 16.7")
+row("fla torch max_memory_allocated GiB", None, "peak_alloc_gib", "%.2f", "fla published: 16.7")
 row("fla torch max_memory_reserved GiB", None, "peak_reserved_gib", "%.2f", "")
 row("loss, first step", ours.get("loss0"), "loss_first", "%.4f", "~10.37 (ln 32000)", False)
 row("loss, last step", ours.get("loss1"), "loss_last", "%.4f", "~10.37", False)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# bench/run_multi_gpu.sh — data parallel on one host (issue 10), in one GPU call on a machine of
+# bench/run_multi_gpu.sh — data parallel on one host, in one GPU call on a machine of
 # several GPUs (nvidia-h200-x2 / -x4 / -x8; ask `status` first). From the repo root; logs in $OUT.
 #
 # 1. Scaling: gdn-train configs/fla-220m.ini --gpus N for N = 1, 2, 4, 8 (powers of two up to
 #    the GPUs present, at most MAX_GPUS), fixed per-GPU batch 16 x 2048, SCALE_STEPS=81 steps;
 #    tokens/s over steps 10..80 from metrics.jsonl (the last step also evaluates) and scaling
-#    efficiency = tokens/s(N) / (N x tokens/s(1)) (target BENCHMARKS.md: >= 90% at 8 GPUs).
+#    efficiency = tokens/s(N) / (N x tokens/s(1)) (target: >= 90% at 8 GPUs).
 # 2. Equivalence: EQ_STEPS=50 steps on N GPUs with batch EQ_B/N per GPU against 1 GPU with batch
 #    EQ_B=16 (the sampler hands rank r windows [r B/N, (r+1) B/N) of each global batch, so both
 #    see the same tokens). Compared: the loss of every step (max |difference|, bound 1e-2 nats in
@@ -36,8 +36,8 @@
 #
 #   bench/run_multi_gpu.sh
 #
-# Needs .devdeps (libinih; carry it), python3 with numpy and h5py (there) for the synthetic
-# token files (made when absent). Binaries: GDN_BIN=DIR uses DIR/gdn-train and DIR/gdn-ckpt
+# Needs python3 with numpy and h5py for the synthetic token files (made when absent);
+# .devdeps/env.sh, where present, puts libinih on the paths of a machine that lacks it. Binaries: GDN_BIN=DIR uses DIR/gdn-train and DIR/gdn-ckpt
 # built elsewhere (DIR/*.gz gunzipped first); otherwise both are built here with CMake.
 # Environment (defaults): MAX_GPUS=8, SCALE_STEPS=81, EQ_STEPS=50, EQ_B=16, EQ_FP32=1,
 # EQ_SETS (above), RUN_TIMEOUT=150 (one gdn-train run), CALL_LIMIT=570 (the script's whole time:
@@ -73,7 +73,7 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 Ns=()
 for n in 1 2 4 8 16; do [ "$n" -le "$ngpu" ] && [ "$n" -le "$MAX_GPUS" ] && Ns+=("$n"); done
 {
-    echo "# Data parallel on one host (issue 10), $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "# Data parallel on one host, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     echo "GPUs: $ngpu x $(nvidia-smi -i 0 --query-gpu=name,driver_version --format=csv,noheader 2>&1); N in: ${Ns[*]:-none}"
     if c=$(git rev-parse --short HEAD 2>/dev/null); then echo "tree: $c"; else echo "tree: no .git on this machine"; fi

@@ -10,13 +10,9 @@ pass() { checks=$((checks + 1)); echo "  pass  $*"; }
 fail() { checks=$((checks + 1)); fails=$((fails + 1)); echo "  FAIL  $*"; }
 finish() { echo "$1: $((checks - fails)) passed, $fails failed"; [ "$fails" -eq 0 ]; exit $?; }
 
-# A text for tests: the tinyshakespeare copy beside the repository when present, else a
-# generated one (the tests need a few hundred kB of something with structure).
+# A text for tests: the first 300 kB of the tinyshakespeare text shipped in data/.
 make_text() {
-  local out=$1 src=$SRC/../shared/data/tinyshakespeare.txt
-  if [ -f "$src" ]; then head -c 300000 "$src" >"$out"; else
-    for i in $(seq 1 4000); do echo "line $i: the quick brown fox $((i % 7)) jumps over $((i % 13)) lazy dogs."; done >"$out"
-  fi
+  head -c 300000 "$SRC/data/tinyshakespeare/input.txt" >"$1"
 }
 
 # micro.ini: a 2-layer GS model small enough for a few dozen steps in seconds.

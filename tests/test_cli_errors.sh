@@ -46,6 +46,8 @@ expect "dataset shorter than one window" 1 "short" "41" -- "$WORK/micro.ini" --s
 expect "checkpoint of another shape" 1 "checkpoint.h5" "shape" -- "$WORK/micro.ini" --set model.d_model=48 --resume "$WORK/run/checkpoint.h5" --set train.out_dir="$WORK/x4"
 expect "resume from a missing checkpoint" 1 "missing.h5" -- --resume "$WORK/missing.h5"
 expect "bad --stop-after" 2 "--stop-after" -- "$WORK/micro.ini" --stop-after zero
+expect "bad --test-fault-nan-step" 2 "--test-fault-nan-step" "a step number >= 1" -- "$WORK/micro.ini" --test-fault-nan-step 0
+expect "bad dist.overlap" 2 "dist.overlap" "maybe" -- "$WORK/micro.ini" --set dist.overlap=maybe
 [ "$(cksum <"$WORK/run/checkpoint.h5")" = "$sum_before" ] && pass "existing checkpoint untouched by every failure" || fail "checkpoint was modified"
 
 # a full disk while writing the checkpoint (file-size limit of 64 KiB: the checkpoint is larger)

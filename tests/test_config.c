@@ -4,6 +4,7 @@
 // write -> read round trip (byte-identical struct). INI files go to a mkdtemp folder.
 #include "testutil.h"
 #include "../src/core/config.h"
+#include "../src/model/model.h"
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -137,7 +138,7 @@ static void test_defaults(void) {
           strcmp(c.schedule, "cosine") == 0 && c.decay_frac == 0.2 && c.weight_decay == 0.1 &&
           c.beta1 == 0.9 && c.beta2 == 0.95 && c.adam_eps == 1e-8 && c.grad_clip == 1.0 &&
           !c.wd_embeddings);
-    check("[dist]", !c.zero1 && c.nccl_id_path[0] == '\0' && c.bucket_mb == 25 && c.timeout_s == 300);
+    check("[dist]", !c.zero1 && c.nccl_id_path[0] == '\0' && c.bucket_mb == 25 && c.overlap && c.timeout_s == 300);
     check("[log]", c.log_every == 10 && strcmp(c.metrics_file, "metrics.jsonl") == 0);
     check("derived: mlp hidden 2/3*4*128 -> 512, dv 64, layers G S G S",
           config_mlp_hidden(&c) == 512 && config_gdn_dv(&c) == 64 && config_layer_kind(&c, 0) == 'G' &&
@@ -278,7 +279,7 @@ static void test_errors(void) {
     expect_error("unknown key, right key in another section", "key2.ini", "[train]\nlr = 0.1\n", NULL, 0, 1,
                  S("key2.ini:2: [train] lr: unknown key (did you mean [optim] lr?)", "allowed: device, precision"));
     expect_error("bad integer", "int.ini", "[model]\nd_model = 12x\n", NULL, 0, 1,
-                 S("int.ini:2: [model] d_model: expected an integer, got '12x'; allowed: an integer >= 1"));
+                 S("int.ini:2: [model] d_model: expected an integer, got '12x'; allowed: an integer in [1, 65536]"));
     expect_error("bad double", "dbl.ini", "[optim]\nlr = 0.0o1\n", NULL, 0, 1,
                  S("dbl.ini:2: [optim] lr: expected a number, got '0.0o1'; allowed: a number > 0"));
     expect_error("non-finite double", "nan.ini", "[optim]\n\nweight_decay = nan\n", NULL, 0, 1,
@@ -289,8 +290,8 @@ static void test_errors(void) {
                  S("range.ini:2: [gdn] chunk_size: 300 is out of range; allowed: an integer in [1, 256]"));
     expect_error("double out of a half-open range", "beta.ini", "[optim]\nbeta2 = 1\n", NULL, 0, 1,
                  S("beta.ini:2: [optim] beta2: 1 is out of range; allowed: a number in [0, 1)"));
-    expect_error("vocab_size 1 (0 or >= 2)", "vocab.ini", "[model]\nvocab_size = 1\n", NULL, 0, 1,
-                 S("vocab.ini:2: [model] vocab_size: 1 is out of range; allowed: 0 or an integer >= 2"));
+    expect_error("vocab_size 1 (0 or in [2, 2^24])", "vocab.ini", "[model]\nvocab_size = 1\n", NULL, 0, 1,
+                 S("vocab.ini:2: [model] vocab_size: 1 is out of range; allowed: 0 or an integer in [2, 16777216]"));
     expect_error("bad enum", "enum.ini", "[train]\ndevice = gpu\n", NULL, 0, 1,
                  S("enum.ini:2: [train] device: 'gpu' is not one of the choices; allowed: auto | cpu | cuda"));
     expect_error("bad mode (an int enum that also takes the bool words)", "rc.ini", "[train]\nrecompute = fast\n",
@@ -305,7 +306,7 @@ static void test_errors(void) {
     expect_error("duplicate key", "dup.ini", "[model]\nn_layers = 2\nd_model = 64\nn_layers = 4\n", NULL, 0, 1,
                  S("dup.ini:4: [model] n_layers: duplicate key (first set at line 2)"));
     expect_error("swa.head_dim odd", "odd.ini", "[swa]\nhead_dim = 33\n", NULL, 0, 1,
-                 S("odd.ini:2: [swa] head_dim: 33 is out of range; allowed: an even integer >= 2"));
+                 S("odd.ini:2: [swa] head_dim: 33 is out of range; allowed: an even integer in [2, 1024]"));
     expect_error("expand_v * head_dim not whole", "dv.ini", "[gdn]\nhead_dim = 33\nexpand_v = 1.5\n", NULL, 0, 1,
                  S("dv.ini:3: [gdn] expand_v: expand_v * head_dim = 1.5 * 33 = 49.5 is not a whole number",
                    "head_dim is set at ", "dv.ini:2", "allowed: values whose product is a whole number >= 1"));
@@ -340,7 +341,7 @@ static void test_errors(void) {
                    "many.ini:7: [optim] beta1", "--set modle.n_layers: unknown section (did you mean [model]?)",
                    "--set model.n_layers: cannot read this override; allowed: section.key=value"));
     expect_error("bad --set value on a good file", "valid.ini", NULL, S("model.n_layers=0"), 1, 1,
-                 S("--set model.n_layers: 0 is out of range; allowed: an integer >= 1"));
+                 S("--set model.n_layers: 0 is out of range; allowed: an integer in [1, 256]"));
 }
 
 static void test_roundtrip(const gdn_config *valid) {
@@ -385,7 +386,7 @@ static void test_roundtrip(const gdn_config *valid) {
     check("and writes the same text again", strcmp(text, text2) == 0);
     int nkeys = 0;  // lines that are not blank, a [section] or a comment
     for (const char *q = text; *q; q = strchr(q, '\n') + 1) nkeys += *q != '\n' && *q != '[' && *q != ';';
-    check("every key written (61 key lines)", nkeys == 61);
+    check("every key written (63 key lines)", nkeys == 63);
 
     char *p = tpath("written.ini");
     remember(p);
@@ -435,6 +436,127 @@ static void test_recompute_mode(void) {
     }
 }
 
+// The bounds of the numeric keys (config.c): each value past its key's bound is refused, naming
+// the key and the range (among them the values that crashed, hung or wrapped sizes when the keys
+// were bounded only by int: threads 100000, grad_accum and eval_batches 2^31 - 1, d_model,
+// batch_size, seq_len near 2^31); the bounds themselves are accepted; batch_size x seq_len past
+// 2^31 - 1 is refused naming both; every config in configs/ still loads; model_check_sizes
+// turns sizes past an int or a 64-bit size into a message (no wrapped number).
+static void test_bounds(void) {
+    printf("\nbounds of the numeric keys\n");
+    static const struct { const char *set, *msg; } bad[] = {
+        {"model.d_model=2147483647", "--set model.d_model: 2147483647 is out of range; allowed: an integer in [1, 65536]"},
+        {"model.d_model=2147483648", "--set model.d_model: 2147483648 is out of range"},
+        {"model.d_model=65537", "--set model.d_model: 65537 is out of range; allowed: an integer in [1, 65536]"},
+        {"train.batch_size=2147483647", "--set train.batch_size: 2147483647 is out of range; allowed: an integer in [1, 65536]"},
+        {"data.seq_len=2147483647", "--set data.seq_len: 2147483647 is out of range; allowed: an integer in [1, 16777216]"},
+        {"train.threads=100000", "--set train.threads: 100000 is out of range; allowed: an integer in [0, 4096]"},
+        {"train.grad_accum=2147483647", "--set train.grad_accum: 2147483647 is out of range; allowed: an integer in [1, 65536]"},
+        {"train.eval_batches=2147483647", "--set train.eval_batches: 2147483647 is out of range; allowed: an integer in [0, 65536]"},
+        {"model.n_layers=257", "--set model.n_layers: 257 is out of range; allowed: an integer in [1, 256]"},
+        {"model.vocab_size=16777217", "allowed: 0 or an integer in [2, 16777216]"},
+        {"model.mlp_hidden=1048577", "allowed: an integer in [0, 1048576]"},
+        {"model.mlp_ratio=1e300", "--set model.mlp_ratio: 1e300 is out of range; allowed: a number in (0, 64]"},
+        {"gdn.n_heads=4097", "allowed: an integer in [1, 4096]"},
+        {"gdn.head_dim=1025", "allowed: an integer in [1, 1024]"},
+        {"gdn.expand_v=65", "allowed: a number in (0, 64]"},
+        {"gdn.conv_size=257", "allowed: an integer in [1, 256]"},
+        {"swa.head_dim=2048", "allowed: an even integer in [2, 1024]"},
+        {"swa.window=2147483647", "allowed: an integer in [1, 16777216]"},
+        {"train.steps=1000000001", "allowed: an integer in [1, 1000000000]"},
+        {"train.head_chunk_rows=2147483647", "allowed: 0 or an integer in [1, 1073741824]"},
+        {"dist.timeout_s=604801", "allowed: an integer in [1, 604800]"},
+        {"dist.bucket_mb=1e9", "allowed: a number in (0, 65536]"},
+        {"log.every=2000000000", "allowed: an integer in [1, 1000000000]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gdn_config c, before;
+        config_defaults(&c);
+        memcpy(&before, &c, sizeof c);
+        capture_begin();
+        bool ok = config_set(&c, bad[i].set);
+        char *msg = capture_end();
+        char what[200];
+        snprintf(what, sizeof what, "%s refused, naming the key and range", bad[i].set);
+        check(what, !ok && strstr(msg, bad[i].msg) && memcmp(&c, &before, sizeof c) == 0);
+        if (ok || !strstr(msg, bad[i].msg)) show(msg);
+        free(msg);
+    }
+    gdn_config c;
+    config_defaults(&c);
+    capture_begin();
+    bool ok = config_load_string_sets(&c, "[model]\nd_model = 65536\nn_layers = 256\nvocab_size = 16777216\n"
+                                      "[train]\nthreads = 4096\ngrad_accum = 65536\neval_batches = 65536\n"
+                                      "batch_size = 127\n[data]\nseq_len = 16777216\n", "max.ini", NULL, 0);
+    char *msg = capture_end();
+    show(msg);
+    free(msg);
+    check("the bounds themselves are accepted (d_model 65536, threads 4096, seq_len 2^24 x batch 127 ...)",
+          ok && c.d_model == 65536 && c.threads == 4096 && c.seq_len == 16777216 && c.batch_size == 127);
+    config_defaults(&c);
+    capture_begin();
+    ok = config_load_string_sets(&c, "[data]\nseq_len = 16777216\n", "tok.ini", S("train.batch_size=65536"), 1);
+    msg = capture_end();
+    show(msg);
+    check("batch_size x seq_len past 2^31 - 1 refused, naming both and the product",
+          !ok && strstr(msg, "--set train.batch_size: batch_size x seq_len = 65536 x 16777216 = 1099511627776 "
+                             "tokens per micro-batch (seq_len is set at tok.ini:2); allowed: a product of at most 2147483647"));
+    free(msg);
+
+    // every shipped config still loads
+    const char *src = getenv("GDN_SOURCE_DIR");
+    if (src) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "find '%s/configs' -name '*.ini' | sort", src);
+        FILE *p = popen(cmd, "r");
+        CHECK_PTR(p);
+        char line[1024];
+        int n = 0, good = 0;
+        while (fgets(line, sizeof line, p)) {
+            line[strcspn(line, "\n")] = '\0';
+            config_defaults(&c);
+            n++;
+            if (load_ok(&c, line, NULL, 0)) good++;
+            else printf("      config %s does not load\n", line);
+        }
+        pclose(p);
+        char what[128];
+        snprintf(what, sizeof what, "every config in configs/ loads (%d of %d)", good, n);
+        check(what, n > 0 && good == n);
+    } else {
+        printf("  (GDN_SOURCE_DIR not set: configs/ not checked)\n");
+    }
+
+    printf("\nmodel_check_sizes: sizes past an int or a 64-bit size\n");
+    char err[512];
+    config_defaults(&c);
+    c.vocab_size = 32000;
+    c.d_model = 1024;
+    c.n_layers = 12;
+    check("fla-220m-like model at 16 x 2048 tokens: fine", model_check_sizes(&c, 16, 2048, err, sizeof err));
+    bool r = model_check_sizes(&c, 65536, 65536, err, sizeof err);
+    printf("      | %s\n", err);
+    check("65536 x 65536 tokens per micro-batch: a message, no wrapped size",
+          !r && strstr(err, "batch_size x seq_len = 65536 x 65536 = 4294967296 tokens") && !strstr(err, "184467"));
+    c.d_model = 65536;
+    c.vocab_size = 16777216;
+    c.n_layers = 256;
+    c.mlp_hidden = 1048576;
+    c.gdn_n_heads = 4096;
+    c.gdn_head_dim = 1024;
+    c.gdn_expand_v = 64;
+    r = model_check_sizes(&c, 127, 16777216, err, sizeof err);
+    printf("      | %s\n", err);
+    check("every width at its bound, 2^31 - 2^24 tokens: 'would exceed a 64-bit size'",
+          !r && strstr(err, "would exceed a 64-bit size") && !strstr(err, "184467"));
+    c.gdn_n_heads = 65536;
+    c.gdn_head_dim = 65536;
+    r = model_check_sizes(&c, 1, 8, err, sizeof err);
+    printf("      | %s\n", err);
+    check("heads x head_dim past an int (outside the schema): 'does not fit an int'",
+          !r && strstr(err, "does not fit an int"));
+}
+
 int main(void) {
     CHECK_PTR(mkdtemp(tmpdir));
     cap_path = tpath("stderr.txt");
@@ -444,6 +566,7 @@ int main(void) {
     test_include_and_set();
     test_errors();
     test_recompute_mode();
+    test_bounds();
     test_roundtrip(&valid);
     CHECK_SYS(unlink(cap_path));
     free(cap_path);

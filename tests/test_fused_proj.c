@@ -11,11 +11,11 @@
 // train.recompute (recompute_layer's gated norm reads the strided z), and for pattern GS.
 // A wrong column offset or stride for any member or its gradient moves a gradient at O(1).
 // The MLP's gate and up projections (model.c, mlp_fused) run as one GEMM in every case above;
-// test_mlp isolates them: with fuse_projections on, GDN_MLP_FUSED=0 (two GEMMs) against the
-// default, for each train.recompute mode, patterns G and SA, a hidden width whose F d is not a
-// multiple of the arenas' 32-element padding (the weights are not contiguous: two GEMMs either
-// way) and one whose F rows are not a multiple of 16 bytes (two GEMMs: model.c mlp_fused). The
-// gate/up buffer is one (N, 2F) exactly when fused.
+// test_mlp checks them against the reference backend (two GEMMs; pattern SA: the MLP is the
+// only fused projection), for each train.recompute mode, patterns G and SA, a hidden width whose
+// F d is not a multiple of the arenas' 32-element padding (the weights are not contiguous: two
+// GEMMs either way) and one whose F rows are not a multiple of 16 bytes (two GEMMs: model.c
+// mlp_fused). The gate/up buffer is one (N, 2F) exactly when fused.
 #include <math.h>
 #include "../src/core/config.h"
 #include "../src/model/model.h"
@@ -105,9 +105,7 @@ static void test_mlp(const char *pattern, int hidden, int dm, gdn_recompute rc) 
     c.recompute = rc;
     backend fused = backend_cpu;
     fused.fuse_projections = true;
-    CHECK_SYS(setenv("GDN_MLP_FUSED", "0", 1));
-    model *m0 = model_create(&c, &fused, B, T);
-    CHECK_SYS(unsetenv("GDN_MLP_FUSED"));
+    model *m0 = model_create(&c, &backend_cpu, B, T);  // the reference: a GEMM per weight
     model *m1 = model_create(&c, &fused, B, T);
     model_init_params(m0, 34);
     model_init_params(m1, 34);

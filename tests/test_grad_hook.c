@@ -11,7 +11,12 @@
 //     overwrites its range (x2, exact) finds its values kept: the backward never reads them again.
 // Control (the value check can fail): armed on the first micro-batch as well, the snapshots
 // taken there differ from the final gradients.
+// Then grad_sync (src/dist/grad_sync.h) over the hook at world 1 (sums are the identity), with
+// buckets of 100 elements (tensors split across pieces): overlapped and after the backward, every
+// element is handed over once (grad_sync_step_end checks it), the gradients stay bitwise those of
+// the reference, and the pieces number ceil(n / 100) after the backward, at least that overlapped.
 #include "../src/core/config.h"
+#include "../src/dist/grad_sync.h"
 #include "../src/model/model.h"
 #include "testutil.h"
 #include "tiny_model.h"
@@ -200,6 +205,34 @@ static void test_case(const char *pattern, bool tied) {
     snprintf(det, sizeof det, "%d calls", R.n);
     check(differ, "control: first-micro-batch snapshots differ from final", det);
     rec_clear(&R);
+
+    // grad_sync over the hook, world 1: overlapped, then one pass after the backward
+    m->grad_hook = NULL, m->grad_hook_ctx = NULL;
+    char err[512];
+    dist *d = dist_init("none", 10, "", err, sizeof err);
+    if (!d) gdn_die("test_grad_hook: %s", err);
+    const size_t bucket = 100;
+    for (int overlap = 1; overlap >= 0; overlap--) {
+        grad_sync *gs = grad_sync_create(d, m, true, overlap, 0, (double)(bucket * sizeof(double)) / 1048576.0,
+                                         2, NULL);
+        model_zero_grads(m);
+        for (int mb = 0; mb < 2; mb++) {
+            m->dropout_key = 0x1234 + (uint64_t)mb;
+            grad_sync_microbatch(gs, m, mb);
+            model_forward_backward(m, x + mb * B * T, y + mb * B * T, 1.0 / (2.0 * B * T), true);
+            grad_sync_microbatch_end(gs, m);
+        }
+        grad_sync_step_end(gs, m);
+        long pieces = (long)((n + bucket - 1) / bucket);
+        snprintf(det, sizeof det, "%ld sums, %ld pieces", gs->sends, pieces);
+        check(memcmp(g, ref, n * sizeof(double)) == 0 && !m->grad_hook_armed &&
+                  (overlap ? gs->sends >= pieces : gs->sends == pieces),
+              overlap ? "grad_sync overlapped: grads kept, all sent" : "grad_sync after the backward",
+              det);
+        grad_sync_free(gs);
+        m->grad_hook = NULL, m->grad_hook_ctx = NULL;
+    }
+    dist_free(d);
 
     free(seen);
     free(ref);

@@ -35,27 +35,19 @@ expect_fail() {
 
 summary() { grep -E "^  $2 " "$1" | awk '{print $2}'; }
 
-TS="$SRC/../shared/data/tinyshakespeare.txt"
-[ -f "$TS" ] || TS=/work/shared/data/tinyshakespeare.txt
+TS="$SRC/data/tinyshakespeare/input.txt"
 
 echo "== gdn-prepare"
 ok "--help exits 0 and prints usage" bash -c "'$BIN' --help | grep -q 'usage: gdn-prepare'"
 
-if [ -f "$TS" ]; then
-    "$BIN" --input "$TS" --out "$TMP/ts.h5" >"$TMP/ts.txt" 2>&1
-    ok "tinyshakespeare, bytes: exit 0" [ $? -eq 0 ]
-    sed 's/^/    /' "$TMP/ts.txt"
-    ok "bytes: train 1003854 tokens (nanoGPT's first 90%)" [ "$(summary "$TMP/ts.txt" train)" = 1003854 ]
-    ok "bytes: val 111540 tokens" [ "$(summary "$TMP/ts.txt" val)" = 111540 ]
-    ok "bytes: vocab 256" [ "$(summary "$TMP/ts.txt" vocab)" = 256 ]
-    ok "no temporary file left" bash -c "! ls '$TMP' | grep -q 'tmp\.'"
-    INPUT="$TS"
-else
-    echo "  (tinyshakespeare.txt not found at $TS: the exact split counts are not checked;"
-    echo "   the rest runs on a generated text)"
-    INPUT="$TMP/gen.txt"
-    for i in $(seq 1 3000); do echo "line $i of a generated text, to be or not to be"; done >"$INPUT"
-fi
+"$BIN" --input "$TS" --out "$TMP/ts.h5" >"$TMP/ts.txt" 2>&1
+ok "tinyshakespeare, bytes: exit 0" [ $? -eq 0 ]
+sed 's/^/    /' "$TMP/ts.txt"
+ok "bytes: train 1003854 tokens (nanoGPT's first 90%)" [ "$(summary "$TMP/ts.txt" train)" = 1003854 ]
+ok "bytes: val 111540 tokens" [ "$(summary "$TMP/ts.txt" val)" = 111540 ]
+ok "bytes: vocab 256" [ "$(summary "$TMP/ts.txt" vocab)" = 256 ]
+ok "no temporary file left" bash -c "! ls '$TMP' | grep -q 'tmp\.'"
+INPUT="$TS"
 
 # SentencePiece: train a model, then reuse it
 if command -v spm_train >/dev/null; then

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test_timeline.sh — gdn-train --timeline N (issue 8: the overlap of the gradient all-reduce with
-# the backward, seen per step and stream; train.c, src/diag/timeline.h). A 3-layer micro model
-# on CPUs, under `mpirun -np 2` with 4 KiB buckets (several all-reduces a step) when mpirun is
-# there, else on one process:
+# test_timeline.sh — gdn-train --timeline N (the overlap of the gradient all-reduce with the
+# backward, seen per step and stream; src/dist/grad_sync.c, src/diag/timeline.h). A 3-layer
+# micro model on CPUs, under `mpirun -np 2` with 4 KiB buckets (several all-reduces a step) when
+# mpirun is there, else on one process:
 #   - --timeline 2 of 6 steps records steps 3 and 4 (2 warm-up steps), one file per rank
 #     (timeline.csv, timeline.rank1.csv), header step,rank,stream,name,start_ms,end_ms;
 #   - every step has forward, bwd lm_head+norm_f (tied embeddings), bwd layer 2, 1, 0 in that

@@ -54,7 +54,7 @@ step=$("$BIN/gdn-ckpt" info "$WORK/i/checkpoint.h5" 2>/dev/null | sed -n 's/^ste
 [ -n "$step" ] && [ "$step" -gt 0 ] && [ "$step" -lt 100000 ] && pass "checkpoint at step $step" || fail "no checkpoint after SIGINT"
 
 echo "== NaN loss stops the run, naming the step and the last good checkpoint"
-GDN_FAULT_NAN_STEP=30 "$BIN/gdn-train" "$WORK/micro.ini" --set train.out_dir="$WORK/n" --set train.ckpt_every=10 >"$WORK/n.log" 2>&1
+"$BIN/gdn-train" "$WORK/micro.ini" --set train.out_dir="$WORK/n" --set train.ckpt_every=10 --test-fault-nan-step 30 >"$WORK/n.log" 2>&1
 rc=$?
 [ $rc -eq 3 ] && pass "exit 3" || fail "exit $rc on NaN"
 grep -q "step 30: loss is nan" "$WORK/n.log" && pass "names step 30" || { fail "message"; cat "$WORK/n.log"; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_train_mpi.sh — data parallelism on CPUs through MPI (issue 8): 2 ranks with batch B/2
-# each give the weights of 1 rank with batch B (float64, relative <= 1e-12 per tensor), with and
+# test_train_mpi.sh — data parallelism on CPUs through MPI: 2 ranks with batch B/2 each give
+# the weights of 1 rank with batch B (float64, relative <= 1e-12 per tensor), with and
 # without ZeRO-1; a checkpoint written at world size 2 resumes at world size 1; the same at 4
 # ranks (ZeRO-1 pieces crossing shard boundaries, ranks x micro-batches, 4 -> 2 ranks resume).
 . "$(dirname "$0")/lib.sh"

@@ -37,7 +37,7 @@ static void usage(FILE *fp) {
         "  --val-frac F        fraction of tokens for /val, 0 <= F < 1 (default 0.1)\n"
         "  --help              this text\n"
         "\n"
-        "example: gdn-prepare --input ../shared/data/tinyshakespeare.txt --out "
+        "example: gdn-prepare --input data/tinyshakespeare/input.txt --out "
         "data/tinyshakespeare.h5\n",
         DEFAULT_SPM_VOCAB);
 }

@@ -26,16 +26,15 @@
 // order of the additions across CTAs varies, so dq is not bitwise reproducible (dk, dv are).
 // A last small kernel writes dq = bf16(scale * acc). 5 matrix products per tile instead of 7,
 // no pass 2. The accumulator is zeroed by cudaMemsetAsync first.
-// bf16 on sm_90a (the default there; GDN_ATTN_WGMMA_BWD=0 keeps the kernels above): the same
-// passes and modes on wgmma.mma_async, each CTA two consumer warpgroups fed by a TMA producer
-// warpgroup, flash-attention 3's warp specialisation (attention_bwd_dkdv_wgmma3_kernel,
-// attention_bwd_dq_wgmma3_kernel; GDN_ATTN_WGMMA_BWD3 picks stages and ping-pong, read per call).
-// A pass whose wgmma3 kernel cannot run (no tensor map, too few registers for setmaxnreg) runs
-// its mma.sync kernel above.
+// bf16 on sm_90a (the default there; attn_params.kernels = ATTN_KERNELS_MMA_SYNC keeps the
+// kernels above): the same passes and modes on wgmma.mma_async, each CTA two consumer warpgroups
+// fed by a TMA producer warpgroup over 2 stages, flash-attention 3's warp specialisation
+// (attention_bwd_dkdv_wgmma_kernel, attention_bwd_dq_wgmma_kernel). A pass whose wgmma kernel
+// cannot run (no tensor map, too few registers for setmaxnreg) runs its mma.sync kernel above.
 // fp32: the same passes with one warp per row and plain fp32 FMA (slower; for checks).
 #include "../core/cuda_check.h"
-#define ATTN_DEVICE_HELPERS
-#include "../fwd/attention_cuda.h"
+#include "../cuda/attention.cuh"
+#include "../fwd/attention_testing.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,9 +433,9 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
     }
 }
 
-// ---- Hopper path (sm_90a; attention_bwd_wgmma_selected) ------------------------------------
+// ---- Hopper path (sm_90a; attn_wgmma_runs) --------------------------------------------------
 // The same two passes (and the same one-pass nondeterministic variant) on wgmma.mma_async with the
-// primitives of src/fwd/wgmma.cuh; operands in 128-byte-swizzled 64-column panels. A CTA's two
+// primitives of src/cuda/wgmma.cuh; operands in 128-byte-swizzled 64-column panels. A CTA's two
 // consumer warpgroups (the producer below) compute:
 // dK/dV pass: a CTA owns WKV_BK = 128 keys, warpgroup wg the 64 keys k0 + 64 wg ... Per query
 // block of BQ (64 at D = 128, 128 at D = 64: the accumulators of S^T, dP^T (BQ / 2 registers
@@ -456,9 +455,6 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
 // dQ pass: a CTA owns WDQ_BQ = 128 query rows, warpgroup wg 64 of them, and walks key blocks of
 // WDQ_BK = 128 (the forward's shape): S = Q K^T, dP = dO V^T (both operands from shared memory,
 // K / V K-major; two groups as above), dQ += dS K (dS from registers, K N-major).
-// Session 11 deleted the wgmma kernels without a producer (attention_bwd_dkdv_wgmma_kernel,
-// attention_bwd_dq_wgmma_kernel: cp.async tiles behind CTA barriers), whose dq, dk, dv the wgmma3
-// kernels matched bitwise in 0.75-0.77x their time (git history; bench/attention.md).
 constexpr int WKV_BK = 128, WDQ_BQ = 128, WDQ_BK = 128;
 
 template <int D>
@@ -473,67 +469,43 @@ __device__ __forceinline__ __nv_bfloat16 *attn_smem_1024(unsigned char *raw) {
 }
 #endif
 
-// ---- the TMA producer and the consumers: attention_bwd_*_wgmma3_kernel ----------------------
+// ---- the TMA producer and the consumers: attention_bwd_*_wgmma_kernel -----------------------
 // A CTA is 3 warpgroups (384 threads) over the grid of the mma.sync pass it replaces:
-//   warpgroup 0 = producer: setmaxnreg.dec to BW3_PRODUCER_REGS; its first warp issues the loads
+//   warpgroup 0 = producer: setmaxnreg.dec to BWD_WG_PRODUCER_REGS; its first warp issues the loads
 //     (lane 0: TMA, cp.async.bulk.tensor.4d with the forward's tensor maps, box 64 columns x rows,
 //     128-byte swizzle = one wgmma panel; rows >= T zero-filled); warps 1-3 exit after setmaxnreg.
 //   warpgroups 1, 2 = consumers, the warpgroups wg = 0, 1 above (setmaxnreg.inc to
-//     BW3_CONSUMER_REGS): no cp.async, no CTA-wide barrier in the loop; a tile is waited for on its
-//     stage's full mbarrier and handed back on its empty mbarrier (count 8: lane 0 of each
+//     BWD_WG_CONSUMER_REGS): no cp.async, no CTA-wide barrier in the loop; a tile is waited for on
+//     its stage's full mbarrier and handed back on its empty mbarrier (count 8: lane 0 of each
 //     consumer warp, after the wait_group that retires the last wgmma reading the stage).
-// Stage protocol (as attention_fwd_wgmma3_kernel): tile u (the u-th block visited) lives in stage
-// u % NS, fill u / NS; consumers wait full with parity (u / NS) & 1, the producer refills the
-// stage for tile u >= NS after the (u / NS - 1)-th completion of its empty barrier, parity
-// (u / NS - 1) & 1. Every producer wait is released by consumer work on an earlier tile, so the
-// order cannot deadlock; every load issued is waited for by both consumers before they exit.
+// Stage protocol (as attention_fwd_wgmma_kernel), NS = BWD_WG_STAGES = 2 stages: tile u (the u-th
+// block visited) lives in stage u % NS, fill u / NS; consumers wait full with parity (u / NS) & 1,
+// the producer refills the stage for tile u >= NS after the (u / NS - 1)-th completion of its
+// empty barrier, parity (u / NS - 1) & 1. Every producer wait is released by consumer work on an
+// earlier tile, so the order cannot deadlock; every load issued is waited for by both consumers
+// before they exit.
 // TMA writes through the async proxy, as wgmma reads: the mbarrier wait alone orders them.
 // Registers: __launch_bounds__(384, 1) gives 168 a thread at launch; setmaxnreg moves 144 x 128
 // of them from the producer (24) to the consumers (240), and ptxas compiles the consumer branches
 // against 240: their SASS uses up to 185-238 registers, no spill (CUDA 13.0).
 // -DGDN_MBAR_WATCHDOG: the waits are wgmma.cuh's mbar_wait(bar, parity, failed).
-constexpr int BW3_THREADS = 384, BW3_PRODUCER_REGS = 24, BW3_CONSUMER_REGS = 240;
-static_assert(128 * BW3_PRODUCER_REGS + 256 * BW3_CONSUMER_REGS <= 168 * BW3_THREADS,
-              "bwd wgmma3: setmaxnreg exceeds the launch allocation (168 a thread at 384 threads)");
-
-// PP (optional, as the forward's: flash-attention 3's "warp scheduler barrier"): the two consumers
-// take turns to issue their wgmma groups, so that one's elementwise work (P, dS: MUFU and FMA)
-// runs while the other's products occupy the tensor cores. Named barrier 4 + c (256 threads:
-// consumer c's 128 bar.sync + the other's 128 bar.arrive) is consumer c's turn; consumer 1
-// arrives on barrier 4 once at the start (consumer 0 goes first). Each consumer has 2 issue points
-// per tile (the S/dP products; the dV/dK or dQ products): it syncs on its own barrier before
-// wgmma.fence and arrives on the other's after the commit; consumer 1 skips that arrival after its
-// last issue point (consumer 0 has none left), so both barriers end balanced. Arithmetic unchanged.
-// The nondeterministic dK/dV pass (DQA) has no PP: its consumers would need more than 240
-// registers at D = 64 (ptxas spilled 8 bytes).
+constexpr int BWD_WG_THREADS = 384, BWD_WG_PRODUCER_REGS = 24, BWD_WG_CONSUMER_REGS = 240, BWD_WG_STAGES = 2;
+static_assert(128 * BWD_WG_PRODUCER_REGS + 256 * BWD_WG_CONSUMER_REGS <= 168 * BWD_WG_THREADS,
+              "bwd wgmma: setmaxnreg exceeds the launch allocation (168 a thread at 384 threads)");
 // Named barriers of these kernels: 0 (the start), 1 (both consumers, DQA), 2 + c (consumer c's
-// epilogue), 4 + c (PP turns).
-template <bool PP>
-__device__ __forceinline__ void bw3_turn_wait(int wg) {
-    if constexpr (PP) {
-        if (wg == 0) asm volatile("bar.sync 4, 256;\n" ::: "memory");
-        else asm volatile("bar.sync 5, 256;\n" ::: "memory");
-    }
-}
-template <bool PP>
-__device__ __forceinline__ void bw3_turn_pass(int wg) {
-    if constexpr (PP) {
-        if (wg == 0) asm volatile("bar.arrive 5, 256;\n" ::: "memory");
-        else asm volatile("bar.arrive 4, 256;\n" ::: "memory");
-    }
-}
+// epilogue).
 
 // Both passes' setup: thread 0 initialises the single-load barrier (count 1) and each stage's
 // full (count full_count) and empty (8: the consumers' warps) barriers, thread 32 prefetches the
 // four tensor maps; then the CTA's only barrier, so that no arrival precedes an init.
-template <int NS>
-__device__ __forceinline__ void bw3_setup(int tid, uint32_t single, uint32_t full, uint32_t empty, int full_count,
-                                          const CUtensorMap *tmq, const CUtensorMap *tmk, const CUtensorMap *tmv,
-                                          const CUtensorMap *tmdo) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void bwd_wg_setup(int tid, uint32_t single, uint32_t full, uint32_t empty, int full_count,
+                                             const CUtensorMap *tmq, const CUtensorMap *tmk, const CUtensorMap *tmv,
+                                             const CUtensorMap *tmdo) {
     if (tid == 0) {
         wgm::mbar_init(single, 1);
 #pragma unroll
-        for (int s = 0; s < NS; s++) {
+        for (int s = 0; s < BWD_WG_STAGES; s++) {
             wgm::mbar_init(full + 8 * s, full_count);
             wgm::mbar_init(empty + 8 * s, 8);
         }
@@ -547,31 +519,32 @@ __device__ __forceinline__ void bw3_setup(int tid, uint32_t single, uint32_t ful
     }
     __syncthreads();
 }
+#endif
 
-// dK/dV pass (attention_bwd_dkdv_wgmma3_kernel). Shared memory: K, V (loaded once),
+// dK/dV pass (attention_bwd_dkdv_wgmma_kernel). Shared memory: K, V (loaded once),
 // NS stages of (Q, dO) tiles and of the (lse2, D) rows of their BQ queries, with DQA two dS tiles
 // (by iteration parity: a consumer writes dS of tile u + 1 while the other may still read dS of
 // tile u in its dQ product), mbarriers. The producer's warp fills a stage's rows (lse2 = lse *
 // log2 e, rows >= T: +inf and 0, as attn_load_rowstats) with plain stores; the stage's full
 // barrier counts its 32 lanes' arrivals after those stores (release) plus lane 0's
 // arrive.expect_tx for the TMA bytes: 33.
-template <int D, bool DQA, int NS>
-constexpr int wkv3_smem_bytes() {
+template <int D, bool DQA>
+constexpr int wkv_smem_bytes() {
+    constexpr int NS = BWD_WG_STAGES;
     return (2 * WKV_BK * D + 2 * NS * wkv_bq<D>() * D + (DQA ? 2 * wkv_bq<D>() * WKV_BK : 0)) * 2 +
            2 * NS * wkv_bq<D>() * 4 + 1024 + (1 + 2 * NS) * 8;
 }
-static_assert(wkv3_smem_bytes<128, true, 3>() <= 227 * 1024 && wkv3_smem_bytes<64, true, 3>() <= 227 * 1024,
-              "bwd wgmma3: 3 stages exceed sm_90's 227 KiB");
+static_assert(wkv_smem_bytes<128, true>() <= 227 * 1024 && wkv_smem_bytes<64, true>() <= 227 * 1024,
+              "bwd wgmma: the dK/dV pass's stages exceed sm_90's 227 KiB");
 
-template <int D, bool DQA, int NS, bool PP>
-__global__ void __launch_bounds__(BW3_THREADS, 1)
-    attention_bwd_dkdv_wgmma3_kernel(const __grid_constant__ bwd_kparams p, const __grid_constant__ CUtensorMap tmq,
-                                     const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
-                                     const __grid_constant__ CUtensorMap tmdo) {
+template <int D, bool DQA>
+__global__ void __launch_bounds__(BWD_WG_THREADS, 1)
+    attention_bwd_dkdv_wgmma_kernel(const __grid_constant__ bwd_kparams p, const __grid_constant__ CUtensorMap tmq,
+                                    const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
+                                    const __grid_constant__ CUtensorMap tmdo) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BK = WKV_BK, BQ = wkv_bq<D>();
-    static_assert(NS >= 2, "bwd wgmma3: tile u + 1 loads while tile u is read");
-    static_assert(!(DQA && PP), "bwd wgmma3: no ping-pong with DQA (ptxas spills at D = 64)");
+    constexpr int BK = WKV_BK, BQ = wkv_bq<D>(), NS = BWD_WG_STAGES;
+    static_assert(NS >= 2, "bwd wgmma: tile u + 1 loads while tile u is read");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __nv_bfloat16 *Ks = attn_smem_1024(smem_raw);  // BK x D, sw128<BK>
     __nv_bfloat16 *Vs = Ks + BK * D;                // BK x D, sw128<BK>
@@ -591,14 +564,14 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
     const int m_lo = k0 / BQ, m_hi = i_hi / BQ;
     const size_t sbase = ((size_t)b * H + h) * T;
 
-    bw3_setup<NS>(tid, kv_full, full, empty, 33, &tmq, &tmk, &tmv, &tmdo);  // the only CTA-wide barrier
+    bwd_wg_setup(tid, kv_full, full, empty, 33, &tmq, &tmk, &tmv, &tmdo);  // the only CTA-wide barrier
     bool wd_failed = false;  // -DGDN_MBAR_WATCHDOG (wgmma.cuh; trap at the end)
 
     constexpr uint32_t KTILE = 2u * BK * D, QTILE = 2u * BQ * D;  // bytes of a K (V), a Q (dO) tile
     constexpr uint32_t KPANEL = 2u * BK * 64, QPANEL = 2u * BQ * 64;  // bytes of one 64-column panel
 
     if (tid < 128) {  // ---- producer warpgroup
-        wgm::setmaxnreg_dec<BW3_PRODUCER_REGS>();
+        wgm::setmaxnreg_dec<BWD_WG_PRODUCER_REGS>();
         if (tid < 32) {
             const uint32_t ks0 = gdnk::smem_u32(Ks), vs0 = gdnk::smem_u32(Vs);
             const uint32_t qs0 = gdnk::smem_u32(Qs), dos0 = gdnk::smem_u32(dOs);
@@ -632,7 +605,7 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             }
         }
     } else {  // ---- consumer warpgroups: the dK/dV pass's per-tile code (header)
-        wgm::setmaxnreg_inc<BW3_CONSUMER_REGS>();
+        wgm::setmaxnreg_inc<BWD_WG_CONSUMER_REGS>();
         const int wg = (tid >> 7) - 1, w = (tid >> 5) & 3;
         const int g = lane >> 2, t4 = lane & 3;
         const float c2 = p.scale_log2;
@@ -643,8 +616,6 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
         const uint32_t ks = gdnk::smem_u32(Ks), vs = gdnk::smem_u32(Vs);
-        if constexpr (PP)
-            if (wg == 1) asm volatile("bar.arrive 4, 256;\n" ::: "memory");  // consumer 0 issues first
         wgm::mbar_wait(kv_full, 0, wd_failed);
 
         for (int m = m_lo, u = 0; m <= m_hi; m++, u++) {
@@ -660,7 +631,6 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             for (int i = 0; i < BQ / 2; i++) st[i] = dpt[i] = 0.f;
             wgm::fence_regs(st);
             wgm::fence_regs(dpt);
-            bw3_turn_wait<PP>(wg);
             wgm::fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
@@ -670,7 +640,6 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             for (int kk = 0; kk < D / 16; kk++)
                 wgm::mma_ss<BQ, 0>(dpt, wgm::desc_k<BK>(vs, 64 * wg, kk), wgm::desc_k<BQ>(dos, 0, kk), 1);
             wgm::commit();
-            bw3_turn_pass<PP>(wg);
             wgm::wait<1>();
             wgm::fence_regs(st);
 
@@ -712,7 +681,6 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
                 wgm::fence_regs(pa[kk]);
                 wgm::fence_regs(da[kk]);
             }
-            bw3_turn_wait<PP>(wg);
             wgm::fence();
 #pragma unroll
             for (int kk = 0; kk < BQ / 16; kk++) {
@@ -720,7 +688,6 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
                 wgm::mma_rs<D, 1>(dk, da[kk], wgm::desc_n<BQ>(qs, kk), 1);
             }
             wgm::commit();
-            if (!(wg == 1 && m == m_hi)) bw3_turn_pass<PP>(wg);  // consumer 1's last issue: no one waits
             const int dsb = (u & 1) * BQ * BK;  // DQA: this tile's dS buffer, dSs + dsb
             if constexpr (DQA) {
                 // dS^T -> dSs + dsb [query][key]. da[kk][q] holds key 16 w + g + 8 (q & 1) of this
@@ -799,31 +766,29 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
     }
     wgm::mbar_watchdog_check(wd_failed);  // outside the setmaxnreg regions (wgmma.cuh)
 #else
-    __trap();  // launched only where the sm_90a image exists (attention_bwd_wgmma_selected checks)
+    __trap();  // launched only where the sm_90a image exists (attn_wgmma_runs checks)
 #endif
 }
 
-// dQ pass (attention_bwd_dq_wgmma3_kernel): Q, dO loaded once (one barrier), NS stages
+// dQ pass (attention_bwd_dq_wgmma_kernel): Q, dO loaded once (one barrier), NS stages
 // of (K, V) tiles, each on one full barrier (count 1: the producer's arrive.expect_tx) and one
 // empty barrier (released after dQ += dS K, the last wgmma reading K; V is read before it). The
 // consumers read lse and D of their rows from global memory.
-template <int D, int NS>
-constexpr int wdq3_smem_bytes() {
-    return (2 * WDQ_BQ * D + 2 * NS * WDQ_BK * D) * 2 + 1024 + (1 + 2 * NS) * 8;
+template <int D>
+constexpr int wdq_smem_bytes() {
+    return (2 * WDQ_BQ * D + 2 * BWD_WG_STAGES * WDQ_BK * D) * 2 + 1024 + (1 + 2 * BWD_WG_STAGES) * 8;
 }
-// 3 stages fit at D = 64 only (D = 128: 64 + 3 x 64 KiB); the dQ pass runs 2 there (attn_bwd3_dq)
-static_assert(wdq3_smem_bytes<128, 2>() <= 227 * 1024 && wdq3_smem_bytes<64, 3>() <= 227 * 1024,
-              "bwd wgmma3: the dQ pass's stages exceed sm_90's 227 KiB");
+static_assert(wdq_smem_bytes<128>() <= 227 * 1024, "bwd wgmma: the dQ pass's stages exceed sm_90's 227 KiB");
 
-template <int D, int NS, bool PP>
-__global__ void __launch_bounds__(BW3_THREADS, 1)
-    attention_bwd_dq_wgmma3_kernel(const __grid_constant__ bwd_kparams p, const __grid_constant__ CUtensorMap tmq,
-                                   const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
-                                   const __grid_constant__ CUtensorMap tmdo) {
+template <int D>
+__global__ void __launch_bounds__(BWD_WG_THREADS, 1)
+    attention_bwd_dq_wgmma_kernel(const __grid_constant__ bwd_kparams p, const __grid_constant__ CUtensorMap tmq,
+                                  const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
+                                  const __grid_constant__ CUtensorMap tmdo) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BQ = WDQ_BQ, BK = WDQ_BK;
-    static_assert(NS >= 2, "bwd wgmma3: tile u + 1 loads while tile u is read");
-    static_assert(BQ == BK, "bwd wgmma3: Q, dO, K and V tiles share the box of the tensor maps");
+    constexpr int BQ = WDQ_BQ, BK = WDQ_BK, NS = BWD_WG_STAGES;
+    static_assert(NS >= 2, "bwd wgmma: tile u + 1 loads while tile u is read");
+    static_assert(BQ == BK, "bwd wgmma: Q, dO, K and V tiles share the box of the tensor maps");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __nv_bfloat16 *Qs = attn_smem_1024(smem_raw);  // BQ x D, sw128<BQ>
     __nv_bfloat16 *dOs = Qs + BQ * D;               // BQ x D, sw128<BQ>
@@ -838,13 +803,13 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
     const int j_hi = min(T - 1, q0 + BQ - 1), j_lo = max(0, q0 - W + 1);
     const int n_hi = j_hi / BK, n_lo = j_lo / BK;
 
-    bw3_setup<NS>(tid, q_full, full, empty, 1, &tmq, &tmk, &tmv, &tmdo);  // the only CTA-wide barrier
+    bwd_wg_setup(tid, q_full, full, empty, 1, &tmq, &tmk, &tmv, &tmdo);  // the only CTA-wide barrier
     bool wd_failed = false;  // -DGDN_MBAR_WATCHDOG (wgmma.cuh; trap at the end)
 
     constexpr uint32_t TILE = 2u * BK * D, PANEL = 2u * BK * 64;  // bytes of a tile, of a 64-column panel
 
     if (tid < 128) {  // ---- producer warpgroup: its first warp waits, lane 0 issues every TMA
-        wgm::setmaxnreg_dec<BW3_PRODUCER_REGS>();
+        wgm::setmaxnreg_dec<BWD_WG_PRODUCER_REGS>();
         if (tid < 32) {
             const uint32_t qs0 = gdnk::smem_u32(Qs), dos0 = gdnk::smem_u32(dOs);
             const uint32_t ks0 = gdnk::smem_u32(Ks), vs0 = gdnk::smem_u32(Vs);
@@ -872,7 +837,7 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             }
         }
     } else {  // ---- consumer warpgroups: the dQ pass's per-tile code (header)
-        wgm::setmaxnreg_inc<BW3_CONSUMER_REGS>();
+        wgm::setmaxnreg_inc<BWD_WG_CONSUMER_REGS>();
         const int wg = (tid >> 7) - 1, w = (tid >> 5) & 3;
         const int g = lane >> 2, t4 = lane & 3;
         const float c2 = p.scale_log2;
@@ -891,8 +856,6 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < D / 2; i++) dq[i] = 0.f;
         const uint32_t qs = gdnk::smem_u32(Qs), dos = gdnk::smem_u32(dOs);
-        if constexpr (PP)
-            if (wg == 1) asm volatile("bar.arrive 4, 256;\n" ::: "memory");  // consumer 0 issues first
         wgm::mbar_wait(q_full, 0, wd_failed);
 
         for (int n = n_hi, u = 0; n >= n_lo; n--, u++) {
@@ -906,7 +869,6 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             for (int i = 0; i < BK / 2; i++) s[i] = dp[i] = 0.f;
             wgm::fence_regs(s);
             wgm::fence_regs(dp);
-            bw3_turn_wait<PP>(wg);
             wgm::fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
@@ -916,7 +878,6 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             for (int kk = 0; kk < D / 16; kk++)
                 wgm::mma_ss<BK, 0>(dp, wgm::desc_k<BQ>(dos, 64 * wg, kk), wgm::desc_k<BK>(vs, 0, kk), 1);
             wgm::commit();
-            bw3_turn_pass<PP>(wg);
             wgm::wait<1>();
             wgm::fence_regs(s);
 
@@ -948,12 +909,10 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
             wgm::fence_regs(dq);
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) wgm::fence_regs(da[kk]);
-            bw3_turn_wait<PP>(wg);
             wgm::fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) wgm::mma_rs<D, 1>(dq, da[kk], wgm::desc_n<BK>(ks, kk), 1);
             wgm::commit();
-            if (!(wg == 1 && n == n_lo)) bw3_turn_pass<PP>(wg);  // consumer 1's last issue: no one waits
             wgm::wait<0>();
             wgm::fence_regs(dq);
             if (lane == 0) wgm::mbar_arrive(empty + 8 * cb);  // K, V of this stage read
@@ -976,7 +935,7 @@ __global__ void __launch_bounds__(BW3_THREADS, 1)
     }
     wgm::mbar_watchdog_check(wd_failed);  // outside the setmaxnreg regions (wgmma.cuh)
 #else
-    __trap();  // launched only where the sm_90a image exists (attention_bwd_wgmma_selected checks)
+    __trap();  // launched only where the sm_90a image exists (attn_wgmma_runs checks)
 #endif
 }
 
@@ -1103,7 +1062,7 @@ void attention_bwd_dot_launch(const attn_params *p, float *Dd) {
 }
 
 // Sets the shared-memory limit of the mma.sync kernel fn and launches it (both passes run 256
-// threads; the wgmma3 kernels run over the same grids, so that a pass can fall back per call).
+// threads; the wgmma kernels run over the same grids, so that a pass can fall back per call).
 static_assert(KV_THREADS == DQ_THREADS && KV_BK == WKV_BK && DQ_BQ == WDQ_BQ,
               "the bf16 launcher gives both kernel families the same grids and the mma.sync passes one block size");
 void attn_bwd_launch(void (*fn)(bwd_kparams), int smem, dim3 grid, const bwd_kparams &kp, cudaStream_t stream) {
@@ -1112,44 +1071,27 @@ void attn_bwd_launch(void (*fn)(bwd_kparams), int smem, dim3 grid, const bwd_kpa
     CUDA_CHECK_LAUNCH();
 }
 
-// GDN_ATTN_WGMMA_BWD3 (the variant of the TMA-producer kernels attention_bwd_*_wgmma3_kernel; read
-// on every call, so that one process can A/B them by setenv): unset, "1" or "2": 2 Q/dO (dK/dV
-// pass) and K/V (dQ pass) stages (the default since session 10; ping-pong measured no faster,
-// bench/attention.md), "3": 3 stages (the dQ pass keeps 2 at D = 128), "pp" or "pp2" / "pp3": the
-// same with the consumers' ping-pong. Returns the stages, + 10 with ping-pong. Any other value
-// aborts: "0" used to select the wgmma kernels without a producer, deleted in session 11.
-int attention_bwd_wgmma3_mode() {
-    const char *s = getenv("GDN_ATTN_WGMMA_BWD3");
-    if (!s) return 2;
-    if (strcmp(s, "1") == 0 || strcmp(s, "2") == 0) return 2;
-    if (strcmp(s, "3") == 0) return 3;
-    if (strcmp(s, "pp") == 0 || strcmp(s, "pp2") == 0) return 12;
-    if (strcmp(s, "pp3") == 0) return 13;
-    gdn_die("attention_bwd: GDN_ATTN_WGMMA_BWD3=%s is not one of 1, 2, 3, pp, pp2, pp3\nHINT: unset it for the "
-            "default; the old wgmma backward it switched to with 0 is deleted; GDN_ATTN_WGMMA_BWD=0 runs the "
-            "mma.sync kernels", s);
-}
+// wgmma kernel launches so far (attention_bwd_wgmma_launches, attention_testing.h: test_attention
+// checks that a bf16 backward on the wgmma path really ran them and did not fall back to mma.sync)
+unsigned long bwd_wgmma_launches = 0;
 
-// wgmma3 kernel launches so far (attention_bwd_wgmma3_launches: test_attention checks that a
-// bf16 backward on the wgmma path really ran them and did not fall back to mma.sync)
-unsigned long bwd3_launches = 0;
+typedef void (*bwd_wgmma_kernel_fn)(bwd_kparams, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap);
 
-typedef void (*bwd3_kernel)(bwd_kparams, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap);
-
-// Launches the wgmma3 kernel fn (384 threads, smem bytes) with the tensor maps of q and dO (box
+// Launches the wgmma kernel fn (384 threads, smem bytes) with the tensor maps of q and dO (box
 // qrows rows) and k and v (krows rows); returns 0 (nothing launched; why printed once to stderr)
 // when the maps cannot be made or fn has too few registers for its setmaxnreg, so that the caller
-// runs the pass's mma.sync kernel instead. setmaxnreg moves registers inside the CTA's launch allocation: the
-// consumers' setmaxnreg.inc (256 x 240) can only be served if ptxas gave the kernel >= 168
-// registers a thread (384 x 168 >= 128 x 24 + 256 x 240); with fewer it would block forever.
-// ptxas reports 168 (the launch bound); checked once per kernel (*regs_ok, the caller's static).
-int attn_bwd3_launch(bwd3_kernel fn, int smem, dim3 grid, const bwd_kparams &kp, const attn_params *p, int qrows,
-                     int krows, int *regs_ok, const char *name) {
+// runs the pass's mma.sync kernel instead. setmaxnreg moves registers inside the CTA's launch
+// allocation: the consumers' setmaxnreg.inc (256 x 240) can only be served if ptxas gave the
+// kernel >= 168 registers a thread (384 x 168 >= 128 x 24 + 256 x 240); with fewer it would block
+// forever. ptxas reports 168 (the launch bound); checked once per kernel (*regs_ok, the caller's
+// static).
+int attn_bwd_wgmma_launch(bwd_wgmma_kernel_fn fn, int smem, dim3 grid, const bwd_kparams &kp, const attn_params *p,
+                          int qrows, int krows, int *regs_ok, const char *name) {
     static int warned = 0;
     if (*regs_ok < 0) {
         cudaFuncAttributes fa;
         CUDA_CHECK(cudaFuncGetAttributes(&fa, fn));
-        *regs_ok = fa.numRegs * BW3_THREADS >= 128 * BW3_PRODUCER_REGS + 256 * BW3_CONSUMER_REGS;
+        *regs_ok = fa.numRegs * BWD_WG_THREADS >= 128 * BWD_WG_PRODUCER_REGS + 256 * BWD_WG_CONSUMER_REGS;
     }
     const char *why = *regs_ok ? nullptr : "the kernel has fewer than 168 registers a thread: setmaxnreg.inc would hang";
     CUtensorMap mq, mk, mv, mdo;
@@ -1166,53 +1108,30 @@ int attn_bwd3_launch(bwd3_kernel fn, int smem, dim3 grid, const bwd_kparams &kp,
         return 0;
     }
     CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    fn<<<grid, BW3_THREADS, smem, p->stream>>>(kp, mq, mk, mv, mdo);
+    fn<<<grid, BWD_WG_THREADS, smem, p->stream>>>(kp, mq, mk, mv, mdo);
     CUDA_CHECK_LAUNCH();
-    bwd3_launches++;  // plain counter (diagnostics; the test calls attention_bwd from one thread)
+    bwd_wgmma_launches++;  // plain counter (diagnostics; the test calls attention_bwd from one thread)
     return 1;
 }
 
-// attention_bwd_dkdv_wgmma3_kernel<D, DQA, NS, PP> / attention_bwd_dq_wgmma3_kernel<D, NS, PP> for
-// mode = attention_bwd_wgmma3_mode(); 0 when nothing was launched (the fallback above)
-template <int D, bool DQA, int NS, bool PP>
-int attn_bwd3_dkdv_ns(const attn_params *p, const bwd_kparams &kp, dim3 grid) {
-    static int regs_ok = -1;
-    return attn_bwd3_launch(attention_bwd_dkdv_wgmma3_kernel<D, DQA, NS, PP>, wkv3_smem_bytes<D, DQA, NS>(), grid, kp, p,
-                            wkv_bq<D>(), WKV_BK, &regs_ok, "attention_bwd_dkdv_wgmma3_kernel");
-}
-// (the nondeterministic pass, DQA, runs without ping-pong: with it ptxas spilled at D = 64)
+// The dK/dV pass (DQA: with dq by atomics) and the dQ pass on their wgmma kernels; 0 when nothing
+// was launched (the fallback above)
 template <int D, bool DQA>
-int attn_bwd3_dkdv(int mode, const attn_params *p, const bwd_kparams &kp, dim3 grid) {
-    switch (mode) {
-    case 2: return attn_bwd3_dkdv_ns<D, DQA, 2, false>(p, kp, grid);
-    case 3: return attn_bwd3_dkdv_ns<D, DQA, 3, false>(p, kp, grid);
-    case 12: return attn_bwd3_dkdv_ns<D, DQA, 2, !DQA>(p, kp, grid);
-    case 13: return attn_bwd3_dkdv_ns<D, DQA, 3, !DQA>(p, kp, grid);
-    default: return 0;
-    }
-}
-template <int D, int NS, bool PP>
-int attn_bwd3_dq_ns(const attn_params *p, const bwd_kparams &kp, dim3 grid) {
+int attn_bwd_wgmma_dkdv(const attn_params *p, const bwd_kparams &kp, dim3 grid) {
     static int regs_ok = -1;
-    return attn_bwd3_launch(attention_bwd_dq_wgmma3_kernel<D, NS, PP>, wdq3_smem_bytes<D, NS>(), grid, kp, p, WDQ_BQ,
-                            WDQ_BK, &regs_ok, "attention_bwd_dq_wgmma3_kernel");
+    return attn_bwd_wgmma_launch(attention_bwd_dkdv_wgmma_kernel<D, DQA>, wkv_smem_bytes<D, DQA>(), grid, kp, p,
+                                 wkv_bq<D>(), WKV_BK, &regs_ok, "attention_bwd_dkdv_wgmma_kernel");
 }
-// (3 stages of K and V do not fit at D = 128: 2 there)
 template <int D>
-int attn_bwd3_dq(int mode, const attn_params *p, const bwd_kparams &kp, dim3 grid) {
-    constexpr int NS3 = wdq3_smem_bytes<D, 3>() <= 227 * 1024 ? 3 : 2;
-    switch (mode) {
-    case 2: return attn_bwd3_dq_ns<D, 2, false>(p, kp, grid);
-    case 3: return attn_bwd3_dq_ns<D, NS3, false>(p, kp, grid);
-    case 12: return attn_bwd3_dq_ns<D, 2, true>(p, kp, grid);
-    case 13: return attn_bwd3_dq_ns<D, NS3, true>(p, kp, grid);
-    default: return 0;
-    }
+int attn_bwd_wgmma_dq(const attn_params *p, const bwd_kparams &kp, dim3 grid) {
+    static int regs_ok = -1;
+    return attn_bwd_wgmma_launch(attention_bwd_dq_wgmma_kernel<D>, wdq_smem_bytes<D>(), grid, kp, p, WDQ_BQ, WDQ_BK,
+                                 &regs_ok, "attention_bwd_dq_wgmma_kernel");
 }
 
 // dqacc: NULL = deterministic two passes; else the zeroed fp32 accumulator (nondeterministic).
-// wgmma: the Hopper kernels (attention_bwd_wgmma_selected), else mma.sync; a pass whose wgmma3
-// kernel cannot run falls back to its mma.sync kernel (the passes share grids and dqacc's layout).
+// wgmma: the Hopper kernels (attn_wgmma_runs), else mma.sync; a pass whose wgmma kernel cannot run
+// falls back to its mma.sync kernel (the passes share grids and dqacc's layout).
 template <int D>
 void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, float *dqacc, bool wgmma) {
     bwd_kparams kp;
@@ -1230,9 +1149,8 @@ void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, flo
     kp.dv = static_cast<__nv_bfloat16 *>(p->dv);
     kp.dqacc = dqacc;
     const dim3 kv_grid(GDN_CDIV(p->T, KV_BK), p->H, p->B), dq_grid(GDN_CDIV(p->T, DQ_BQ), p->H, p->B);
-    const int mode3 = wgmma ? attention_bwd_wgmma3_mode() : 0;  // wgmma3 stages (+ 10: PP)
     if (dqacc) {
-        if (!wgmma || !attn_bwd3_dkdv<D, true>(mode3, p, kp, kv_grid))
+        if (!wgmma || !attn_bwd_wgmma_dkdv<D, true>(p, kp, kv_grid))
             attn_bwd_launch(attention_bwd_dkdv_kernel<D, true>, kv_smem_bytes<D, true>(), kv_grid, kp, p->stream);
         const size_t n4 = (size_t)p->B * p->T * p->H * D / 4;
         const unsigned blocks = (unsigned)(GDN_CDIV(n4, (size_t)256) < 4096 ? GDN_CDIV(n4, (size_t)256) : 4096);
@@ -1241,9 +1159,9 @@ void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, flo
         CUDA_CHECK_LAUNCH();
         return;
     }
-    if (!wgmma || !attn_bwd3_dkdv<D, false>(mode3, p, kp, kv_grid))
+    if (!wgmma || !attn_bwd_wgmma_dkdv<D, false>(p, kp, kv_grid))
         attn_bwd_launch(attention_bwd_dkdv_kernel<D, false>, kv_smem_bytes<D, false>(), kv_grid, kp, p->stream);
-    if (!wgmma || !attn_bwd3_dq<D>(mode3, p, kp, dq_grid))
+    if (!wgmma || !attn_bwd_wgmma_dq<D>(p, kp, dq_grid))
         attn_bwd_launch(attention_bwd_dq_kernel<D>, dq_smem_bytes<D>(), dq_grid, kp, p->stream);
 }
 
@@ -1311,7 +1229,8 @@ extern "C" void attention_bwd(const attn_params *p) {
     const bool bf16 = p->dtype == ATTN_DTYPE_BF16;
     if (bf16) attention_bwd_dot_launch<__nv_bfloat16>(p, Dd);
     else attention_bwd_dot_launch<float>(p, Dd);
-    const bool wgmma = bf16 && attention_bwd_wgmma_selected();
+    static int image = -1;
+    const bool wgmma = bf16 && attn_wgmma_runs(p, attention_bwd_dq_wgmma_kernel<128>, &image);
     switch (p->D) {
     case 64: bf16 ? attention_bwd_launch_bf16<64>(p, W, Dd, dqacc, wgmma) : attention_bwd_launch_f32<64>(p, W, Dd); break;
     case 128: bf16 ? attention_bwd_launch_bf16<128>(p, W, Dd, dqacc, wgmma) : attention_bwd_launch_f32<128>(p, W, Dd); break;
@@ -1319,11 +1238,9 @@ extern "C" void attention_bwd(const attn_params *p) {
     }
 }
 
-extern "C" unsigned long attention_bwd_wgmma3_launches(void) { return bwd3_launches; }
+extern "C" unsigned long attention_bwd_wgmma_launches(void) { return bwd_wgmma_launches; }
 
-extern "C" int attention_bwd_wgmma3_selected(void) { return attention_bwd_wgmma3_mode(); }
-
-extern "C" int attention_bwd_wgmma_selected(void) {
-    static int env = -1, image = -1;
-    return attn_wgmma_selected("GDN_ATTN_WGMMA_BWD", attention_bwd_dq_wgmma3_kernel<128, 2, false>, &env, &image);
+extern "C" int attention_bwd_wgmma_available(void) {
+    static int image = -1;
+    return cuda_sm90a_image_runs(attention_bwd_dq_wgmma_kernel<128>, &image);
 }

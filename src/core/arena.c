@@ -18,7 +18,9 @@ void arena_reserve(arena_t *a, void *(*alloc)(size_t)) {
 
 void *arena_alloc(arena_t *a, size_t bytes) {
     size_t off = (a->used + 63) & ~(size_t)63;
-    a->used = off + bytes;
+    if (off < a->used || !gdn_add_ok(off, bytes, &a->used))
+        gdn_die("arena '%s': its size overflows 64 bits (a carve of %zu bytes after %zu)", a->name,
+                bytes, off);
     if (!a->base) return NULL;
     if (a->used > a->size)
         gdn_die("arena '%s': carve of %zu bytes overflows its %zu bytes (plan and carve disagree)",

@@ -54,6 +54,10 @@ void *gdn_realloc(void *p, size_t n);
 char *gdn_strdup(const char *s);
 double gdn_now(void);                   // monotonic seconds
 
+// Checked size arithmetic: *out = a * b (a + b), false when the result does not fit in size_t.
+static inline bool gdn_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline bool gdn_add_ok(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
+
 #define GDN_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define GDN_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define GDN_CDIV(a, b) (((a) + (b) - 1) / (b))

@@ -68,24 +68,33 @@ typedef struct {
 static const char *const cfg_sections[] = {"model", "gdn", "swa", "data", "train", "optim", "dist", "log"};
 #define CFG_NSECTIONS ((int)(sizeof cfg_sections / sizeof cfg_sections[0]))
 
+// Bounds: every numeric key is bounded by what one machine can hold and what a real run uses,
+// with room to spare; sizes are int downstream (model.h), and model_check_sizes checks the
+// products. Widths: d_model <= 65536, mlp_hidden <= 2^20 (mlp_ratio <= 64), heads <= 4096 of
+// head_dim <= 1024 (expand_v <= 64), conv_size <= 256, n_layers <= 256 (model.h MAX_LAYERS),
+// vocab_size <= 2^24 (the token file's limit, dataset.c). Tokens: seq_len and window <= 2^24,
+// batch_size <= 65536, and batch_size x seq_len <= 2^31 - 1 (cfg_check_cross). Counts: steps and
+// the step cadences <= 10^9; grad_accum and eval_batches <= 65536 (a count near 2^31 would make
+// one step or one evaluation run for days); threads <= 4096; timeout_s <= a week; bucket_mb <=
+// 65536 (64 GiB).
 // section, key, type, field, min, max, flags, default, choices, help
 static const cfg_key cfg_keys[] = {
     {"model", "pattern", CFG_PATTERN, F(pattern), 0, 0, 0, "GS", NULL, "mixer per layer, repeated to n_layers: G gated delta, S sliding window, A full attention"},
-    {"model", "n_layers", CFG_INT, F(n_layers), 1, INF, 0, "2", NULL, "number of blocks"},
-    {"model", "d_model", CFG_INT, F(d_model), 1, INF, 0, "128", NULL, "residual width"},
-    {"model", "vocab_size", CFG_INT, F(vocab_size), 2, INF, CFG_ZERO_OK, "0", NULL, "0 = from the dataset"},
+    {"model", "n_layers", CFG_INT, F(n_layers), 1, 256, 0, "2", NULL, "number of blocks"},
+    {"model", "d_model", CFG_INT, F(d_model), 1, 65536, 0, "128", NULL, "residual width"},
+    {"model", "vocab_size", CFG_INT, F(vocab_size), 2, 16777216, CFG_ZERO_OK, "0", NULL, "0 = from the dataset"},
     {"model", "tie_embeddings", CFG_BOOL, F(tie_embeddings), 0, 0, 0, "true", NULL, "LM head shares the embedding"},
     {"model", "dropout", CFG_DOUBLE, F(dropout), 0, 1, CFG_MAX_OPEN, "0", NULL, "on each residual branch"},
     {"model", "mixer_dropout", CFG_DOUBLE, F(mixer_dropout), 0, 1, CFG_MAX_OPEN, "0", NULL, "on the mixer's input to its output projection"},
     {"model", "embed_dropout", CFG_DOUBLE, F(embed_dropout), 0, 1, CFG_MAX_OPEN, "0", NULL, "on the embedding output"},
-    {"model", "mlp_ratio", CFG_DOUBLE, F(mlp_ratio), 0, INF, CFG_MIN_OPEN, "4", NULL, "hidden = 2/3 * ratio * d_model, rounded up to 256"},
-    {"model", "mlp_hidden", CFG_INT, F(mlp_hidden), 0, INF, 0, "0", NULL, "0 = from mlp_ratio"},
+    {"model", "mlp_ratio", CFG_DOUBLE, F(mlp_ratio), 0, 64, CFG_MIN_OPEN, "4", NULL, "hidden = 2/3 * ratio * d_model, rounded up to 256"},
+    {"model", "mlp_hidden", CFG_INT, F(mlp_hidden), 0, 1048576, 0, "0", NULL, "0 = from mlp_ratio"},
     {"model", "norm_eps", CFG_DOUBLE, F(norm_eps), 0, INF, CFG_MIN_OPEN, "1e-6", NULL, "RMSNorm epsilon"},
     {"model", "init_std", CFG_DOUBLE, F(init_std), 0, INF, CFG_MIN_OPEN, "0.02", NULL, "std of linear weights at init"},
-    {"gdn", "n_heads", CFG_INT, F(gdn_n_heads), 1, INF, 0, "2", NULL, "GDN heads"},
-    {"gdn", "head_dim", CFG_INT, F(gdn_head_dim), 1, INF, 0, "32", NULL, "key dim dk"},
-    {"gdn", "expand_v", CFG_DOUBLE, F(gdn_expand_v), 0, INF, CFG_MIN_OPEN, "2", NULL, "dv = expand_v * head_dim, a whole number"},
-    {"gdn", "conv_size", CFG_INT, F(gdn_conv_size), 1, INF, 0, "4", NULL, "short causal conv kernel"},
+    {"gdn", "n_heads", CFG_INT, F(gdn_n_heads), 1, 4096, 0, "2", NULL, "GDN heads"},
+    {"gdn", "head_dim", CFG_INT, F(gdn_head_dim), 1, 1024, 0, "32", NULL, "key dim dk"},
+    {"gdn", "expand_v", CFG_DOUBLE, F(gdn_expand_v), 0, 64, CFG_MIN_OPEN, "2", NULL, "dv = expand_v * head_dim, a whole number"},
+    {"gdn", "conv_size", CFG_INT, F(gdn_conv_size), 1, 256, 0, "4", NULL, "short causal conv kernel"},
     {"gdn", "short_conv", CFG_BOOL, F(gdn_short_conv), 0, 0, 0, "true", NULL, "conv on q, k, v"},
     {"gdn", "output_gate", CFG_BOOL, F(gdn_output_gate), 0, 0, 0, "true", NULL, "silu(z) gate after the norm"},
     {"gdn", "gate", CFG_BOOL, F(gdn_gate), 0, 0, 0, "true", NULL, "false: alpha = 1 (DeltaNet)"},
@@ -93,30 +102,31 @@ static const cfg_key cfg_keys[] = {
     {"gdn", "allow_neg_eigval", CFG_BOOL, F(gdn_allow_neg_eigval), 0, 0, 0, "false", NULL, "beta in (0, 2)"},
     {"gdn", "chunk_size", CFG_INT, F(gdn_chunk_size), 1, 256, 0, "64", NULL, "tokens per chunk"},
     {"gdn", "bwd_states", CFG_MODE, F(gdn_bwd_states), 0, 0, CFG_NAMES_ONLY, "replay", "replay|recompute|saved", "the backward's chunk-start states: replay (from the forward's gate cumsums and rows, ~v's size a layer), recompute (a second forward scan, nothing kept), saved (kept, B*H*ceil(T/64)*dk*dv fp32 a layer; fastest)"},
-    {"swa", "n_heads", CFG_INT, F(swa_n_heads), 1, INF, 0, "2", NULL, "attention heads"},
-    {"swa", "head_dim", CFG_INT, F(swa_head_dim), 2, INF, CFG_EVEN, "32", NULL, "even (RoPE pairs)"},
-    {"swa", "window", CFG_INT, F(swa_window), 1, INF, 0, "64", NULL, ">= seq_len: full attention"},
+    {"swa", "n_heads", CFG_INT, F(swa_n_heads), 1, 4096, 0, "2", NULL, "attention heads"},
+    {"swa", "head_dim", CFG_INT, F(swa_head_dim), 2, 1024, CFG_EVEN, "32", NULL, "even (RoPE pairs)"},
+    {"swa", "window", CFG_INT, F(swa_window), 1, 16777216, 0, "64", NULL, ">= seq_len: full attention"},
     {"swa", "rope_base", CFG_DOUBLE, F(swa_rope_base), 0, INF, CFG_MIN_OPEN, "10000", NULL, "RoPE base"},
     {"swa", "deterministic", CFG_BOOL, F(swa_deterministic), 0, 0, 0, "true", NULL,
      "false: GPU bf16 attention backward in one pass, dq summed by atomics (faster; runs not bitwise repeatable)"},
     {"data", "path", CFG_STRING, F(data_path), 0, 0, 0, "data/tinyshakespeare.h5", NULL, "HDF5 token file"},
-    {"data", "seq_len", CFG_INT, F(seq_len), 1, INF, 0, "128", NULL, "tokens per sequence"},
+    {"data", "seq_len", CFG_INT, F(seq_len), 1, 16777216, 0, "128", NULL, "tokens per sequence"},
     {"train", "device", CFG_ENUM, F(device), 0, 0, 0, "auto", "auto|cpu|cuda", "where to run"},
     {"train", "precision", CFG_ENUM, F(precision), 0, 0, 0, "bf16", "fp32|bf16", "GPU storage; CPU is float64"},
-    {"train", "batch_size", CFG_INT, F(batch_size), 1, INF, 0, "8", NULL, "sequences per micro-batch per rank"},
+    {"train", "batch_size", CFG_INT, F(batch_size), 1, 65536, 0, "8", NULL, "sequences per micro-batch per rank"},
     {"train", "recompute", CFG_MODE, F(recompute), 0, 0, 0, "off", "off|full|light", "full: redo the cheap activations before each layer's backward; light: only the norm and SwiGLU outputs, inside the backward kernels"},
-    {"train", "head_chunk_rows", CFG_INT, F(head_chunk_rows), 1, INF, CFG_ZERO_OK, "0", NULL, "tokens per LM-head logits chunk; 0 = at most 512 MiB of logits"},
-    {"train", "grad_accum", CFG_INT, F(grad_accum), 1, INF, 0, "1", NULL, "micro-batches per step"},
-    {"train", "steps", CFG_INT, F(steps), 1, INF, 0, "1000", NULL, "optimizer steps"},
+    {"train", "head_chunk_rows", CFG_INT, F(head_chunk_rows), 1, 1073741824, CFG_ZERO_OK, "0", NULL, "tokens per LM-head logits chunk; 0 = at most 512 MiB of logits"},
+    {"train", "gemm_tune", CFG_BOOL, F(gemm_tune), 0, 0, 0, "true", NULL, "GPU: time cuBLASLt's candidate algorithms at each GEMM shape's first call and keep the fastest that computes the same bits (never changes a result; false: the heuristic's first choice, no start-up cost)"},
+    {"train", "grad_accum", CFG_INT, F(grad_accum), 1, 65536, 0, "1", NULL, "micro-batches per step"},
+    {"train", "steps", CFG_INT, F(steps), 1, 1000000000, 0, "1000", NULL, "optimizer steps"},
     {"train", "seed", CFG_U64, F(seed), 0, 0, 0, "1337", NULL, "seeds init, data and dropout"},
-    {"train", "eval_every", CFG_INT, F(eval_every), 0, INF, 0, "100", NULL, "0 = only at the end"},
-    {"train", "eval_batches", CFG_INT, F(eval_batches), 0, INF, 0, "8", NULL, "batches per evaluation (each batch_size x grad_accum x ranks windows); 0 = the whole validation split"},
-    {"train", "ckpt_every", CFG_INT, F(ckpt_every), 0, INF, 0, "0", NULL, "0 = only at the end"},
+    {"train", "eval_every", CFG_INT, F(eval_every), 0, 1000000000, 0, "100", NULL, "0 = only at the end"},
+    {"train", "eval_batches", CFG_INT, F(eval_batches), 0, 65536, 0, "8", NULL, "batches per evaluation (each batch_size x grad_accum x ranks windows); 0 = the whole validation split"},
+    {"train", "ckpt_every", CFG_INT, F(ckpt_every), 0, 1000000000, 0, "0", NULL, "0 = only at the end"},
     {"train", "out_dir", CFG_STRING, F(out_dir), 0, 0, 0, "runs/default", NULL, "run directory"},
-    {"train", "threads", CFG_INT, F(threads), 0, INF, 0, "0", NULL, "CPU threads (ops + OpenBLAS), 0 = default"},
+    {"train", "threads", CFG_INT, F(threads), 0, 4096, 0, "0", NULL, "CPU threads (ops + OpenBLAS), 0 = default"},
     {"optim", "lr", CFG_DOUBLE, F(lr), 0, INF, CFG_MIN_OPEN, "1e-3", NULL, "peak learning rate"},
     {"optim", "min_lr", CFG_DOUBLE, F(min_lr), 0, INF, 0, "1e-4", NULL, "final learning rate, <= lr"},
-    {"optim", "warmup_steps", CFG_INT, F(warmup_steps), 0, INF, 0, "50", NULL, "linear warmup"},
+    {"optim", "warmup_steps", CFG_INT, F(warmup_steps), 0, 1000000000, 0, "50", NULL, "linear warmup"},
     {"optim", "schedule", CFG_ENUM, F(schedule), 0, 0, 0, "cosine", "cosine|linear|constant|wsd", "decay after warmup"},
     {"optim", "decay_frac", CFG_DOUBLE, F(decay_frac), 0, 1, CFG_MIN_OPEN, "0.2", NULL, "wsd: last fraction of steps decaying"},
     {"optim", "weight_decay", CFG_DOUBLE, F(weight_decay), 0, INF, 0, "0.1", NULL, "AdamW decoupled decay"},
@@ -128,9 +138,10 @@ static const cfg_key cfg_keys[] = {
     {"dist", "backend", CFG_ENUM, F(dist_backend), 0, 0, 0, "auto", "auto|none|mpi|nccl", "auto: nccl on GPUs, mpi on CPUs when world > 1"},
     {"dist", "zero1", CFG_BOOL, F(zero1), 0, 0, 0, "false", NULL, "shard AdamW state across ranks"},
     {"dist", "nccl_id_path", CFG_STRING, F(nccl_id_path), 0, 0, 0, "", NULL, "file sharing the NCCL id without MPI"},
-    {"dist", "bucket_mb", CFG_DOUBLE, F(bucket_mb), 0, INF, CFG_MIN_OPEN, "25", NULL, "all-reduce bucket size"},
-    {"dist", "timeout_s", CFG_INT, F(timeout_s), 1, INF, 0, "300", NULL, "collective timeout"},
-    {"log", "every", CFG_INT, F(log_every), 1, INF, 0, "10", NULL, "steps between log lines"},
+    {"dist", "bucket_mb", CFG_DOUBLE, F(bucket_mb), 0, 65536, CFG_MIN_OPEN, "25", NULL, "all-reduce bucket size"},
+    {"dist", "overlap", CFG_BOOL, F(overlap), 0, 0, 0, "true", NULL, "sum gradient buckets during the backward; false: one pass after it"},
+    {"dist", "timeout_s", CFG_INT, F(timeout_s), 1, 604800, 0, "300", NULL, "collective timeout"},
+    {"log", "every", CFG_INT, F(log_every), 1, 1000000000, 0, "10", NULL, "steps between log lines"},
     {"log", "metrics_file", CFG_STRING, F(metrics_file), 0, 0, 0, "metrics.jsonl", NULL, "inside out_dir"},
 };
 #define CFG_NKEYS ((int)(sizeof cfg_keys / sizeof cfg_keys[0]))
@@ -140,6 +151,7 @@ static const cfg_key cfg_keys[] = {
 // A written line is "key = value"; inih's line buffer holds INI_MAX_LINE - 3 characters.
 #define CFG_LINE_MAX (INI_MAX_LINE - 3)
 #define CFG_MAX_INCLUDE_DEPTH 16
+#define CFG_FILE_MAX (1 << 20)  // bytes of one config file
 
 // ---- where a value came from, and error output ----------------------------------------------
 
@@ -240,7 +252,8 @@ static void cfg_allowed(const cfg_key *k, char *buf, size_t n) {
         if (isinf(k->max))
             snprintf(buf, n, "%s%s >= %.0f", (k->flags & CFG_ZERO_OK) ? "0 or " : "", what, k->min);
         else
-            snprintf(buf, n, "%s in [%.0f, %.0f]", what, k->min, k->max);
+            snprintf(buf, n, "%s%s in [%.0f, %.0f]", (k->flags & CFG_ZERO_OK) ? "0 or " : "", what,
+                     k->min, k->max);
         break;
     }
     case CFG_U64: snprintf(buf, n, "an integer in [0, %" PRIu64 "]", UINT64_MAX); break;
@@ -666,9 +679,10 @@ static void cfg_read_file(cfg_load *L, const char *path, const cfg_file *parent)
     }
     struct stat st;
     int fs = fstat(fileno(fp), &st);
-    if (fs != 0 || S_ISDIR(st.st_mode)) {
+    if (fs != 0 || !(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode))) {  // not /dev/zero, a tty, ...
         cfg_err(L, &at, NULL, key, "cannot read config %s: %s", path,
-                fs != 0 ? strerror(errno) : "it is a directory");
+                fs != 0 ? strerror(errno) : S_ISDIR(st.st_mode) ? "it is a directory"
+                                                                : "not a regular file or a pipe");
         fclose(fp);
         return;
     }
@@ -691,9 +705,9 @@ static void cfg_read_file(cfg_load *L, const char *path, const cfg_file *parent)
     size_t cap = 4096, len = 0;
     char *text = gdn_malloc(cap);
     errno = 0;
-    for (;;) {
+    for (;;) {  // at most CFG_FILE_MAX + 1 bytes: enough to tell that the file is too large
         len += fread(text + len, 1, cap - 1 - len, fp);
-        if (len < cap - 1) break;
+        if (len < cap - 1 || len > CFG_FILE_MAX) break;
         cap *= 2;
         text = gdn_realloc(text, cap);
     }
@@ -701,8 +715,10 @@ static void cfg_read_file(cfg_load *L, const char *path, const cfg_file *parent)
     bool bad = ferror(fp) != 0;
     int read_errno = errno ? errno : EIO;
     fclose(fp);
-    if (bad) {
-        cfg_err(L, &at, NULL, key, "cannot read config %s: %s", path, strerror(read_errno));
+    if (bad || len > CFG_FILE_MAX) {
+        if (bad) cfg_err(L, &at, NULL, key, "cannot read config %s: %s", path, strerror(read_errno));
+        else cfg_err(L, &at, NULL, key, "config %s is larger than %d bytes; allowed: an INI file "
+                     "of at most that size", path, CFG_FILE_MAX);
         free(text);
         return;
     }
@@ -768,6 +784,18 @@ static void cfg_check_cross(cfg_load *L) {
                 "expand_v * head_dim = %s * %d = %s is not a whole number (it is dv, the value "
                 "head dim; %s %s); allowed: values whose product is a whole number >= 1",
                 x, c->gdn_head_dim, y, cfg_keys[other].key, where);
+    }
+    // the tokens of one micro-batch, B x T, index int arrays (model.h N)
+    int ib = cfg_key_index("train", "batch_size"), it = cfg_key_index("data", "seq_len");
+    if ((long long)c->batch_size * c->seq_len > INT_MAX) {
+        bool on_b = L->origin[ib].kind != CFG_AT_INITIAL || L->origin[it].kind == CFG_AT_INITIAL;
+        int at = on_b ? ib : it, other = on_b ? it : ib;
+        cfg_at_str(&L->origin[other], &cfg_keys[other], where, sizeof where);
+        cfg_err(L, &L->origin[at], cfg_keys[at].section, cfg_keys[at].key,
+                "batch_size x seq_len = %d x %d = %lld tokens per micro-batch (%s %s); allowed: a "
+                "product of at most %d (use train.grad_accum for more tokens per step)",
+                c->batch_size, c->seq_len, (long long)c->batch_size * c->seq_len,
+                cfg_keys[other].key, where, INT_MAX);
     }
     int il = cfg_key_index("optim", "lr"), im = cfg_key_index("optim", "min_lr");
     if (c->min_lr > c->lr) {
@@ -927,4 +955,11 @@ char config_layer_kind(const gdn_config *c, int layer) {
     size_t n = strnlen(c->pattern, sizeof c->pattern);
     if (n == 0 || layer < 0) gdn_die("config_layer_kind: layer %d of pattern '%s'", layer, c->pattern);
     return c->pattern[(size_t)layer % n];
+}
+
+// ---- the schema, read-only ------------------------------------------------------------------
+
+const char *config_key_default(const char *section, const char *key) {
+    int i = cfg_key_index(section, key);
+    return i < 0 ? NULL : cfg_keys[i].def;
 }

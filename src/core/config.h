@@ -84,6 +84,7 @@ typedef struct {
     int threads;             // CPU threads for BLAS, 0 = library default      default 0
     gdn_recompute recompute; // off | full | light (true = full, false = off)   default off
     int head_chunk_rows;     // LM head + loss in row chunks of this many tokens (0 = auto)
+    bool gemm_tune;          // GPU: cuBLASLt algorithm tuning (same bits)      default true
     // [optim]
     double lr;               // > 0                                            default 1e-3
     double min_lr;           // >= 0                                           default 1e-4
@@ -100,6 +101,7 @@ typedef struct {
     bool zero1;              // shard AdamW state across ranks                 default false
     char nccl_id_path[CFG_STR]; // file used to share the NCCL id w/o MPI      default ""
     double bucket_mb;        // > 0, all-reduce bucket size                    default 25
+    bool overlap;            // sum gradient buckets during the backward       default true
     int timeout_s;           // > 0, collective timeout                        default 300
     // [log]
     int log_every;           // >= 1                                           default 10
@@ -136,6 +138,11 @@ bool config_load_string_sets(gdn_config *c, const char *text, const char *name_f
 int config_mlp_hidden(const gdn_config *c);   // mlp_hidden or 2/3*ratio*d rounded up to 256
 int config_gdn_dv(const gdn_config *c);       // expand_v * head_dim
 char config_layer_kind(const gdn_config *c, int layer); // 'G', 'S' or 'A'
+
+// The schema's default of [section] key as the INI text of its table (e.g. "1e-3", "off",
+// "data/tinyshakespeare.h5"), or NULL when the schema has no such key. Read by documentation
+// checks (tests/test_readme_options.c: README's options table against the schema).
+const char *config_key_default(const char *section, const char *key);
 
 #ifdef __cplusplus
 }

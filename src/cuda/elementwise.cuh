@@ -1,9 +1,11 @@
-// cuda/elementwise.cuh — device helpers shared by the kernels behind src/cuda/ops.h
-// (src/fwd/elementwise.cu, src/fwd/crossentropy.cu, src/bwd/elementwise.cu, src/optim/adamw.cu):
-// the dtype switch, fp32 load/store of float / bf16 elements, 16-byte packs, a grid-stride
-// elementwise engine, fixed-order warp reductions and the Philox4x32-10 twin of src/core/rng.c.
-// Everything sits in an anonymous namespace: each .cu keeps its own copy, nothing is exported
-// (but colsum_scratch, declared at the end).
+// cuda/elementwise.cuh — device helpers shared by the memory-bound CUDA ops of cuda/ops.h
+// (src/fwd/*.cu, src/bwd/*.cu, src/cuda/add_convert.cu, src/optim/adamw.cu): the dtype switch,
+// fp32 load/store of float / bf16 elements, 16-byte packs, the fast sigmoid, fixed-order warp
+// sums, a grid-stride elementwise engine, strided rows, and the two kernels that a forward shares
+// with its backward: dropout (with the Philox4x32-10 twin of src/core/rng.c) and RoPE.
+// The row norms add cuda/norm.cuh, the parameter-gradient reductions cuda/colsum.cuh, the short
+// convolutions cuda/conv1d.cuh.
+// Everything sits in an anonymous namespace: each .cu keeps its own copy, nothing is exported.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -12,7 +14,7 @@
 #include <cuda_bf16.h>
 #include "../core/cuda_check.h"
 #include "ops.h"
-#include "mma.cuh"  // the cp.async group wrappers
+
 
 // Runs `...` with T = float or __nv_bfloat16 according to dt (one switch per public launcher).
 #define CUDA_DT_SWITCH(dt, T, ...)                                                            \
@@ -64,9 +66,9 @@ template <typename T, int W> __device__ __forceinline__ void unpack(const pack_t
 #pragma unroll
     for (int j = 0; j < W; j++) f[j] = to_f(k.v[j]);
 }
-// The same 16 bytes as four 32-bit words (the s13 norm kernels keep packs in registers across a
-// loop iteration: a pack_t<bf16, 8> copied whole is split by the compiler into eight 16-bit
-// values, one register and a PRMT each). unpack_u4 = unpack: a bf16 is the high half of its fp32.
+// The same 16 bytes as four 32-bit words (the narrow-row gated norm kernels keep packs in
+// registers across a loop iteration: a pack_t<bf16, 8> copied whole is split by the compiler into
+// eight 16-bit values, one register and a PRMT each). unpack_u4 = unpack: a bf16 is the high half of its fp32.
 __device__ __forceinline__ uint4 ld_u4(const void *p) { return *reinterpret_cast<const uint4 *>(p); }
 template <typename T, int W> __device__ __forceinline__ void unpack_u4(const uint4 &k, float (&f)[W]);
 template <> __device__ __forceinline__ void unpack_u4<float, 4>(const uint4 &k, float (&f)[4]) {
@@ -81,8 +83,6 @@ template <> __device__ __forceinline__ void unpack_u4<__nv_bfloat16, 8>(const ui
     }
 }
 template <typename T> constexpr int vec_width() { return 16 / (int)sizeof(T); }
-// Widest causal conv1d whose taps the tiled forward and backward keep in registers.
-constexpr int CONV_KMAX = 8;
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 // The forward outputs that a backward writes again (train.recompute = light: rmsnorm_bwd,
@@ -101,11 +101,11 @@ __device__ __forceinline__ float swiglu_h(float g, float s, float u) { return __
 // sigmoid by the fast intrinsics: 1 / (1 + e^-x) with MUFU ex2 and rcp (limits exact: e^-x =
 // inf -> 0, e^-x = 0 -> 1); ~2 ulp + 1e-7 |x| relative, far below the fp32 and bf16
 // tolerances. Every GPU sigmoid uses it (SiLU in the conv kernels, SwiGLU, the gated norm, the
-// GDN gates): with expf and IEEE division the conv + SiLU kernels were compute-bound (~2x slower
-// at the model's shapes), and the gated norm's backward issue-bound (ncu, session 9).
+// GDN gates): with expf and IEEE division the conv + SiLU kernels are compute-bound (~2x slower
+// at the model's shapes), and the gated norm's backward issue-bound (ncu).
 __device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
-// sigmoid_fast bit for bit, with ex2.approx.ftz for __expf's ex2.approx (the s13 gated norm
-// kernels: 3 SASS instructions less an element). The PTX is __expf's: t = x * -log2(e) (mul.f32
+// sigmoid_fast bit for bit, with ex2.approx.ftz for __expf's ex2.approx (the narrow-row gated
+// norm kernels: 3 SASS instructions less an element). The PTX is __expf's: t = x * -log2(e) (mul.f32
 // by 0xBFB8AA3B), e = ex2(t), 1 + e, div.approx. The two ex2 differ only where t < -126, where
 // the non-ftz one scales by 2 around MUFU.EX2 (FSETP + 2 FMUL) to return a subnormal e < 2^-126
 // and the ftz one returns MUFU.EX2(t) (0, or at most ~2^-126); either way 1 + e rounds to 1
@@ -151,6 +151,9 @@ template <typename T, class Op> void ew_launch(const Op &op, size_t n, bool vec_
     else
         ew_kernel<1, Op><<<blocks, EW_THREADS, 0, s>>>(op, n);
     CUDA_CHECK_LAUNCH();
+}
+inline unsigned grid_for(size_t total) {
+    return (unsigned)GDN_MIN(GDN_CDIV(total, (size_t)EW_THREADS), (size_t)65536);
 }
 
 // Element i of a packed (rows, cols) tensor -> its offset in a (rows, cols) tensor of row stride
@@ -270,145 +273,4 @@ void rope_launch(T *y, const T *x, int B, int T_, int H, int D, double base, flo
     CUDA_CHECK_LAUNCH();
 }
 
-// ---- channel segments of conv_silu3 (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu) -------------
-// Channels [cs[s], cs[s+1]) of one call belong to buffer s of three (GDN's q, k, v), each packed
-// with its own width as row stride. Selects, not an indexed array: indexing a parameter array by
-// a run-time segment puts the kernel's parameters on the stack.
-struct conv_segs {
-    int cs[4];  // 0, C0, C0 + C1, C
-    static conv_segs of(const int cw[3]) { return {{0, cw[0], cw[0] + cw[1], cw[0] + cw[1] + cw[2]}}; }
-    __device__ __forceinline__ int width(int c) const {
-        const bool s1 = c >= cs[1], s2 = c >= cs[2];
-        return s2 ? cs[3] - cs[2] : s1 ? cs[2] - cs[1] : cs[1];
-    }
-    // channel c's element of token row r in its segment's buffer (b0, b1, b2)
-    template <typename P> __device__ __forceinline__ P at(P b0, P b1, P b2, size_t r, int c) const {
-        const bool s1 = c >= cs[1], s2 = c >= cs[2];
-        const int lo = s2 ? cs[2] : s1 ? cs[1] : 0;
-        return (s2 ? b2 : s1 ? b1 : b0) + r * width(c) + (c - lo);
-    }
-    // every width a multiple of W and every non-empty buffer aligned to mask + 1 (the tiled path)
-    template <typename P> bool packed(const P *b /*[3]*/, int W, uintptr_t mask) const {
-        bool ok = true;
-        for (int i = 0; i < 3; i++) {
-            const int w = cs[i + 1] - cs[i];
-            ok = ok && w % W == 0 && (w == 0 || ((uintptr_t)b[i] & mask) == 0);
-        }
-        return ok;
-    }
-};
-
-// ---- conv + SiLU kernels that stage by cp.async (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu) ----
-// The s13 kernels' per-thread rings and the backward's v2 kernel (where s13 does not apply) stage
-// their token rows in shared memory by cp.async (bench/model_gpu.md, sessions 10 and 13). The
-// helper they share: BYTES (4, 8 or 16) from global src to shared dst, asynchronously; !valid:
-// dst zero-filled and nothing read (src must still be a BYTES-aligned global address). sm_80+;
-// older devices load and store synchronously.
-template <int BYTES> __device__ __forceinline__ void cp_async_zfill(void *dst, const void *src, bool valid) {
-    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async moves 4, 8 or 16 bytes");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    const int n = valid ? BYTES : 0;
-    if constexpr (BYTES == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n) : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(BYTES), "r"(n)
-                     : "memory");
-#else
-    struct alignas(BYTES) chunk { unsigned char b[BYTES]; };
-    chunk c = {};
-    if (valid) c = *(const chunk *)src;
-    *(chunk *)dst = c;
-#endif
-}
-// (cp_async_commit, cp_async_wait<N>, cp_async_wait_all: cuda/mma.cuh)
-// Four fp32 values stored as one pack of T (8 bytes in bf16, 16 in fp32; p aligned to it), each
-// rounded as from_f (cvt.rn per element; store_pack's struct copy became four 2-byte stores).
-__device__ __forceinline__ void st_pack4(float *p, const float (&f)[4]) {  // (a float4 became four stores)
-    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(f[0]), "f"(f[1]), "f"(f[2]), "f"(f[3])
-                 : "memory");
-}
-__device__ __forceinline__ void st_pack4(__nv_bfloat16 *p, const float (&f)[4]) {
-    const __nv_bfloat162 a = __floats2bfloat162_rn(f[0], f[1]), b = __floats2bfloat162_rn(f[2], f[3]);
-    const unsigned long long lo = *reinterpret_cast<const unsigned *>(&a), hi = *reinterpret_cast<const unsigned *>(&b);
-    *reinterpret_cast<unsigned long long *>(p) = lo | hi << 32;  // one 8-byte store (a uint2 became two)
-}
-// Blocks of a kernel resident on the whole device at once (per SM x SMs; the s13 kernels' grids).
-template <class Kern> int resident_blocks(Kern kern, int threads, size_t smem) {
-    int nb = 0, dev = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kern, threads, smem));
-    CUDA_CHECK(cudaGetDevice(&dev));
-    int sms = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return GDN_MAX(nb, 1) * sms;
-}
-// The gated norm's z (and dz): rows r at (r / zh) zld + (r % zh) D; the elements from z's start
-// that cover every row's [zrow(r), zrow(r) + D) (any zld).
-inline size_t gated_z_extent(size_t rows, int D, int zh, size_t zld) {
-    return (rows - 1) / zh * zld + (size_t)zh * D;
-}
-// Byte ranges of buffers, for the launchers that take a kernel only where outputs and inputs do
-// not overlap (the s13 gated norms load a row's inputs before earlier outputs are stored).
-struct byte_range {
-    uintptr_t lo, hi;  // [lo, hi); empty when lo == hi
-};
-inline byte_range bytes_of(const void *p, size_t bytes) {
-    return byte_range{(uintptr_t)p, p ? (uintptr_t)p + bytes : (uintptr_t)p};
-}
-inline bool ranges_meet(byte_range a, byte_range b) { return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi; }
-// The s13 launchers' setup: kern may use smem bytes of dynamic shared memory (set at every launch,
-// as the v2 launchers do), and its resident blocks, counted once into *cache (one per kernel
-// instance; a race stores the same value).
-template <class Kern> int s13_setup(Kern kern, int threads, size_t smem, int *cache) {
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    if (!*cache) *cache = resident_blocks(kern, threads, smem);
-    return *cache;
-}
-// One group of rows of a v2 block: ROWS tiles of TT tokens, tile w = row rg ROWS + w of the
-// (B, tiles) grid = (b, t0). s_t0[w] = t0 (negative: past the last row), s_bt[w] = b T.
-// Virtual token v (v >= -(K-1)): tile w = clamp(v / TT, 0, ROWS - 1), token t0[w] + v - w TT, so
-// tiles that follow each other in one sequence (the common case) give consecutive tokens, and
-// the tokens before tile 0 and after tile ROWS - 1 are its halos.
-constexpr int CONV_V2_NOROW = -(1 << 30);
-template <int ROWS, int TT>
-__device__ __forceinline__ void conv_v2_rows(int *s_t0, int *s_bt, int rg, int rows, int tiles, int T_) {
-    if (threadIdx.x < ROWS) {
-        const int r = rg * ROWS + (int)threadIdx.x, b = r / tiles;
-        s_t0[threadIdx.x] = r < rows ? (r - b * tiles) * TT : CONV_V2_NOROW;
-        s_bt[threadIdx.x] = r < rows ? b * T_ : 0;
-    }
-}
-// Stages virtual tokens V0 .. V0 + NV - 1, channels [cg0, cg0 + CG), into dst: row i = v - V0 at
-// i CG sizeof(T) bytes, CB bytes per cp.async (coalesced: NQ = CG sizeof(T) / CB consecutive
-// threads take one row). Tokens outside [0, T) and channels >= C are zero-filled, nothing read.
-// at(tok, c): the global address of channel c of token row tok = b T + t; safe: any CB-aligned
-// global address (the unread source of zero fills).
-template <typename T, int CG, int CB, int NV, int V0, int ROWS, int TT, int THREADS, class At>
-__device__ __forceinline__ void conv_v2_stage(unsigned char *dst, const At &at, const void *safe, int cg0, int C,
-                                              int T_, const int *s_t0, const int *s_bt) {
-    constexpr int E = CB / (int)sizeof(T), NQ = CG / E, STEP = THREADS / NQ;
-    static_assert(CG % E == 0 && THREADS % NQ == 0, "a row of the tile is whole chunks, rows whole thread groups");
-    const int q = (int)threadIdx.x % NQ, c = cg0 + q * E;
-    const bool cok = c < C;
-#pragma unroll 4
-    for (int i = (int)threadIdx.x / NQ; i < NV; i += STEP) {
-        const int v = i + V0, w = min((int)((unsigned)max(v, 0) / TT), ROWS - 1);
-        const int t = s_t0[w] + v - w * TT;
-        const bool ok = cok && t >= 0 && t < T_;
-        cp_async_zfill<CB>(dst + (size_t)i * (CG * sizeof(T)) + q * CB, ok ? (const void *)at(s_bt[w] + t, c) : safe,
-                           ok);
-    }
-}
-
 }  // namespace
-
-// Not in the anonymous namespace (one definition, in src/bwd/elementwise.cu): at least nfloats
-// of device scratch for deterministic partial sums, one buffer per device, reused by every
-// reduction-bearing backward launched on its stream (colsum_launch, the norm and conv backwards).
-float *colsum_scratch(size_t nfloats);
-// Counts a launch of a conv + SiLU s13 kernel (one definition, in src/fwd/conv_silu.cu;
-// cuda_conv_silu_s13_launches reads the count).
-void conv_silu_s13_count();
-// Counts a launch of an s13 gated norm kernel (one definition, in src/fwd/elementwise.cu;
-// cuda_norm_s13_launches reads it).
-void norm_s13_count();

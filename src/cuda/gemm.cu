@@ -10,29 +10,30 @@
 // the fp32 gradient while A and B are bf16 (cuBLASLt's "A/B 16BF, C/D 32F, compute 32F" case).
 // Plans (descriptors + algorithm) are cached per shape/type/alignment in a small table searched
 // linearly: a model has a few dozen distinct shapes. Single host thread, as the backend.
-// Algorithm choice (tune_plan): the heuristic's first algorithm is not always the fastest for
-// our shapes (bench/gemm_algos.cu on an H200: 6-11% slower for o_proj, the MLP's gate/up and the
-// LM head forwards). At a plan's first use the candidates with the first one's
-// algorithm id, split-K count and reduction scheme are run on the call's own operands (the real
-// call then overwrites D); a candidate is kept only if its output hashes bitwise equal to the
-// first one's, and the fastest of those is chosen. The configuration filter alone is not enough:
-// bench/gemm_algos.cu (ALGOS_DETAIL=1) found such pairs bitwise equal at the model's 15 GEMMs,
-// but on another H200 instance the tiny shapes of test_model_cuda picked a candidate with other
-// bits (session 9), so each candidate's output is compared, and test_model_cuda prints how many
-// were dropped. A hash of a bf16 output is a weak certificate at small shapes, though: a
-// candidate that sums in another order differs from the first choice by an fp32 ulp or two, which
-// flips a bf16 rounding in only ~3e-5 of the elements, so at 256 x 64 outputs it passes with
-// probability ~0.6 (session 10's failed test_model_cuda row, and session 9's). So for bf16 D a
-// second hash is compared too: of the residual D' = acc - D0 (beta = -1, C = the first choice's
-// output D0, computed in fp32 and then rounded), which keeps the next 8 bits of each fp32
-// accumulator, and where a 1-ulp difference flips ~1e-2 of the elements. Where that cannot run
-// (D larger than the scratch buffer, or the first choice refuses C != D) only shapes of at least
-// 2^22 outputs are tuned, where the plain hash sees ~100 flips. So tuning does not change a
-// result, and runs stay bitwise repeatable whatever the timing picks; GDN_GEMM_TUNE_PICK=last (a
-// diagnostic) takes the last certified candidate instead of the fastest, so the tests exercise a
-// pick other than the first whatever the timing. Accumulating GEMMs (beta = 1: dW +=) are
-// tuned out of place (D' = acc + D into the scratch buffer, D untouched) where D is fp32 and fits
-// the scratch buffer; the others (the LM head's dW, bf16 dx +=) keep the first algorithm. GDN_GEMM_TUNE=0 (or cuda_linear_set_tune) turns it off.
+// Algorithm choice (tune_plan; cuda_linear_set_tune, the config's train.gemm_tune, turns it
+// off): the heuristic's first algorithm is not always the fastest for our shapes
+// (bench/gemm_algos.cu on an H200: 6-11% slower for o_proj, the MLP's gate/up and the LM head
+// forwards). At a plan's first use the candidates with the first one's algorithm id, split-K
+// count and reduction scheme are run on the call's own operands (the real call then overwrites
+// D); a candidate is kept only if its output hashes bitwise equal to the first one's, and the
+// fastest of those is chosen. The configuration filter alone is not enough: bench/gemm_algos.cu
+// (ALGOS_DETAIL=1) found such pairs bitwise equal at the model's 15 GEMMs, but on another H200
+// instance the tiny shapes of test_model_cuda picked a candidate with other bits, so each
+// candidate's output is compared, and test_model_cuda prints how many were dropped. A hash of a
+// bf16 output is a weak certificate at small shapes, though: a candidate that sums in another
+// order differs from the first choice by an fp32 ulp or two, which flips a bf16 rounding in only
+// ~3e-5 of the elements, so at 256 x 64 outputs it passes with probability ~0.6 (seen in
+// test_model_cuda, bench/model_gpu.md). So for bf16 D a second hash is compared too: of the
+// residual D' = acc - D0 (beta = -1, C = the first choice's output D0, computed in fp32 and then
+// rounded), which keeps the next 8 bits of each fp32 accumulator, and where a 1-ulp difference
+// flips ~1e-2 of the elements. Where that cannot run (D larger than the scratch buffer, or the
+// first choice refuses C != D) only shapes of at least 2^22 outputs are tuned, where the plain
+// hash sees ~100 flips. So tuning does not change a result, and runs stay bitwise repeatable
+// whatever the timing picks; a test may take the last certified candidate instead of the
+// fastest (cuda_linear_tune_pick_last, gemm_testing.h), to exercise a pick other than the first
+// whatever the timing. Accumulating GEMMs (beta = 1: dW +=) are tuned out of place
+// (D' = acc + D into the scratch buffer, D untouched) where D is fp32 and fits the scratch
+// buffer; the others (the LM head's dW, bf16 dx +=) keep the first algorithm.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdint.h>
@@ -40,6 +41,7 @@
 #include <string.h>
 #include <vector>
 #include "gemm.h"
+#include "gemm_testing.h"
 #include "../core/cuda_check.h"
 
 namespace {
@@ -69,7 +71,8 @@ struct linear_state {
     cublasLtHandle_t lt = nullptr;
     void *workspace = nullptr;
     std::vector<mm_plan> plans;
-    int tune = -1;  // -1: not yet read from GDN_GEMM_TUNE; 0 off; 1 on
+    bool tune = true;                      // cuda_linear_set_tune (train.gemm_tune)
+    bool pick_last = false;                // cuda_linear_tune_pick_last (tests)
     unsigned long long *hashes = nullptr;  // device: per candidate, output hash, residual hash
     void *resid = nullptr;                 // device, RESID_BYTES: the first choice's bf16 output
     cuda_linear_tune_stats stats = {0, 0, 0, 0};
@@ -107,14 +110,6 @@ bool same_numerics(const cublasLtMatmulAlgo_t &a, const cublasLtMatmulAlgo_t &b)
                algo_config(b, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
 }
 
-bool tune_on() {
-    if (S.tune < 0) {
-        const char *e = getenv("GDN_GEMM_TUNE");
-        S.tune = !(e && strcmp(e, "0") == 0);
-    }
-    return S.tune == 1;
-}
-
 // Order-independent 64-bit hash of the m x n column-major matrix D (ld elements, elem 2 or 4
 // bytes; the padding rows are not read): the sum over elements of splitmix64(position, bits).
 __global__ void hash_matrix_kernel(const void *D, int m, int n, int64_t ld, int elem,
@@ -143,12 +138,8 @@ cublasLtMatmulAlgo_t tune_plan(const mm_plan &p, const cublasLtMatmulHeuristicRe
     const int elem = (int)dtype_bytes(p.key.tcd);
     const int64_t outs = (int64_t)p.key.m * p.key.n;
     const size_t dbytes = ((size_t)p.key.ldc * (p.key.n - 1) + p.key.m) * elem;
-    // GDN_GEMM_TUNE_CERT=hash (diagnostic): session 10's weak certificate, the plain hash alone at
-    // every shape, to show what the residual hash catches
-    const char *ce = getenv("GDN_GEMM_TUNE_CERT");
-    const bool weak = ce && strcmp(ce, "hash") == 0;
-    bool resid = elem == 2 && dbytes <= RESID_BYTES && !weak;
-    if (elem == 2 && !resid && !weak && outs < PLAIN_HASH_MIN) return res[0].algo;
+    bool resid = elem == 2 && dbytes <= RESID_BYTES;
+    if (elem == 2 && !resid && outs < PLAIN_HASH_MIN) return res[0].algo;
     // accumulating (beta = 1: dW +=): the candidates write acc + D into the scratch buffer and
     // leave D as it is; fp32 D only (its hash sees any other summation order)
     const bool acc = p.key.beta1;
@@ -204,10 +195,7 @@ cublasLtMatmulAlgo_t tune_plan(const mm_plan &p, const cublasLtMatmulHeuristicRe
     CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
-    if ((elem == 2 && !resid && !weak && outs < PLAIN_HASH_MIN) || !ran[0]) return res[0].algo;
-    // GDN_GEMM_TUNE_PICK=last (diagnostic): the last certified candidate instead of the fastest
-    const char *pk = getenv("GDN_GEMM_TUNE_PICK");
-    const bool last = pk && strcmp(pk, "last") == 0;
+    if ((elem == 2 && !resid && outs < PLAIN_HASH_MIN) || !ran[0]) return res[0].algo;
     int best = 0;
     S.stats.plans++;
     for (int i = 1; i < n; i++) {
@@ -217,7 +205,7 @@ cublasLtMatmulAlgo_t tune_plan(const mm_plan &p, const cublasLtMatmulHeuristicRe
             S.stats.dropped++;
             continue;
         }
-        if (last || ms[i] < ms[best]) best = i;
+        if (S.pick_last || ms[i] < ms[best]) best = i;
     }
     if (best != 0) S.stats.changed++;
     return res[best].algo;
@@ -258,9 +246,7 @@ const mm_plan &plan_for(const mm_key &key, const void *A, const void *B, void *D
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]));
     cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int found = 0;
-    // GDN_GEMM_TUNE_ACC=0: accumulating GEMMs keep the first choice (as before session 11)
-    const char *ta = getenv("GDN_GEMM_TUNE_ACC");
-    const bool tune = (!key.beta1 || !(ta && strcmp(ta, "0") == 0)) && tune_on();
+    const bool tune = S.tune;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(S.lt, p.op, p.a, p.b, p.c, p.c, pref,
                                                 tune ? TUNE_CANDIDATES : 1, res, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
@@ -306,29 +292,20 @@ void check_shape(const char *who, int N, int in, int out) {
     if (N < 0 || in < 1 || out < 1) gdn_die("%s: bad shape N %d in %d out %d", who, N, in, out);
 }
 
-// Ragged output widths (GDN_GEMM_SPLIT): out = 256 q + r with a small r (the GDN input
-// projection's 3080 = 12 x 256 + 8: a, b) leaves the last column of the 256-wide tiles nearly
-// empty (bench/model_gpu.md, session 6: that forward at 600 TFLOP/s against 735-768 for the
-// other shapes). Split: the 256 q outputs as one GEMM, the r as another, into the same rows
-// (ld = out). Returns r (0: no split; GDN_GEMM_SPLIT=0 never splits). Forward only
-// (bench/model_gpu.md, session 14: the 3080-wide forward 3.88 ms a step in s14a -> 3.66 split in
-// s14b, whose other GEMMs ran 1-2% slower; the weight gradient split the same way, dW's n being
-// out, 7.11 -> 7.57), so dW and dx (out is its k) run as one GEMM. Read once.
+// Ragged output widths: out = 256 q + r with a small r (the GDN input projection's 3080 =
+// 12 x 256 + 8: a, b) leaves the last column of the 256-wide tiles nearly empty (that forward
+// ran at 600 TFLOP/s against 735-768 for the other shapes, bench/model_gpu.md). Split: the 256 q
+// outputs as one GEMM, the r as another, into the same rows (ld = out). Returns r (0: no split).
+// Forward only: the 3080-wide forward takes 3.66 ms a step split against 3.88 as one GEMM, while
+// the weight gradient split the same way (dW's n being out) took 7.57 against 7.11
+// (bench/model_gpu.md), so dW and dx (out is its k) run as one GEMM.
 int split_rest(int out) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("GDN_GEMM_SPLIT");
-        if (e && *e && strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
-            gdn_die("GDN_GEMM_SPLIT=%s: expected 0 (off) or 1 (on, the default)", e);
-        on = !(e && strcmp(e, "0") == 0);
-    }
     const int r = out % 256;
-    return on && out > 256 && r > 0 && r <= 32 ? r : 0;
+    return out > 256 && r > 0 && r <= 32 ? r : 0;
 }
 
-}  // namespace
-
-extern "C" void cuda_linear_set_tune(int on) {
+// Drops the cached plans, so that the next call of each shape chooses again.
+void drop_plans() {
     for (mm_plan &p : S.plans) {
         CUBLAS_CHECK(cublasLtMatmulDescDestroy(p.op));
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.a));
@@ -336,7 +313,18 @@ extern "C" void cuda_linear_set_tune(int on) {
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.c));
     }
     S.plans.clear();
-    S.tune = on < 0 ? -1 : on > 0;
+}
+
+}  // namespace
+
+extern "C" void cuda_linear_set_tune(bool on) {
+    drop_plans();
+    S.tune = on;
+}
+
+extern "C" void cuda_linear_tune_pick_last(bool on) {
+    drop_plans();
+    S.pick_last = on;
 }
 
 extern "C" void cuda_linear_init(void) {

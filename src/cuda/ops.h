@@ -4,11 +4,13 @@
 // fp32 for tests), statistics (rstd, rnorm, lse, g, beta), parameter gradients, AdamW state and
 // master weights always fp32. Accumulation is fp32 everywhere. Parameter gradients accumulate
 // (+=), activation gradients are overwritten (=), as on the CPU (src/bwd/bwd_cpu.h). Every
-// reduction is deterministic (fixed order, no float atomics). Kernels live in src/fwd/*.cu and
-// src/bwd/*.cu next to their CPU twins; each launcher checks its launch (CUDA_CHECK_LAUNCH).
+// reduction is deterministic (fixed order, no float atomics). Op X's kernels live in
+// src/fwd/X.cu and src/bwd/X.cu next to their CPU twins X.c (the memory helpers in
+// src/cuda/add_convert.cu, AdamW and the sum of squares in src/optim/adamw.cu); each launcher
+// checks its launch (CUDA_CHECK_LAUNCH). Test hooks (launch counters): cuda/ops_testing.h.
 // The parameter-gradient reductions (rmsnorm, gated norm, conv1d, conv_silu, gates backward)
-// share one scratch per device (colsum_scratch), cuda_sumsq_f32 keeps its own; both are
-// allocated on first use: call them in stream order on one stream, and once before any
+// share one scratch per device (colsum_scratch, cuda/colsum.cuh), cuda_sumsq_f32 keeps its own;
+// both are allocated on first use: call them in stream order on one stream, and once before any
 // CUDA-graph capture.
 #pragma once
 #include <stddef.h>
@@ -55,7 +57,7 @@ void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B
 void cuda_conv1d_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
                      const void *w, int B, int T, int C, int K, cudaStream_t s);
 // y = silu(conv1d(x, w)), pre-activation kept in fp32 registers only; the backward recomputes it
-// (src/fwd/conv_silu.cu, src/bwd/conv_silu.cu). x and dx rows of stride ld >= C (ld = C:
+// (src/fwd/conv1d.cu, src/bwd/conv1d.cu). x and dx rows of stride ld >= C (ld = C:
 // packed); y and dy packed (B,T,C).
 void cuda_conv_silu_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T,
                         int C, int K, size_t ld, cudaStream_t s);
@@ -77,11 +79,6 @@ void cuda_conv_silu3_l2_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, float *
                             const void *x, const void *w, int B, int T, int C0, int C1, int C2,
                             int K, size_t ld, int nd, double eps, double s0, double s1,
                             cudaStream_t s);
-// Launches so far in this process of the session-13 conv + SiLU kernels (the tiled forward with
-// the L2 norm and the tiled backward with packs of 4 channels, each as one token stream per warp
-// out of a per-thread cp.async ring; src/fwd/conv_silu.cu, src/bwd/conv_silu.cu): the tests
-// check that they ran where expected.
-unsigned long cuda_conv_silu_s13_launches(void);
 void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);
 void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_t n,
                    cudaStream_t s);
@@ -108,10 +105,6 @@ void cuda_gated_rmsnorm_fwd(cuda_dtype dt, void *y, float *rstd, const void *x, 
 void cuda_gated_rmsnorm_bwd(cuda_dtype dt, void *dx, void *dz, float *dw, void *y, const void *dy,
                             const void *x, const void *z, const void *w, const float *rstd,
                             size_t rows, int D, int zh, size_t zld, cudaStream_t s);
-// Launches so far in this process of the session-13 gated RMSNorm kernels (the forward on rows
-// of at most 32 packs, the backward on rows of one 16-byte pack a lane with z: the model's;
-// src/fwd/elementwise.cu, src/bwd/elementwise.cu): the tests check that they ran where expected.
-unsigned long cuda_norm_s13_launches(void);
 // gate, up (and dgate, dup): (rows, cols) with row stride ld >= cols (cols: packed; 2 cols: the
 // halves of the MLP's fused gate/up projection); h, dh packed. 16-byte packs when cols and ld
 // are multiples of 8 (bf16; 4 fp32) and every pointer is 16-byte aligned (ld = cols: any cols),

@@ -155,7 +155,7 @@ __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4]
 #undef WGM_R64
 
 // mbarrier (PTX ISA 9.7.13.15) at a shared::cta address, for pipelines that feed wgmma without
-// CTA-wide barriers (the attention wgmma3 kernels). init by one thread, then a barrier before any
+// CTA-wide barriers (the attention wgmma kernels). init by one thread, then a barrier before any
 // arrival. mbar_wait spins on try_wait.parity until the phase of that parity has completed
 // (acquire, CTA scope); the waiter must still fence_proxy_async() before wgmma reads data that
 // generic-proxy writes released through the barrier.
@@ -194,7 +194,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
     __syncwarp();  // callers are whole warps, and wgmma's .aligned instructions follow
 }
 
-// mbar_wait for warp-specialised kernels (setmaxnreg; attention_fwd_wgmma3_kernel). Under
+// mbar_wait for warp-specialised kernels (setmaxnreg; attention_fwd_wgmma_kernel). Under
 // -DGDN_MBAR_WATCHDOG a trap inside the code that follows a setmaxnreg makes ptxas (CUDA 13.0)
 // drop that region's register budget back to the launch bound's (168 at 384 threads): wgmma
 // serialised (C7512) and spills. So this wait does not trap: once it has failed for 2 s it sets
@@ -234,7 +234,7 @@ __device__ __forceinline__ void mbar_watchdog_check(bool failed) {
 }
 
 // ---- TMA (cp.async.bulk.tensor) and register reallocation, for warp-specialised kernels with a
-// producer warpgroup (attention_fwd_wgmma3_kernel; bench/hopper_gemm.cu has the same patterns).
+// producer warpgroup (attention_fwd_wgmma_kernel; bench/hopper_gemm.cu has the same patterns).
 // The producer's arrival on a "full" barrier: one arrival (count it at init) that also raises the
 // phase's expected transaction count by `bytes`; the phase completes once the arrivals are in and
 // the TMA loads completing on the barrier have delivered that many bytes (PTX ISA 9.7.13.15.11).

@@ -1,10 +1,16 @@
 // dataset.c — the gdn-tokens HDF5 format (DESIGN 5): a validating reader, an atomic writer,
 // and the counter-based batch sampler with its prefetch thread.
 //
-// Errors: what a user can cause (missing or foreign file, wrong attribute, wrong dataset type,
-// token out of range, disk full while writing) returns false with one message that names the
-// file and the field, with HDF5's automatic error-stack printing off so nothing else is shown.
-// Internal failures (an HDF5 call failing on a file that validated) go through CHECK_HDF5.
+// Errors: what a user can cause (missing, foreign, damaged or truncated file, wrong attribute,
+// wrong dataset type, token out of range, disk full while writing) returns false with one message
+// that names the file and the field, with HDF5's automatic error-stack printing off so nothing
+// else is shown; an HDF5 call that fails while tokfile_open reads the file is such a case (the
+// file is damaged), said with HDF5's reason. Internal failures (an HDF5 call failing on a file
+// that validated, or on handles the reader made itself) go through CHECK_HDF5.
+//
+// Integrity: the writer uses the HDF5 1.10 file format (checksummed metadata) and HDF5's
+// Fletcher32 filter on the token chunks; tokfile_open reads every token, so a damaged chunk is
+// found at open. Files without checksums (written before) read the same way, unchecked.
 //
 // Threads: the prefetch thread reads through HDF5 while the main thread may use HDF5 too
 // (validation reads, checkpoints). That needs a thread-safe HDF5 (Debian's serial build is);
@@ -99,6 +105,16 @@ static void h5_type_name(hid_t t, char *out, size_t outlen) {
 
 // ---- reader ---------------------------------------------------------------------------------
 
+// An HDF5 call failed while reading `what` of the file: it is damaged (or not what it claims).
+// Call right after the failing call (the error stack is read here). Returns false.
+static bool damaged(const char *path, const char *what, char *err, size_t errlen) {
+    char why[256];
+    h5_error_text(why, sizeof why);
+    snprintf(err, errlen, "%s: cannot read %s: the file is damaged or truncated (HDF5: %s)", path,
+             what, why);
+    return false;
+}
+
 // An attribute of the root group: open it and check it is one value of type class `want`
 // (`what` names it in the message). On success the caller reads *a with type *t and closes
 // both with attr_close; on failure everything is closed and err says why.
@@ -114,22 +130,27 @@ static void attr_close(attr_handle *h) {
 
 static bool attr_open(hid_t file, const char *path, const char *name, H5T_class_t want,
                       const char *what, attr_handle *h, char *err, size_t errlen) {
+    char desc[96];
+    snprintf(desc, sizeof desc, "attribute '%s'", name);
     htri_t ex = H5Aexists(file, name);
-    CHECK_HDF5(ex);
+    if (ex < 0) return damaged(path, desc, err, errlen);
     if (!ex) {
         snprintf(err, errlen, "%s: attribute '%s' is missing (not a gdn-tokens file?)", path, name);
         return false;
     }
     h->a = H5Aopen(file, name, H5P_DEFAULT);
-    CHECK_HDF5(h->a);
+    if (h->a < 0) return damaged(path, desc, err, errlen);
     h->t = H5Aget_type(h->a);
-    h->sp = H5Aget_space(h->a);
-    CHECK_HDF5(h->t);
-    CHECK_HDF5(h->sp);
-    H5T_class_t c = H5Tget_class(h->t);
-    CHECK_HDF5(c);
-    hssize_t np = H5Sget_simple_extent_npoints(h->sp);
-    CHECK_HDF5(np);
+    h->sp = h->t >= 0 ? H5Aget_space(h->a) : H5I_INVALID_HID;
+    H5T_class_t c = h->sp >= 0 ? H5Tget_class(h->t) : H5T_NO_CLASS;
+    hssize_t np = c >= 0 ? H5Sget_simple_extent_npoints(h->sp) : -1;
+    if (h->t < 0 || h->sp < 0 || c < 0 || np < 0) {
+        damaged(path, desc, err, errlen);
+        if (h->sp >= 0) H5Sclose(h->sp);  // failing already: the message says why
+        if (h->t >= 0) H5Tclose(h->t);
+        H5Aclose(h->a);
+        return false;
+    }
     if (c == want && np == 1) return true;
     char tn[64];
     h5_type_name(h->t, tn, sizeof tn);
@@ -144,9 +165,14 @@ static bool attr_int(hid_t file, const char *path, const char *name, long long *
                      size_t errlen) {
     attr_handle h;
     if (!attr_open(file, path, name, H5T_INTEGER, "integer", &h, err, errlen)) return false;
-    CHECK_HDF5(H5Aread(h.a, H5T_NATIVE_LLONG, v));
+    bool ok = H5Aread(h.a, H5T_NATIVE_LLONG, v) >= 0;
+    if (!ok) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "attribute '%s'", name);
+        damaged(path, desc, err, errlen);
+    }
     attr_close(&h);
-    return true;
+    return ok;
 }
 
 // One string attribute (fixed-length or variable-length, as h5py writes) into out[outlen].
@@ -161,9 +187,14 @@ static bool attr_str(hid_t file, const char *path, const char *name, char *out, 
     hid_t mt = H5Tcopy(H5T_C_S1);
     CHECK_HDF5(mt);
     char *s = NULL;
+    char desc[96];
+    snprintf(desc, sizeof desc, "attribute '%s'", name);
     if (vl) {
         CHECK_HDF5(H5Tset_size(mt, H5T_VARIABLE));
-        CHECK_HDF5(H5Aread(a, mt, &s));
+        if (H5Aread(a, mt, &s) < 0) {
+            ok = damaged(path, desc, err, errlen);
+            s = NULL;
+        }
     } else {
         // one byte more than stored, so a NULLPAD string that fills its size keeps its
         // last character after conversion to NULLTERM
@@ -171,10 +202,12 @@ static bool attr_str(hid_t file, const char *path, const char *name, char *out, 
         if (size == 0) gdn_die("H5Tget_size failed");
         s = gdn_malloc(size + 1);
         CHECK_HDF5(H5Tset_size(mt, size + 1));
-        CHECK_HDF5(H5Aread(a, mt, s));
+        if (H5Aread(a, mt, s) < 0) ok = damaged(path, desc, err, errlen);
         s[size] = 0;
     }
-    if (!s || strlen(s) >= outlen) {
+    if (!ok) {
+        // the message is in err
+    } else if (!s || strlen(s) >= outlen) {
         snprintf(err, errlen, "%s: attribute '%s' is %s (at most %zu characters)", path, name,
                  s ? "too long" : "a null string", outlen - 1);
         ok = false;
@@ -199,14 +232,16 @@ static bool attr_str(hid_t file, const char *path, const char *name, char *out, 
 // and turns a corrupt file into a message instead of an out-of-bounds embedding lookup.
 static bool open_split(token_file *f, int split, char *err, size_t errlen) {
     const char *name = split_name[split];
+    char desc[64];
+    snprintf(desc, sizeof desc, "dataset '%s'", name);
     htri_t ex = H5Lexists(f->file, name + 1, H5P_DEFAULT);
-    CHECK_HDF5(ex);
+    if (ex < 0) return damaged(f->path, desc, err, errlen);
     if (!ex) {
         snprintf(err, errlen, "%s: dataset '%s' is missing", f->path, name);
         return false;
     }
     hid_t obj = H5Oopen(f->file, name, H5P_DEFAULT);
-    CHECK_HDF5(obj);
+    if (obj < 0) return damaged(f->path, desc, err, errlen);
     H5I_type_t it = H5Iget_type(obj);
     CHECK_HDF5(it);
     CHECK_HDF5(H5Oclose(obj));
@@ -218,13 +253,17 @@ static bool open_split(token_file *f, int split, char *err, size_t errlen) {
     CHECK_HDF5(dapl);
     CHECK_HDF5(H5Pset_chunk_cache(dapl, 10007, READ_CACHE_BYTES, 1.0));
     hid_t d = H5Dopen2(f->file, name, dapl);
-    CHECK_HDF5(d);
+    if (d < 0) damaged(f->path, desc, err, errlen);
     CHECK_HDF5(H5Pclose(dapl));
+    if (d < 0) return false;
     f->dset[split] = d;
 
-    hid_t sp = H5Dget_space(d), t = H5Dget_type(d);
-    CHECK_HDF5(sp);
-    CHECK_HDF5(t);
+    hid_t sp = H5Dget_space(d), t = sp >= 0 ? H5Dget_type(d) : H5I_INVALID_HID;
+    if (sp < 0 || t < 0) {
+        damaged(f->path, desc, err, errlen);
+        if (sp >= 0) H5Sclose(sp);  // failing already: the message says why
+        return false;
+    }
     int rank = H5Sget_simple_extent_ndims(sp);
     CHECK_HDF5(rank);
     size_t want = f->vocab_size <= 65536 ? 2 : 4;
@@ -265,8 +304,14 @@ static bool open_split(token_file *f, int split, char *err, size_t errlen) {
         hid_t ms = H5Screate_simple(1, &cnt, NULL);
         CHECK_HDF5(ms);
         CHECK_HDF5(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &cnt, NULL));
-        CHECK_HDF5(H5Dread(d, H5T_NATIVE_UINT32, ms, fs, H5P_DEFAULT, buf));
+        if (H5Dread(d, H5T_NATIVE_UINT32, ms, fs, H5P_DEFAULT, buf) < 0) {
+            char what[128];
+            snprintf(what, sizeof what, "tokens [%llu, %llu) of '%s'", (unsigned long long)s,
+                     (unsigned long long)(s + cnt), name);
+            ok = damaged(f->path, what, err, errlen);
+        }
         CHECK_HDF5(H5Sclose(ms));
+        if (!ok) break;
         for (hsize_t i = 0; i < cnt; i++) {
             if (buf[i] >= (uint32_t)f->vocab_size) {
                 snprintf(err, errlen,
@@ -302,23 +347,26 @@ bool tokfile_open(token_file *f, const char *path, char *err, size_t errlen) {
         snprintf(err, errlen, "%s: not a regular file", path);
         return false;
     }
-    char h5err[256];
-    h5_quiet q;
+    char h5err[256] = "";
+    h5_quiet q;  // over the whole open: a failing call is reported through err
     h5_quiet_begin(&q);
     htri_t is = H5Fis_hdf5(path);
+    if (is < 0) h5_error_text(h5err, sizeof h5err);
     hid_t file = H5I_INVALID_HID;
     if (is > 0) {
         file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
         if (file < 0) h5_error_text(h5err, sizeof h5err);
     }
-    h5_quiet_end(&q);
-    if (is <= 0) {
+    if (is == 0) {
+        h5_quiet_end(&q);
         snprintf(err, errlen,
                  "%s: not an HDF5 file (expected a gdn-tokens file written by gdn-prepare)", path);
         return false;
     }
     if (file < 0) {
-        snprintf(err, errlen, "%s: cannot open as HDF5: %s", path, h5err);
+        h5_quiet_end(&q);
+        snprintf(err, errlen, "%s: cannot open as HDF5: the file is damaged or truncated (%s)",
+                 path, h5err);
         return false;
     }
     f->file = file;
@@ -362,6 +410,7 @@ bool tokfile_open(token_file *f, const char *path, char *err, size_t errlen) {
     ok = ok && open_split(f, DATA_SPLIT_TRAIN, err, errlen);
     ok = ok && open_split(f, DATA_SPLIT_VAL, err, errlen);
     if (!ok) tokfile_close(f);
+    h5_quiet_end(&q);
     return ok;
 }
 
@@ -448,13 +497,19 @@ bool tokfile_write(const char *path, int vocab_size, const char *tokenizer, int 
         return false;
     }
     hid_t file = H5I_INVALID_HID, sp = H5I_INVALID_HID, at = H5I_INVALID_HID, st = H5I_INVALID_HID,
-          dcpl = H5I_INVALID_HID, ds = H5I_INVALID_HID;
+          dcpl = H5I_INVALID_HID, ds = H5I_INVALID_HID, fapl = H5I_INVALID_HID;
     char h5err[256] = "";
     const char *step = "";
     h5_quiet q;
     h5_quiet_begin(&q);
 
-    WCHECK(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "creating the file");
+    // the HDF5 1.10 file format: checksummed metadata
+    WCHECK(fapl = H5Pcreate(H5P_FILE_ACCESS), "creating a property list");
+    WCHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110), "setting the file format");
+    file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    WCHECK(file, "creating the file");
+    WCHECK(H5Pclose(fapl), "closing a property list");
+    fapl = H5I_INVALID_HID;
     WCHECK(sp = H5Screate(H5S_SCALAR), "creating a dataspace");
     // string attributes: fixed length, NUL-terminated
     const char *snames[2] = {"format", "tokenizer"}, *svals[2] = {GDN_TOKENS_FORMAT, tokenizer};
@@ -494,6 +549,7 @@ bool tokfile_write(const char *path, int vocab_size, const char *tokenizer, int 
         WCHECK(sp = H5Screate_simple(1, &dim, &maxdim), "creating a dataspace");
         WCHECK(dcpl = H5Pcreate(H5P_DATASET_CREATE), "creating a property list");
         WCHECK(H5Pset_chunk(dcpl, 1, &chunk), "setting the chunk size");
+        WCHECK(H5Pset_fletcher32(dcpl), "setting the checksum filter");
         const char *what = s == 0 ? "writing /train" : "writing /val";
         WCHECK(ds = H5Dcreate2(file, split_name[s], ftype, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT),
                what);
@@ -551,6 +607,7 @@ fail:
     // close what is open, quietly (errors here add nothing to the first one)
     if (ds >= 0) H5Dclose(ds);
     if (dcpl >= 0) H5Pclose(dcpl);
+    if (fapl >= 0) H5Pclose(fapl);
     if (at >= 0) H5Aclose(at);
     if (st >= 0) H5Tclose(st);
     if (sp >= 0) H5Sclose(sp);

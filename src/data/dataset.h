@@ -3,7 +3,9 @@
 //
 // File: root attributes format = "gdn-tokens" (string), version = 1 (int), vocab_size (int),
 // tokenizer ("bytes" or "spm:<model file>") (string), eot_token (int, -1 = none); 1-D datasets
-// /train and /val of uint16 (uint32 when vocab_size > 65536), chunked for random reads.
+// /train and /val of uint16 (uint32 when vocab_size > 65536), chunked for random reads, with
+// HDF5's Fletcher32 checksum on each chunk, in the HDF5 1.10 file format (checksummed metadata).
+// Files without the checksums (written before them) are read the same way.
 #pragma once
 #ifdef __cplusplus
 extern "C" {

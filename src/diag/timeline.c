@@ -110,6 +110,13 @@ static void flush_before(timeline *t, long before) {
     t->t0 -= np, t->cursor -= np;
 }
 
+void timeline_window(long n, long done, long end, long *first, long *count) {
+    long left = GDN_MAX(end - done, 0);
+    long warm = GDN_MIN(2, GDN_MAX(left - n, 0));
+    *first = done + 1 + warm;
+    *count = GDN_MIN(n, left - warm);
+}
+
 timeline *timeline_create(const char *path, int rank, long first, long count,
                           const timeline_clock *clk) {
     timeline *t = gdn_malloc(sizeof *t);

@@ -24,6 +24,7 @@
 extern "C" {
 #endif
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef enum { TIMELINE_COMPUTE, TIMELINE_COMM } timeline_stream;
 
@@ -37,8 +38,24 @@ typedef struct {
     double (*elapsed_ms)(void *from, void *to);  // both completed
 } timeline_clock;
 const timeline_clock *timeline_cuda_clock(void);
+// The device clock in a program built with CUDA (GDN_HAVE_CUDA, a public definition of the
+// gdn_cuda target), NULL (no device clock) in one built without.
+static inline const timeline_clock *timeline_device_clock(void) {
+#ifdef GDN_HAVE_CUDA
+    return timeline_cuda_clock();
+#else
+    return NULL;
+#endif
+}
 
 typedef struct timeline timeline;
+
+// gdn-train --timeline n: the steps [*first, *first + *count) (1-based) to record when `done`
+// steps are done and the run ends after step `end` (train.steps, --stop-after or the end of
+// --profile): after 2 warm-up steps (the first steps also pay for lazy allocations and plans),
+// fewer when the run is too short for that, all of it when shorter than n. *count < 1: no step
+// is left to record.
+void timeline_window(long n, long done, long end, long *first, long *count);
 
 // Record steps [first, first + count) (1-based) of this rank into path (created now, header
 // written; an error ends the program naming the path). clk NULL: the host clock.

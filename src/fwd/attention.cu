@@ -8,20 +8,21 @@
 // max of the raw scores, l running sum), O = O * 2^(c2 (m_old - m_new)) + P V (mma, P rounded to
 // bf16 in registers). K/V tiles are double-buffered with cp.async, K and V in separate groups:
 // S waits only for K, and V (waited for, plus a barrier, just before P V) lands while S and the
-// softmax run. At D = 128 this also removed 48 bytes of register spill (255 registers, 0 spill).
+// softmax run. At D = 128 the kernel takes 255 registers, no spill (one group for K and V
+// spilled 48 bytes).
 // Saved for the backward: lse_i = ln 2 * (m_i + log2 l_i) (attention_bwd recomputes P from it).
-// bf16 on sm_90a (the default there; GDN_ATTN_WGMMA=0 keeps the kernel above): the same walk and
-// softmax on wgmma.mma_async, fed by a TMA producer warpgroup, flash-attention 3's warp
-// specialisation, with the two consumer warpgroups of 64 query rows in ping-pong
-// (attention_fwd_wgmma3_kernel; GDN_ATTN_WGMMA_FWD3 picks its K/V stages and ping-pong, read per
-// call). Where it cannot run (no tensor map, too few registers for setmaxnreg) the kernel above does.
+// bf16 on sm_90a (the default there; attn_params.kernels = ATTN_KERNELS_MMA_SYNC keeps the kernel
+// above): the same walk and softmax on wgmma.mma_async, fed by a TMA producer warpgroup,
+// flash-attention 3's warp specialisation, with 2 K/V stages and the two consumer warpgroups of
+// 64 query rows in ping-pong (attention_fwd_wgmma_kernel). Where it cannot run (no tensor map,
+// too few registers for setmaxnreg) the kernel above does.
 // fp32: one warp per query row, 32 keys at a time (lane = key for the scores, lane = head
 // dim for the output), plain fp32 FMA and expf: slower, exact to ~1e-6.
 #include "../core/cuda_check.h"
 #include <cuda.h>          // CUtensorMap (types only: the encoder is found at run time, no -lcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
-#define ATTN_DEVICE_HELPERS
-#include "attention_cuda.h"
+#include "../cuda/attention.cuh"
+#include "attention_testing.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,8 +237,8 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
     }
 }
 
-// ---- Hopper path (sm_90a, the default there: attention_fwd_wgmma_selected) ------------------
-// attention_fwd_wgmma3_kernel: the same block walk, masking, log2-domain online softmax and lse
+// ---- Hopper path (sm_90a, the default there: attn_wgmma_runs) -------------------------------
+// attention_fwd_wgmma_kernel: the same block walk, masking, log2-domain online softmax and lse
 // as the kernel above, on wgmma.mma_async (flash-attention 3's operand placement) fed by a TMA
 // producer warpgroup (flash-attention 3's warp specialisation). Per key block of WG_BK = 128, a
 // consumer warpgroup (64 query rows): S (64 x 128 fp32, 64 registers a thread) = Q K^T with Q
@@ -252,10 +253,6 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
 // wait_group 0, o *= corr_{u+1}, P_{u+1} packed. Between the issue and wait_group 0 nothing
 // touches o or the P_u fragments (ptxas checks this: it would inject a wait and say so under
 // -Xptxas -v, "C7517 warpgroup.wait is injected"; it does not).
-// Two earlier wgmma forwards ran this arithmetic without the producer: session 8 deleted the
-// first (each group waited for at once, K/V behind CTA barriers), session 11 the second,
-// attention_fwd_wgmma2_kernel (cp.async tiles on mbarriers), whose o and lse this kernel matched
-// bitwise in 0.57-0.58x its time (git history, and bench/attention.md for their A/Bs).
 constexpr int WG_BQ = 128, WG_BK = 128;
 
 // Mask and online softmax of one score block of a warpgroup: s (64 x BK, the S accumulator) -> p = 2^(s c2 - m c2); m, l updated; corr = the factor o
@@ -296,18 +293,19 @@ __device__ __forceinline__ void wg_softmax(float (&s)[BK / 2], float (&mrow)[2],
     }
 }
 
-// attention_fwd_wgmma3_kernel: a CTA of 3 warpgroups (384 threads) owns WG_BQ = 128 query rows
+// attention_fwd_wgmma_kernel: a CTA of 3 warpgroups (384 threads) owns WG_BQ = 128 query rows
 // of one (b, h):
-//   warpgroup 0 = producer: setmaxnreg.dec to WG3_PRODUCER_REGS; lane 0 of its first warp issues
+//   warpgroup 0 = producer: setmaxnreg.dec to WG_PRODUCER_REGS; lane 0 of its first warp issues
 //     every load as TMA (cp.async.bulk.tensor.4d from the tensor maps of q, k, v: dims (D, H, T,
 //     B), box 64 columns x 1 x 128 rows x 1 with 128-byte swizzle, which lands exactly as one
 //     64-column panel of the wgmma layout, wgmma.cuh; two boxes per tile at D = 128, one at 64;
 //     rows >= T are outside the map and written as zeros).
 //     Warps 1-3 of the producer warpgroup exit after setmaxnreg.
-//   warpgroups 1, 2 = consumers (64 query rows each): setmaxnreg.inc to WG3_CONSUMER_REGS; per
+//   warpgroups 1, 2 = consumers (64 query rows each): setmaxnreg.inc to WG_CONSUMER_REGS; per
 //     key block the code described above (S from zero, mask only on straddling blocks,
 //     wg_softmax, o = o * corr + P V, S_{u+1} issued with P_u V_u), then the epilogue through
 //     Q's rows.
+// K/V tiles rotate through NS = WG_STAGES = 2 stages of shared memory.
 // Barriers (shared memory after the tiles): q_full (count 1); per stage s < NS: k_full[s],
 // v_full[s] (count 1: the producer's arrive.expect_tx, completed by the TMA bytes), k_empty[s],
 // v_empty[s] (count 8: lane 0 of each consumer warp after the wait_group that retires the last
@@ -318,7 +316,7 @@ __device__ __forceinline__ void wg_softmax(float (&s)[BK / 2], float (&mrow)[2],
 // need K_{u+1} and V_u together in block u; K runs a block ahead of V). Every wait the
 // producer makes is released by a consumer step of an earlier block, so the order cannot
 // deadlock; every TMA load issued is waited for by both consumers before the CTA exits.
-// PP (ping-pong, flash-attention 3 section 3.1, its "warp scheduler barrier"): the consumers take
+// Ping-pong (flash-attention 3 section 3.1, its "warp scheduler barrier"): the consumers take
 // turns to issue their wgmma groups, so that one's softmax runs while the other's products
 // occupy the tensor cores. Named barrier 3 + c (256 threads: consumer c's 128 bar.sync + the
 // other's 128 bar.arrive) is consumer c's turn. Consumer 1 arrives on barrier 3 once at the start
@@ -331,24 +329,24 @@ __device__ __forceinline__ void wg_softmax(float (&s)[BK / 2], float (&mrow)[2],
 // compiles the consumer branch against 240 (it uses about 194; no spill).
 // -DGDN_MBAR_WATCHDOG: the waits are wgmma.cuh's mbar_wait(bar, parity, failed), which trap only
 // at the kernel's end (a trap inside a setmaxnreg region costs the region its register budget).
-constexpr int WG3_THREADS = 384, WG3_PRODUCER_REGS = 24, WG3_CONSUMER_REGS = 240;
-static_assert(128 * WG3_PRODUCER_REGS + 256 * WG3_CONSUMER_REGS <= 65536, "wgmma3: setmaxnreg exceeds the SM's registers");
+constexpr int WG_THREADS = 384, WG_PRODUCER_REGS = 24, WG_CONSUMER_REGS = 240, WG_STAGES = 2;
+static_assert(128 * WG_PRODUCER_REGS + 256 * WG_CONSUMER_REGS <= 65536, "wgmma fwd: setmaxnreg exceeds the SM's registers");
 
-template <int D, int NS>
-constexpr int fwd_wgmma3_smem_bytes() {
+template <int D>
+constexpr int fwd_wgmma_smem_bytes() {
     // Q + NS x (K, V), + slack to align to 1024, + 1 + 4 NS mbarriers (Q full, full K, full V, empty K, empty V)
-    return (WG_BQ * D + 2 * NS * WG_BK * D) * 2 + 1024 + (1 + 4 * NS) * 8;
+    return (WG_BQ * D + 2 * WG_STAGES * WG_BK * D) * 2 + 1024 + (1 + 4 * WG_STAGES) * 8;
 }
-static_assert(fwd_wgmma3_smem_bytes<128, 3>() <= 227 * 1024, "wgmma3: 3 stages exceed sm_90's 227 KiB");
+static_assert(fwd_wgmma_smem_bytes<128>() <= 227 * 1024, "wgmma fwd: the stages exceed sm_90's 227 KiB");
 
-template <int D, int NS, bool PP>
-__global__ void __launch_bounds__(WG3_THREADS, 1)
-    attention_fwd_wgmma3_kernel(const __grid_constant__ fwd_kparams p, const __grid_constant__ CUtensorMap tmq,
-                                const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
+template <int D>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    attention_fwd_wgmma_kernel(const __grid_constant__ fwd_kparams p, const __grid_constant__ CUtensorMap tmq,
+                               const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BQ = WG_BQ, BK = WG_BK, NC = 256;  // NC consumer threads
-    static_assert(NS >= 2, "wgmma3: K_{u+1} and V_u are read together");
-    static_assert(BQ == BK, "wgmma3: Q, K and V tiles share the box of the tensor maps");
+    constexpr int BQ = WG_BQ, BK = WG_BK, NC = 256, NS = WG_STAGES;  // NC consumer threads
+    static_assert(NS >= 2, "wgmma fwd: K_{u+1} and V_u are read together");
+    static_assert(BQ == BK, "wgmma fwd: Q, K and V tiles share the box of the tensor maps");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // every panel must start on a 1024-byte boundary (wgmma.cuh, and TMA's 128-byte swizzle)
     const uint32_t raw_s = gdnk::smem_u32(smem_raw);
@@ -390,7 +388,7 @@ __global__ void __launch_bounds__(WG3_THREADS, 1)
     constexpr uint32_t PANEL = 2u * BK * 64;  // bytes per 64-column panel of a tile
 
     if (tid < 128) {  // ---- producer warpgroup
-        wgm::setmaxnreg_dec<WG3_PRODUCER_REGS>();
+        wgm::setmaxnreg_dec<WG_PRODUCER_REGS>();
         if (tid < 32) {
             // one tile: rows row0 .. row0 + 127 of head (b, h), D / 64 boxes, on `bar`
             auto load = [&](const CUtensorMap *map, uint32_t dst, int row0, uint32_t bar) {
@@ -417,7 +415,7 @@ __global__ void __launch_bounds__(WG3_THREADS, 1)
             }
         }
     } else {  // ---- consumer warpgroups: the per-block code of the header
-        wgm::setmaxnreg_inc<WG3_CONSUMER_REGS>();
+        wgm::setmaxnreg_inc<WG_CONSUMER_REGS>();
         const int wg = (tid >> 7) - 1, w = (tid >> 5) & 3;
         const int g = lane >> 2, t4 = lane & 3;
         const float c2 = p.scale_log2;
@@ -440,21 +438,16 @@ __global__ void __launch_bounds__(WG3_THREADS, 1)
         auto release = [&](uint32_t bar) {
             if (lane == 0) wgm::mbar_arrive(bar);
         };
-        // PP: wait for this consumer's turn to issue / hand the turn to the other (header)
+        // ping-pong: wait for this consumer's turn to issue / hand the turn to the other (header)
         auto turn_wait = [&]() {
-            if constexpr (PP) {
-                if (wg == 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
-                else asm volatile("bar.sync 4, 256;\n" ::: "memory");
-            }
+            if (wg == 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+            else asm volatile("bar.sync 4, 256;\n" ::: "memory");
         };
         auto turn_pass = [&]() {
-            if constexpr (PP) {
-                if (wg == 0) asm volatile("bar.arrive 4, 256;\n" ::: "memory");
-                else asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-            }
+            if (wg == 0) asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+            else asm volatile("bar.arrive 3, 256;\n" ::: "memory");
         };
-        if constexpr (PP)
-            if (wg == 1) asm volatile("bar.arrive 3, 256;\n" ::: "memory");  // consumer 0 issues first
+        if (wg == 1) asm volatile("bar.arrive 3, 256;\n" ::: "memory");  // consumer 0 issues first
 
         // block 0: S_0, softmax (o is 0: no rescale), P_0. TMA writes through the async proxy,
         // as wgmma reads: the mbarrier wait alone orders them (no proxy fence).
@@ -548,7 +541,7 @@ __global__ void __launch_bounds__(WG3_THREADS, 1)
     }
     wgm::mbar_watchdog_check(wd_failed);  // outside the setmaxnreg regions (wgmma.cuh)
 #else
-    __trap();  // launched only where the sm_90a image exists (attention_fwd_wgmma_selected checks)
+    __trap();  // launched only where the sm_90a image exists (attn_wgmma_runs checks)
 #endif
 }
 
@@ -639,32 +632,10 @@ void fwd_launch(void (*kernel)(const fwd_kparams), int smem, int bq, int threads
     CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
-void attention_fwd_launch_bf16(const attn_params *p, int W) {
-    fwd_launch(attention_fwd_kernel<D>, fwd_smem_bytes<D>(), FWD_BQ, FWD_THREADS, p, W);
-}
-
-// GDN_ATTN_WGMMA_FWD3 (read on every call, so that one process can A/B the variants of
-// attention_fwd_wgmma3_kernel by setenv): unset (the default), "pp" or "pp2": 2 K/V stages with
-// the consumers' ping-pong; "1" or "2": 2 stages, "3": 3 stages, "pp3": 3 stages with ping-pong
-// (bench/attention.md, "Session 10"). Returns the stages, + 10 with ping-pong. Any other value
-// aborts: "0" used to select attention_fwd_wgmma2_kernel, deleted in session 11.
-int attention_fwd_wgmma3_mode() {
-    const char *s = getenv("GDN_ATTN_WGMMA_FWD3");
-    if (!s) return 12;
-    if (strcmp(s, "1") == 0 || strcmp(s, "2") == 0) return 2;
-    if (strcmp(s, "3") == 0) return 3;
-    if (strcmp(s, "pp") == 0 || strcmp(s, "pp2") == 0) return 12;
-    if (strcmp(s, "pp3") == 0) return 13;
-    gdn_die("attention_fwd: GDN_ATTN_WGMMA_FWD3=%s is not one of 1, 2, 3, pp, pp2, pp3\nHINT: unset it for the "
-            "default; the old wgmma forward it switched to with 0 is deleted; GDN_ATTN_WGMMA=0 runs the mma.sync "
-            "kernel", s);
-}
-
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda); NULL with *why set
 // when it cannot be had (asked once; concurrent first calls store the same values). A failed
 // query is cleared from the runtime's last error, so that the next launch check does not see it.
-PFN_cuTensorMapEncodeTiled_v12000 fwd3_encoder(const char **why) {
+PFN_cuTensorMapEncodeTiled_v12000 tma_encoder(const char **why) {
     static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
     static const char *reason = nullptr;
     static int asked = 0;
@@ -694,8 +665,8 @@ PFN_cuTensorMapEncodeTiled_v12000 fwd3_encoder(const char **why) {
 // Tensor map of a (B,T,H,D) bf16 tensor as 4-D (D, H, T, B) (dimension 0 innermost), box 64
 // columns x 1 head x `rows` rows x 1 batch, 128-byte swizzle (one wgmma panel per box), rows >= T
 // out of range (zero-filled). Returns NULL on success, else why the map cannot be encoded.
-const char *fwd3_encode(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *map, const void *x, const attn_params *p,
-                        int rows) {
+const char *tma_encode(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *map, const void *x, const attn_params *p,
+                       int rows) {
     const cuuint64_t es = 2;
     const cuuint64_t dims[4] = {(cuuint64_t)p->D, (cuuint64_t)p->H, (cuuint64_t)p->T, (cuuint64_t)p->B};
     // byte strides of dimensions 1..3: multiples of 16 and < 2^40 (cuTensorMapEncodeTiled)
@@ -713,15 +684,16 @@ const char *fwd3_encode(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *map,
     return msg;
 }
 
-// wgmma3 launches so far (attention_fwd_wgmma3_launches: test_attention checks that every bf16
-// forward on the wgmma path really ran wgmma3 and did not fall back to the mma.sync kernel)
-unsigned long fwd3_launches = 0;
+// attention_fwd_wgmma_kernel launches so far (attention_fwd_wgmma_launches, attention_testing.h:
+// test_attention checks that every bf16 forward on the wgmma path really ran it and did not fall
+// back to the mma.sync kernel)
+unsigned long fwd_wgmma_launches = 0;
 
-// Launches attention_fwd_wgmma3_kernel<D, NS, PP>; returns 0 (nothing launched, the reason printed
-// once to stderr) when the tensor maps cannot be made or the registers do not allow setmaxnreg,
-// so that the caller runs the mma.sync kernel (attention_fwd_kernel) instead.
-template <int D, int NS, bool PP>
-int attention_fwd_launch_wgmma3(const attn_params *p, int W) {
+// Launches attention_fwd_wgmma_kernel<D>; returns 0 (nothing launched, the reason printed once to
+// stderr) when the tensor maps cannot be made or the registers do not allow setmaxnreg, so that
+// the caller runs the mma.sync kernel (attention_fwd_kernel) instead.
+template <int D>
+int attention_fwd_launch_wgmma(const attn_params *p, int W) {
     static int warned = 0;
     // setmaxnreg moves registers inside the CTA's launch allocation: the consumers' setmaxnreg.inc
     // (256 x 240) can only be served if ptxas gave the kernel >= 168 registers a thread (384 x 168
@@ -730,44 +702,39 @@ int attention_fwd_launch_wgmma3(const attn_params *p, int W) {
     static int regs_ok = -1;
     if (regs_ok < 0) {
         cudaFuncAttributes fa;
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_fwd_wgmma3_kernel<D, NS, PP>));
-        regs_ok = fa.numRegs * WG3_THREADS >= 128 * WG3_PRODUCER_REGS + 256 * WG3_CONSUMER_REGS;
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_fwd_wgmma_kernel<D>));
+        regs_ok = fa.numRegs * WG_THREADS >= 128 * WG_PRODUCER_REGS + 256 * WG_CONSUMER_REGS;
     }
     const char *why = regs_ok ? nullptr : "the kernel has fewer than 168 registers a thread: setmaxnreg.inc would hang";
     CUtensorMap mq, mk, mv;
-    PFN_cuTensorMapEncodeTiled_v12000 enc = why ? nullptr : fwd3_encoder(&why);
-    if (!why) why = fwd3_encode(enc, &mq, p->q, p, WG_BK);
-    if (!why) why = fwd3_encode(enc, &mk, p->k, p, WG_BK);
-    if (!why) why = fwd3_encode(enc, &mv, p->v, p, WG_BK);
+    PFN_cuTensorMapEncodeTiled_v12000 enc = why ? nullptr : tma_encoder(&why);
+    if (!why) why = tma_encode(enc, &mq, p->q, p, WG_BK);
+    if (!why) why = tma_encode(enc, &mk, p->k, p, WG_BK);
+    if (!why) why = tma_encode(enc, &mv, p->v, p, WG_BK);
     if (why) {
         if (!warned) {
-            fprintf(stderr, "attention_fwd: attention_fwd_wgmma3_kernel cannot run (%s; B %d T %d H %d D %d): "
+            fprintf(stderr, "attention_fwd: attention_fwd_wgmma_kernel cannot run (%s; B %d T %d H %d D %d): "
                             "running the mma.sync kernel attention_fwd_kernel\n", why, p->B, p->T, p->H, p->D);
             warned = 1;
         }
         return 0;
     }
     const fwd_kparams kp = fwd_make_kparams(p, W);
-    constexpr int smem = fwd_wgmma3_smem_bytes<D, NS>();
-    CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_wgmma3_kernel<D, NS, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    smem));
+    constexpr int smem = fwd_wgmma_smem_bytes<D>();
+    CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     dim3 grid(GDN_CDIV(p->T, WG_BQ), p->H, p->B);
-    attention_fwd_wgmma3_kernel<D, NS, PP><<<grid, WG3_THREADS, smem, p->stream>>>(kp, mq, mk, mv);
+    attention_fwd_wgmma_kernel<D><<<grid, WG_THREADS, smem, p->stream>>>(kp, mq, mk, mv);
     CUDA_CHECK_LAUNCH();
-    fwd3_launches++;  // plain counter (diagnostics; the test calls attention_fwd from one thread)
+    fwd_wgmma_launches++;  // plain counter (diagnostics; the test calls attention_fwd from one thread)
     return 1;
 }
 
-// The bf16 Hopper forward: attention_fwd_wgmma3_kernel in the variant GDN_ATTN_WGMMA_FWD3 picks,
-// or the mma.sync kernel where it cannot run.
+// The bf16 forward: on the wgmma path attention_fwd_wgmma_kernel, else (or where it cannot run)
+// the mma.sync kernel.
 template <int D>
-void attention_fwd_launch_wgmma_any(const attn_params *p, int W) {
-    const int m3 = attention_fwd_wgmma3_mode();
-    if (m3 == 2 && attention_fwd_launch_wgmma3<D, 2, false>(p, W)) return;
-    if (m3 == 3 && attention_fwd_launch_wgmma3<D, 3, false>(p, W)) return;
-    if (m3 == 12 && attention_fwd_launch_wgmma3<D, 2, true>(p, W)) return;
-    if (m3 == 13 && attention_fwd_launch_wgmma3<D, 3, true>(p, W)) return;
-    attention_fwd_launch_bf16<D>(p, W);
+void attention_fwd_launch_bf16(const attn_params *p, int W, bool wgmma) {
+    if (wgmma && attention_fwd_launch_wgmma<D>(p, W)) return;
+    fwd_launch(attention_fwd_kernel<D>, fwd_smem_bytes<D>(), FWD_BQ, FWD_THREADS, p, W);
 }
 
 template <int D>
@@ -783,8 +750,8 @@ void attention_fwd_launch_f32(const attn_params *p, int W) {
 
 const char *attn_tma_map_bf16(CUtensorMap *map, const void *x, const attn_params *p, int rows) {
     const char *why = nullptr;
-    PFN_cuTensorMapEncodeTiled_v12000 enc = fwd3_encoder(&why);
-    return why ? why : fwd3_encode(enc, map, x, p, rows);
+    PFN_cuTensorMapEncodeTiled_v12000 enc = tma_encoder(&why);
+    return why ? why : tma_encode(enc, map, x, p, rows);
 }
 
 extern "C" void attention_fwd(const attn_params *p) {
@@ -798,28 +765,16 @@ extern "C" void attention_fwd(const attn_params *p) {
     const int W = p->window < p->T ? p->window : p->T;
     if (p->dtype == ATTN_DTYPE_FP32) {
         p->D == 64 ? attention_fwd_launch_f32<64>(p, W) : attention_fwd_launch_f32<128>(p, W);
-    } else if (attention_fwd_wgmma_selected()) {
-        p->D == 64 ? attention_fwd_launch_wgmma_any<64>(p, W) : attention_fwd_launch_wgmma_any<128>(p, W);
     } else {
-        p->D == 64 ? attention_fwd_launch_bf16<64>(p, W) : attention_fwd_launch_bf16<128>(p, W);
+        static int image = -1;
+        const bool wgmma = attn_wgmma_runs(p, attention_fwd_wgmma_kernel<128>, &image);
+        p->D == 64 ? attention_fwd_launch_bf16<64>(p, W, wgmma) : attention_fwd_launch_bf16<128>(p, W, wgmma);
     }
 }
 
-extern "C" const char *attention_fwd_wgmma_version_name(void) {
-    switch (attention_fwd_wgmma3_mode()) {
-    case 2: return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 2 K/V stages (GDN_ATTN_WGMMA_FWD3=1)";
-    case 3: return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 3 K/V stages (GDN_ATTN_WGMMA_FWD3=3)";
-    case 13:
-        return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 3 K/V stages, consumer ping-pong "
-               "(GDN_ATTN_WGMMA_FWD3=pp3)";
-    default:
-        return "attention_fwd_wgmma3_kernel (TMA producer warpgroup), 2 K/V stages, consumer ping-pong (default)";
-    }
-}
+extern "C" unsigned long attention_fwd_wgmma_launches(void) { return fwd_wgmma_launches; }
 
-extern "C" unsigned long attention_fwd_wgmma3_launches(void) { return fwd3_launches; }
-
-extern "C" int attention_fwd_wgmma_selected(void) {
-    static int env = -1, image = -1;
-    return attn_wgmma_selected("GDN_ATTN_WGMMA", attention_fwd_wgmma3_kernel<128, 2, true>, &env, &image);
+extern "C" int attention_fwd_wgmma_available(void) {
+    static int image = -1;
+    return cuda_sm90a_image_runs(attention_fwd_wgmma_kernel<128>, &image);
 }

@@ -8,9 +8,9 @@
 // bitwise reproducible). Pass 2 rereads the row (mostly from L2) and overwrites it with the
 // gradient, so no probability is ever stored. Ignored rows (t < 0): loss 0, gradient 0.
 // Logits in T (float / bf16), arithmetic and losses fp32. The per-logit exponentials are
-// exp2_fast((l - m) log2 e) (MUFU ex2: ~2 ulp; the subtraction first, so the values near the
-// max, which carry the sum, keep their accuracy): expf's range reduction made the kernel
-// issue-bound (ncu, session 9: 84% issue slots, 44% of DRAM bandwidth). The one-hot term is
+// exp_fast: 2^((l - m) log2 e) (MUFU ex2: ~2 ulp; the subtraction first, so the values near the
+// max, which carry the sum, keep their accuracy): expf's range reduction makes the kernel
+// issue-bound (ncu: 84% issue slots, 44% of DRAM bandwidth). The one-hot term is
 // subtracted once, by the thread holding the target's pack.
 #include "../cuda/elementwise.cuh"
 

@@ -666,6 +666,8 @@ extern "C" double backend_cuda_peak_flops(bool bf16, char *name, size_t namelen)
 
 extern "C" void backend_cuda_set_attention_deterministic(bool on) { ST.attn_deterministic = on; }
 
+extern "C" void backend_cuda_set_gemm_tune(bool on) { cuda_linear_set_tune(on); }
+
 extern "C" const backend *backend_cuda_get(bool bf16) {
     static backend modes[2];
     static bool ready = false;

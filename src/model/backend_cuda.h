@@ -16,6 +16,9 @@ const backend *backend_cuda_get(bool bf16);
 // swa.deterministic: false lets the bf16 attention backward sum dq by atomics in one pass
 // (attn_params.nondeterministic); true (the default) keeps the bitwise-repeatable two passes.
 void backend_cuda_set_attention_deterministic(bool on);
+// train.gemm_tune: cuBLASLt algorithm tuning on (the default) or off (gemm.h cuda_linear_set_tune;
+// the same bits either way).
+void backend_cuda_set_gemm_tune(bool on);
 // Number of usable CUDA devices (0 when none or no driver); never fails. train.device = auto.
 int backend_cuda_devices(void);
 // Datasheet dense peak FLOP/s of the current device (bf16 or fp32), 0 when unknown; its name.

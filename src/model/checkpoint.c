@@ -1,15 +1,21 @@
 // checkpoint.c — see checkpoint.h. Every HDF5 call is checked; a failure while writing removes
-// the temporary file and returns false with the reason (the previous checkpoint is untouched).
+// the temporary file and returns false with the reason (the previous checkpoint is untouched). A
+// failure while reading returns false with a message naming the file, the tensor or attribute,
+// and HDF5's own reason (a checksum mismatch is said in words).
 #include "checkpoint.h"
 #include <hdf5.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <unistd.h>
 #include "../core/common.h"
 
 #define CKPT_FORMAT "gdn-checkpoint"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2          // written; versions 1 (no checksums) and 2 are read
+#define CKPT_CHUNK_ELEMS ((size_t)1 << 19)  // float64 elements per chunk, at most: 4 MiB
+#define CKPT_MAX_COMPACT_LINKS 65535        // HDF5's limit; a group has <= MAX_PARAMS links,
+                                            // the root 10 attributes
 
 static void seterr(char *err, size_t n, const char *fmt, ...) {
     va_list ap;
@@ -78,19 +84,154 @@ static bool attr_num_r(hid_t loc, const char *name, hid_t type, void *val) {
     return ok;
 }
 
+// The two innermost messages of HDF5's error stack (where the error was detected) as one line;
+// checksum set when any message speaks of a checksum (Fletcher32 on data, or the metadata checksums).
+// Call right after the failing call: the next HDF5 call clears the stack.
+typedef struct {
+    char text[512];
+    size_t len;
+    bool checksum;
+} h5_reason;
+
+static herr_t h5_reason_walk(unsigned n, const H5E_error2_t *e, void *data) {
+    h5_reason *r = data;
+    if (!e->desc || !e->desc[0]) return 0;
+    if (strstr(e->desc, "checksum") || strstr(e->desc, "Fletcher32")) r->checksum = true;
+    if (n < 2 && r->len < sizeof r->text)  // the two innermost: the outer ones repeat "can't read"
+        r->len += (size_t)snprintf(r->text + r->len, sizeof r->text - r->len, "%s%s",
+                                   n ? "; " : "", e->desc);
+    return 0;
+}
+
+static h5_reason h5_reason_now(void) {
+    h5_reason r = {.text = "", .len = 0, .checksum = false};
+    if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_reason_walk, &r) < 0 || !r.text[0])
+        snprintf(r.text, sizeof r.text, "unknown HDF5 error");
+    return r;
+}
+
+// A (rows, cols) float64 tensor as a chunked dataset with the Fletcher32 checksum filter: chunks
+// of whole rows, at most CKPT_CHUNK_ELEMS elements each (a row wider than that is split).
 static bool write_tensor(hid_t grp, const char *name, const double *data, int rows, int cols) {
     hsize_t dims[2] = {(hsize_t)rows, (hsize_t)cols};
+    hsize_t ccols = GDN_MIN((hsize_t)cols, (hsize_t)CKPT_CHUNK_ELEMS);
+    hsize_t chunk[2] = {GDN_MAX((hsize_t)1, GDN_MIN((hsize_t)rows, CKPT_CHUNK_ELEMS / ccols)), ccols};
     hid_t s = H5Screate_simple(2, dims, NULL);
     if (s < 0) return false;
-    hid_t d = H5Dcreate2(grp, name, H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    bool ok = d >= 0 && H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    bool ok = dcpl >= 0 && H5Pset_chunk(dcpl, 2, chunk) >= 0 && H5Pset_fletcher32(dcpl) >= 0;
+    hid_t d = ok ? H5Dcreate2(grp, name, H5T_IEEE_F64LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
+    ok = d >= 0 && H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
     if (d >= 0) ok &= H5Dclose(d) >= 0;
+    if (dcpl >= 0) ok &= H5Pclose(dcpl) >= 0;
     ok &= H5Sclose(s) >= 0;
     return ok;
 }
 
 // Three groups of tensors: the parameters and the two AdamW moments.
 static const char *const GROUPS[3] = {"params", "adam_m", "adam_v"};
+
+// The values of group g's tensor: parameters and m finite, v finite and >= 0.
+static bool check_values(const char *path, int g, const char *name, const double *h, size_t n,
+                         char *err, size_t errlen) {
+    static const char *const what[3] = {"parameters must be finite",
+                                        "AdamW first moments must be finite",
+                                        "AdamW second moments must be finite and >= 0"};
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(h[i]) && (g != 2 || h[i] >= 0)) continue;
+        seterr(err, errlen, "'%s': tensor '/%s/%s' element %zu is %g: %s (a damaged checkpoint, "
+               "or one not written by gdn); refused", path, GROUPS[g], name, i, h[i], what[g]);
+        return false;
+    }
+    return true;
+}
+
+// Tensor `name` of group g (open in grp) of a version-`version` file: checks it is 2-D float64,
+// of shape (rows, cols) when rows >= 0, with all its bytes stored, chunked with the Fletcher32
+// filter when version >= 2; reads it into *buf (grown to *cap elements as needed; HDF5 verifies
+// each chunk's checksum) and checks its values. *numel: its element count.
+static bool read_tensor(hid_t grp, const char *path, int version, int g, const char *name,
+                        long rows, long cols, double **buf, size_t *cap, size_t *numel,
+                        char *err, size_t errlen) {
+    hid_t d = H5Dopen2(grp, name, H5P_DEFAULT);
+    if (d < 0) {
+        h5_reason r = h5_reason_now();
+        seterr(err, errlen, "'%s': cannot open tensor '/%s/%s' (HDF5: %s)", path, GROUPS[g], name,
+               r.text);
+        return false;
+    }
+    hid_t s = H5Dget_space(d), t = H5Dget_type(d), dcpl = H5Dget_create_plist(d);
+    bool ok = s >= 0 && t >= 0 && dcpl >= 0;
+    if (!ok) seterr(err, errlen, "'%s': cannot inspect tensor '/%s/%s'", path, GROUPS[g], name);
+    hsize_t dims[2] = {0, 0};
+    int nd = ok ? H5Sget_simple_extent_ndims(s) : -1;
+    if (ok && (nd != 2 || H5Sget_simple_extent_dims(s, dims, NULL) < 0)) {
+        seterr(err, errlen, "'%s': tensor '/%s/%s' has %d dimensions, expected 2", path, GROUPS[g],
+               name, nd);
+        ok = false;
+    }
+    if (ok && (H5Tget_class(t) != H5T_FLOAT || H5Tget_size(t) != sizeof(double))) {
+        seterr(err, errlen, "'%s': tensor '/%s/%s' is not float64 (HDF5 type class %d, %zu bytes)",
+               path, GROUPS[g], name, (int)H5Tget_class(t), H5Tget_size(t));
+        ok = false;
+    }
+    if (ok && rows >= 0 && (dims[0] != (hsize_t)rows || dims[1] != (hsize_t)cols)) {
+        seterr(err, errlen, "'%s': tensor '/%s/%s' has shape (%llu, %llu), the configured model "
+               "has (%ld, %ld)", path, GROUPS[g], name, (unsigned long long)dims[0],
+               (unsigned long long)dims[1], rows, cols);
+        ok = false;
+    }
+    // every element must be stored (an unwritten chunk would read as fill values): this also
+    // bounds what is allocated below by the file's size
+    const hsize_t n = dims[0] * dims[1];
+    if (ok && dims[1] && n / dims[1] != dims[0]) {
+        seterr(err, errlen, "'%s': tensor '/%s/%s' has shape (%llu, %llu): too large", path,
+               GROUPS[g], name, (unsigned long long)dims[0], (unsigned long long)dims[1]);
+        ok = false;
+    }
+    if (ok && H5Dget_storage_size(d) < n * sizeof(double)) {
+        seterr(err, errlen, "'%s': tensor '/%s/%s' of %llu elements has %llu bytes stored, fewer "
+               "than its data (a truncated or damaged file)", path, GROUPS[g], name,
+               (unsigned long long)n, (unsigned long long)H5Dget_storage_size(d));
+        ok = false;
+    }
+    if (ok && version >= 2) {
+        unsigned flags = 0, cd[4];
+        size_t ncd = 4;
+        htri_t has = H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &ncd, cd, 0, NULL,
+                                          NULL) >= 0;
+        H5Eclear2(H5E_DEFAULT);  // "filter not found" is an answer here, not an error
+        if (!has) {
+            seterr(err, errlen, "'%s': tensor '/%s/%s' has no Fletcher32 checksum (every tensor of "
+                   "a version-%d checkpoint has one)", path, GROUPS[g], name, version);
+            ok = false;
+        }
+    }
+    if (ok && n > *cap) {
+        free(*buf);
+        *buf = gdn_malloc((size_t)n * sizeof(double));
+        *cap = (size_t)n;
+    }
+    if (ok && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, *buf) < 0) {
+        h5_reason r = h5_reason_now();
+        if (r.checksum)
+            seterr(err, errlen, "'%s': tensor '/%s/%s' is damaged: its checksum does not match its "
+                   "data; refused (HDF5: %s)", path, GROUPS[g], name, r.text);
+        else
+            seterr(err, errlen, "'%s': cannot read tensor '/%s/%s': the file is damaged or "
+                   "truncated (HDF5: %s)", path, GROUPS[g], name, r.text);
+        ok = false;
+    }
+    ok = ok && check_values(path, g, name, *buf, (size_t)n, err, errlen);
+    bool closed = (dcpl < 0 || H5Pclose(dcpl) >= 0) & (t < 0 || H5Tclose(t) >= 0) &
+                  (s < 0 || H5Sclose(s) >= 0) & (H5Dclose(d) >= 0);
+    if (ok && !closed) {
+        seterr(err, errlen, "'%s': cannot close tensor '/%s/%s'", path, GROUPS[g], name);
+        ok = false;
+    }
+    *numel = (size_t)n;
+    return ok;
+}
 
 // Moments: from m->ckpt_moments when the loop gathered sharded ones, else from opt_m / opt_v.
 static void group_download(const model *m, int g, int i, double *h) {
@@ -124,7 +265,30 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    // the HDF5 1.10 file format: checksums on the metadata as well (checkpoint.h)
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0 || H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
+        seterr(err, errlen, "cannot set up the HDF5 file access list for '%s'", tmp);
+        if (fapl >= 0) (void)H5Pclose(fapl);  // failing already: the message says why
+        return false;
+    }
+    // the root's attributes as object header messages (checksummed), never dense (see gcpl below)
+    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+    hid_t f = fcpl >= 0 && H5Pset_attr_phase_change(fcpl, CKPT_MAX_COMPACT_LINKS, CKPT_MAX_COMPACT_LINKS - 1) >= 0
+                  ? H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl) : -1;
+    if (fcpl >= 0 && H5Pclose(fcpl) < 0 && f >= 0) {
+        seterr(err, errlen, "cannot close the HDF5 file creation list for '%s'", tmp);
+        (void)H5Pclose(fapl);  // failing already: the message says why
+        (void)H5Fclose(f);
+        unlink(tmp);
+        return false;
+    }
+    if (H5Pclose(fapl) < 0 && f >= 0) {
+        seterr(err, errlen, "cannot close the HDF5 file access list for '%s'", tmp);
+        (void)H5Fclose(f);  // failing already: the message says why
+        unlink(tmp);
+        return false;
+    }
     if (f < 0) {
         seterr(err, errlen, "cannot create checkpoint '%s' (%s)", tmp, strerror(errno));
         return false;
@@ -147,8 +311,13 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
     size_t maxn = 0;
     for (int i = 0; i < m->n_params; i++) maxn = GDN_MAX(maxn, m->params[i].numel);
     double *h = gdn_malloc(maxn * sizeof(double));
+    // the links of a group as messages of its object header (checksummed), never "dense" in a
+    // fractal heap, whose blocks carry no checksum (a flipped bit there reaches HDF5's parser:
+    // libhdf5 1.10.8 crashed on one in tests/test_fuzz_readers.c)
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    ok &= gcpl >= 0 && H5Pset_link_phase_change(gcpl, CKPT_MAX_COMPACT_LINKS, CKPT_MAX_COMPACT_LINKS - 1) >= 0;
     for (int g = 0; g < 3 && ok; g++) {
-        hid_t grp = H5Gcreate2(f, GROUPS[g], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t grp = H5Gcreate2(f, GROUPS[g], H5P_DEFAULT, gcpl, H5P_DEFAULT);
         ok &= grp >= 0;
         for (int i = 0; i < m->n_params && ok; i++) {
             const param_info *p = &m->params[i];
@@ -157,6 +326,7 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
         }
         if (grp >= 0) ok &= H5Gclose(grp) >= 0;
     }
+    if (gcpl >= 0) ok &= H5Pclose(gcpl) >= 0;
     free(h);
     ok &= H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0;
     ok &= H5Fclose(f) >= 0;
@@ -171,6 +341,18 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
         unlink(tmp);
         return false;
     }
+    // read back before it replaces the previous one: every tensor (checksums), the values, the
+    // loop state, and as many tensors as the model has
+    char why[1024];
+    int nread = 0;
+    if (!checkpoint_verify(tmp, &nread, why, sizeof why) || nread != 3 * m->n_params) {
+        if (nread != 3 * m->n_params && why[0] == '\0')
+            snprintf(why, sizeof why, "%d tensors read back, %d written", nread, 3 * m->n_params);
+        seterr(err, errlen, "writing checkpoint '%s' failed: the new file does not verify (%s); "
+               "the previous checkpoint is kept", path, why);
+        unlink(tmp);
+        return false;
+    }
     if (rename(tmp, path) != 0) {
         seterr(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
         unlink(tmp);
@@ -179,19 +361,24 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
     return true;
 }
 
-static hid_t open_checked(const char *path, char *err, size_t errlen) {
+// Opens a checkpoint and checks its format and version (*version: 1 or 2).
+static hid_t open_checked(const char *path, int *version, char *err, size_t errlen) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (access(path, R_OK) != 0) {
         seterr(err, errlen, "cannot read checkpoint '%s': %s", path, strerror(errno));
         return -1;
     }
-    if (H5Fis_hdf5(path) <= 0) {
+    htri_t is = H5Fis_hdf5(path);
+    if (is == 0) {
         seterr(err, errlen, "checkpoint '%s' is not an HDF5 file", path);
         return -1;
     }
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) {
-        seterr(err, errlen, "cannot open checkpoint '%s' as HDF5", path);
+    hid_t f = is > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : -1;
+    if (f < 0) {  // H5Fis_hdf5 or H5Fopen failed: the stack says why
+        h5_reason r = h5_reason_now();
+        seterr(err, errlen, "cannot open checkpoint '%s' as HDF5: the file is %s (HDF5: %s)", path,
+               r.checksum ? "damaged (a metadata checksum does not match)" : "damaged or truncated",
+               r.text);
         return -1;
     }
     char *fmt = attr_str_r(f, "format");
@@ -204,17 +391,47 @@ static hid_t open_checked(const char *path, char *err, size_t errlen) {
         return -1;
     }
     free(fmt);
-    if (!attr_num_r(f, "version", H5T_NATIVE_INT64, &ver) || ver != CKPT_VERSION) {
-        seterr(err, errlen, "'%s': attribute 'version' is %lld, this build reads version %d",
+    if (!attr_num_r(f, "version", H5T_NATIVE_INT64, &ver) || ver < 1 || ver > CKPT_VERSION) {
+        seterr(err, errlen, "'%s': attribute 'version' is %lld, this build reads versions 1 to %d",
                path, (long long)ver, CKPT_VERSION);
         (void)H5Fclose(f);  // failing already: the message says why
         return -1;
     }
+    *version = (int)ver;
     return f;
 }
 
+// The loop state attributes, checked: step >= 0, world_size >= 1.
+static bool read_state(hid_t f, const char *path, train_state *st, char *err, size_t errlen) {
+    int64_t step = 0, ws = 1;
+    bool ok = attr_num_r(f, "step", H5T_NATIVE_INT64, &step) &&
+              attr_num_r(f, "tokens_seen", H5T_NATIVE_UINT64, &st->tokens_seen) &&
+              attr_num_r(f, "sampler_pos", H5T_NATIVE_UINT64, &st->sampler_pos) &&
+              attr_num_r(f, "seed", H5T_NATIVE_UINT64, &st->seed) &&
+              attr_num_r(f, "best_val", H5T_NATIVE_DOUBLE, &st->best_val) &&
+              attr_num_r(f, "world_size", H5T_NATIVE_INT64, &ws);
+    if (!ok) {
+        seterr(err, errlen, "'%s': loop state attributes (step, tokens_seen, sampler_pos, seed, "
+                            "best_val, world_size) missing or unreadable", path);
+        return false;
+    }
+    if (step < 0 || step > LONG_MAX) {
+        seterr(err, errlen, "'%s': attribute 'step' is %lld; allowed: >= 0", path, (long long)step);
+        return false;
+    }
+    if (ws < 1 || ws > INT_MAX) {
+        seterr(err, errlen, "'%s': attribute 'world_size' is %lld; allowed: >= 1", path,
+               (long long)ws);
+        return false;
+    }
+    st->step = (long)step;
+    st->world_size = (int)ws;
+    return true;
+}
+
 char *checkpoint_read_config(const char *path, char *err, size_t errlen) {
-    hid_t f = open_checked(path, err, errlen);
+    int version = 0;
+    hid_t f = open_checked(path, &version, err, errlen);
     if (f < 0) return NULL;
     char *cfg = attr_str_r(f, "config");
     if (!cfg) seterr(err, errlen, "'%s': attribute 'config' is missing", path);
@@ -227,26 +444,21 @@ char *checkpoint_read_config(const char *path, char *err, size_t errlen) {
 }
 
 bool checkpoint_load(const char *path, model *m, train_state *st, char *err, size_t errlen) {
-    hid_t f = open_checked(path, err, errlen);
+    int version = 0;
+    hid_t f = open_checked(path, &version, err, errlen);
     if (f < 0) return false;
-    int64_t step = 0, ws = 1;
-    bool ok = attr_num_r(f, "step", H5T_NATIVE_INT64, &step) &&
-              attr_num_r(f, "tokens_seen", H5T_NATIVE_UINT64, &st->tokens_seen) &&
-              attr_num_r(f, "sampler_pos", H5T_NATIVE_UINT64, &st->sampler_pos) &&
-              attr_num_r(f, "seed", H5T_NATIVE_UINT64, &st->seed) &&
-              attr_num_r(f, "best_val", H5T_NATIVE_DOUBLE, &st->best_val) &&
-              attr_num_r(f, "world_size", H5T_NATIVE_INT64, &ws);
-    if (!ok) {
-        seterr(err, errlen, "'%s': loop state attributes (step, tokens_seen, sampler_pos, seed, "
-                            "best_val, world_size) missing or unreadable", path);
-        (void)H5Fclose(f);  // failing already: the message says why
-        return false;
+    train_state in = *st;
+    bool ok = read_state(f, path, &in, err, errlen);
+    char *cfg = ok ? attr_str_r(f, "config") : NULL;  // read by checkpoint_read_config
+    if (ok && !cfg) {
+        seterr(err, errlen, "'%s': attribute 'config' is missing or unreadable", path);
+        ok = false;
     }
-    st->step = (long)step;
-    st->world_size = (int)ws;
-    size_t maxn = 0;
+    free(cfg);
+    size_t maxn = 0, cap, numel = 0;
     for (int i = 0; i < m->n_params; i++) maxn = GDN_MAX(maxn, m->params[i].numel);
     double *h = gdn_malloc(maxn * sizeof(double));
+    cap = maxn;
     for (int g = 0; g < 3 && ok; g++) {
         hid_t grp = H5Gopen2(f, GROUPS[g], H5P_DEFAULT);
         if (grp < 0) {
@@ -262,27 +474,9 @@ bool checkpoint_load(const char *path, model *m, train_state *st, char *err, siz
                 ok = false;
                 break;
             }
-            hid_t d = H5Dopen2(grp, p->name, H5P_DEFAULT);
-            hid_t s = d >= 0 ? H5Dget_space(d) : -1;
-            hsize_t dims[2] = {0, 0};
-            int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
-            if (nd == 2 && H5Sget_simple_extent_dims(s, dims, NULL) < 0) nd = -1;
-            if (nd != 2 || dims[0] != (hsize_t)p->rows || dims[1] != (hsize_t)p->cols) {
-                seterr(err, errlen, "'%s': tensor '/%s/%s' has shape (%llu, %llu), the configured "
-                                    "model has (%d, %d)", path, GROUPS[g], p->name,
-                       (unsigned long long)dims[0], (unsigned long long)dims[1], p->rows, p->cols);
-                ok = false;
-            } else if (H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, h) < 0) {
-                seterr(err, errlen, "'%s': cannot read tensor '/%s/%s'", path, GROUPS[g], p->name);
-                ok = false;
-            } else {
-                group_upload(m, g, i, h);
-            }
-            bool closed = (s < 0 || H5Sclose(s) >= 0) & (d < 0 || H5Dclose(d) >= 0);
-            if (ok && !closed) {
-                seterr(err, errlen, "'%s': cannot close tensor '/%s/%s'", path, GROUPS[g], p->name);
-                ok = false;
-            }
+            ok = read_tensor(grp, path, version, g, p->name, p->rows, p->cols, &h, &cap, &numel,
+                             err, errlen);
+            if (ok) group_upload(m, g, i, h);
         }
         if (H5Gclose(grp) < 0 && ok) {
             seterr(err, errlen, "'%s': cannot close group '/%s'", path, GROUPS[g]);
@@ -294,5 +488,75 @@ bool checkpoint_load(const char *path, model *m, train_state *st, char *err, siz
         seterr(err, errlen, "'%s': cannot close the file after reading it", path);
         ok = false;
     }
+    if (ok) *st = in;
+    return ok;
+}
+
+// checkpoint_verify: every link of the three groups, in name order.
+typedef struct {
+    const char *path;
+    int version, g, n;
+    double *buf;
+    size_t cap;
+    char *err;
+    size_t errlen;
+} verify_walk;
+
+static herr_t verify_one(hid_t grp, const char *name, const H5L_info_t *info, void *data) {
+    (void)info;
+    verify_walk *w = data;
+    size_t numel = 0;
+    if (!read_tensor(grp, w->path, w->version, w->g, name, -1, -1, &w->buf, &w->cap, &numel,
+                     w->err, w->errlen))
+        return 1;  // stop: the message is in err
+    w->n++;
+    return 0;
+}
+
+bool checkpoint_verify(const char *path, int *ntensors, char *err, size_t errlen) {
+    if (ntensors) *ntensors = 0;
+    if (errlen) err[0] = '\0';
+    verify_walk w = {.path = path, .err = err, .errlen = errlen};
+    hid_t f = open_checked(path, &w.version, err, errlen);
+    if (f < 0) return false;
+    train_state st;
+    bool ok = read_state(f, path, &st, err, errlen);
+    char *cfg = ok ? attr_str_r(f, "config") : NULL;
+    if (ok && !cfg) {
+        seterr(err, errlen, "'%s': attribute 'config' is missing or unreadable", path);
+        ok = false;
+    }
+    free(cfg);
+    for (int g = 0; g < 3 && ok; g++) {
+        hid_t grp = H5Gopen2(f, GROUPS[g], H5P_DEFAULT);
+        if (grp < 0) {
+            h5_reason r = h5_reason_now();
+            seterr(err, errlen, "'%s': group '/%s' is missing or unreadable (HDF5: %s)", path,
+                   GROUPS[g], r.text);
+            ok = false;
+            break;
+        }
+        w.g = g;
+        hsize_t idx = 0;
+        herr_t rc = H5Literate(grp, H5_INDEX_NAME, H5_ITER_INC, &idx, verify_one, &w);
+        if (rc != 0) {
+            if (rc < 0) {  // the iteration itself failed (a damaged group), not a tensor
+                h5_reason r = h5_reason_now();
+                seterr(err, errlen, "'%s': cannot list group '/%s': the file is damaged (HDF5: %s)",
+                       path, GROUPS[g], r.text);
+            }
+            ok = false;
+        }
+        if (H5Gclose(grp) < 0 && ok) {
+            seterr(err, errlen, "'%s': cannot close group '/%s'", path, GROUPS[g]);
+            ok = false;
+        }
+    }
+    free(w.buf);
+    if (H5Fclose(f) < 0 && ok) {
+        seterr(err, errlen, "'%s': cannot close the file after reading it", path);
+        ok = false;
+    }
+    if (ntensors) *ntensors = w.n;
     return ok;
 }

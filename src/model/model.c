@@ -6,6 +6,7 @@
 // then logits = rmsnorm(x_L) lm_head^T and the fused softmax cross-entropy, whose gradient
 // overwrites the logits (the probabilities are never kept).
 #include "model.h"
+#include <limits.h>
 #include <math.h>
 #include "../core/common.h"
 #include "../core/rng.h"
@@ -186,9 +187,8 @@ static inproj_layout gdn_inproj(const model *m, int l) {
 // second, accumulating GEMM) and one for the (2F, d) weight gradient. Only when F activations
 // are a multiple of 16 bytes (F % 8 in bf16): then the up half and every row start 16-byte
 // aligned and the GPU's SwiGLU keeps its 16-byte packs (else it would go element by element).
-// The checkpoint keeps the two named tensors. GDN_MLP_FUSED=0 in the environment (read by
-// model_create) keeps two GEMMs (for A/B comparisons). The CPU reference keeps a GEMM per
-// weight (gdn_inproj's reason).
+// The checkpoint keeps the two named tensors. The CPU reference keeps a GEMM per weight
+// (gdn_inproj's reason).
 static bool mlp_fused(const model *m, int l) {
     const param_info *g = &m->params[m->lp[l].wgate], *u = &m->params[m->lp[l].wup];
     return m->mlp_fuse && u->offset == g->offset + g->numel &&
@@ -370,7 +370,50 @@ static double flops_per_token(const model *m) {
     return 6.0 * mm + mix;
 }
 
+// Every size model_create computes is a product of at most these (each < 2^31): N = B T tokens,
+// a width W (d, V, the MLP's 2F, the GDN input projection's 2 H dk + 3 H dv + 2 H, H Da), or
+// B H T dk dv (the GDN states). Bounding (L + 2) x 64 tensors of N W, MAX_PARAMS tensors of
+// W^2 and L x B H T dk dv elements of 8 bytes, with a factor 2 to spare for the arenas'
+// alignment, bounds every arena and every product in carve and build_table.
+bool model_check_sizes(const gdn_config *c, int B, int T, char *err, size_t errlen) {
+    const long long N = (long long)B * T, H = c->gdn_n_heads, dk = c->gdn_head_dim;
+    const double F2 = c->mlp_hidden > 0 ? 2.0 * c->mlp_hidden
+                                        : 2.0 * 256 * ceil(2.0 * c->mlp_ratio * c->d_model / 3.0 / 256);
+    const double dv = c->gdn_expand_v * dk;
+    if (B < 1 || T < 1 || N > INT_MAX) {
+        snprintf(err, errlen, "batch_size x seq_len = %d x %d = %lld tokens per micro-batch; allowed: "
+                 "1 to %d", B, T, N, INT_MAX);
+        return false;
+    }
+    const double inproj = 2.0 * H * dk + 2.0 * H * dv + 2.0 * H;  // fused q, k, v, z, a, b
+    if (!(F2 <= INT_MAX && dv <= INT_MAX && inproj <= INT_MAX &&
+          (long long)c->swa_n_heads * c->swa_head_dim <= INT_MAX)) {
+        snprintf(err, errlen, "a width does not fit an int: 2 x MLP hidden %.0f, gdn heads x head_dim "
+                 "%lld x %lld (dv %.0f: input projection %.0f), swa heads x head_dim %d x %d", F2, H,
+                 dk, dv, inproj, c->swa_n_heads, c->swa_head_dim);
+        return false;
+    }
+    double w = GDN_MAX(GDN_MAX((double)c->d_model, (double)c->vocab_size), GDN_MAX(F2, inproj));
+    w = GDN_MAX(w, (double)c->swa_n_heads * c->swa_head_dim);
+    const size_t W = (size_t)w, L = (size_t)GDN_MAX(c->n_layers, 0);
+    size_t acts, params, states, t;
+    bool ok = gdn_mul_ok((size_t)N, W, &t) && gdn_mul_ok(t, 8 * 64 * 2, &t) &&
+              gdn_mul_ok(t, L + 2, &acts) && gdn_mul_ok(W, W, &t) &&
+              gdn_mul_ok(t, 8 * 2 * (size_t)MAX_PARAMS, &params) &&
+              gdn_mul_ok((size_t)N, (size_t)(H * dk), &t) && gdn_mul_ok(t, (size_t)dv, &t) &&
+              gdn_mul_ok(t, 8 * 2, &t) && gdn_mul_ok(t, L, &states) && gdn_add_ok(acts, params, &t) &&
+              gdn_add_ok(t, states, &t);
+    if (!ok) {
+        snprintf(err, errlen, "the arenas of this model would exceed a 64-bit size: batch_size x "
+                 "seq_len = %lld tokens, n_layers %d, widest tensor %zu columns", N, c->n_layers, W);
+        return false;
+    }
+    return true;
+}
+
 model *model_create(const gdn_config *c, const backend *be, int B, int T) {
+    char size_err[512];
+    if (!model_check_sizes(c, B, T, size_err, sizeof size_err)) gdn_die("model: %s", size_err);
     model *m = gdn_malloc(sizeof *m);
     m->cfg = *c;
     m->be = be;
@@ -391,8 +434,7 @@ model *model_create(const gdn_config *c, const backend *be, int B, int T) {
     if (m->V < 2) gdn_die("model: vocab_size %d (set model.vocab_size or use a dataset)", m->V);
     build_table(m);
     m->head_rows = head_rows_for(m);
-    const char *mf = getenv("GDN_MLP_FUSED");  // mlp_fused: 0 keeps two GEMMs
-    m->mlp_fuse = be->fuse_projections && !(mf && !strcmp(mf, "0"));
+    m->mlp_fuse = be->fuse_projections;  // mlp_fused
 
     arena_plan(&m->a_params, "params");
     arena_plan(&m->a_grads, "grads");
@@ -1000,7 +1042,7 @@ void model_print_summary(const model *m, FILE *f) {
         fprintf(f, "model: gdn.bwd_states = saved keeps the GDN chunk-start states for the backward\n");
     else if (m->cfg.gdn_bwd_states == GDN_BWD_STATES_RECOMPUTE)
         fprintf(f, "model: gdn.bwd_states = recompute: the GDN backward recomputes its chunk-start states\n");
-    if (m->be->fuse_projections && !mlp_fused(m, 0))  // GDN_MLP_FUSED=0, or padded weights
+    if (m->be->fuse_projections && !mlp_fused(m, 0))  // padded weights, or F rows not 16-byte multiples
         fprintf(f, "model: the MLP's gate and up projections as two GEMMs\n");
     if (m->cfg.recompute == RECOMPUTE_FULL)
         fprintf(f, "model: train.recompute = full: norm, conv, SiLU, L2 norm, gated norm and "

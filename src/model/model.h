@@ -141,6 +141,10 @@ struct model {
 // Build the description and allocate every arena for micro-batches of B sequences of T tokens.
 // vocab_size must already be set (> 1). Errors (bad shapes) end the program with a message.
 model *model_create(const gdn_config *c, const backend *be, int B, int T);
+// What model_create checks first: every dimension (B x T, the head widths, the MLP width) fits
+// an int, and an upper bound of every arena's bytes fits a 64-bit size, so that no size below
+// wraps. False + a message naming the keys and the values.
+bool model_check_sizes(const gdn_config *c, int B, int T, char *err, size_t errlen);
 void model_free(model *m);
 void model_init_params(model *m, uint64_t seed);
 // ZeRO-1: keep the AdamW moments m, v only for the flat elements [lo, hi) (this rank's shard);

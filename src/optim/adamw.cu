@@ -29,9 +29,9 @@ __device__ __forceinline__ void adamw_elem(float g, float &m, float &v, float &w
 // V consecutive elements per thread and iteration (V = 4: 16-byte loads of g, m, v, master; the
 // launcher checks n % V and the alignment, else V = 1). The same operations per element for every
 // V, so the same bits: written with the _rn intrinsics, which the compiler may not contract into
-// other fused multiply-adds (with plain operators the V = 4 and V = 1 instances of one build
-// were contracted differently: test_cuda_ops' "4-wide vs 1-wide" rows failed in session 7). A
-// ZeRO-1 shard boundary moves a tensor between the two paths, so they must agree bit for bit.
+// other fused multiply-adds (with plain operators the V = 4 and V = 1 instances of one build can
+// be contracted differently: test_cuda_ops' "4-wide vs 1-wide" rows check it). A ZeRO-1 shard
+// boundary moves a tensor between the two paths, so they must agree bit for bit.
 template <typename T, int V, bool MASTER>
 __global__ void __launch_bounds__(EW_THREADS)
     adamw_kernel(T *p, float *master, const float *g, float *m, float *v, size_t n, const adamw_params a) {
@@ -76,9 +76,9 @@ void adamw_dispatch(T *p, float *master, const float *g, float *m, float *v, siz
 constexpr int ADAMW_MAX_DEVICES = 64;  // per-device caches (adamw_multi_wave)
 
 // ---- AdamW on several segments of the flat arenas in one launch (cuda_adamw_multi) ----
-// A step's update of the whole arena (or of a ZeRO-1 shard) was one cuda_adamw launch per run of
-// same-decay tensors: 74 at fla-220m, 36 of them norms / gates of at most a few thousand
-// elements, each with its ramp-up and tail. Here one launch takes up to ADAMW_MAX_SEGS runs
+// A step's update of the whole arena (or of a ZeRO-1 shard) by one cuda_adamw launch per run of
+// same-decay tensors takes 74 launches at fla-220m, 36 of them norms / gates of at most a few
+// thousand elements, each with its ramp-up and tail. Here one launch takes up to ADAMW_MAX_SEGS runs
 // (their bounds and decays in a __grid_constant__ table) and a grid of one full wave (every block
 // resident) strides over the V-aligned vectors of the span from the first run's start to the
 // last run's end, in absolute arena indices. Each thread walks the table forward as its index
@@ -175,8 +175,7 @@ __global__ void __launch_bounds__(EW_THREADS)
 }
 
 // One full wave of adamw_multi_kernel<T, V, MASTER> on the current device: SMs x resident blocks
-// (session 12: 4 waves measured 1% faster than 1 in bench/adamw_bench.cu, ~0.02 ms a step: not
-// worth a knob).
+// (4 waves measure 1% faster than 1 in bench/adamw_bench.cu, ~0.02 ms a step: not worth a knob).
 template <typename T, int V, bool MASTER> unsigned adamw_multi_wave() {
     static unsigned blocks[ADAMW_MAX_DEVICES];
     int dev = 0;

@@ -11,17 +11,15 @@
 // workspace poisoned again before each. Also: the deterministic backward is bitwise
 // reproducible (dq, dk, dv; two runs compared byte for byte), and in the nondeterministic mode
 // dk and dv still are.
-// On an sm_90 device the bf16 forward runs the wgmma kernel unless GDN_ATTN_WGMMA=0, and the bf16
-// backward its wgmma kernels unless GDN_ATTN_WGMMA_BWD=0 (the header lines say which paths ran;
-// run all); the backward always reads the forward's o and lse, so every row also checks the
-// backward on them.
-// On the wgmma path the bf16 forward runs attention_fwd_wgmma3_kernel (TMA producer warpgroup; the
-// variant GDN_ATTN_WGMMA_FWD3 picks, unset = pp) and the bf16 backward the TMA producer kernels
-// attention_bwd_*_wgmma3_kernel (GDN_ATTN_WGMMA_BWD3, unset = 1): the launch counters must show
-// that every such call ran them (1 forward launch, 2 backward launches per deterministic call and
-// 1 per nondeterministic one), so that a silent fallback to the mma.sync kernels fails. (Until
-// session 11 every bf16 call also ran on the older wgmma kernels and had to match them byte for
-// byte; those kernels are deleted.)
+// On a Hopper device (compute capability 9.x, binary with the sm_90a image) every bf16 case runs
+// twice, with the same checks and tolerances: on the default wgmma kernels (kernels "wgmma":
+// attention_fwd_wgmma_kernel and attention_bwd_*_wgmma_kernel, TMA producer warpgroup), where the
+// launch counters of attention_testing.h must show that every call ran them (1 forward launch, 2
+// backward launches per deterministic call and 1 per nondeterministic one), so that a silent
+// fallback to the mma.sync kernels fails; and with attn_params.kernels = ATTN_KERNELS_MMA_SYNC
+// (kernels "mma"), the portable sm_80 kernels, where the counters must not move. Elsewhere the
+// bf16 cases run once, on mma.sync. The backward always reads the forward's o and lse, so every
+// row also checks the backward on them.
 // The oracle runs on all CPU cores, one task per (config, head).
 #include "gputest.h"
 #include <atomic>
@@ -34,6 +32,7 @@ extern "C" {
 #include "../../src/bwd/bwd_cpu.h"
 }
 #include "../../src/fwd/attention_cuda.h"
+#include "../../src/fwd/attention_testing.h"
 
 struct cfg {
     int T, W, D;
@@ -113,11 +112,14 @@ static double rel_err(const std::vector<double> &got, const std::vector<double> 
 
 int main() {
     gpu_require("test_attention");
-    printf("bf16 forward: %s\n", attention_fwd_wgmma_selected() ? "wgmma kernel (sm_90a; GDN_ATTN_WGMMA=0: mma.sync)"
-                                                                 : "mma.sync kernel");
-    printf("bf16 backward: %s\n", attention_bwd_wgmma_selected()
-                                      ? "wgmma kernels (sm_90a; GDN_ATTN_WGMMA_BWD=0: mma.sync)"
-                                      : "mma.sync kernels");
+    // on the wgmma path every bf16 call must launch the wgmma kernels (header)
+    const bool fwd_wg = attention_fwd_wgmma_available(), bwd_wg = attention_bwd_wgmma_available();
+    printf("bf16 forward: %s\n", fwd_wg ? "wgmma kernel attention_fwd_wgmma_kernel (sm_90a; TMA producer, 2 K/V "
+                                          "stages, consumer ping-pong), and the mma.sync kernel (kernels = mma)"
+                                        : "mma.sync kernel");
+    printf("bf16 backward: %s\n", bwd_wg ? "wgmma kernels attention_bwd_*_wgmma_kernel (sm_90a; TMA producer, 2 "
+                                           "stages), and the mma.sync kernels (kernels = mma)"
+                                         : "mma.sync kernels");
     const int Ts[] = {1, 63, 64, 65, 300, 4096};
     const int Ds[] = {64, 128};
     std::vector<cfg *> cfgs;
@@ -140,16 +142,7 @@ int main() {
             }
         }
 
-    if (attention_fwd_wgmma_selected()) printf("bf16 wgmma forward: %s\n", attention_fwd_wgmma_version_name());
-    // on the wgmma path every bf16 call must launch the wgmma3 kernels (header)
-    const bool fwd3 = attention_fwd_wgmma_selected(), bwd3 = attention_bwd_wgmma_selected();
-    if (bwd3) {
-        const char *bwd3_env = getenv("GDN_ATTN_WGMMA_BWD3");
-        printf("bf16 wgmma backward: TMA producer kernels, %d stages%s (GDN_ATTN_WGMMA_BWD3=%s)\n",
-               attention_bwd_wgmma3_selected() % 10, attention_bwd_wgmma3_selected() > 10 ? ", ping-pong" : "",
-               bwd3_env ? bwd3_env : "unset: the default");
-    }
-    int fwd3_checks = 0, fwd3_ran = 0, bwd3_checks = 0, bwd3_ran = 0;
+    int fwd_wg_checks = 0, fwd_wg_ran = 0, bwd_wg_checks = 0, bwd_wg_ran = 0, mma_checks = 0, mma_ran = 0;
     // oracle on every core, biggest tasks first
     double t0 = gdn_now();
     std::vector<std::pair<cfg *, int>> tasks;
@@ -169,16 +162,27 @@ int main() {
     printf("float64 oracle: %zu configs, %zu head tasks on %d threads, %.1f s\n", cfgs.size(), tasks.size(), nth,
            gdn_now() - t0);
 
-    printf("\n%5s %6s %4s %5s %6s | %9s %9s | %9s %9s %9s | %s\n", "T", "window", "D", "dtype", "mode", "o", "lse",
-           "dq", "dk", "dv", "result");
+    printf("\n%5s %6s %4s %5s %7s %6s | %9s %9s | %9s %9s %9s | %s\n", "T", "window", "D", "dtype", "kernels",
+           "mode", "o", "lse", "dq", "dk", "dv", "result");
     t0 = gdn_now();
+    // (dtype, kernels) of each run of a config: bf16 on the default kernels, bf16 forced onto
+    // mma.sync where the default is wgmma, fp32 (one path)
+    std::vector<std::pair<attn_dtype, attn_kernels>> runs = {{ATTN_DTYPE_BF16, ATTN_KERNELS_AUTO}};
+    if (fwd_wg || bwd_wg) runs.push_back({ATTN_DTYPE_BF16, ATTN_KERNELS_MMA_SYNC});
+    runs.push_back({ATTN_DTYPE_FP32, ATTN_KERNELS_AUTO});
     for (cfg *c : cfgs)
-        for (attn_dtype dt : {ATTN_DTYPE_BF16, ATTN_DTYPE_FP32}) {
-            const size_t n = c->q.size(), nl = c->lse.size(), es = dt == ATTN_DTYPE_BF16 ? 2 : 4;
+        for (const auto &run : runs) {
+            const attn_dtype dt = run.first;
+            const bool bf16 = dt == ATTN_DTYPE_BF16, forced = run.second == ATTN_KERNELS_MMA_SYNC;
+            // which kernels this run's bf16 calls must launch: wgmma (launch counters + 1, + 2) or mma.sync (+ 0)
+            const bool want_fwd_wg = bf16 && fwd_wg && !forced, want_bwd_wg = bf16 && bwd_wg && !forced;
+            const char *kname = !bf16 ? "fp32" : forced || !(fwd_wg || bwd_wg) ? "mma" : "wgmma";
+            const size_t n = c->q.size(), nl = c->lse.size(), es = bf16 ? 2 : 4;
             attn_params p = {};
             p.B = c->B; p.T = c->T; p.H = c->H; p.D = c->D; p.window = c->W;
             p.scale = (float)(1.0 / sqrt((double)c->D));
             p.dtype = dt;
+            p.kernels = run.second;
             dev_bufs d;
             for (void **x : {&d.q, &d.k, &d.v, &d.o, &d.dO, &d.dq, &d.dk, &d.dv}) CUDA_CHECK(cudaMalloc(x, n * es));
             CUDA_CHECK(cudaMalloc(&d.lse, nl * 4));
@@ -191,18 +195,28 @@ int main() {
             CUDA_CHECK(cudaMemset(d.lse, 0xff, nl * 4));
             p.q = d.q; p.k = d.k; p.v = d.v; p.o = d.o; p.lse = d.lse;
             p.dO = d.dO; p.dq = d.dq; p.dk = d.dk; p.dv = d.dv; p.workspace = d.ws;
-            const unsigned long fwd3_n0 = attention_fwd_wgmma3_launches();
+            const unsigned long fwd_n0 = attention_fwd_wgmma_launches();
             attention_fwd(&p);
             CUDA_CHECK(cudaDeviceSynchronize());
-            if (fwd3 && dt == ATTN_DTYPE_BF16) {  // hard check: the forward above launched wgmma3
-                const bool ran3 = attention_fwd_wgmma3_launches() == fwd3_n0 + 1;
-                fwd3_checks++;
-                fwd3_ran += ran3;
+            if (want_fwd_wg) {  // hard check: the forward above launched the wgmma kernel
+                const bool ran = attention_fwd_wgmma_launches() == fwd_n0 + 1;
+                fwd_wg_checks++;
+                fwd_wg_ran += ran;
                 gc_checks++;
-                if (!ran3) {
+                if (!ran) {
                     gc_failures++;
-                    printf("      forward (T %d window %d D %d): attention_fwd_wgmma3_kernel did not run (fell back "
+                    printf("      forward (T %d window %d D %d): attention_fwd_wgmma_kernel did not run (fell back "
                            "to mma.sync, stderr says why): FAIL\n", c->T, c->W, c->D);
+                }
+            } else if (forced) {  // hard check: kernels = mma kept the forward off wgmma
+                const bool mma = attention_fwd_wgmma_launches() == fwd_n0;
+                mma_checks++;
+                mma_ran += mma;
+                gc_checks++;
+                if (!mma) {
+                    gc_failures++;
+                    printf("      forward (T %d window %d D %d): kernels = mma launched the wgmma kernel: FAIL\n",
+                           c->T, c->W, c->D);
                 }
             }
             std::vector<float> lsef(nl);
@@ -210,7 +224,7 @@ int main() {
             std::vector<double> lse(lsef.begin(), lsef.end());
             const double dvn = norm2(c->dv);
             const double e_o = rel_err(download(d.o, n, dt), c->o, 1), e_l = rel_err(lse, c->lse, 1);
-            const double tf = dt == ATTN_DTYPE_BF16 ? 5e-3 : 1e-4, tb = dt == ATTN_DTYPE_BF16 ? 1e-2 : 1e-4;
+            const double tf = bf16 ? 5e-3 : 1e-4, tb = bf16 ? 1e-2 : 1e-4;
             // backward with outputs and workspace poisoned (NaN); returns dq, dk, dv bytes
             auto run_bwd = [&](int nondet) {
                 for (void *x : {d.dq, d.dk, d.dv}) CUDA_CHECK(cudaMemset(x, 0xff, n * es));
@@ -227,28 +241,38 @@ int main() {
             };
             for (int nondet = 0; nondet < 2; nondet++) {
                 const char *mode = nondet ? "nondet" : "det";
-                const unsigned long bwd3_n0 = attention_bwd_wgmma3_launches();
+                const unsigned long bwd_n0 = attention_bwd_wgmma_launches();
                 const std::vector<unsigned char> a = run_bwd(nondet);
-                const unsigned long bwd3_n1 = attention_bwd_wgmma3_launches();
+                const unsigned long bwd_n1 = attention_bwd_wgmma_launches();
                 const double e_dq = rel_err(download(d.dq, n, dt), c->dq, dvn);
                 const double e_dk = rel_err(download(d.dk, n, dt), c->dk, dvn);
                 const double e_dv = rel_err(download(d.dv, n, dt), c->dv, dvn);
                 const bool ok = e_o <= tf && e_l <= tf && e_dq <= tb && e_dk <= tb && e_dv <= tb;
-                printf("%5d %6d %4d %5s %6s | %9.2e %9.2e | %9.2e %9.2e %9.2e | %s\n", c->T, c->W, c->D,
-                       dt == ATTN_DTYPE_BF16 ? "bf16" : "fp32", mode, e_o, e_l, e_dq, e_dk, e_dv, ok ? "pass" : "FAIL");
+                printf("%5d %6d %4d %5s %7s %6s | %9.2e %9.2e | %9.2e %9.2e %9.2e | %s\n", c->T, c->W, c->D,
+                       bf16 ? "bf16" : "fp32", kname, mode, e_o, e_l, e_dq, e_dk, e_dv, ok ? "pass" : "FAIL");
                 gc_checks++;
                 if (!ok) gc_failures++;
 
-                if (bwd3 && dt == ATTN_DTYPE_BF16) {  // hard check: the wgmma3 kernels of both passes ran
-                    const bool ran3 = bwd3_n1 == bwd3_n0 + (nondet ? 1 : 2);
-                    bwd3_checks++;
-                    bwd3_ran += ran3;
+                if (want_bwd_wg) {  // hard check: the wgmma kernels of both passes ran
+                    const bool ran = bwd_n1 == bwd_n0 + (nondet ? 1 : 2);
+                    bwd_wg_checks++;
+                    bwd_wg_ran += ran;
                     gc_checks++;
-                    if (!ran3) {
+                    if (!ran) {
                         gc_failures++;
-                        printf("      backward (T %d window %d D %d %s): %lu of %d wgmma3 kernels ran (fell back to "
-                               "mma.sync, stderr says why): FAIL\n", c->T, c->W, c->D, mode, bwd3_n1 - bwd3_n0,
+                        printf("      backward (T %d window %d D %d %s): %lu of %d wgmma kernels ran (fell back to "
+                               "mma.sync, stderr says why): FAIL\n", c->T, c->W, c->D, mode, bwd_n1 - bwd_n0,
                                nondet ? 1 : 2);
+                    }
+                } else if (forced) {  // hard check: kernels = mma kept both passes off wgmma
+                    const bool mma = bwd_n1 == bwd_n0;
+                    mma_checks++;
+                    mma_ran += mma;
+                    gc_checks++;
+                    if (!mma) {
+                        gc_failures++;
+                        printf("      backward (T %d window %d D %d %s): kernels = mma launched %lu wgmma kernels: "
+                               "FAIL\n", c->T, c->W, c->D, mode, bwd_n1 - bwd_n0);
                     }
                 }
 
@@ -258,8 +282,8 @@ int main() {
                     const std::vector<unsigned char> bb = run_bwd(nondet);
                     const size_t from = nondet ? n * es : 0;
                     const bool same = memcmp(a.data() + from, bb.data() + from, a.size() - from) == 0;
-                    printf("      backward %s bitwise reproducible (T %d D %d %s, two runs): %s\n",
-                           nondet ? "dk, dv" : "dq, dk, dv", c->T, c->D, dt == ATTN_DTYPE_BF16 ? "bf16" : "fp32",
+                    printf("      backward %s bitwise reproducible (T %d D %d %s %s, two runs): %s\n",
+                           nondet ? "dk, dv" : "dq, dk, dv", c->T, c->D, bf16 ? "bf16" : "fp32", kname,
                            same ? "pass" : "FAIL");
                     gc_checks++;
                     if (!same) gc_failures++;
@@ -268,12 +292,15 @@ int main() {
             for (void *x : {d.q, d.k, d.v, d.o, d.dO, d.dq, d.dk, d.dv, d.ws}) CUDA_CHECK(cudaFree(x));
             CUDA_CHECK(cudaFree(d.lse));
         }
-    if (fwd3)
-        printf("forward on attention_fwd_wgmma3_kernel: %d of %d bf16 configs: %s\n", fwd3_ran, fwd3_checks,
-               fwd3_ran == fwd3_checks ? "pass" : "FAIL");
-    if (bwd3)
-        printf("backward on the wgmma3 kernels: %d of %d bf16 runs: %s\n", bwd3_ran, bwd3_checks,
-               bwd3_ran == bwd3_checks ? "pass" : "FAIL");
+    if (fwd_wg)
+        printf("forward on attention_fwd_wgmma_kernel: %d of %d bf16 configs: %s\n", fwd_wg_ran, fwd_wg_checks,
+               fwd_wg_ran == fwd_wg_checks ? "pass" : "FAIL");
+    if (bwd_wg)
+        printf("backward on the wgmma kernels: %d of %d bf16 runs: %s\n", bwd_wg_ran, bwd_wg_checks,
+               bwd_wg_ran == bwd_wg_checks ? "pass" : "FAIL");
+    if (mma_checks)
+        printf("kernels = mma kept off wgmma: %d of %d bf16 calls: %s\n", mma_ran, mma_checks,
+               mma_ran == mma_checks ? "pass" : "FAIL");
     printf("GPU runs and checks: %.1f s\n", gdn_now() - t0);
     for (cfg *c : cfgs) delete c;
     return gc_finish("test_attention");

@@ -20,12 +20,15 @@
 // reduction-bearing op run twice gives bitwise equal outputs, and the extra outputs of the
 // RMSNorm, gated RMSNorm and SwiGLU backwards (train.recompute = light) are bitwise the forward
 // kernels' outputs on the same inputs, the backwards' other outputs bitwise as without them.
-// Every conv_silu row also checks which kernel ran: an s13 kernel (one token stream per warp out
-// of a cp.async ring) for the tiled forward with the L2 norm and the tiled backward with packs of
-// 4 channels, none for the plain forward (the register-window tiled kernel), the backward's v2
-// kernel and the untiled fallbacks (group conv_s13 adds the model's shape and the s13 kernels'
-// edge cases). Likewise every gated_rmsnorm row for the s13 gated RMSNorm forward and backward
-// (group gated_rmsnorm_s13 adds the model's shape and odd row counts with the strided z).
+// Every conv_silu row also checks which kernel ran (the launch counters of cuda/ops_testing.h):
+// a ring kernel (one token stream per warp out of a cp.async ring) for the tiled forward with the
+// L2 norm and the tiled backward with packs of 4 channels, none for the plain forward (the
+// register-window tiled kernel), the backward's staged kernel and the untiled fallbacks (group
+// conv_silu_ring adds the model's shape and the ring kernels' edge cases). Likewise every
+// gated_rmsnorm row for the narrow-row gated RMSNorm forward and backward (group
+// gated_rmsnorm_narrow adds the model's shape and odd row counts with the strided z).
+// Usage: test_cuda_ops [GROUP_SUBSTRING]: with an argument, only the test groups whose name
+// contains it run (e.g. "linear" for the GEMM rows); the suite runs them all.
 // Exit 77 (skipped) without a GPU.
 #include "gputest.h"
 #include <cmath>
@@ -42,6 +45,7 @@ extern "C" {
 }
 #include "../../src/fwd/cpu_threads.h"
 #include "../../src/cuda/ops.h"
+#include "../../src/cuda/ops_testing.h"
 #include "../../src/cuda/gemm.h"
 
 typedef std::vector<double> vec;
@@ -431,54 +435,54 @@ static void test_conv1d(cuda_dtype dt, rng_t *r) {
     }
 }
 
-// fn runs once more, and an s13 kernel must have launched (s13) or not: the tiled forward with
-// the L2 norm and the tiled backward with packs of 4 channels run s13; the plain forward runs
-// the tiled kernel (v1), the backward with packs of 2 only v2, every untiled call the per-element
-// fallback. Outputs are poisoned or reset to init first.
-static void conv_s13_row(const char *op, cuda_dtype dt, const std::function<void()> &fn,
-                         const std::vector<out_check> &outs, bool s13) {
+// fn runs once more, and a ring kernel must have launched (ring) or not: the tiled forward with
+// the L2 norm and the tiled backward with packs of 4 channels run a ring kernel; the plain
+// forward runs the tiled kernel, the backward with packs of 2 only the staged kernel, every
+// untiled call the per-element fallback. Outputs are poisoned or reset to init first.
+static void conv_ring_row(const char *op, cuda_dtype dt, const std::function<void()> &fn,
+                          const std::vector<out_check> &outs, bool ring) {
     for (const auto &o : outs) {
         if (o.init.empty())
             poison(o.t);
         else
             upload(o.t, o.init);
     }
-    const unsigned long n0 = cuda_conv_silu_s13_launches();
+    const unsigned long n0 = cuda_conv_silu_ring_launches();
     fn();
     CUDA_CHECK(cudaDeviceSynchronize());
-    const bool ran = cuda_conv_silu_s13_launches() != n0;
-    row_bool(op, dtn(dt), s13 ? "s13 kernel launched" : "no s13 kernel launched", ran == s13);
+    const bool ran = cuda_conv_silu_ring_launches() != n0;
+    row_bool(op, dtn(dt), ring ? "ring kernel launched" : "no ring kernel launched", ran == ring);
 }
 // whether the tiled conv + SiLU kernels take a call: W = 4 (forward) or 2 (backward), x, dx at
 // element col + off of a cudaMalloc'd buffer
 static bool conv_tiled(int W, const int cw[3], int K, size_t ld, size_t col, size_t off) {
     return cw[0] % W == 0 && cw[1] % W == 0 && cw[2] % W == 0 && ld % W == 0 && col % W == 0 && off == 0 && K <= 4;
 }
-// whether the s13 backward takes a call: the tiled path with packs of 4 (widths, ld and x's
+// whether the ring backward takes a call: the tiled path with packs of 4 (widths, ld and x's
 // column on 4 elements)
-static bool conv_s13_bwd(const int cw[3], int K, size_t ld, size_t col, size_t off) {
+static bool conv_ring_bwd(const int cw[3], int K, size_t ld, size_t col, size_t off) {
     return conv_tiled(4, cw, K, ld, col, off);
 }
 // fn once more from the same state (outs poisoned, reset: the accumulating outputs set again),
-// and an s13 gated norm kernel must have launched (s13) or not.
-static void norm_s13_row(const char *op, cuda_dtype dt, const std::vector<dten> &outs,
-                         const std::function<void()> &reset, const std::function<void()> &fn, bool s13) {
+// and a narrow-row gated norm kernel must have launched (narrow) or not.
+static void norm_narrow_row(const char *op, cuda_dtype dt, const std::vector<dten> &outs,
+                            const std::function<void()> &reset, const std::function<void()> &fn, bool narrow) {
     for (const dten &o : outs) poison(o);
     reset();
-    const unsigned long n0 = cuda_norm_s13_launches();
+    const unsigned long n0 = cuda_gated_rmsnorm_narrow_launches();
     fn();
     CUDA_CHECK(cudaDeviceSynchronize());
-    const bool ran = cuda_norm_s13_launches() != n0;
-    row_bool(op, dtn(dt), s13 ? "s13 kernel launched" : "no s13 kernel launched", ran == s13);
+    const bool ran = cuda_gated_rmsnorm_narrow_launches() != n0;
+    row_bool(op, dtn(dt), narrow ? "narrow kernel launched" : "no narrow kernel launched", ran == narrow);
 }
-// whether the s13 gated kernels take a call (the launchers' conditions at these tests' buffers:
+// whether the narrow-row gated kernels take a call (the launchers' conditions at these tests' buffers:
 // distinct, 16-byte aligned unless off, offsets < 2^31): one 16-byte pack a lane at most
-static bool norm_s13_fwd(cuda_dtype dt, int D, size_t zld, size_t off) {
+static bool norm_narrow_fwd(cuda_dtype dt, int D, size_t zld, size_t off) {
     const int W = dt == CUDA_BF16 ? 8 : 4;
     return off == 0 && D % W == 0 && D <= 32 * W && zld % W == 0;
 }
-static bool norm_s13_bwd(cuda_dtype dt, int D, size_t zld, size_t off, bool hz) {
-    return hz && norm_s13_fwd(dt, D, zld, off);
+static bool norm_narrow_bwd(cuda_dtype dt, int D, size_t zld, size_t off, bool hz) {
+    return hz && norm_narrow_fwd(dt, D, zld, off);
 }
 
 // The CPU reference of conv_silu3_bwd: dx (x's columns c0 of rows ld apart, from col) and dw (+=
@@ -530,7 +534,7 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
                    {{"y", dy_, y, {}, {}}}, false);
         const int cw1[3] = {C, 0, 0};
-        conv_s13_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
+        conv_ring_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
                      {{"y", dy_, y, {}, {}}}, false);
         vec g = randn(r, n, 1.0, dt), dxw(n), init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
         vec dw = plus_twice(init, [&](double *acc) {
@@ -541,15 +545,15 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt,
                    [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
                    {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
-        conv_s13_row(op, dt,
+        conv_ring_row(op, dt,
                      [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
-                     {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, conv_s13_bwd(cw1, K, C, 0, off));
+                     {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, conv_ring_bwd(cw1, K, C, 0, off));
     }
     // strided x and dx (the model's fused input projection): columns [col, col + C) of rows of
     // ld; dx's other columns hold random values that must stay. fla-220m's q (ld 3080, col 0)
     // and v (C 1024, col 1024) on the tiled path, and an ld off the pack (fallback path); rows
-    // off 16 bytes: x at col 2 (the backward's v2 stages by packs instead of 16 bytes; the
-    // forward falls back) and an ld of 44 (the plain tiled forward, bf16).
+    // off 16 bytes: x at col 2 (the backward's staged kernel stages by packs instead of 16 bytes;
+    // the forward falls back) and an ld of 44 (the plain tiled forward, bf16).
     const int strided[][7] = {  // B, T, C, K, ld, col
         {2, 300, 512, 4, 3080, 0, 0}, {1, 65, 1024, 4, 3080, 1024, 0}, {2, 63, 24, 3, 37, 5, 0},
         {2, 63, 24, 3, 38, 2, 0},     {2, 65, 40, 4, 44, 4, 0}};
@@ -565,7 +569,7 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
                    {{"y", dy_, y, {}, {}}}, false);
         const int cw1[3] = {C, 0, 0};
-        conv_s13_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
+        conv_ring_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
                      {{"y", dy_, y, {}, {}}}, false);
         vec g = randn(r, n, 1.0, dt), dx_init = randn(r, nw, 1.0, dt), dx_want = dx_init;
         vec init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
@@ -580,13 +584,13 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
                                           C, K, ld, 0);
                    },
                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
-        conv_s13_row(op, dt,
+        conv_ring_row(op, dt,
                      [&]() {
                          cuda_conv_silu_bwd(dt, (char *)ddxw.d + col * esz(dt), (float *)ddw.d, dg.d, xp, dw_.d, B,
                                             T, C, K, ld, 0);
                      },
                      {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
-                     conv_s13_bwd(cw1, K, ld, col, 0));
+                     conv_ring_bwd(cw1, K, ld, col, 0));
     }
     // conv_silu3: q, k, v (C0 + C1 + C2 channels of strided rows) in one call, outputs and output
     // gradients in three packed buffers: against the CPU per range, and bitwise against three
@@ -614,7 +618,7 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         };
         run_checks(op, dt, fwd3, {{"y0", dy0, y[0], {}, {}}, {"y1", dy1, y[1], {}, {}}, {"y2", dy2, y[2], {}, {}}},
                    false);
-        conv_s13_row(op, dt, fwd3, {{"y0", dy0, y[0], {}, {}}, {"y1", dy1, y[1], {}, {}}, {"y2", dy2, y[2], {}, {}}},
+        conv_ring_row(op, dt, fwd3, {{"y0", dy0, y[0], {}, {}}, {"y1", dy1, y[1], {}, {}}, {"y2", dy2, y[2], {}, {}}},
                      false);
         dten e0 = dempty(rows * cw[0], dt), e1 = dempty(rows * cw[1], dt), e2 = dempty(rows * cw[2], dt);
         dten *es3[3] = {&e0, &e1, &e2}, *ds3[3] = {&dy0, &dy1, &dy2};
@@ -640,9 +644,9 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         };
         run_checks(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
-        conv_s13_row(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
+        conv_ring_row(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
                      {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
-                     conv_s13_bwd(cw, K, ld, col, 0));
+                     conv_ring_bwd(cw, K, ld, col, 0));
         // bitwise against three calls, from the same starting dx and dw
         dten ddxw2 = dput(dx_init, dt), ddw2 = dput(init, CUDA_F32), ddxw3 = dput(dx_init, dt), ddw3 = dput(init, CUDA_F32);
         const void *dg3[3] = {dg0.d, dg1.d, dg2.d};
@@ -827,7 +831,7 @@ static void test_l2norm(cuda_dtype dt, rng_t *r) {
 
 // conv_silu3_l2: conv_silu3 with q, k L2-normalised per head of nd channels, against the CPU's
 // conv_silu then l2norm_fwd. In-kernel norm (fused = 1; the norm of the unrounded fp32 conv
-// output, the s13 kernel): fla-220m's shape (heads of 128, T 300), heads of 64, K 3 at T 1 / 65,
+// output, the ring kernel): fla-220m's shape (heads of 128, T 300), heads of 64, K 3 at T 1 / 65,
 // heads of 32 with q and k in one warp (ld 260).
 // Composed (fused = 0: conv_silu3 stores y rounded to its dtype, then l2norm_fwd in place, so the
 // reference rounds there too, and the result must be bitwise those two calls): heads of 256 (more
@@ -865,7 +869,7 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
                     {"rnorm q", dr0, rn[0], {}, {}},
                     {"rnorm k", dr1, rn[1], {}, {}}},
                    true);
-        conv_s13_row(op, dt,
+        conv_ring_row(op, dt,
                      [&]() {
                          cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d,
                                                 (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, nd,
@@ -890,18 +894,19 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
     }
 }
 
-// The s13 conv + SiLU kernels at the model's shape and around their blocking, against the CPU
+// The ring conv + SiLU kernels at the model's shape and around their blocking, against the CPU
 // (conv_silu_fwd_cpu then l2norm_fwd_cpu; conv_silu_bwd_cpu per segment; tolerances and the
 // fused / composed reference as test_conv_silu3_l2), and which kernel ran: fla-220m's q, k, v
 // (ld 3080, 512 + 512 + 1024, K 4, heads of 128) at B 16 T 2048 (bf16; fp32 at B 2: the same
 // chunking per sequence) and T = 1, 63, 64, 65, 300 (the forward's chunks end mid-ring; the
 // backward's groups of 8 tiles straddle sequences, runs of one tile, padded tokens); B 300 T 20
 // (more warp items than resident warps: the forward's chunk is the whole sequence and warps
-// loop); heads of 64 and 32 (v2's butterfly without its xor-16 level), K 1..3, a channel count
+// loop); heads of 64 and 32 (the butterfly without its xor-16 level), K 1..3, a channel count
 // with a half-dead warp (C 384), ld 1028 (on 4 elements, not on 8) and x at column 4; an odd ld
-// and column 2 (no s13 kernel: conv_silu3 then the norms; the backward's v2 or the fallback).
+// and column 2 (no ring kernel: conv_silu3 then the norms; the backward's staged kernel or the
+// fallback).
 // The backward's dx is the whole buffer (its other columns x's values, which must stay).
-static void test_conv_s13(cuda_dtype dt, rng_t *r) {
+static void test_conv_silu_ring(cuda_dtype dt, rng_t *r) {
     const int shapes[][9] = {  // B, T, C0 (= C1), C2, K, ld, col, nd
         {16, 2048, 512, 1024, 4, 3080, 0, 128}, {2, 2048, 512, 1024, 4, 3080, 0, 128},
         {3, 1, 512, 1024, 4, 3080, 0, 128},     {2, 63, 512, 1024, 4, 3080, 0, 128},
@@ -916,7 +921,7 @@ static void test_conv_s13(cuda_dtype dt, rng_t *r) {
         const size_t ld = sh[5], col = sh[6], rows = (size_t)B * T, nw = rows * ld, es = esz(dt), nh = rows * (C0 / nd);
         const int cw[3] = {C0, C0, C2}, c0[3] = {0, C0, 2 * C0};
         const double eps = 1e-6, s0 = 1.0 / sqrt((double)nd);
-        // the in-kernel norm (s13) on the tiled path; else conv_silu3 stores y, then the norm
+        // the in-kernel norm (ring kernel) on the tiled path; else conv_silu3 stores y, then the norm
         const bool fused = conv_tiled(4, cw, K, ld, col, 0) && C % 128 == 0;
         vec xw = randn(r, nw, 1.0, dt), w = randn(r, (size_t)C * K, 0.5, dt);
         std::vector<vec> y(3);
@@ -927,7 +932,7 @@ static void test_conv_s13(cuda_dtype dt, rng_t *r) {
         dten dy0 = dempty(rows * C0, dt), dy1 = dempty(rows * C0, dt), dy2 = dempty(rows * C2, dt);
         dten dr0 = dempty(nh, CUDA_F32), dr1 = dempty(nh, CUDA_F32);
         char op[96];
-        snprintf(op, sizeof op, "conv_s13 l2 B%d T%d C%d+%d+%d K%d ld%zu nd%d", B, T, C0, C0, C2, K, ld, nd);
+        snprintf(op, sizeof op, "conv_silu_ring l2 B%d T%d C%d+%d+%d K%d ld%zu nd%d", B, T, C0, C0, C2, K, ld, nd);
         auto fwd = [&]() {
             cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d, xp, dw_.d, B, T, C0, C0,
                                    C2, K, ld, nd, eps, s0, 1.0, 0);
@@ -938,7 +943,7 @@ static void test_conv_s13(cuda_dtype dt, rng_t *r) {
                                            {"rnorm q", dr0, rn[0], {}, {}},
                                            {"rnorm k", dr1, rn[1], {}, {}}};
         run_checks(op, dt, fwd, fo, true);
-        conv_s13_row(op, dt, fwd, fo, fused);
+        conv_ring_row(op, dt, fwd, fo, fused);
         std::vector<vec> g(3);
         for (int i = 0; i < 3; i++) g[i] = randn(r, rows * cw[i], 1.0, dt);
         const vec &dx_init = xw;  // dx's other columns: any values that must stay (x's: no draw)
@@ -948,14 +953,14 @@ static void test_conv_s13(cuda_dtype dt, rng_t *r) {
         }, &want2);
         dten dg0 = dput(g[0], dt), dg1 = dput(g[1], dt), dg2 = dput(g[2], dt);
         dten ddxw = dempty(nw, dt), ddw = dempty((size_t)C * K, CUDA_F32);
-        snprintf(op, sizeof op, "conv_s13 bwd B%d T%d C%d+%d+%d K%d ld%zu", B, T, C0, C0, C2, K, ld);
+        snprintf(op, sizeof op, "conv_silu_ring bwd B%d T%d C%d+%d+%d K%d ld%zu", B, T, C0, C0, C2, K, ld);
         auto bwd = [&]() {
             cuda_conv_silu3_bwd(dt, (char *)ddxw.d + col * es, (float *)ddw.d, dg0.d, dg1.d, dg2.d, xp, dw_.d, B, T,
                                 C0, C0, C2, K, ld, 0);
         };
         const std::vector<out_check> bo = {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}};
         run_checks(op, dt, bwd, bo, true);
-        conv_s13_row(op, dt, bwd, bo, conv_s13_bwd(cw, K, ld, col, 0));
+        conv_ring_row(op, dt, bwd, bo, conv_ring_bwd(cw, K, ld, col, 0));
     }
 }
 
@@ -1066,9 +1071,9 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt,
                    [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0); },
                    {{"y", dy_, y, {}, {}}, {"rstd", drs, rstd, {}, {}}}, true);
-        norm_s13_row(op, dt, {dy_, drs}, []() {},
+        norm_narrow_row(op, dt, {dy_, drs}, []() {},
                      [&]() { cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0); },
-                     norm_s13_fwd(dt, D, D, 0));
+                     norm_narrow_fwd(dt, D, D, 0));
     }
     // backward on the shapes of norm_bwd_shapes (above), with and without the gate z
     for (const norm_bwd_shape &sh : norm_bwd_shapes())
@@ -1107,18 +1112,18 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
                 cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d, yp, dg.d, dx_.d, zp, dw_.d,
                                        (const float *)frs.d, rows, D, 1, D, 0);
             });
-            for (bool light : {false, true}) {  // the s13 kernel, with and without y
+            for (bool light : {false, true}) {  // the narrow kernel, with and without y
                 std::vector<dten> outs = others;
                 if (light) outs.push_back(by);
                 char op2[96];
                 snprintf(op2, sizeof op2, "%s%s", op, light ? " +y" : "");
-                norm_s13_row(op2, dt, outs, [&]() { upload(ddw, init); },
+                norm_narrow_row(op2, dt, outs, [&]() { upload(ddw, init); },
                              [&]() {
                                  cuda_gated_rmsnorm_bwd(dt, ddx.d, hz ? ddz.d : NULL, (float *)ddw.d,
                                                         light ? by.d : NULL, dg.d, dx_.d, zp, dw_.d,
                                                         (const float *)frs.d, rows, D, 1, D, 0);
                              },
-                             norm_s13_bwd(dt, D, D, off, hz));
+                             norm_narrow_bwd(dt, D, D, off, hz));
             }
             // the forward on these shapes too (unaligned, wide, many rows): against the CPU
             snprintf(op, sizeof op, "gated_rmsnorm_fwd rows%zu D%d z%d%s", rows, D, (int)hz, off ? " unal" : "");
@@ -1126,7 +1131,7 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
                 cuda_gated_rmsnorm_fwd(dt, fy.d, (float *)frs.d, dx_.d, zp, dw_.d, rows, D, 1, D, eps, 0);
             };
             run_checks(op, dt, fwd, {{"y", fy, y, {}, {}}, {"rstd", frs, rstd, {}, {}}}, true);
-            norm_s13_row(op, dt, {fy, frs}, []() {}, fwd, norm_s13_fwd(dt, D, D, off));
+            norm_narrow_row(op, dt, {fy, frs}, []() {}, fwd, norm_narrow_fwd(dt, D, D, off));
         }
     // strided z, dz (the model's fused a, b, z projection): zh heads of a token at column zoff of
     // rows of zld; dz's other columns hold random values that must stay. Shapes: the model's
@@ -1174,12 +1179,12 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
             cuda_gated_rmsnorm_bwd(dt, ddx.d, (char *)ddzw.d + sh.zoff * esz(dt), (float *)ddw.d, yp, dg.d, dx_.d, zp,
                                    dw_.d, (const float *)drs.d, rows, D, sh.zh, sh.zld, 0);
         });
-        for (bool light : {false, true}) {  // the s13 kernel, with and without y
+        for (bool light : {false, true}) {  // the narrow kernel, with and without y
             std::vector<dten> outs = {ddx, ddw, ddzw};
             if (light) outs.push_back(by);
             char op2[112];
             snprintf(op2, sizeof op2, "%s%s", op, light ? " +y" : "");
-            norm_s13_row(op2, dt, outs,
+            norm_narrow_row(op2, dt, outs,
                          [&]() {
                              upload(ddzw, dz_init);
                              upload(ddw, init);
@@ -1189,25 +1194,25 @@ static void test_gated_rmsnorm(cuda_dtype dt, rng_t *r) {
                                                     light ? by.d : NULL, dg.d, dx_.d, zp, dw_.d, (const float *)drs.d,
                                                     rows, D, sh.zh, sh.zld, 0);
                          },
-                         norm_s13_bwd(dt, D, sh.zld, sh.zoff % (dt == CUDA_BF16 ? 8 : 4), true));
+                         norm_narrow_bwd(dt, D, sh.zld, sh.zoff % (dt == CUDA_BF16 ? 8 : 4), true));
         }
         snprintf(op, sizeof op, "gated_rmsnorm_fwd rows%zu D%d zh%d zld%zu", rows, D, sh.zh, sh.zld);
-        norm_s13_row(op, dt, {dy_, drs}, []() {},
+        norm_narrow_row(op, dt, {dy_, drs}, []() {},
                      [&]() {
                          cuda_gated_rmsnorm_fwd(dt, dy_.d, (float *)drs.d, dx_.d, zp, dw_.d, rows, D, sh.zh, sh.zld,
                                                 eps, 0);
                      },
-                     norm_s13_fwd(dt, D, sh.zld, sh.zoff % (dt == CUDA_BF16 ? 8 : 4)));
+                     norm_narrow_fwd(dt, D, sh.zld, sh.zoff % (dt == CUDA_BF16 ? 8 : 4)));
     }
 }
 
-// The s13 gated norm kernels at the model's shape (fla-220m: 32768 tokens x 4 heads of 256, z at
+// The narrow-row gated norm kernels at the model's shape (fla-220m: 32768 tokens x 4 heads of 256, z at
 // column 2056 of the fused projection's rows of 3080, bf16) and at odd row counts (1, 7, 33,
 // 70001: warps with 1 to 16 rows, the last block part full; rows not a multiple of zh), against
 // the CPU (gated_rmsnorm_fwd_cpu, gated_rmsnorm_bwd_cpu; the backward from the oracle's rstd,
 // dz into the projection's layout with its other columns random, which must stay), the light
 // backward's y bitwise the forward kernel's (from its rstd), and which kernel ran.
-static void test_gated_rmsnorm_s13(cuda_dtype dt, rng_t *r) {
+static void test_gated_rmsnorm_narrow(cuda_dtype dt, rng_t *r) {
     const int Dm = dt == CUDA_BF16 ? 256 : 128;  // one pack a lane
     struct { size_t rows; int zh, D; size_t zld, zoff; bool hz; } sh[] = {
         {131072, 4, 256, 3080, 2056, true}, {1, 4, Dm, 3080, 2056, true}, {7, 4, Dm, 3080, 2056, true},
@@ -1225,12 +1230,13 @@ static void test_gated_rmsnorm_s13(cuda_dtype dt, rng_t *r) {
         dten fy = dempty(n, dt), frs = dempty(rows, CUDA_F32);
         const void *zp = s.hz ? (const char *)dzw.d + s.zoff * esz(dt) : NULL;
         char op[112];
-        snprintf(op, sizeof op, "gated_rmsnorm_s13 fwd rows%zu D%d zh%d zld%zu z%d", rows, D, s.zh, s.zld, (int)s.hz);
+        snprintf(op, sizeof op, "gated_rmsnorm_narrow fwd rows%zu D%d zh%d zld%zu z%d", rows, D, s.zh, s.zld,
+                 (int)s.hz);
         auto fwd = [&]() {
             cuda_gated_rmsnorm_fwd(dt, fy.d, (float *)frs.d, dx_.d, zp, dw_.d, rows, D, s.zh, s.zld, eps, 0);
         };
         run_checks(op, dt, fwd, {{"y", fy, y, {}, {}}, {"rstd", frs, rstd, {}, {}}}, true);
-        norm_s13_row(op, dt, {fy, frs}, []() {}, fwd, norm_s13_fwd(dt, D, s.zld, 0));  // fy, frs: for light
+        norm_narrow_row(op, dt, {fy, frs}, []() {}, fwd, norm_narrow_fwd(dt, D, s.zld, 0));  // fy, frs: for light
         vec g = randn(r, n, 1.0, dt), rsf = to_f32(rstd), dx(n), dz_init = randn(r, nw, 1.0, dt);
         vec dzw_want = dz_init, init = randn(r, D, 0.1, CUDA_F32), want2;
         vec dwv = plus_twice(init, [&](double *acc) {
@@ -1240,7 +1246,8 @@ static void test_gated_rmsnorm_s13(cuda_dtype dt, rng_t *r) {
         dten dg = dput(g, dt), drsf = dput(rsf, CUDA_F32), ddx = dempty(n, dt), ddzw = dput(dz_init, dt);
         dten ddw = dempty(D, CUDA_F32), by = dempty(n, dt);
         void *dzp = s.hz ? (char *)ddzw.d + s.zoff * esz(dt) : NULL;
-        snprintf(op, sizeof op, "gated_rmsnorm_s13 bwd rows%zu D%d zh%d zld%zu z%d", rows, D, s.zh, s.zld, (int)s.hz);
+        snprintf(op, sizeof op, "gated_rmsnorm_narrow bwd rows%zu D%d zh%d zld%zu z%d", rows, D, s.zh, s.zld,
+                 (int)s.hz);
         std::vector<out_check> bo = {{"dx", ddx, dx, {}, {}}, {"dw", ddw, dwv, init, want2}};
         if (s.hz) bo.push_back({"dz|rest", ddzw, dzw_want, dz_init, dzw_want});
         run_checks(op, dt,
@@ -1257,11 +1264,11 @@ static void test_gated_rmsnorm_s13(cuda_dtype dt, rng_t *r) {
                                    rows, D, s.zh, s.zld, 0);
         };
         check_extra_output(op, dt, "y", fy, by, {ddx, ddw, ddzw}, bwd);
-        for (bool light : {false, true}) {  // the s13 kernel, with and without y
+        for (bool light : {false, true}) {  // the narrow kernel, with and without y
             char op2[128];
             snprintf(op2, sizeof op2, "%s%s", op, light ? " +y" : "");
-            norm_s13_row(op2, dt, {ddx, ddw, ddzw}, []() {}, [&]() { bwd(light ? by.d : NULL); },
-                         norm_s13_bwd(dt, D, s.zld, 0, s.hz));
+            norm_narrow_row(op2, dt, {ddx, ddw, ddzw}, []() {}, [&]() { bwd(light ? by.d : NULL); },
+                         norm_narrow_bwd(dt, D, s.zld, 0, s.hz));
         }
     }
 }
@@ -1506,7 +1513,7 @@ static void test_adamw_multi(rng_t *r) {
         const size_t nm = l.m_hi - l.m_lo;
         vec w = randn(r, N, 1.0, CUDA_F32), g = randn(r, N, 0.05, CUDA_F32), m = randn(r, nm, 0.01, CUDA_F32), v(nm);
         for (auto &e : v) e = (double)(float)(1e-6 + 1e-3 * rng_uniform(r));
-        dten s[2][5];  // [old, multi][p, master, g, m, v]
+        dten s[2][5];  // [per-run, multi][p, master, g, m, v]
         adamw_copies(s, w, g, m, v, md.dt);
         float *mst[2] = {md.master ? (float *)s[0][1].d : NULL, md.master ? (float *)s[1][1].d : NULL};
         for (int step = 0; step < 2; step++) {
@@ -1647,17 +1654,20 @@ static void test_linear_tune(cuda_dtype dt, rng_t *r) {
            st.candidates, st.dropped, st.changed);
 }
 
-// GDN_TEST_ONLY=SUBSTRING (a developer's filter, unset in the suite): only the test groups whose
-// name contains it, e.g. "linear" for the GEMM rows
-static bool only(const char *group) {
-    const char *e = getenv("GDN_TEST_ONLY");
-    return !e || strstr(group, e) != NULL;
-}
+// The command line's group filter (NULL: every group runs): only the test groups whose name
+// contains it, e.g. "linear" for the GEMM rows
+static const char *g_only = NULL;
+static bool only(const char *group) { return !g_only || strstr(group, g_only) != NULL; }
 
-int main() {
+int main(int argc, char **argv) {
+    if (argc > 2 || (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))) {
+        fprintf(stderr, "usage: %s [GROUP_SUBSTRING]  (only the test groups whose name contains it)\n", argv[0]);
+        return 2;
+    }
+    if (argc == 2) g_only = argv[1];
     // glibc: keep freed memory for reuse (no mmap'd blocks, no trimming). The large shapes
     // allocate and free host arrays of up to ~1 GB many times; handed back to the kernel, each
-    // was faulted in again, zero-filled, on the main thread (~100 GB of page faults a run).
+    // would be faulted in again, zero-filled, on the main thread (~100 GB of page faults a run).
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, -1);
     gpu_require("test_cuda_ops");
@@ -1665,8 +1675,7 @@ int main() {
     rng_t r;
     rng_init(&r, 20240601, 0);
     const double t0 = gdn_now();
-    if (getenv("GDN_TEST_ONLY"))
-        printf("GDN_TEST_ONLY=%s: only the test groups whose name contains it run\n", getenv("GDN_TEST_ONLY"));
+    if (g_only) printf("filter \"%s\": only the test groups whose name contains it run\n", g_only);
     printf("\n%-38s %-5s %-26s %11s %9s  %s\n", "op", "dtype", "output", "rel_err", "tol", "result");
     // each group timed (the suite's wall time on the GPU machine is mostly the float64
     // references of the large shapes: the table says which groups to speed up)
@@ -1697,15 +1706,15 @@ int main() {
         group("dropout", [&] { test_dropout(dt, &r); });
         group("rope", [&] { test_rope(dt, &r); });
     }
-    group("conv_s13", [&] {  // its own stream: the later groups draw what they drew before
+    group("conv_silu_ring", [&] {  // its own stream: the later groups draw what they drew before
         rng_t r3;
         rng_init(&r3, 20261213, 0);
-        for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_conv_s13(dt, &r3);
+        for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_conv_silu_ring(dt, &r3);
     });
-    group("gated_rmsnorm_s13", [&] {  // its own stream: the later groups draw what they drew before
+    group("gated_rmsnorm_narrow", [&] {  // its own stream: the later groups draw what they drew before
         rng_t r4;
         rng_init(&r4, 20261214, 0);
-        for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_gated_rmsnorm_s13(dt, &r4);
+        for (cuda_dtype dt : {CUDA_F32, CUDA_BF16}) test_gated_rmsnorm_narrow(dt, &r4);
     });
     group("convert", [&] { test_convert(&r); });
     group("adamw", [&] { test_adamw(&r); });
