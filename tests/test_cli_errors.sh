@@ -43,7 +43,7 @@ expect "vocab too small for the data" 1 "vocab_size" "256" -- "$WORK/micro.ini" 
 head -c 30 "$WORK/text.txt" >"$WORK/short.txt"
 "$BIN/gdn-prepare" --input "$WORK/short.txt" --out "$WORK/short.h5" >/dev/null 2>&1
 expect "dataset shorter than one window" 1 "short" "41" -- "$WORK/micro.ini" --set data.path="$WORK/short.h5" --set train.out_dir="$WORK/x3"
-expect "checkpoint of another shape" 1 "checkpoint.h5" "shape" -- "$WORK/micro.ini" --set model.d_model=48 --resume "$WORK/run/checkpoint.h5" --set train.out_dir="$WORK/x4"
+expect "checkpoint of another shape" 1 "checkpoint.h5" "[model] d_model is 32 in the checkpoint's config, 48 here" -- "$WORK/micro.ini" --set model.d_model=48 --resume "$WORK/run/checkpoint.h5" --set train.out_dir="$WORK/x4"
 expect "resume from a missing checkpoint" 1 "missing.h5" -- --resume "$WORK/missing.h5"
 expect "bad --stop-after" 2 "--stop-after" -- "$WORK/micro.ini" --stop-after zero
 expect "bad --test-fault-nan-step" 2 "--test-fault-nan-step" "a step number >= 1" -- "$WORK/micro.ini" --test-fault-nan-step 0
