@@ -13,8 +13,33 @@
 // backward, gradients accumulated), global-norm clipping, AdamW, the LR schedule. A progress
 // line every log.every steps, JSON lines in <out_dir>/metrics.jsonl, validation every
 // train.eval_every steps, an atomic HDF5 checkpoint every train.ckpt_every steps and at the end.
-// SIGINT/SIGTERM: the step in flight finishes, a checkpoint is written, exit 0. A NaN/inf loss
-// or gradient stops the run (exit 3) naming the step and the last good checkpoint.
+// SIGINT/SIGTERM: the step in flight finishes, a checkpoint is written, exit 0. A metrics or
+// progress line that cannot be written (a full disk) stops the run naming the file and the step.
+//
+// Blow-ups. A loss is bad when it is not finite or above the blow-up bound: twice the larger of
+// a uniform guess's loss, ln(vocab_size), and this run's first loss (the loss of the weights it
+// started from). No sound run gets there: its loss starts near ln(vocab_size) and falls, while
+// weights thrown far off (optim.lr = 1e6) give losses of 1e12 that stay finite in float64. So:
+//  - a step whose loss is bad, or whose gradient norm is not finite, stops the run (exit 3)
+//    before its update;
+//  - weights are checkpointed only when their loss is not bad: the step's validation loss when
+//    it has one, else the loss of one validation batch (probe_loss); a bad one stops the run
+//    (exit 3) without writing, and so does a bad validation loss on a step without checkpoint.
+// The message names the step and the last good checkpoint (the last written or resumed from,
+// with its step), whose weights passed the same test.
+//
+// Before anything in the run directory changes (config.ini, metrics, checkpoint), the config,
+// the data and, with --resume, the checkpoint are validated, and the ranks agree:
+//  - the run directory belongs to one run: a new run into an out_dir that holds a checkpoint
+//    or a metrics file with lines is refused unless train.overwrite = true, and so is a resume
+//    into an out_dir holding another checkpoint than the one resumed (claim_run_dir);
+//  - --resume: the effective config agrees with the checkpoint's stored one except in the keys
+//    config_key_resumable lists (src/core/config.c), and the checkpoint's step is at most
+//    train.steps; at train.steps exactly there is nothing to do (a message, exit 0);
+//  - ranks: the config text and the data file's identity hash alike on every rank before the
+//    first collective whose size depends on them, and the parameters and loop state after the
+//    start (src/dist/agree.h); a rank that differs names the key, data field or tensor.
+// Any refusal stops every rank with exit 1.
 //
 // Data parallel (DESIGN 8, src/dist): under mpirun / torchrun / srun every rank runs this loop
 // on batch_size sequences of its own (micro-batch m of rank r takes windows
@@ -26,12 +51,16 @@
 // (src/dist/zero1.h), on the CPU and the GPU. Rank 0 alone logs and writes checkpoints.
 //
 // main() runs the phases in order: the command line, the config, the communicator and the
-// backend, the data, the model (with ZeRO-1's shards), the start (resume or init), then either
-// the evaluation of a checkpoint (--eval) or the training loop, and the end of the run.
+// backend, the data, the checks before any write (ranks agree, --resume fits, out_dir is free),
+// the model (with ZeRO-1's shards), the start (resume or init) and its agreement across ranks,
+// the run directory's config.ini, then either the evaluation of a checkpoint (--eval) or the
+// training loop, and the end of the run.
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/common.h"
@@ -41,6 +70,7 @@
 #include "diag/compare.h"
 #include "diag/profile.h"
 #include "diag/timeline.h"
+#include "dist/agree.h"
 #include "dist/dist.h"
 #include "dist/grad_sync.h"
 #include "dist/zero1.h"
@@ -62,7 +92,9 @@ static void usage(FILE *f) {
             "       gdn-train --resume CKPT.h5 [--set ...]   (uses the config saved in the checkpoint)\n"
             "       gdn-train --resume CKPT.h5 --eval [--set ...]   (the validation loss, then exit)\n"
             "  --set        override one config key (repeatable), e.g. --set train.steps=200\n"
-            "  --resume     continue from a checkpoint, bit for bit (same config, same world size)\n"
+            "  --resume     continue from a checkpoint, bit for bit; the config must be the checkpoint's\n"
+            "               but for steps, cadences, devices, batch split, lr schedule (src/core/config.c)\n"
+            "               (a new run refuses an out_dir that holds a run; train.overwrite=true starts over)\n"
             "  --eval       with --resume: evaluate the checkpoint's weights on the validation split\n"
             "               (train.eval_batches; 0 = the whole split) and exit; writes nothing\n"
             "  --gradcheck  finite-difference check of the configured model on the CPU (float64);\n"
@@ -330,6 +362,7 @@ typedef struct {
     // the loop
     batch_sampler ts;
     FILE *metrics;
+    char metrics_path[1200];  // <out_dir>/<log.metrics_file> (rank > 0: /dev/null)
     timeline *tl;             // --timeline, else NULL
     grad_sync *gs;
     long tokens_per_step;
@@ -339,7 +372,9 @@ typedef struct {
     double t_aside;           // seconds of the window spent evaluating or checkpointing
     long win_steps;           // steps in the window
     double last_val;          // the last validation loss (NAN: none yet)
-    const char *last_good;    // the last checkpoint written or resumed from
+    double loss_bound;        // the blow-up bound on losses (INFINITY until the first step)
+    const char *last_good;    // the last checkpoint written or resumed from ("none")
+    long last_good_step;      // its step (-1: none)
     long prof_done;           // --profile: steps run so far
     double t_prof;            // --profile: wall seconds of the profiled steps
 } run;
@@ -403,21 +438,179 @@ static void open_data(run *r) {
                 r->tf.vocab_size);
 }
 
-// The effective config on stdout and (not with --eval) in <out_dir>/config.ini.
+// The effective config on stdout (write_config puts it in the run directory once the run has
+// been validated).
+static void print_config(const run *r) {
+    char *text = config_to_string(&r->cfg);
+    errno = 0;
+    bool ok = (r->args.eval_only ? printf("effective config:\n")
+                                 : printf("effective config (also in %s/config.ini):\n",
+                                          r->cfg.out_dir)) >= 0;
+    ok = fputs(text, stdout) != EOF && ok;
+    free(text);
+    if (fflush(stdout) != 0 || !ok)
+        gdn_die("cannot write the effective config to stdout: %s", errno ? strerror(errno) : "write error");
+}
+
+// ---- validation before anything in the run directory changes --------------------------------
+
+// Every rank stops (exit 1) when any rank's `ok` is false; a rank that found a problem has said
+// which. Collective, so that no rank is left waiting in a later collective.
+static void stop_unless_all_ok(run *r, bool ok) {
+    if (dist_scalar_max_f64(r->d, ok ? 0.0 : 1.0) == 0.0) return;
+    fflush(stdout);
+    dist_free(r->d);
+    exit(1);
+}
+
+// Rank 0 prints each rank's msg ("" = nothing to say), the first 8 of them: the other ranks'
+// messages reach the user through rank 0, as a launcher that stops the job on a failed rank may
+// drop the output of the ranks it stops. Collective.
+static void say_from_rank0(dist *d, const char *msg) {
+    int shown = 0, more = 0;
+    for (int k = 0; k < d->world; k++) {
+        char *m = k == 0 ? gdn_strdup(msg) : dist_bcast_string(d, msg, k);
+        if (d->rank == 0 && m[0] && shown < 8) shown++, fprintf(stderr, "%s\n", m);
+        else if (m[0]) more++;
+        free(m);
+    }
+    if (d->rank == 0 && more) fprintf(stderr, "(and %d more ranks)\n", more);
+}
+
+// The data file's identity, as text: its path, size, splits, vocabulary, tokenizer, and an
+// FNV-1a hash of its first and last 64 KiB (cheap, and it changes with any re-preparation).
+static void describe_data(const token_file *tf, char *buf, size_t n) {
+    unsigned char bytes[65536];
+    uint64_t h = AGREE_HASH_INIT;
+    long long size = -1;
+    int fd = open(tf->path, O_RDONLY);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+        size = (long long)st.st_size;
+        ssize_t got = pread(fd, bytes, sizeof bytes, 0);
+        if (got > 0) h = agree_hash(h, bytes, (size_t)got);
+        off_t tail = st.st_size > (off_t)sizeof bytes ? st.st_size - (off_t)sizeof bytes : 0;
+        got = pread(fd, bytes, sizeof bytes, tail);
+        if (got > 0) h = agree_hash(h, bytes, (size_t)got);
+    }
+    if (fd >= 0) close(fd);
+    snprintf(buf, n, "'%s': %lld bytes, %llu + %llu tokens, vocab_size %d, tokenizer %s, "
+             "eot_token %d, head/tail hash %016llx", tf->path, size,
+             (unsigned long long)tf->n_tokens[DATA_SPLIT_TRAIN],
+             (unsigned long long)tf->n_tokens[DATA_SPLIT_VAL], tf->vocab_size, tf->tokenizer,
+             tf->eot_token, (unsigned long long)h);
+}
+
+// The ranks run one config on one data file: their effective configs (the text) and data
+// identities hash alike; else each rank that differs names the first key (rank 0's value and
+// its own) or both data identities, and every rank stops. Before build_model: ZeRO-1's shards
+// and the gradient buckets are sized by the config.
+static void agree_config_and_data(run *r) {
+    dist *d = r->d;
+    if (d->world == 1) return;
+    char *text = config_to_string(&r->cfg), data[2048];
+    describe_data(&r->tf, data, sizeof data);
+    uint64_t mine[2] = {agree_hash(AGREE_HASH_INIT, text, strlen(text)),
+                        agree_hash(AGREE_HASH_INIT, data, strlen(data))}, root[2];
+    int differ = dist_agree_u64(d, mine, root, 2);
+    if (differ > 0) {
+        char *text0 = dist_bcast_string(d, text, 0), *data0 = dist_bcast_string(d, data, 0);
+        char msg[4096] = "";
+        gdn_config c0;
+        config_difference diff;
+        config_defaults(&c0);
+        if (mine[0] != root[0] && config_load_string(&c0, text0, "rank 0's config") &&
+            config_first_difference(&c0, &r->cfg, 0, false, &diff) >= 0)
+            snprintf(msg, sizeof msg, "error: rank %d: [%s] %s = %s on this rank, %s on rank 0: "
+                     "every rank must run the same config", d->rank, diff.section, diff.key,
+                     diff.b, diff.a);
+        else if (mine[0] != root[0])
+            snprintf(msg, sizeof msg, "error: rank %d: the config differs from rank 0's", d->rank);
+        else if (mine[1] != root[1])
+            snprintf(msg, sizeof msg, "error: rank %d: the data file differs from rank 0's: %s on "
+                     "this rank, %s on rank 0", d->rank, data, data0);
+        say_from_rank0(d, msg);
+        if (d->rank == 0)
+            fprintf(stderr, "error: %d of %d ranks run another config or data file than rank 0; "
+                    "stopping every rank\n", differ, d->world);
+        free(text0);
+        free(data0);
+    }
+    free(text);
+    stop_unless_all_ok(r, differ == 0);
+}
+
+// --resume: the effective config against the one stored in the checkpoint. Keys outside the
+// list of config_key_resumable must agree; the first that does not is named with both values.
+static void check_resume_config(run *r) {
+    const char *resume = r->args.resume;
+    if (!resume) return;
+    char err[1024];
+    char *text = checkpoint_read_config(resume, err, sizeof err);
+    bool ok = text != NULL;
+    if (!ok) fprintf(stderr, "error: %s\n", err);
+    gdn_config stored;
+    config_defaults(&stored);
+    ok = ok && config_load_string(&stored, text, resume);
+    config_difference diff;
+    if (ok && config_first_difference(&stored, &r->cfg, 0, true, &diff) >= 0) {
+        fprintf(stderr, "error: --resume '%s': [%s] %s is %s in the checkpoint's config, %s here; "
+                "it may not change on resume (the model, its data, train.seed and AdamW's betas, "
+                "eps and weight decay stay as the checkpoint has them)\n"
+                "HINT: resume with %s.%s = %s, or start a new run\n", resume, diff.section,
+                diff.key, diff.a, diff.b, diff.section, diff.key, diff.a);
+        ok = false;
+    }
+    free(text);
+    stop_unless_all_ok(r, ok);
+}
+
+// A run directory belongs to one run (rank 0 looks: it alone writes there). A new run is refused
+// when out_dir holds a checkpoint or a metrics file that is not empty; a resumed one when out_dir
+// holds another checkpoint than the one resumed (the run would replace it). train.overwrite =
+// true allows both.
+static void claim_run_dir(run *r) {
+    const gdn_config *c = &r->cfg;
+    const char *resume = r->args.resume;
+    bool ok = true;
+    if (r->r0 && !c->overwrite && !r->args.eval_only) {
+        char ckpt[1200], metrics[1200];
+        snprintf(ckpt, sizeof ckpt, "%s/checkpoint.h5", c->out_dir);
+        snprintf(metrics, sizeof metrics, "%s/%s", c->out_dir, c->metrics_file);
+        struct stat sc, sm, sr;
+        bool has_ckpt = stat(ckpt, &sc) == 0;
+        bool has_metrics = lstat(metrics, &sm) == 0 && !(S_ISREG(sm.st_mode) && sm.st_size == 0);
+        if (!resume && (has_ckpt || has_metrics)) {
+            fprintf(stderr, "error: train.out_dir '%s' holds a run (%s%s%s): a new run there would "
+                    "replace it\nHINT: resume it (--resume %s), choose another train.out_dir, or "
+                    "set train.overwrite = true to start over in it\n", c->out_dir,
+                    has_ckpt ? "checkpoint.h5" : "", has_ckpt && has_metrics ? ", " : "",
+                    has_metrics ? c->metrics_file : "", has_ckpt ? ckpt : "CHECKPOINT.h5");
+            ok = false;
+        } else if (resume && has_ckpt && stat(resume, &sr) == 0 &&
+                   (sr.st_dev != sc.st_dev || sr.st_ino != sc.st_ino)) {
+            fprintf(stderr, "error: train.out_dir '%s' holds another checkpoint than the one "
+                    "resumed ('%s'): the resumed run would replace it\nHINT: choose another "
+                    "train.out_dir, or set train.overwrite = true\n", c->out_dir, resume);
+            ok = false;
+        }
+    }
+    stop_unless_all_ok(r, ok);
+}
+
+// The effective config in <out_dir>/config.ini (rank 0; not with --eval, which writes nothing).
 static void write_config(const run *r) {
     const gdn_config *c = &r->cfg;
+    if (!r->r0 || r->args.eval_only) return;
     char path[1200];
     snprintf(path, sizeof path, "%s/config.ini", c->out_dir);
-    if (r->r0 && !r->args.eval_only) {  // --eval leaves the run directory as it is
-        mkdir_p(c->out_dir);
-        FILE *cf = fopen(path, "w");
-        if (!cf) gdn_die("cannot write '%s': %s", path, strerror(errno));
-        config_write(c, cf);
-        if (fclose(cf) != 0) gdn_die("cannot write '%s': %s", path, strerror(errno));
-    }
-    if (r->args.eval_only) printf("effective config:\n");
-    else printf("effective config (also in %s):\n", path);
-    config_write(c, stdout);
+    mkdir_p(c->out_dir);
+    FILE *cf = fopen(path, "w");
+    if (!cf) gdn_die("cannot write '%s': %s", path, strerror(errno));
+    char *text = config_to_string(c);
+    bool ok = fputs(text, cf) != EOF;
+    free(text);
+    if (fclose(cf) != 0 || !ok) gdn_die("cannot write '%s': %s", path, strerror(errno));
 }
 
 // The model and its arenas; with ZeRO-1 this rank's shard of the optimizer state.
@@ -432,6 +625,8 @@ static void build_model(run *r) {
                           .best_val = INFINITY, .world_size = r->d->world};
     snprintf(r->ckpt, sizeof r->ckpt, "%s/checkpoint.h5", c->out_dir);
     r->last_good = "none";
+    r->last_good_step = -1;
+    r->loss_bound = INFINITY;
 }
 
 // Weights, optimizer state and loop state from --resume; else parameters drawn from train.seed.
@@ -446,7 +641,9 @@ static void start_run(run *r) {
     }
     char err[1024];
     int world = r->d->world;
-    if (!checkpoint_load(resume, r->m, &r->st, err, sizeof err)) gdn_die("%s", err);
+    bool loaded = checkpoint_load(resume, r->m, &r->st, err, sizeof err);
+    if (!loaded) fprintf(stderr, "error: %s\n", err);
+    stop_unless_all_ok(r, loaded);
     if (r->st.world_size != world)
         printf("note: checkpoint written by %d ranks, resuming on %d: weights and optimizer "
                "state continue exactly; the data continues exactly when batch_size x grad_accum "
@@ -456,6 +653,72 @@ static void start_run(run *r) {
            (unsigned long long)r->st.tokens_seen);
     r->st.world_size = world;
     r->last_good = resume;
+    r->last_good_step = r->st.step;
+}
+
+// After start_run: every rank holds the same parameters and loop state (each drew them from
+// train.seed or read them from its --resume checkpoint); else each rank that differs names the
+// loop state or the first tensor in which it differs, and every rank stops.
+static void agree_parameters(run *r) {
+    dist *d = r->d;
+    const model *m = r->m;
+    if (d->world == 1) return;
+    const int n = m->n_params;
+    size_t maxn = 0;
+    for (int i = 0; i < n; i++) maxn = GDN_MAX(maxn, m->params[i].numel);
+    double *h = gdn_malloc(maxn * sizeof(double));
+    uint64_t *mine = gdn_malloc((size_t)(n + 1) * sizeof(uint64_t));
+    uint64_t *root = gdn_malloc((size_t)(n + 1) * sizeof(uint64_t));
+    for (int i = 0; i < n; i++) {
+        model_param_download(m, i, h);
+        mine[i] = agree_hash(AGREE_HASH_INIT, h, m->params[i].numel * sizeof(double));
+    }
+    char state[256];
+    snprintf(state, sizeof state, "step %ld, %llu tokens seen, data position %llu, seed %llu, "
+             "best val %.17g", r->st.step, (unsigned long long)r->st.tokens_seen,
+             (unsigned long long)r->st.sampler_pos, (unsigned long long)r->st.seed,
+             r->st.best_val);
+    mine[n] = agree_hash(AGREE_HASH_INIT, state, strlen(state));
+    int differ = dist_agree_u64(d, mine, root, (size_t)n + 1);
+    if (differ > 0) {
+        char *state0 = dist_bcast_string(d, state, 0), msg[1024] = "";
+        int first = 0;
+        while (first < n && mine[first] == root[first]) first++;
+        if (mine[n] != root[n])
+            snprintf(msg, sizeof msg, "error: rank %d: the loop state differs from rank 0's: %s on "
+                     "this rank, %s on rank 0", d->rank, state, state0);
+        else if (first < n)
+            snprintf(msg, sizeof msg, "error: rank %d: the parameters differ from rank 0's, first "
+                     "in '%s'", d->rank, m->params[first].name);
+        say_from_rank0(d, msg);
+        if (d->rank == 0)
+            fprintf(stderr, "error: %d of %d ranks start from other parameters or another step "
+                    "than rank 0%s; stopping every rank\n", differ, d->world,
+                    r->args.resume ? " (is --resume the same checkpoint on every rank?)" : "");
+        free(state0);
+    }
+    free(h);
+    free(mine);
+    free(root);
+    stop_unless_all_ok(r, differ == 0);
+}
+
+// --resume: the checkpoint's step against train.steps. Beyond it: refused (exit 1). At it: the
+// run is complete; true, and main() says so and exits 0 with nothing written.
+static bool run_is_complete(run *r) {
+    const gdn_config *c = &r->cfg;
+    if (!r->args.resume || r->args.eval_only) return false;
+    if (r->st.step > c->steps) {
+        fprintf(stderr, "error: --resume '%s': the checkpoint is at step %ld, beyond train.steps = "
+                "%d\nHINT: --set train.steps=N with N > %ld to train on\n", r->args.resume,
+                r->st.step, c->steps, r->st.step);
+        stop_unless_all_ok(r, false);
+    }
+    if (r->st.step < c->steps) return false;
+    printf("nothing to do: '%s' is at step %ld = train.steps, the run is complete (to train on: "
+           "--set train.steps=N with N > %ld); nothing written\n", r->args.resume, r->st.step,
+           r->st.step);
+    return true;
 }
 
 // --eval: the validation loss of the weights; the exit code (1 when it is not finite).
@@ -467,8 +730,8 @@ static int eval_checkpoint(run *r) {
         printf("eval: val loss %.6f over the whole split (%llu windows of %d), %.1f s\n", v,
                (unsigned long long)w, c->seq_len + 1, gdn_now() - t0);
     } else {
-        printf("eval: val loss %.6f over %d batches of %d windows of %d, %.1f s\n", v,
-               c->eval_batches, c->batch_size * c->grad_accum * r->d->world, c->seq_len + 1,
+        printf("eval: val loss %.6f over %d batches of %lld windows of %d, %.1f s\n", v,
+               c->eval_batches, (long long)c->batch_size * c->grad_accum * r->d->world, c->seq_len + 1,
                gdn_now() - t0);
     }
     return isfinite(v) ? 0 : 1;
@@ -516,7 +779,7 @@ static void install_signals(void) {
 static void open_training(run *r) {
     const gdn_config *c = &r->cfg;
     dist *d = r->d;
-    char err[1024], path[1200];
+    char err[1024];
     if (!sampler_init(&r->ts, &r->tf, DATA_SPLIT_TRAIN, c->batch_size, c->seq_len, c->seed, d->rank,
                       d->world, c->grad_accum, r->st.sampler_pos * (uint64_t)c->grad_accum, true,
                       err, sizeof err))
@@ -527,9 +790,10 @@ static void open_training(run *r) {
         gdn_die("validation data: %s", err);
     sampler_free(&vcheck);
 
-    snprintf(path, sizeof path, "%s/%s", c->out_dir, c->metrics_file);
-    r->metrics = fopen(r->r0 ? path : "/dev/null", r->args.resume ? "a" : "w");
-    if (!r->metrics) gdn_die("cannot open metrics file '%s': %s", path, strerror(errno));
+    if (r->r0) snprintf(r->metrics_path, sizeof r->metrics_path, "%s/%s", c->out_dir, c->metrics_file);
+    else snprintf(r->metrics_path, sizeof r->metrics_path, "/dev/null");
+    r->metrics = fopen(r->metrics_path, r->args.resume ? "a" : "w");
+    if (!r->metrics) gdn_die("cannot open metrics file '%s': %s", r->metrics_path, strerror(errno));
     if (r->args.timeline_steps > 0) r->tl = open_timeline(r);
     // ZeRO-1 too: each piece summed to its shard's owner
     r->gs = grad_sync_create(d, r->m, r->collectives, c->overlap, r->z ? zero1_shard_elems(r->z) : 0,
@@ -576,7 +840,8 @@ static void print_header(run *r) {
 
 // One step: grad_accum micro-batches (forward, fused loss, backward; the gradient sums over the
 // ranks go out from the model's hook), the global norm, AdamW (ZeRO-1: on this rank's shard, then
-// the all-gather). false, with the weights as they were, when the loss or the norm is not finite.
+// the all-gather). false, with the weights as they were, when the loss is bad (not finite or
+// above r->loss_bound, which the first step sets) or the norm is not finite.
 static bool train_step(run *r, double *loss_out, double *lr_out, double *gnorm_out) {
     const gdn_config *c = &r->cfg;
     model *m = r->m;
@@ -598,11 +863,14 @@ static bool train_step(run *r, double *loss_out, double *lr_out, double *gnorm_o
     grad_sync_step_end(r->gs, m);
     double loss = dist_scalar_sum_f64(d, loss_sum) / ((double)N * c->grad_accum * d->world);
     if (step + 1 == r->args.fault_nan_step) loss = NAN;
+    if (isinf(r->loss_bound) && isfinite(loss))  // this run's first loss
+        r->loss_bound = 2.0 * fmax(log((double)c->vocab_size), loss);
+    const bool loss_ok = isfinite(loss) && loss <= r->loss_bound;
     double lr = optim_lr(c, step), gnorm;
     bool updated = false;
     if (r->z) {
         gnorm = NAN;
-        if (isfinite(loss)) {
+        if (loss_ok) {
             gnorm = zero1_step(r->z, step, lr, tl);  // no update when gnorm is not finite
             updated = isfinite(gnorm);
         }
@@ -610,7 +878,7 @@ static bool train_step(run *r, double *loss_out, double *lr_out, double *gnorm_o
         gnorm = optim_grad_norm(m);
     }
     *loss_out = loss, *lr_out = lr, *gnorm_out = gnorm;
-    if (!isfinite(loss) || !isfinite(gnorm)) return false;
+    if (!loss_ok || !isfinite(gnorm)) return false;
     if (!updated) optim_step(m, step, lr, gnorm);
     timeline_compute(tl, updated ? "all-gather" : "norm+update");  // ZeRO-1: see zero1_step
     timeline_step_end(tl);
@@ -636,14 +904,28 @@ static bool profile_tick(run *r) {
     return false;
 }
 
+// One line into the metrics file, written through: a failed write (a full disk) stops the run
+// naming the file and the step.
+__attribute__((format(printf, 2, 3)))
+static void metrics_line(run *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    errno = 0;
+    bool ok = vfprintf(r->metrics, fmt, ap) >= 0;
+    va_end(ap);
+    ok = fflush(r->metrics) == 0 && ok && !ferror(r->metrics);
+    if (!ok) gdn_die("step %ld: cannot write metrics file '%s': %s", r->st.step, r->metrics_path,
+                     errno ? strerror(errno) : "write error");
+}
+
 // The validation loss (every rank takes part), logged; its time is left out of the step times.
 static void validate(run *r) {
     double t_eval = gdn_now();
     r->last_val = evaluate(r->m, &r->tf, &r->cfg, r->x, r->y, r->d);
     r->t_aside += gdn_now() - t_eval;
     if (r->last_val < r->st.best_val) r->st.best_val = r->last_val;
-    fprintf(r->metrics, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",
-            r->st.step, (unsigned long long)r->st.tokens_seen, r->last_val, gdn_now() - r->t_start);
+    metrics_line(r, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",
+                 r->st.step, (unsigned long long)r->st.tokens_seen, r->last_val, gdn_now() - r->t_start);
 }
 
 // The progress line and its metrics record over the window since the last one.
@@ -671,33 +953,78 @@ static void log_progress(run *r, double loss, double lr, double gnorm, bool vali
     char eta[32], val[32] = "";
     fmt_eta(eta, sizeof eta, dt * (double)(c->steps - st->step));
     if (validated) snprintf(val, sizeof val, " | val %.4f", r->last_val);
-    printf("step %6ld/%d | loss %.4f%s | lr %.2e | gnorm %.3f | %.0f tok/s | MFU %.1f%% | "
-           "%.1f ms/step | ETA %s\n",
-           st->step, c->steps, loss, val, lr, gnorm, tps, 100.0 * fl / r->peak, 1e3 * dt, eta);
-    fflush(stdout);
-    fprintf(r->metrics, "{\"step\": %ld, \"tokens\": %llu, \"loss\": %.17g, \"lr\": %.6e, "
-                        "\"grad_norm\": %.6f, \"tok_s\": %.1f, \"mfu\": %.5f, \"time\": %.3f}\n",
-            st->step, (unsigned long long)st->tokens_seen, loss, lr, gnorm, tps, fl / r->peak,
-            now - r->t_start);
-    fflush(r->metrics);
+    errno = 0;
+    bool out = printf("step %6ld/%d | loss %.4f%s | lr %.2e | gnorm %.3f | %.0f tok/s | MFU %.1f%% | "
+                      "%.1f ms/step | ETA %s\n", st->step, c->steps, loss, val, lr, gnorm, tps,
+                      100.0 * fl / r->peak, 1e3 * dt, eta) >= 0;
+    if (fflush(stdout) != 0 || !out || ferror(stdout))
+        gdn_die("step %ld: cannot write the progress line to stdout: %s", st->step,
+                errno ? strerror(errno) : "write error");
+    metrics_line(r, "{\"step\": %ld, \"tokens\": %llu, \"loss\": %.17g, \"lr\": %.6e, "
+                    "\"grad_norm\": %.6f, \"tok_s\": %.1f, \"mfu\": %.5f, \"time\": %.3f}\n",
+                 st->step, (unsigned long long)st->tokens_seen, loss, lr, gnorm, tps, fl / r->peak,
+                 now - r->t_start);
     r->t_win = now + t_peak;  // the re-timing is not a training step's time
     r->t_aside = 0;
     r->win_steps = 0;
 }
 
-// The checkpoint (rank 0 writes; with ZeRO-1 every rank sends its shard of the moments); its
-// time is left out of the step times.
-static void save_checkpoint(run *r) {
+// The loss of the weights as they are on one validation micro-batch per rank (the first windows
+// of the split's seeded draw; every rank takes part, every rank gets the mean). It changes no bit
+// of the training: like evaluate, its own sampler and no dropout.
+static double probe_loss(run *r) {
+    const gdn_config *c = &r->cfg;
+    dist *d = r->d;
+    batch_sampler vs;
+    char err[512];
+    if (!sampler_init(&vs, &r->tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed ^ 0x5A17u,
+                      d->rank, d->world, 1, 0, false, err, sizeof err))
+        gdn_die("validation data: %s", err);
+    sampler_next(&vs, r->x, r->y);
+    double loss = model_eval_loss(r->m, r->x, r->y);
+    sampler_free(&vs);
+    return dist_scalar_sum_f64(d, loss) / d->world;
+}
+
+// A loss that is not bad: finite and at most the blow-up bound (see the top of the file).
+static bool loss_good(const run *r, double loss) { return isfinite(loss) && loss <= r->loss_bound; }
+
+// The checkpoint, when the weights' loss is good: the step's validation loss when `validated`,
+// else probe_loss. Rank 0 writes; with ZeRO-1 every rank sends its shard of the moments. Its time
+// is left out of the step times. false, with nothing written and the loss in *bad, otherwise.
+static bool save_checkpoint(run *r, bool validated, double *bad) {
     double t_ckpt = gdn_now();
+    double fit = validated ? r->last_val : probe_loss(r);
+    if (!loss_good(r, fit)) {
+        *bad = fit;
+        return false;
+    }
     if (r->z) zero1_gather_moments(r->z);
     save_or_die(r->ckpt, r->m, &r->st, r->d);
     if (r->z) zero1_release_moments(r->z);
     r->t_aside += gdn_now() - t_ckpt;
     r->last_good = r->ckpt;
+    r->last_good_step = r->st.step;
+    return true;
 }
 
-// Steps until train.steps, --stop-after, a signal, the end of --profile or a non-finite loss
-// (exit code 3); the exit code.
+// A blow-up: what was bad, the last good checkpoint, the hint; the exit code, 3.
+static int blowup(const run *r, long step, const char *what, double value, const char *then) {
+    char bound[160] = "";
+    if (isfinite(value))
+        snprintf(bound, sizeof bound, ", above the blow-up bound %.4g (twice the larger of "
+                 "ln(vocab_size) and this run's first loss)", r->loss_bound);
+    char good[1300];
+    if (r->last_good_step < 0) snprintf(good, sizeof good, "none");
+    else snprintf(good, sizeof good, "%s (step %ld)", r->last_good, r->last_good_step);
+    fprintf(stderr, "error: step %ld: %s is %g%s; stopping %s.\n  last good checkpoint: %s\n"
+                    "HINT: lower optim.lr or set optim.grad_clip, then --resume from it\n",
+            step, what, value, bound, then, good);
+    return 3;
+}
+
+// Steps until train.steps, --stop-after, a signal, the end of --profile or a blow-up (exit code
+// 3: see the top of the file); the exit code.
 static int train_loop(run *r) {
     const gdn_config *c = &r->cfg;
     const train_args *a = &r->args;
@@ -708,14 +1035,11 @@ static int train_loop(run *r) {
     r->t_start = r->t_win = gdn_now();
     r->last_val = NAN;
     while (st->step < c->steps) {
-        double loss, lr, gnorm;
+        double loss, lr, gnorm, bad;
         if (!train_step(r, &loss, &lr, &gnorm)) {
-            fprintf(stderr, "error: step %ld: %s is %g; stopping without updating the weights.\n"
-                            "  last good checkpoint: %s\n"
-                            "HINT: lower optim.lr or set optim.grad_clip, then --resume from it\n",
-                    st->step + 1, isfinite(loss) ? "gradient norm" : "loss",
-                    isfinite(loss) ? gnorm : loss, r->last_good);
-            return 3;
+            bool by_loss = !loss_good(r, loss);
+            return blowup(r, st->step + 1, by_loss ? "loss" : "gradient norm", by_loss ? loss : gnorm,
+                          "without updating the weights");
         }
         if (a->profile_steps > 0) {  // no log, eval or checkpoint inside the measurement
             if (profile_tick(r)) break;
@@ -727,8 +1051,11 @@ static int train_loop(run *r) {
         if (st->step % c->log_every == 0 || last || do_eval) log_progress(r, loss, lr, gnorm, do_eval);
         bool stop_here = st->step == a->stop_after;
         if (r->d->world > 1 && dist_scalar_max_f64(r->d, (double)g_stop) > 0 && !g_stop) g_stop = SIGTERM;
-        if (last || g_stop || stop_here || (c->ckpt_every > 0 && st->step % c->ckpt_every == 0))
-            save_checkpoint(r);
+        bool ckpt = last || g_stop || stop_here || (c->ckpt_every > 0 && st->step % c->ckpt_every == 0);
+        if ((do_eval && !loss_good(r, r->last_val)) || (ckpt && !save_checkpoint(r, do_eval, &bad)))
+            return blowup(r, st->step, do_eval ? "the validation loss of the updated weights"
+                                               : "the updated weights' loss on a validation batch",
+                          do_eval ? r->last_val : bad, "without a checkpoint of them");
         if (g_stop) {
             printf("signal %d: stopped after step %ld, checkpoint written to %s\n", (int)g_stop,
                    st->step, r->ckpt);
@@ -764,7 +1091,8 @@ static void report_end(const run *r, int rc) {
 // What open_training opened, in reverse.
 static void close_training(run *r) {
     timeline_free(r->tl);  // waits for the device, writes the last recorded steps
-    if (fclose(r->metrics) != 0) gdn_die("cannot write metrics file: %s", strerror(errno));
+    if (fclose(r->metrics) != 0)
+        gdn_die("cannot write metrics file '%s': %s", r->metrics_path, strerror(errno));
     sampler_free(&r->ts);
     grad_sync_free(r->gs);
 }
@@ -795,9 +1123,18 @@ int main(int argc, char **argv) {
     setup_dist(&r);         // rank and world, the communicator, CPU or GPU
     setup_backend(&r);      // the ops: float64 CPU or the GPU's (--profile: timed)
     open_data(&r);          // the token file
-    write_config(&r);       // the effective config: stdout and <out_dir>/config.ini
+    print_config(&r);       // the effective config on stdout
+    agree_config_and_data(&r);  // every rank: the same config and data (before sized collectives)
+    check_resume_config(&r);    // --resume: only the resumable keys differ from the checkpoint's
+    claim_run_dir(&r);      // out_dir holds no other run
     build_model(&r);        // the model's arenas, ZeRO-1's shards
     start_run(&r);          // --resume, or parameters drawn from train.seed
+    agree_parameters(&r);   // every rank: the same parameters and loop state
+    if (run_is_complete(&r)) {  // --resume of a checkpoint at train.steps: nothing to do
+        close_run(&r);
+        return 0;
+    }
+    write_config(&r);       // all validated: <out_dir>/config.ini, the first write there
     if (r.args.eval_only) {
         rc = eval_checkpoint(&r);
     } else {

@@ -28,8 +28,9 @@ git rev-parse --short HEAD 2>/dev/null | tee "$out/commit.txt"
 echo "== 1. NCCL at world 1 vs no dist, $W1_STEPS steps of base.ini"
 [ -f data/tinyshakespeare.h5 ] || "./$b/gdn-prepare" --input data/tinyshakespeare/input.txt \
     --out data/tinyshakespeare.h5 --tokenizer bytes --val-frac 0.1 >/dev/null
+# train.overwrite: a second call on the same machine starts these runs over
 common=(--set train.device=cuda --set "train.steps=$W1_STEPS" --set train.eval_every=0
-        --set train.ckpt_every=0)
+        --set train.ckpt_every=0 --set train.overwrite=true)
 for v in none nccl nccl-zero1; do
     sets=(--set "train.out_dir=runs/w1-$v")
     case $v in
@@ -48,7 +49,7 @@ done
 echo "== 2. timeline, fla-220m through NCCL at world 1"
 [ -f data/synth-32000.h5 ] || python3 bench/make_tokens.py data/synth-32000.h5 --vocab 32000 >/dev/null
 timeout 150 "./$b/gdn-train" configs/fla-220m.ini --set train.device=cuda --set dist.backend=nccl \
-    --set train.steps=30 --set log.every=1 --set train.out_dir=/dev/shm/tl --set train.eval_batches=1 \
+    --set train.steps=30 --set log.every=1 --set train.out_dir=/dev/shm/tl --set train.overwrite=true --set train.eval_batches=1 \
     --timeline 3 >"$out/timeline_run.log" 2>&1
 echo "exit $?"
 grep -E "^(init|startup|timeline|gradients|training):" "$out/timeline_run.log"

@@ -386,7 +386,7 @@ static void test_roundtrip(const gdn_config *valid) {
     check("and writes the same text again", strcmp(text, text2) == 0);
     int nkeys = 0;  // lines that are not blank, a [section] or a comment
     for (const char *q = text; *q; q = strchr(q, '\n') + 1) nkeys += *q != '\n' && *q != '[' && *q != ';';
-    check("every key written (63 key lines)", nkeys == 63);
+    check("every key written (64 key lines)", nkeys == 64);
 
     char *p = tpath("written.ini");
     remember(p);
@@ -557,6 +557,38 @@ static void test_bounds(void) {
           !r && strstr(err, "does not fit an int"));
 }
 
+// Resume (train.c): which keys may differ from a checkpoint's config, and the first difference.
+static void test_resume_keys(void) {
+    printf("== resume: the keys that may change, the first difference\n");
+    check("train.steps, optim.lr, dist.zero1, log.every may change",
+          config_key_resumable("train", "steps") && config_key_resumable("optim", "lr") &&
+          config_key_resumable("dist", "zero1") && config_key_resumable("log", "every"));
+    check("model.d_model, model.tie_embeddings, train.seed, optim.beta2, data.path may not",
+          !config_key_resumable("model", "d_model") && !config_key_resumable("model", "tie_embeddings") &&
+          !config_key_resumable("train", "seed") && !config_key_resumable("optim", "beta2") &&
+          !config_key_resumable("data", "path"));
+    gdn_config a, b;
+    config_defaults(&a);
+    config_defaults(&b);
+    config_difference d;
+    check("equal configs: no difference", config_first_difference(&a, &b, 0, false, &d) < 0);
+    b.steps = 7;
+    b.lr = 0.5;
+    check("steps and lr differ: none once the resumable keys are skipped",
+          config_first_difference(&a, &b, 0, true, &d) < 0);
+    int i = config_first_difference(&a, &b, 0, false, &d);
+    check("... and [train] steps 1000 vs 7 first when they are not",
+          i >= 0 && !strcmp(d.section, "train") && !strcmp(d.key, "steps") && !strcmp(d.a, "1000") &&
+          !strcmp(d.b, "7"));
+    check("... then [optim] lr 0.001 vs 0.5 from the next key on",
+          config_first_difference(&a, &b, i + 1, false, &d) > i && !strcmp(d.key, "lr") &&
+          !strcmp(d.a, "0.001") && !strcmp(d.b, "0.5"));
+    b.tie_embeddings = false;
+    check("tie_embeddings differs: named with true vs false even when skipping the resumable",
+          config_first_difference(&a, &b, 0, true, &d) >= 0 && !strcmp(d.key, "tie_embeddings") &&
+          !strcmp(d.a, "true") && !strcmp(d.b, "false"));
+}
+
 int main(void) {
     CHECK_PTR(mkdtemp(tmpdir));
     cap_path = tpath("stderr.txt");
@@ -568,6 +600,7 @@ int main(void) {
     test_recompute_mode();
     test_bounds();
     test_roundtrip(&valid);
+    test_resume_keys();
     CHECK_SYS(unlink(cap_path));
     free(cap_path);
     for (int i = nmade - 1; i >= 0; i--) {

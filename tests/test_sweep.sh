@@ -3,7 +3,8 @@
 # results.md has one row per config with the broken one FAILED (and its error), the finished
 # ones with parameters, final and best val loss, tokens/s and wall time; val_loss.png is a PNG;
 # a rerun skips the finished runs untouched and runs the broken one again; --jobs 2 reruns a
-# deleted run and the broken one at once; --seeds runs each config per seed and adds the mean
+# deleted run and the broken one at once; an unfinished run (a checkpoint, no "done:") starts
+# again from scratch in its directory; --seeds runs each config per seed and adds the mean
 # and standard deviation per config.
 . "$(dirname "$0")/lib.sh"
 export GDN_BUILD=$BIN OPENBLAS_NUM_THREADS=1
@@ -69,6 +70,12 @@ rc=$?
 [ $rc -eq 1 ] && grep -q '^running: m-g .* in slot' "$WORK/s3.log" && grep -q '^running: broken .* in slot' "$WORK/s3.log" &&
   pass "exit 1, m-g and broken run in slots" || { fail "--jobs 2 (exit $rc)"; cat "$WORK/s3.log"; }
 [ "$(field 2 m-g)" = ok ] && [ "$(field 5 m-g)" = "$want" ] && pass "m-g redone: same final val $want (same seed)" || fail "m-g after --jobs: '$(field 2 m-g)' '$(field 5 m-g)'"
+echo "== an unfinished run (its checkpoint and metrics there, no done line) starts again from scratch"
+sed -i '/^done: /d' "$WORK/sw/m-gs/train.log"
+"$sweep" "${args[@]}" "$WORK/cfg/m-gs.ini" >"$WORK/s5.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ "$(field 2 m-gs)" = ok ] && [ "$(grep -c '"loss"' "$WORK/sw/m-gs/metrics.jsonl")" = 6 ] &&
+  pass "exit 0, m-gs ok again, 6 steps in its metrics (train.overwrite)" || { fail "unfinished run rerun (exit $rc)"; tail -3 "$WORK/s5.log" "$WORK/sw/m-gs/stderr.log"; }
 echo "== --seeds: every config once per seed, and the mean and spread per config"
 "$sweep" --out "$WORK/ss" --seeds 1,2 --set train.steps=6 --set train.eval_every=3 "$WORK/cfg/m-gs.ini" "$WORK/cfg/broken.ini" >"$WORK/s4.log" 2>&1
 rc=$?

@@ -2,8 +2,10 @@
 # test_train.sh — the loop end to end on the CPU: training lowers the loss; the same seed gives
 # the same losses bit for bit; 20 steps + checkpoint + resume + 20 steps equals 40 straight steps
 # bit for bit (weights, AdamW state, data position); SIGINT finishes the step, checkpoints and
-# exits 0; a NaN loss stops with the step and the last good checkpoint named; --eval scores a
-# checkpoint (== the run's own last evaluation) and writes nothing.
+# exits 0; a NaN loss stops with the step and the last good checkpoint named; a blow-up (a NaN
+# loss, optim.lr = 1e6) on a checkpoint step, the last step or between checkpoints stops with
+# exit 3 and leaves the last good checkpoint, whose weights evaluate finite; --eval scores a checkpoint (== the run's
+# own last evaluation) and writes nothing.
 . "$(dirname "$0")/lib.sh"
 make_text "$WORK/text.txt"
 "$BIN/gdn-prepare" --input "$WORK/text.txt" --out "$WORK/d.h5" >/dev/null || { fail "gdn-prepare"; finish test_train; }
@@ -60,6 +62,32 @@ rc=$?
 grep -q "step 30: loss is nan" "$WORK/n.log" && pass "names step 30" || { fail "message"; cat "$WORK/n.log"; }
 grep -q "last good checkpoint: .*n/checkpoint.h5" "$WORK/n.log" && pass "names the last good checkpoint" || fail "no checkpoint named"
 "$BIN/gdn-ckpt" info "$WORK/n/checkpoint.h5" | grep -q "^step = 20$" && pass "checkpoint of step 20 kept intact" || fail "checkpoint damaged"
+
+echo "== blow-ups leave the last good checkpoint: no checkpoint of weights whose loss is not finite or beyond twice ln(vocab)"
+ckpt_step() { "$BIN/gdn-ckpt" info "$1/checkpoint.h5" 2>/dev/null | sed -n 's/^step = //p'; }
+evals_finite() {  # the checkpoint's validation loss is a number
+  "$BIN/gdn-train" --resume "$1/checkpoint.h5" --eval >"$WORK/ev.log" 2>&1 && grep -q "^eval: val loss [0-9]" "$WORK/ev.log"
+}
+# blowup NAME DIR WANT_STEP ARGS...: exit 3, names DIR's checkpoint of WANT_STEP as the last good one, which is it
+blowup() {
+  local name=$1 dir=$2 want=$3; shift 3
+  "$BIN/gdn-train" "$@" >"$WORK/b.log" 2>&1
+  local rc=$? got
+  got=$(ckpt_step "$dir")
+  if [ $rc -eq 3 ] && grep -q "last good checkpoint: $dir/checkpoint.h5 (step $want)" "$WORK/b.log" && [ "$got" = "$want" ] && evals_finite "$dir"; then
+    pass "$name: exit 3, \"$(grep '^error' "$WORK/b.log" | head -1 | cut -c1-100)\", checkpoint of step $want kept, its val loss finite"
+  else
+    fail "$name: exit $rc, checkpoint of step '$got' (want exit 3, step $want):"; grep -A2 "^error" "$WORK/b.log" | sed 's/^/        /'
+  fi
+}
+blowup "NaN loss on a checkpoint step (20)" "$WORK/n2" 10 "$WORK/micro.ini" --set train.out_dir="$WORK/n2" --set train.ckpt_every=10 --test-fault-nan-step 20
+blowup "NaN loss on the last step (40)" "$WORK/n3" 30 "$WORK/micro.ini" --set train.out_dir="$WORK/n3" --set train.ckpt_every=10 --test-fault-nan-step 40
+grep -q "^done:" "$WORK/b.log" && fail "the blown-up last step says done" || pass "no \"done:\" line"
+cp -r "$WORK/n" "$WORK/x1"; cp -r "$WORK/n" "$WORK/x2"; cp -r "$WORK/n" "$WORK/x3"
+blowup "optim.lr = 1e6 from step 20, checkpoint every step" "$WORK/x1" 20 --resume "$WORK/x1/checkpoint.h5" --set train.out_dir="$WORK/x1" --set optim.lr=1e6 --set train.ckpt_every=1
+blowup "optim.lr = 1e6 on the last step (21)" "$WORK/x2" 20 --resume "$WORK/x2/checkpoint.h5" --set train.out_dir="$WORK/x2" --set optim.lr=1e6 --set train.steps=21
+blowup "optim.lr = 1e6, no checkpoint due: the next step's loss (1e12, finite)" "$WORK/x3" 20 --resume "$WORK/x3/checkpoint.h5" --set train.out_dir="$WORK/x3" --set optim.lr=1e6 --set train.eval_every=0
+grep -q "^error: step 22: loss is [0-9.e+]*, above the blow-up bound" "$WORK/b.log" && pass "... stops at step 22, before its update" || fail "step 22 not named"
 
 echo "== --eval: the validation loss of a checkpoint"
 before=$(cksum <"$WORK/a/config.ini")

@@ -123,6 +123,7 @@ static const cfg_key cfg_keys[] = {
     {"train", "eval_batches", CFG_INT, F(eval_batches), 0, 65536, 0, "8", NULL, "batches per evaluation (each batch_size x grad_accum x ranks windows); 0 = the whole validation split"},
     {"train", "ckpt_every", CFG_INT, F(ckpt_every), 0, 1000000000, 0, "0", NULL, "0 = only at the end"},
     {"train", "out_dir", CFG_STRING, F(out_dir), 0, 0, 0, "runs/default", NULL, "run directory"},
+    {"train", "overwrite", CFG_BOOL, F(overwrite), 0, 0, 0, "false", NULL, "a new run may start in an out_dir that holds a checkpoint or metrics, replacing them (false: refused)"},
     {"train", "threads", CFG_INT, F(threads), 0, 4096, 0, "0", NULL, "CPU threads (ops + OpenBLAS), 0 = default"},
     {"optim", "lr", CFG_DOUBLE, F(lr), 0, INF, CFG_MIN_OPEN, "1e-3", NULL, "peak learning rate"},
     {"optim", "min_lr", CFG_DOUBLE, F(min_lr), 0, INF, 0, "1e-4", NULL, "final learning rate, <= lr"},
@@ -825,12 +826,15 @@ static bool cfg_end(cfg_load *L, gdn_config *c) {
     return ok;
 }
 
+static void cfg_check_resumable_keys(void);
+
 void config_defaults(gdn_config *c) {
     memset(c, 0, sizeof *c);
     char err[512];
     for (int i = 0; i < CFG_NKEYS; i++)
         if (!cfg_apply(&cfg_keys[i], cfg_keys[i].def, c, err, sizeof err))
             gdn_die("config schema: default of [%s] %s: %s", cfg_keys[i].section, cfg_keys[i].key, err);
+    cfg_check_resumable_keys();
 }
 
 bool config_load(gdn_config *c, const char *path, const char *const *sets, int nset) {
@@ -962,4 +966,67 @@ char config_layer_kind(const gdn_config *c, int layer) {
 const char *config_key_default(const char *section, const char *key) {
     int i = cfg_key_index(section, key);
     return i < 0 ? NULL : cfg_keys[i].def;
+}
+
+// ---- resume: which keys may change --------------------------------------------------------
+
+// The keys a --resume run may set to other values than its checkpoint's config holds. Every
+// other key (the model and its maths, the data, train.seed, AdamW's betas, eps and weight
+// decay) must agree, so that the weights, the moments and the data position keep their meaning.
+//   how the run executes: device, precision, threads, recompute, head_chunk_rows, gemm_tune,
+//     gdn.save_states, swa.deterministic, every [dist] key;
+//   how long it runs and how it is watched: steps, eval_every, eval_batches, ckpt_every,
+//     out_dir, overwrite, every [log] key;
+//   how a step's windows are split: batch_size, grad_accum (the world size may change; a step
+//     keeps its data when batch_size x grad_accum x ranks does, see README);
+//   the step size: lr, min_lr, warmup_steps, schedule, decay_frac, grad_clip (the way on after
+//     a blow-up, and the schedule's end moves with train.steps anyway).
+static const char *const resumable_keys[] = {
+    "train.device", "train.precision", "train.threads", "train.recompute",
+    "train.head_chunk_rows", "train.gemm_tune", "gdn.save_states", "swa.deterministic",
+    "train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
+    "train.out_dir", "train.overwrite", "train.batch_size", "train.grad_accum",
+    "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.schedule", "optim.decay_frac",
+    "optim.grad_clip",
+};
+static const char *const resumable_sections[] = {"dist", "log"};
+
+// Every name on the lists is one of the schema's (run by config_defaults, like the defaults).
+static void cfg_check_resumable_keys(void) {
+    for (size_t i = 0; i < sizeof resumable_keys / sizeof *resumable_keys; i++) {
+        const char *k = resumable_keys[i], *dot = strchr(k, '.');
+        char section[32];
+        snprintf(section, sizeof section, "%.*s", dot ? (int)(dot - k) : 0, k);
+        if (!dot || cfg_key_index(section, dot + 1) < 0)
+            gdn_die("config schema: resumable key '%s' is not a key of the schema", k);
+    }
+    for (size_t i = 0; i < sizeof resumable_sections / sizeof *resumable_sections; i++)
+        if (cfg_section_index(resumable_sections[i]) < 0)
+            gdn_die("config schema: resumable section '%s' is not a section", resumable_sections[i]);
+}
+
+bool config_key_resumable(const char *section, const char *key) {
+    for (size_t i = 0; i < sizeof resumable_sections / sizeof *resumable_sections; i++)
+        if (strcmp(section, resumable_sections[i]) == 0) return true;
+    size_t ls = strlen(section);
+    for (size_t i = 0; i < sizeof resumable_keys / sizeof *resumable_keys; i++) {
+        const char *k = resumable_keys[i];
+        if (strncmp(k, section, ls) == 0 && k[ls] == '.' && strcmp(k + ls + 1, key) == 0) return true;
+    }
+    return false;
+}
+
+int config_first_difference(const gdn_config *a, const gdn_config *b, int from,
+                            bool skip_resumable, config_difference *d) {
+    for (int i = GDN_MAX(from, 0); i < CFG_NKEYS; i++) {
+        const cfg_key *k = &cfg_keys[i];
+        if (skip_resumable && config_key_resumable(k->section, k->key)) continue;
+        cfg_fmt_value(k, a, d->a, sizeof d->a);
+        cfg_fmt_value(k, b, d->b, sizeof d->b);
+        if (strcmp(d->a, d->b) == 0) continue;
+        d->section = k->section;
+        d->key = k->key;
+        return i;
+    }
+    return -1;
 }

@@ -81,6 +81,7 @@ typedef struct {
     int eval_batches;        // >= 1                                           default 8
     int ckpt_every;          // >= 0 (0 = only at the end)                     default 0
     char out_dir[CFG_STR];   // run directory                                  default "runs/default"
+    bool overwrite;          // a new run may replace the run in out_dir       default false
     int threads;             // CPU threads for BLAS, 0 = library default      default 0
     gdn_recompute recompute; // off | full | light (true = full, false = off)   default off
     int head_chunk_rows;     // LM head + loss in row chunks of this many tokens (0 = auto)
@@ -138,6 +139,21 @@ bool config_load_string_sets(gdn_config *c, const char *text, const char *name_f
 int config_mlp_hidden(const gdn_config *c);   // mlp_hidden or 2/3*ratio*d rounded up to 256
 int config_gdn_dv(const gdn_config *c);       // expand_v * head_dim
 char config_layer_kind(const gdn_config *c, int layer); // 'G', 'S' or 'A'
+
+// Resume (train.c): the keys whose value may differ between the config of a --resume run and
+// the config stored in its checkpoint (config.c, resumable_keys: how the run executes, how long
+// it runs and how it is watched, how a step's batch is split, the learning-rate schedule and
+// clipping). Every other key must agree.
+bool config_key_resumable(const char *section, const char *key);
+// Index of the first key, in schema order from key index `from` (0: all), whose value differs
+// between a and b, skipping the resumable keys when skip_resumable; -1 when none. The key's
+// section, name and both values as INI text go to *d.
+typedef struct {
+    const char *section, *key;
+    char a[CFG_STR + 64], b[CFG_STR + 64];
+} config_difference;
+int config_first_difference(const gdn_config *a, const gdn_config *b, int from,
+                            bool skip_resumable, config_difference *d);
 
 // The schema's default of [section] key as the INI text of its table (e.g. "1e-3", "off",
 // "data/tinyshakespeare.h5"), or NULL when the schema has no such key. Read by documentation

@@ -260,14 +260,62 @@ static void group_upload(model *m, int g, int i, const double *h) {
     m->be->upload(base + (a - m->opt_lo) * m->be->elem[BE_OPT], h + (a - p->offset), b - a, BE_OPT);
 }
 
+// An upper bound on the bytes of model m's checkpoint with a config text of cfg_len bytes: the
+// three float64 groups, plus 4 KiB of object header, chunk index and checksums per tensor and
+// 256 bytes per chunk (a checkpoint measures ~420 bytes a tensor beyond its data), plus 1 MiB.
+static uint64_t checkpoint_bytes_bound(const model *m, size_t cfg_len) {
+    uint64_t b = (uint64_t)1 << 20;
+    b += cfg_len;
+    for (int i = 0; i < m->n_params; i++) {
+        uint64_t numel = m->params[i].numel;
+        b += 3 * (numel * sizeof(double) + 4096 + 256 * (numel / CKPT_CHUNK_ELEMS + 1));
+    }
+    return b;
+}
+
+// Room for `bytes` next to the checkpoint, found before HDF5 writes a byte: HDF5 (1.10) cannot
+// close a file whose writes fail (H5Fclose fails and keeps the file open; the library's exit
+// handler then crashes closing it again), so a full disk, a quota or a file-size limit must be
+// met here. A file of that size is reserved at `tmp` with posix_fallocate, which fails with
+// ENOSPC, EDQUOT or EFBIG where the checkpoint's writes would, and removed again, leaving the
+// room to the checkpoint. false + err when there is none (or tmp cannot be created).
+static bool check_room(const char *path, const char *tmp, uint64_t bytes, char *err, size_t errlen) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        seterr(err, errlen, "cannot create checkpoint '%s' (%s)", tmp, strerror(errno));
+        return false;
+    }
+    int rc = bytes > (uint64_t)INT64_MAX ? EFBIG : posix_fallocate(fd, 0, (off_t)bytes);
+    bool closed = close(fd) == 0;
+    unlink(tmp);
+    // a filesystem without fallocate support (EOPNOTSUPP, EINVAL) cannot be asked: go on
+    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL && rc != ENOSYS) {
+        seterr(err, errlen, "writing checkpoint '%s' failed: no room for its %llu bytes (%s); the "
+               "previous checkpoint is kept", path, (unsigned long long)bytes, strerror(rc));
+        return false;
+    }
+    if (!closed) {
+        seterr(err, errlen, "writing checkpoint '%s' failed: closing '%s': %s; the previous "
+               "checkpoint is kept", path, tmp, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 bool checkpoint_save(const char *path, const model *m, const train_state *st, char *err,
                      size_t errlen) {
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    char *cfg = config_to_string(&m->cfg);
+    if (!check_room(path, tmp, checkpoint_bytes_bound(m, strlen(cfg)), err, errlen)) {
+        free(cfg);
+        return false;
+    }
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     // the HDF5 1.10 file format: checksums on the metadata as well (checkpoint.h)
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl < 0 || H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
+        free(cfg);
         seterr(err, errlen, "cannot set up the HDF5 file access list for '%s'", tmp);
         if (fapl >= 0) (void)H5Pclose(fapl);  // failing already: the message says why
         return false;
@@ -277,6 +325,7 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
     hid_t f = fcpl >= 0 && H5Pset_attr_phase_change(fcpl, CKPT_MAX_COMPACT_LINKS, CKPT_MAX_COMPACT_LINKS - 1) >= 0
                   ? H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl) : -1;
     if (fcpl >= 0 && H5Pclose(fcpl) < 0 && f >= 0) {
+        free(cfg);
         seterr(err, errlen, "cannot close the HDF5 file creation list for '%s'", tmp);
         (void)H5Pclose(fapl);  // failing already: the message says why
         (void)H5Fclose(f);
@@ -284,17 +333,18 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
         return false;
     }
     if (H5Pclose(fapl) < 0 && f >= 0) {
+        free(cfg);
         seterr(err, errlen, "cannot close the HDF5 file access list for '%s'", tmp);
         (void)H5Fclose(f);  // failing already: the message says why
         unlink(tmp);
         return false;
     }
     if (f < 0) {
+        free(cfg);
         seterr(err, errlen, "cannot create checkpoint '%s' (%s)", tmp, strerror(errno));
         return false;
     }
     bool ok = true;
-    char *cfg = config_to_string(&m->cfg);
     int64_t ver = CKPT_VERSION, step = st->step, ws = st->world_size;
     uint64_t tok = st->tokens_seen, pos = st->sampler_pos, seed = st->seed;
     ok &= attr_str_w(f, "format", CKPT_FORMAT);

@@ -3,6 +3,9 @@
 // losslessly), AdamW m and v, and the loop state. Written to a temporary name, flushed, fsynced,
 // read back and verified (below), and only then renamed: a crash, a full disk or a damaged write
 // never leaves a half or bad checkpoint under the real name, and the previous one stays intact.
+// Before HDF5 writes anything, room for the whole file is reserved and released (a full disk,
+// a quota or a file-size limit is refused there with a message: HDF5 cannot close a file whose
+// writes fail, and its exit handler would crash on it).
 //
 // Integrity (version 2): every tensor is a chunked dataset with HDF5's Fletcher32 checksum filter
 // (chunks of at most 4 MiB), so HDF5 checks each chunk when it is read; the file is written in the
