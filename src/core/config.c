@@ -974,7 +974,7 @@ const char *config_key_default(const char *section, const char *key) {
 // other key (the model and its maths, the data, train.seed, AdamW's betas, eps and weight
 // decay) must agree, so that the weights, the moments and the data position keep their meaning.
 //   how the run executes: device, precision, threads, recompute, head_chunk_rows, gemm_tune,
-//     gdn.save_states, swa.deterministic, every [dist] key;
+//     gdn.bwd_states, swa.deterministic, every [dist] key;
 //   how long it runs and how it is watched: steps, eval_every, eval_batches, ckpt_every,
 //     out_dir, overwrite, every [log] key;
 //   how a step's windows are split: batch_size, grad_accum (the world size may change; a step
@@ -983,7 +983,7 @@ const char *config_key_default(const char *section, const char *key) {
 //     a blow-up, and the schedule's end moves with train.steps anyway).
 static const char *const resumable_keys[] = {
     "train.device", "train.precision", "train.threads", "train.recompute",
-    "train.head_chunk_rows", "train.gemm_tune", "gdn.save_states", "swa.deterministic",
+    "train.head_chunk_rows", "train.gemm_tune", "gdn.bwd_states", "swa.deterministic",
     "train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
     "train.out_dir", "train.overwrite", "train.batch_size", "train.grad_accum",
     "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.schedule", "optim.decay_frac",
