@@ -1,4 +1,4 @@
-// test_save_states.c — gdn.bwd_states on the float64 CPU backend: with saved the forward keeps
+// test_bwd_states.c — gdn.bwd_states on the float64 CPU backend: with saved the forward keeps
 // the rule's chunk-start states (gdn_cpu_params.hs, gdn_op.hs) and the backward reads them instead
 // of recomputing them with its own forward scan (replay and recompute: the CPU backend keeps
 // nothing to replay from, both recompute).
@@ -149,7 +149,7 @@ static void model_case(const char *pattern, bool recompute) {
 // config text (as a file, or as a checkpoint's text) -> *c; false on an error, whose stderr text
 // goes to err (n bytes)
 static bool load_text(gdn_config *c, const char *text, bool as_file, char *err, size_t n) {
-    char path[] = "/tmp/test_save_states_XXXXXX";
+    char path[] = "/tmp/test_bwd_states_XXXXXX";
     if (as_file) {
         int fd;
         CHECK_SYS(fd = mkstemp(path));
@@ -223,5 +223,5 @@ int main(void) {
     model_case("GS", true);
     model_case("G", false);
     config_case();
-    return gc_finish("test_save_states");
+    return gc_finish("test_bwd_states");
 }
