@@ -26,6 +26,21 @@ static inline gdn_config tiny_config(const char *pattern, int layers) {
     return c;
 }
 
+// The GDN switches the model tests sweep, applied to c by index: 0 gate off, 1 delta off, 2 no
+// short conv, 3 no output gate, 4 negative eigenvalues allowed, 5 untied embeddings, 6 dv = dk
+// (expand_v 1); any other index leaves c as it is.
+static inline void tiny_ablate(gdn_config *c, int v) {
+    switch (v) {
+    case 0: c->gdn_gate = false; break;
+    case 1: c->gdn_delta = false; break;
+    case 2: c->gdn_short_conv = false; break;
+    case 3: c->gdn_output_gate = false; break;
+    case 4: c->gdn_allow_neg_eigval = true; break;
+    case 5: c->tie_embeddings = false; break;
+    case 6: c->gdn_expand_v = 1; break;
+    }
+}
+
 // Zero the gradients, then forward + backward of two micro-batches of B x T tokens (x, y hold
 // both, one after the other) with gradient accumulation and per-micro-batch dropout keys 0xabc,
 // 0xabd: the summed loss. Shared by the tests that compare two builds of the same model.
