@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include "core/cuda_check.h"
+#include "fwd/gdn_cuda.h"
 
 // ---- device-side input generation (hash -> uniform / normal) ------------------------------
 __device__ __forceinline__ uint64_t mix64(uint64_t x) {
@@ -79,6 +80,18 @@ static inline void gen_qkv_gates(__nv_bfloat16 **q, __nv_bfloat16 **k, __nv_bflo
 // BENCHMARKS.md's three kernel shapes, then one GDN layer of configs/fla-220m.ini: B, T, H, Dk, Dv
 static const int bench_shapes[4][5] = {{8, 4096, 16, 128, 128}, {4, 4096, 16, 128, 256},
                                        {1, 32768, 16, 128, 128}, {16, 2048, 4, 128, 256}};
+
+// The chunk forward's parameters for a bench shape: gate and delta on, bf16, outputs o and ht,
+// everything else zero (inputs, workspace, kept tensors: set by the bench).
+static inline gdn_fwd_params bench_fwd_params(int B, int T, int H, int Dk, int Dv, void *o, float *ht) {
+    gdn_fwd_params p;
+    memset(&p, 0, sizeof p);
+    p.B = B; p.T = T; p.H = H; p.Dk = Dk; p.Dv = Dv;
+    p.mode.gate = true; p.mode.delta = true;
+    p.dtype = GDN_DTYPE_BF16;
+    p.o = o; p.ht = ht;
+    return p;
+}
 
 // The command line: --shape N (only bench_shapes[N]), --quick (each variant launched once,
 // no check, no timing: a run for a profiler). Prints the bench's name and the device.

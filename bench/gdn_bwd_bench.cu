@@ -13,9 +13,9 @@
 // Δ~, (states) the saved states. Prints one "RESULT"
 // line per (shape, variant); run_gdn_bwd.sh joins them with fla's. Built by run_gdn_bwd.sh.
 #include <algorithm>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <thread>
 #include <vector>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -35,11 +35,6 @@ struct headref {  // the reference backward for one head
     std::vector<double> q, k, v, g, beta, dO, dht, dq, dk, dv, dg, db, dh0;
     gdn_cpu_params p;
 };
-static void *headref_run(void *arg) {
-    headref *r = (headref *)arg;
-    gdn_token_bwd_cpu(&r->p);
-    return NULL;
-}
 int main(int argc, char **argv) {
     const bench_args args = bench_start("gdn_bwd_bench", argc, argv);
     const int only = args.only;
@@ -76,12 +71,7 @@ int main(int argc, char **argv) {
         const size_t hs_bytes = (size_t)B * H * NC * Dk * Dv * 4;
         CUDA_CHECK(cudaMalloc(&hs, hs_bytes));
 
-        gdn_fwd_params f;
-        memset(&f, 0, sizeof f);
-        f.B = B; f.T = T; f.H = H; f.Dk = Dk; f.Dv = Dv;
-        f.mode.gate = true; f.mode.delta = true;
-        f.dtype = GDN_DTYPE_BF16;
-        f.o = o; f.ht = ht;
+        gdn_fwd_params f = bench_fwd_params(B, T, H, Dk, Dv, o, ht);
         gdn_bwd_params p;
         memset(&p, 0, sizeof p);
         p.fwd = f;
@@ -162,8 +152,7 @@ int main(int argc, char **argv) {
         R.p.beta = R.beta.data(); R.p.dO = R.dO.data(); R.p.dht = R.dht.data();
         R.p.dq = R.dq.data(); R.p.dk = R.dk.data(); R.p.dv = R.dv.data(); R.p.dg = R.dg.data();
         R.p.dbeta = R.db.data(); R.p.dh0 = R.dh0.data();
-        pthread_t th;
-        if (pthread_create(&th, NULL, headref_run, &R)) gdn_die("pthread_create failed");
+        std::thread th([&R] { gdn_token_bwd_cpu(&R.p); });
 
         // per variant: a checked run (poisoned outputs, input set 0), then the timing
         const char *vname[NVAR] = {"recompute", "replay", "states"};
@@ -204,7 +193,7 @@ int main(int argc, char **argv) {
             set_variant(var);
             fwd_ms[var] = median_ms(20, [&](int set) { set_inputs(in[set]); }, [&] { gdn_chunk_fwd(&f); });
         }
-        if (pthread_join(th, NULL)) gdn_die("pthread_join failed");
+        th.join();
         const std::vector<double> *ref[6] = {&R.dq, &R.dk, &R.dv, &R.dg, &R.db, &R.dh0};
         const char *gname[6] = {"dq", "dk", "dv", "dg", "db", "dh0"};
         for (int var = 0; var < NVAR; var++) {

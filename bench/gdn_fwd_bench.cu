@@ -8,9 +8,9 @@
 // blocks, P from the prep kernel or not, and the fused kernel alone (no workspace). Prints one
 // "RESULT" line per (shape, variant); run_gdn_fwd.sh joins them with fla's times. Built by bench/run_gdn_fwd.sh (nvcc against the built libraries).
 #include <algorithm>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <thread>
 #include <vector>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -33,11 +33,6 @@ struct headref {  // the reference for one head
     std::vector<double> q, k, v, g, beta, o, ht;
     gdn_cpu_params p;
 };
-static void *headref_run(void *arg) {
-    headref *r = (headref *)arg;
-    gdn_token_fwd_cpu(&r->p);
-    return NULL;
-}
 
 int main(int argc, char **argv) {
     const bench_args args = bench_start("gdn_fwd_bench", argc, argv);
@@ -61,12 +56,7 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaMalloc(&ht, (size_t)B * H * Dk * Dv * 4));
         CUDA_CHECK(cudaDeviceSynchronize());
 
-        gdn_fwd_params p;
-        memset(&p, 0, sizeof p);
-        p.B = B; p.T = T; p.H = H; p.Dk = Dk; p.Dv = Dv;
-        p.mode.gate = true; p.mode.delta = true;
-        p.dtype = GDN_DTYPE_BF16;
-        p.o = o; p.ht = ht;
+        gdn_fwd_params p = bench_fwd_params(B, T, H, Dk, Dv, o, ht);
         const size_t wsb = gdn_chunk_fwd_workspace_bytes(&p);
         CUDA_CHECK(cudaMalloc(&ws, wsb));
         p.workspace = ws;
@@ -81,7 +71,7 @@ int main(int argc, char **argv) {
 
         // float64 reference for two heads of input set 0 (threads)
         headref ref[2];
-        pthread_t th[2];
+        std::thread th[2];
         for (int r = 0; r < 2; r++) {
             headref &R = ref[r];
             R.b = B - 1;
@@ -99,10 +89,9 @@ int main(int argc, char **argv) {
             R.p.q = R.q.data(); R.p.k = R.k.data(); R.p.v = R.v.data();
             R.p.g = R.g.data(); R.p.beta = R.beta.data();
             R.p.o = R.o.data(); R.p.ht = R.ht.data();
-            if (pthread_create(&th[r], NULL, headref_run, &R)) gdn_die("pthread_create failed");
+            th[r] = std::thread([&R] { gdn_token_fwd_cpu(&R.p); });
         }
-        for (int r = 0; r < 2; r++)
-            if (pthread_join(th[r], NULL)) gdn_die("pthread_join failed");
+        for (std::thread &t : th) t.join();
 
         const double nc = (double)((T + 63) / 64);
         // useful FLOPs: per chunk-head 2*(C^2 Dk [KK^T + QK^T, causal halves] + C^2 Dv [TY + PΔ,
