@@ -9,26 +9,19 @@
 # for Triton 3.4 to 3.7.0). The guard is bypassed HERE, FOR TIMING ONLY: fla's gradients under
 # this Triton are not trusted and not compared with anything.
 # Prints "FLA_FWDBWD <shape> ms <m1> <m2> fwd_ms <f> peak_mib <m>" lines.
-import sys
-
 import torch
 import triton
 
 import fla.ops.common.chunk_o as fla_chunk_o
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-from fla_inputs import SHAPES, inputs
+from fla_inputs import bench_start, inputs, selected_shapes
 
 
 def main():
-    only = int(sys.argv[1]) if len(sys.argv) > 1 else -1
     fla_chunk_o.TRITON_ABOVE_3_7_1 = True  # guard bypass, timing only (see the header)
-    torch.manual_seed(0)
+    bench_start("fla_gdn_bwd", " (Hopper dg guard bypassed for timing)")
     dev = "cuda"
-    print(f"fla_gdn_bwd: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"triton {triton.__version__} (Hopper dg guard bypassed for timing)", flush=True)
-    for i, (B, T, H, K, V) in enumerate(SHAPES):
-        if only >= 0 and i != only:
-            continue
+    for B, T, H, K, V in selected_shapes():
         q, k, v, g, beta = inputs(B, T, H, K, V, dev)
         for x in (q, k, v, g, beta):
             x.requires_grad_(True)

@@ -3,24 +3,17 @@
 # there: bf16, q/k L2-normalised, g = logsigmoid(randn + 3) fp32, beta = sigmoid(rand), chunk 64,
 # output_final_state=True. Median of triton.testing.do_bench. Forward only, under no_grad (fla's
 # Hopper guard concerns the backward and is not touched). Prints "FLA <shape> <ms>" lines.
-import sys
-
 import torch
 import triton
 
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-from fla_inputs import SHAPES, inputs
+from fla_inputs import bench_start, inputs, selected_shapes
 
 
 def main():
-    only = int(sys.argv[1]) if len(sys.argv) > 1 else -1
-    torch.manual_seed(0)
+    bench_start("fla_gdn_fwd")
     dev = "cuda"
-    print(f"fla_gdn_fwd: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"triton {triton.__version__}", flush=True)
-    for i, (B, T, H, K, V) in enumerate(SHAPES):
-        if only >= 0 and i != only:
-            continue
+    for B, T, H, K, V in selected_shapes():
         q, k, v, g, beta = inputs(B, T, H, K, V, dev)
 
         def fwd():

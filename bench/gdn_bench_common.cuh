@@ -7,10 +7,14 @@
 #include <algorithm>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <vector>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include "core/cuda_check.h"
+#include "fwd/gdn_cuda.h"
 
 // ---- device-side input generation (hash -> uniform / normal) ------------------------------
 __device__ __forceinline__ uint64_t mix64(uint64_t x) {
@@ -53,6 +57,61 @@ __global__ void gen_f32(float *x, size_t n, uint64_t seed) {
     if (i < n) x[i] = normal(seed, i);
 }
 
+// q, k (N rows of Dk, L2-normalised), v (N rows of Dv), bf16, and g, beta (N), fp32: allocated
+// and drawn from seeds seed, seed + 1, seed + 2 and seed + 3 (g and beta).
+static inline void gen_qkv_gates(__nv_bfloat16 **q, __nv_bfloat16 **k, __nv_bfloat16 **v, float **g,
+                                 float **beta, size_t N, int Dk, int Dv, uint64_t seed) {
+    CUDA_CHECK(cudaMalloc(q, N * Dk * 2));
+    CUDA_CHECK(cudaMalloc(k, N * Dk * 2));
+    CUDA_CHECK(cudaMalloc(v, N * Dv * 2));
+    CUDA_CHECK(cudaMalloc(g, N * 4));
+    CUDA_CHECK(cudaMalloc(beta, N * 4));
+    gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(*q, N, Dk, seed, true);
+    CUDA_CHECK_LAUNCH();
+    gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(*k, N, Dk, seed + 1, true);
+    CUDA_CHECK_LAUNCH();
+    gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(*v, N, Dv, seed + 2, false);
+    CUDA_CHECK_LAUNCH();
+    gen_gates<<<(unsigned)((N + 255) / 256), 256>>>(*g, *beta, N, seed + 3);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- the GDN benchmarks' frame ----------------------------------------------------------------
+// BENCHMARKS.md's three kernel shapes, then one GDN layer of configs/fla-220m.ini: B, T, H, Dk, Dv
+static const int bench_shapes[4][5] = {{8, 4096, 16, 128, 128}, {4, 4096, 16, 128, 256},
+                                       {1, 32768, 16, 128, 128}, {16, 2048, 4, 128, 256}};
+
+// The chunk forward's parameters for a bench shape: gate and delta on, bf16, outputs o and ht,
+// everything else zero (inputs, workspace, kept tensors: set by the bench).
+static inline gdn_fwd_params bench_fwd_params(int B, int T, int H, int Dk, int Dv, void *o, float *ht) {
+    gdn_fwd_params p;
+    memset(&p, 0, sizeof p);
+    p.B = B; p.T = T; p.H = H; p.Dk = Dk; p.Dv = Dv;
+    p.mode.gate = true; p.mode.delta = true;
+    p.dtype = GDN_DTYPE_BF16;
+    p.o = o; p.ht = ht;
+    return p;
+}
+
+// The command line: --shape N (only bench_shapes[N]), --quick (each variant launched once,
+// no check, no timing: a run for a profiler). Prints the bench's name and the device.
+struct bench_args {
+    int only = -1;
+    bool quick = false;
+};
+static inline bench_args bench_start(const char *name, int argc, char **argv) {
+    bench_args a;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--shape") && i + 1 < argc) a.only = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) a.quick = true;
+    }
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("%s: %s, %d SMs, L2 %d MiB\n", name, prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20);
+    return a;
+}
+
 // head (b, h) of a (B,T,H,D) bf16 tensor -> (T,D) doubles
 static std::vector<double> head_of(const __nv_bfloat16 *d, int T, int H, int D, int b, int h) {
     std::vector<__nv_bfloat16> tmp((size_t)T * D);
@@ -81,6 +140,29 @@ static double rel_err(const std::vector<double> &a, const std::vector<double> &b
 static double median(std::vector<float> x) {
     std::sort(x.begin(), x.end());
     return x[x.size() / 2];
+}
+
+// Median ms of n timed calls of run() (CUDA events around each, on the legacy stream), after 3
+// warm-up calls; before each call, set_inputs(set) picks input set 1, 0, 1, ... (set =
+// (i + 4) & 1 for i = -3 .. n - 1), so consecutive calls never find their inputs in the L2.
+template <class S, class R> static double median_ms(int n, const S &set_inputs, const R &run) {
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    for (int it = -3; it < n; it++) {
+        set_inputs((it + 4) & 1);
+        CUDA_CHECK(cudaEventRecord(e0));
+        run();
+        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float t;
+        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        if (it >= 0) ms.push_back(t);
+    }
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    return median(ms);
 }
 
 // us per call of fn (on the legacy stream): 20 launches between two events, after 3 warm-up calls

@@ -13,9 +13,9 @@
 // Δ~, (states) the saved states. Prints one "RESULT"
 // line per (shape, variant); run_gdn_bwd.sh joins them with fla's. Built by run_gdn_bwd.sh.
 #include <algorithm>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <thread>
 #include <vector>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -35,51 +35,24 @@ struct headref {  // the reference backward for one head
     std::vector<double> q, k, v, g, beta, dO, dht, dq, dk, dv, dg, db, dh0;
     gdn_cpu_params p;
 };
-static void *headref_run(void *arg) {
-    headref *r = (headref *)arg;
-    gdn_token_bwd_cpu(&r->p);
-    return NULL;
-}
 int main(int argc, char **argv) {
-    int only = -1;
-    bool quick = false;  // --quick: one fwd + bwd per variant, no check, no timing (a profiler)
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--shape") && i + 1 < argc) only = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--quick")) quick = true;
-    }
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("gdn_bwd_bench: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
-           prop.l2CacheSize >> 20);
-    // BENCHMARKS.md's three kernel shapes, then one GDN layer of configs/fla-220m.ini
-    const int shapes[4][5] = {{8, 4096, 16, 128, 128}, {4, 4096, 16, 128, 256}, {1, 32768, 16, 128, 128},
-                              {16, 2048, 4, 128, 256}};
+    const bench_args args = bench_start("gdn_bwd_bench", argc, argv);
+    const int only = args.only;
+    const bool quick = args.quick;  // one fwd + bwd per variant
     int fails = 0;
     for (int si = 0; si < 4; si++) {
         if (only >= 0 && si != only) continue;
-        const int B = shapes[si][0], T = shapes[si][1], H = shapes[si][2], Dk = shapes[si][3],
-                  Dv = shapes[si][4];
+        const int B = bench_shapes[si][0], T = bench_shapes[si][1], H = bench_shapes[si][2],
+                  Dk = bench_shapes[si][3], Dv = bench_shapes[si][4];
         const size_t N = (size_t)B * T * H, NS = (size_t)B * H * Dk * Dv;
         const int NC = (T + 63) / 64;
         inset in[2];
         for (int s = 0; s < 2; s++) {
-            CUDA_CHECK(cudaMalloc(&in[s].q, N * Dk * 2));
-            CUDA_CHECK(cudaMalloc(&in[s].k, N * Dk * 2));
-            CUDA_CHECK(cudaMalloc(&in[s].v, N * Dv * 2));
             CUDA_CHECK(cudaMalloc(&in[s].dO, N * Dv * 2));
-            CUDA_CHECK(cudaMalloc(&in[s].g, N * 4));
-            CUDA_CHECK(cudaMalloc(&in[s].beta, N * 4));
             CUDA_CHECK(cudaMalloc(&in[s].dht, NS * 4));
             const uint64_t seed = 2000 + 10 * si + s;
-            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].q, N, Dk, seed, true);
-            CUDA_CHECK_LAUNCH();
-            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].k, N, Dk, seed + 1, true);
-            CUDA_CHECK_LAUNCH();
-            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].v, N, Dv, seed + 2, false);
-            CUDA_CHECK_LAUNCH();
+            gen_qkv_gates(&in[s].q, &in[s].k, &in[s].v, &in[s].g, &in[s].beta, N, Dk, Dv, seed);
             gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].dO, N, Dv, seed + 4, false);
-            CUDA_CHECK_LAUNCH();
-            gen_gates<<<(unsigned)((N + 255) / 256), 256>>>(in[s].g, in[s].beta, N, seed + 3);
             CUDA_CHECK_LAUNCH();
             gen_f32<<<(unsigned)((NS + 255) / 256), 256>>>(in[s].dht, NS, seed + 5);
             CUDA_CHECK_LAUNCH();
@@ -98,12 +71,7 @@ int main(int argc, char **argv) {
         const size_t hs_bytes = (size_t)B * H * NC * Dk * Dv * 4;
         CUDA_CHECK(cudaMalloc(&hs, hs_bytes));
 
-        gdn_fwd_params f;
-        memset(&f, 0, sizeof f);
-        f.B = B; f.T = T; f.H = H; f.Dk = Dk; f.Dv = Dv;
-        f.mode.gate = true; f.mode.delta = true;
-        f.dtype = GDN_DTYPE_BF16;
-        f.o = o; f.ht = ht;
+        gdn_fwd_params f = bench_fwd_params(B, T, H, Dk, Dv, o, ht);
         gdn_bwd_params p;
         memset(&p, 0, sizeof p);
         p.fwd = f;
@@ -184,8 +152,7 @@ int main(int argc, char **argv) {
         R.p.beta = R.beta.data(); R.p.dO = R.dO.data(); R.p.dht = R.dht.data();
         R.p.dq = R.dq.data(); R.p.dk = R.dk.data(); R.p.dv = R.dv.data(); R.p.dg = R.dg.data();
         R.p.dbeta = R.db.data(); R.p.dh0 = R.dh0.data();
-        pthread_t th;
-        if (pthread_create(&th, NULL, headref_run, &R)) gdn_die("pthread_create failed");
+        std::thread th([&R] { gdn_token_bwd_cpu(&R.p); });
 
         // per variant: a checked run (poisoned outputs, input set 0), then the timing
         const char *vname[NVAR] = {"recompute", "replay", "states"};
@@ -217,51 +184,16 @@ int main(int argc, char **argv) {
                                       tmp.size() * 4, cudaMemcpyDeviceToHost));
                 got[var].push_back(std::vector<double>(tmp.begin(), tmp.end()));
             }
-            cudaEvent_t e0, e1;
-            CUDA_CHECK(cudaEventCreate(&e0));
-            CUDA_CHECK(cudaEventCreate(&e1));
-            for (int rd = 0; rd < 2; rd++) {
-                std::vector<float> ms;
-                for (int it = -3; it < 20; it++) {
-                    set_inputs(in[(it + 4) & 1]);
-                    CUDA_CHECK(cudaEventRecord(e0));
-                    run();
-                    CUDA_CHECK(cudaEventRecord(e1));
-                    CUDA_CHECK(cudaEventSynchronize(e1));
-                    float t;
-                    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-                    if (it >= 0) ms.push_back(t);
-                }
-                times[var][rd] = median(ms);
-            }
-            CUDA_CHECK(cudaEventDestroy(e0));
-            CUDA_CHECK(cudaEventDestroy(e1));
+            for (int rd = 0; rd < 2; rd++)
+                times[var][rd] = median_ms(20, [&](int set) { set_inputs(in[set]); }, run);
         }
         // forward alone (each variant's) for the split fwd / bwd
         double fwd_ms[NVAR];
-        {
-            cudaEvent_t e0, e1;
-            CUDA_CHECK(cudaEventCreate(&e0));
-            CUDA_CHECK(cudaEventCreate(&e1));
-            for (int var = 0; var < NVAR; var++) {
-                set_variant(var);
-                std::vector<float> ms;
-                for (int it = -3; it < 20; it++) {
-                    set_inputs(in[(it + 4) & 1]);
-                    CUDA_CHECK(cudaEventRecord(e0));
-                    gdn_chunk_fwd(&f);
-                    CUDA_CHECK(cudaEventRecord(e1));
-                    CUDA_CHECK(cudaEventSynchronize(e1));
-                    float t;
-                    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-                    if (it >= 0) ms.push_back(t);
-                }
-                fwd_ms[var] = median(ms);
-            }
-            CUDA_CHECK(cudaEventDestroy(e0));
-            CUDA_CHECK(cudaEventDestroy(e1));
+        for (int var = 0; var < NVAR; var++) {
+            set_variant(var);
+            fwd_ms[var] = median_ms(20, [&](int set) { set_inputs(in[set]); }, [&] { gdn_chunk_fwd(&f); });
         }
-        if (pthread_join(th, NULL)) gdn_die("pthread_join failed");
+        th.join();
         const std::vector<double> *ref[6] = {&R.dq, &R.dk, &R.dv, &R.dg, &R.db, &R.dh0};
         const char *gname[6] = {"dq", "dk", "dv", "dg", "db", "dh0"};
         for (int var = 0; var < NVAR; var++) {

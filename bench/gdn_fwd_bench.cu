@@ -8,9 +8,9 @@
 // blocks, P from the prep kernel or not, and the fused kernel alone (no workspace). Prints one
 // "RESULT" line per (shape, variant); run_gdn_fwd.sh joins them with fla's times. Built by bench/run_gdn_fwd.sh (nvcc against the built libraries).
 #include <algorithm>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <thread>
 #include <vector>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -33,48 +33,21 @@ struct headref {  // the reference for one head
     std::vector<double> q, k, v, g, beta, o, ht;
     gdn_cpu_params p;
 };
-static void *headref_run(void *arg) {
-    headref *r = (headref *)arg;
-    gdn_token_fwd_cpu(&r->p);
-    return NULL;
-}
 
 int main(int argc, char **argv) {
-    int only = -1;      // --shape N: only shape N (0..3)
-    bool quick = false; // --quick: automatic dv_block only, one launch, no check (for a profiler)
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--shape") && i + 1 < argc) only = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--quick")) quick = true;
-    }
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("gdn_fwd_bench: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
-           prop.l2CacheSize >> 20);
-    // BENCHMARKS.md's three kernel shapes, then one GDN layer of configs/fla-220m.ini
-    const int shapes[4][5] = {{8, 4096, 16, 128, 128}, {4, 4096, 16, 128, 256}, {1, 32768, 16, 128, 128},
-                              {16, 2048, 4, 128, 256}};
+    const bench_args args = bench_start("gdn_fwd_bench", argc, argv);
+    const int only = args.only;
+    const bool quick = args.quick;  // automatic dv_block only
     int fails = 0;
     for (int si = 0; si < 4; si++) {
         if (only >= 0 && si != only) continue;
-        const int B = shapes[si][0], T = shapes[si][1], H = shapes[si][2], Dk = shapes[si][3],
-                  Dv = shapes[si][4];
+        const int B = bench_shapes[si][0], T = bench_shapes[si][1], H = bench_shapes[si][2],
+                  Dk = bench_shapes[si][3], Dv = bench_shapes[si][4];
         const size_t N = (size_t)B * T * H;
         inset in[2];
         for (int s = 0; s < 2; s++) {
-            CUDA_CHECK(cudaMalloc(&in[s].q, N * Dk * 2));
-            CUDA_CHECK(cudaMalloc(&in[s].k, N * Dk * 2));
-            CUDA_CHECK(cudaMalloc(&in[s].v, N * Dv * 2));
-            CUDA_CHECK(cudaMalloc(&in[s].g, N * 4));
-            CUDA_CHECK(cudaMalloc(&in[s].beta, N * 4));
             const uint64_t seed = 1000 + 10 * si + s;
-            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].q, N, Dk, seed, true);
-            CUDA_CHECK_LAUNCH();
-            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].k, N, Dk, seed + 1, true);
-            CUDA_CHECK_LAUNCH();
-            gen_rows<<<(unsigned)((N + 7) / 8), 256>>>(in[s].v, N, Dv, seed + 2, false);
-            CUDA_CHECK_LAUNCH();
-            gen_gates<<<(unsigned)((N + 255) / 256), 256>>>(in[s].g, in[s].beta, N, seed + 3);
-            CUDA_CHECK_LAUNCH();
+            gen_qkv_gates(&in[s].q, &in[s].k, &in[s].v, &in[s].g, &in[s].beta, N, Dk, Dv, seed);
         }
         __nv_bfloat16 *o;
         float *ht;
@@ -83,12 +56,7 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaMalloc(&ht, (size_t)B * H * Dk * Dv * 4));
         CUDA_CHECK(cudaDeviceSynchronize());
 
-        gdn_fwd_params p;
-        memset(&p, 0, sizeof p);
-        p.B = B; p.T = T; p.H = H; p.Dk = Dk; p.Dv = Dv;
-        p.mode.gate = true; p.mode.delta = true;
-        p.dtype = GDN_DTYPE_BF16;
-        p.o = o; p.ht = ht;
+        gdn_fwd_params p = bench_fwd_params(B, T, H, Dk, Dv, o, ht);
         const size_t wsb = gdn_chunk_fwd_workspace_bytes(&p);
         CUDA_CHECK(cudaMalloc(&ws, wsb));
         p.workspace = ws;
@@ -103,7 +71,7 @@ int main(int argc, char **argv) {
 
         // float64 reference for two heads of input set 0 (threads)
         headref ref[2];
-        pthread_t th[2];
+        std::thread th[2];
         for (int r = 0; r < 2; r++) {
             headref &R = ref[r];
             R.b = B - 1;
@@ -121,10 +89,9 @@ int main(int argc, char **argv) {
             R.p.q = R.q.data(); R.p.k = R.k.data(); R.p.v = R.v.data();
             R.p.g = R.g.data(); R.p.beta = R.beta.data();
             R.p.o = R.o.data(); R.p.ht = R.ht.data();
-            if (pthread_create(&th[r], NULL, headref_run, &R)) gdn_die("pthread_create failed");
+            th[r] = std::thread([&R] { gdn_token_fwd_cpu(&R.p); });
         }
-        for (int r = 0; r < 2; r++)
-            if (pthread_join(th[r], NULL)) gdn_die("pthread_join failed");
+        for (std::thread &t : th) t.join();
 
         const double nc = (double)((T + 63) / 64);
         // useful FLOPs: per chunk-head 2*(C^2 Dk [KK^T + QK^T, causal halves] + C^2 Dv [TY + PΔ,
@@ -171,27 +138,12 @@ int main(int argc, char **argv) {
             const bool ok = eo <= 5e-3 && eh <= 5e-3 && std::isfinite(eo) && std::isfinite(eh);
             fails += !ok;
             // timing
-            cudaEvent_t e0, e1;
-            CUDA_CHECK(cudaEventCreate(&e0));
-            CUDA_CHECK(cudaEventCreate(&e1));
+            auto set_inputs = [&](int set) {
+                const inset &s = in[set];
+                p.q = s.q; p.k = s.k; p.v = s.v; p.g = s.g; p.beta = s.beta;
+            };
             double rounds[2];
-            for (int rd = 0; rd < 2; rd++) {
-                std::vector<float> ms;
-                for (int it = -3; it < 30; it++) {
-                    const inset &s = in[(it + 4) & 1];
-                    p.q = s.q; p.k = s.k; p.v = s.v; p.g = s.g; p.beta = s.beta;
-                    CUDA_CHECK(cudaEventRecord(e0));
-                    gdn_chunk_fwd(&p);
-                    CUDA_CHECK(cudaEventRecord(e1));
-                    CUDA_CHECK(cudaEventSynchronize(e1));
-                    float t;
-                    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-                    if (it >= 0) ms.push_back(t);
-                }
-                rounds[rd] = median(ms);
-            }
-            CUDA_CHECK(cudaEventDestroy(e0));
-            CUDA_CHECK(cudaEventDestroy(e1));
+            for (int rd = 0; rd < 2; rd++) rounds[rd] = median_ms(30, set_inputs, [&] { gdn_chunk_fwd(&p); });
             const double best = std::min(rounds[0], rounds[1]);
             const long ctas = (long)B * H * (Dv / dvb);
             // RESULT shape path dv_block auto CTAs ms1 ms2 TFLOP/s TB/s floor err_o err_ht check

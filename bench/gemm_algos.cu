@@ -19,12 +19,6 @@
 #include "gemm_fill.cuh"
 #include "gemm_lt.cuh"
 
-
-
-static cublasLtHandle_t lt;
-static void *ws;
-static const size_t WS = 32u << 20;
-
 // one GEMM as gemm.cu's matmul: D (m x n col-major) = op(A) op(B) [+ D]
 static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
                 int lda, const void *B, int ldb, void *D, int ldc, cudaDataType_t tcd, bool acc) {
@@ -32,7 +26,6 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
     lt_gemm_make(G, lt, ta, tb, m, n, k, lda, ldb, ldc, tcd, WS);
     const cublasLtMatmulHeuristicResult_t *res = G.res;
     const int found = G.found;
-    const float alpha = 1.f, beta = acc ? 1.f : 0.f;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -43,7 +36,7 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
     CK(cudaMemcpy(d0.data(), D, dbytes, cudaMemcpyDeviceToHost));  // D before any call
     for (int i = 0; i < found; i++) {
         auto call = [&] {
-            return cublasLtMatmul(lt, G.op, &alpha, A, G.a, B, G.b, &beta, D, G.c, D, G.c, &res[i].algo, ws, WS, 0);
+            return lt_gemm_call(G, i, A, B, D, acc);
         };
         if (call() != CUBLAS_STATUS_SUCCESS) continue;  // an algorithm may refuse at run time
         for (int j = 0; j < 2; j++) LK(call());
@@ -87,26 +80,10 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
 }
 
 int main() {
-    LK(cublasLtCreate(&lt));
-    CK(cudaMalloc(&ws, WS));
+    lt_init();
     struct shape { const char *name; int N, in, out; } shapes[] = {
         {"gdn in-proj", 32768, 1024, 3080}, {"o-proj", 32768, 1024, 1024}, {"mlp gate/up", 32768, 1024, 2816},
         {"mlp down", 32768, 2816, 1024},    {"lm head chunk", 8320, 1024, 32000}};
-    char nm[64];
-    for (const shape &s : shapes) {
-        const int N = s.N, in = s.in, out = s.out;
-        void *x = gemm_dev_random((size_t)N * in * 2), *W = gemm_dev_random((size_t)out * in * 2), *y = gemm_dev_random((size_t)N * out * 2);
-        void *dx = gemm_dev_random((size_t)N * in * 2);
-        float *dW;
-        CK(cudaMalloc(&dW, (size_t)out * in * 4));
-        CK(cudaMemset(dW, 0, (size_t)out * in * 4));
-        snprintf(nm, sizeof nm, "%s fwd", s.name);
-        one(nm, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, W, in, x, in, y, out, CUDA_R_16BF, false);
-        snprintf(nm, sizeof nm, "%s dx", s.name);
-        one(nm, CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, W, in, y, out, dx, in, CUDA_R_16BF, false);
-        snprintf(nm, sizeof nm, "%s dW", s.name);
-        one(nm, CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, x, in, y, out, dW, in, CUDA_R_32F, true);
-        for (void *p : {x, W, y, dx, (void *)dW}) CK(cudaFree(p));
-    }
+    for (const shape &s : shapes) lt_linear_gemms(s.name, s.N, s.in, s.out, s.out, false, one);
     return 0;
 }

@@ -26,10 +26,6 @@
 #include "gemm_fill.cuh"
 #include "gemm_lt.cuh"
 
-
-static cublasLtHandle_t lt;
-static void *ws;
-static const size_t WS = 32u << 20;
 static double LOOP_MS = 400;
 static const int CALLS = 30;
 
@@ -53,9 +49,6 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
                 int lda, const void *B, int ldb, void *D, int ldc, cudaDataType_t tcd, bool acc) {
     lt_gemm G;
     lt_gemm_make(G, lt, ta, tb, m, n, k, lda, ldb, ldc, tcd, WS);
-    const cublasLtMatmulHeuristicResult_t *res = G.res;
-    const int found = G.found;
-    const float alpha = 1.f, beta = acc ? 1.f : 0.f;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -63,10 +56,10 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
     std::vector<unsigned char> d0(dbytes), dref(dbytes), d1(dbytes);
     CK(cudaMemcpy(d0.data(), D, dbytes, cudaMemcpyDeviceToHost));
     std::vector<int> cand;
-    for (int i = 0; i < found; i++)
-        if (i == 0 || same_numerics(res[0].algo, res[i].algo)) cand.push_back(i);
+    for (int i = 0; i < G.found; i++)
+        if (i == 0 || same_numerics(G.res[0].algo, G.res[i].algo)) cand.push_back(i);
     auto call = [&](int i) {
-        return cublasLtMatmul(lt, G.op, &alpha, A, G.a, B, G.b, &beta, D, G.c, D, G.c, &res[i].algo, ws, WS, 0);
+        return lt_gemm_call(G, i, A, B, D, acc);
     };
     const double flop = 2.0 * m * n * k;
     std::vector<double> sh(cand.size(), 1e30), su(cand.size(), 1e30);
@@ -110,7 +103,7 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
         if (!ok[ci] || !eq[ci]) continue;
         if (pick < 0 || sh[ci] < sh[pick]) pick = (int)ci;
         if (best < 0 || su[ci] < su[best]) best = (int)ci;
-        const auto &al = res[cand[ci]].algo;
+        const auto &al = G.res[cand[ci]].algo;
         printf("  %-20s #%2d id %2d tile %3d stages %2d splitK %d cluster %2d  short %.4f ms (%3.0f TF/s)  sustained %.4f ms (%3.0f TF/s)%s\n",
                name, cand[ci], cfg(al, CUBLASLT_ALGO_CONFIG_ID), cfg(al, CUBLASLT_ALGO_CONFIG_TILE_ID),
                cfg(al, CUBLASLT_ALGO_CONFIG_STAGES_ID), cfg(al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
@@ -131,33 +124,17 @@ static void one(const char *name, cublasOperation_t ta, cublasOperation_t tb, in
 
 int main() {
     if (getenv("POWER_LOOP_MS")) LOOP_MS = atof(getenv("POWER_LOOP_MS"));
-    LK(cublasLtCreate(&lt));
-    CK(cudaMalloc(&ws, WS));
+    lt_init();
     // out_ld: the output's row stride (the GDN projection's 3072 columns land in rows of 3080)
     struct shape { const char *name; int N, in, out, out_ld; } shapes[] = {
         {"mlp gate|up", 32768, 1024, 5632, 5632}, {"gdn in-proj", 32768, 1024, 3080, 3080},
         {"gdn in-proj 3072", 32768, 1024, 3072, 3080}, {"mlp down", 32768, 2816, 1024, 1024},
         {"o-proj", 32768, 1024, 1024, 1024}, {"lm head chunk", 8320, 1024, 32000, 32000}};
     const char *only = getenv("POWER_ONLY");
-    char nm[64];
     for (const shape &s : shapes) {
         if (only && !strstr(s.name, only)) continue;
-        const int N = s.N, in = s.in, out = s.out, ld = s.out_ld;
-        const bool part = out != ld;  // the split's first GEMM: forward only
-        void *x = gemm_dev_random((size_t)N * in * 2), *W = gemm_dev_random((size_t)out * in * 2),
-             *y = gemm_dev_random((size_t)N * ld * 2), *dx = gemm_dev_random((size_t)N * in * 2);
-        float *dW;
-        CK(cudaMalloc(&dW, (size_t)out * in * 4));
-        CK(cudaMemset(dW, 0, (size_t)out * in * 4));
-        snprintf(nm, sizeof nm, "%s fwd", s.name);
-        one(nm, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, W, in, x, in, y, ld, CUDA_R_16BF, false);
-        if (!part) {
-            snprintf(nm, sizeof nm, "%s dx", s.name);
-            one(nm, CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, W, in, y, out, dx, in, CUDA_R_16BF, false);
-            snprintf(nm, sizeof nm, "%s dW", s.name);
-            one(nm, CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, x, in, y, out, dW, in, CUDA_R_32F, true);
-        }
-        for (void *p : {x, W, y, dx, (void *)dW}) CK(cudaFree(p));
+        const bool part = s.out != s.out_ld;  // the split's first GEMM: forward only
+        lt_linear_gemms(s.name, s.N, s.in, s.out, s.out_ld, part, one);
     }
     return 0;
 }

@@ -23,11 +23,13 @@ gdn_binaries() {
     for t in "$@"; do [ -x "$b/$t" ] || { echo "no $b/$t: see $log"; return 1; }; done
 }
 
-# kernel_bench_vs_fla NAME BUILD_DIR BIN OUT: the GDN kernel benchmark bench/NAME_bench.cu (BIN,
-# compiled against BUILD_DIR's static libraries when not there yet) into OUT/NAME_bench.log, then
-# fla's timing of the same shapes (bench/fla_NAME.py, FLA_TIMEOUT s) into OUT/fla_NAME.log.
+# kernel_bench_vs_fla NAME BUILD_DIR BIN FLA_TAG HEADER ROW: the GDN kernel benchmark
+# bench/NAME_bench.cu (BIN, default BUILD_DIR/NAME_bench, compiled against BUILD_DIR's static
+# libraries when not there yet) into OUT/NAME_bench.log, fla's timing of the same shapes
+# (bench/fla_NAME.py, FLA_TIMEOUT s) into OUT/fla_NAME.log, then the table of the two
+# (kernel_bench_table NAME FLA_TAG HEADER ROW). OUT is $OUT, else /tmp.
 kernel_bench_vs_fla() {
-    local name=$1 build=$2 bin=$3 out=$4 root
+    local name=$1 build=$2 bin=${3:-$2/$1_bench} out=${OUT:-/tmp} root
     root=$(pwd)
     if [ ! -x "$bin" ]; then
         nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I"$root/src" \
@@ -41,4 +43,28 @@ kernel_bench_vs_fla() {
     else
         echo "no ./fla: fla not timed" | tee "$out/fla_${name}.log"
     fi
+    # table: best of the two rounds for us and for fla
+    kernel_bench_table "$name" "$4" "$5" "$6"
+}
+
+# kernel_bench_table NAME FLA_TAG HEADER ROW: the markdown table of OUT/NAME_bench.log's RESULT
+# lines next to OUT/fla_NAME.log's FLA_TAG lines (OUT = $OUT or /tmp), into OUT/NAME_table.md.
+# HEADER: the column names ("| a | b |"); ROW: awk statements printing one row from f[1..nf]
+# (the RESULT line's fields), s (its shape), best (the faster of rounds f[7], f[8]), fm (fla's
+# best round, "-" if none), r (best / fm), fmm (fla's extra MiB, field 9 of its line).
+kernel_bench_table() {
+    local name=$1 tag=$2 header=$3 row=$4 out=${OUT:-/tmp}
+    awk -v tag="$tag" -v header="$header" '
+      $1 == tag  { fla[$2] = ($4 < $5 ? $4 : $5); flam[$2] = $9 }
+      /^RESULT / { n++; rows[n] = $0 }
+      END {
+        sep = header; gsub(/[^|]+/, "---", sep)
+        print header; print sep
+        for (i = 1; i <= n; i++) {
+          nf = split(rows[i], f, " "); s = f[2]; best = f[7] < f[8] ? f[7] : f[8]
+          fm = (s in fla) ? fla[s] : "-"; r = (s in fla) ? sprintf("%.3f", best / fla[s]) : "-"
+          fmm = (s in flam) ? flam[s] : "-"
+          '"$row"'
+        }
+      }' "$out/${name}_bench.log" "$out/fla_${name}.log" | tee "$out/${name}_table.md"
 }

@@ -27,6 +27,7 @@
 #include "../src/model/backend.h"
 #include "../src/model/checkpoint.h"
 #include "../src/model/model.h"
+#include "fileutil.h"
 #include "testutil.h"
 #include "tiny_model.h"
 
@@ -53,30 +54,8 @@ static model *make_model(uint64_t seed) {
     model_init_params(m, seed);
     rng_t r;
     rng_init(&r, seed, 1);
-    double *mm = m->opt_m, *vv = m->opt_v;
-    for (int t = 0; t < m->n_params; t++)  // the tensors (the alignment padding stays 0)
-        for (size_t i = m->params[t].offset; i < m->params[t].offset + m->params[t].numel; i++) {
-            mm[i] = 1e-3 * rng_normal(&r);
-            vv[i] = 1e-6 * rng_uniform(&r);
-        }
+    tiny_fill_moments(m, &r);
     return m;
-}
-
-// Every parameter and moment of a and b bitwise equal.
-static bool same_state(const model *a, const model *b) {
-    size_t n = a->n_elems;
-    double *x = gdn_malloc(n * sizeof(double)), *y = gdn_malloc(n * sizeof(double));
-    bool same = true;
-    for (int i = 0; i < a->n_params; i++) {
-        model_param_download(a, i, x);
-        model_param_download(b, i, y);
-        same &= memcmp(x, y, a->params[i].numel * sizeof(double)) == 0;
-    }
-    same &= memcmp(a->opt_m, b->opt_m, a->opt_n * sizeof(double)) == 0;
-    same &= memcmp(a->opt_v, b->opt_v, a->opt_n * sizeof(double)) == 0;
-    free(x);
-    free(y);
-    return same;
 }
 
 // Load path into a fresh model; *out (optional) gets the model, else it is freed.
@@ -90,41 +69,25 @@ static bool load(const char *path, char *err, size_t errlen, model **out) {
     return ok;
 }
 
-static void copy_file(const char *src, const char *dst) {
-    FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
-    if (!a || !b) gdn_die("copy %s -> %s", src, dst);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, a)) > 0)
-        if (fwrite(buf, 1, n, b) != n) gdn_die("copy: write");
-    fclose(a);
-    if (fclose(b) != 0) gdn_die("copy: close");
-}
-
-static bool files_differ(const char *a, const char *b) {
-    FILE *x = fopen(a, "rb"), *y = fopen(b, "rb");
-    bool differ = false;
-    int cx, cy;
-    do {
-        cx = getc(x);
-        cy = getc(y);
-        differ |= cx != cy;
-    } while (!differ && cx != EOF);
-    fclose(x);
-    fclose(y);
-    return differ;
+// Dataset /group/name of path, opened with `flags` (H5F_ACC_RDONLY or H5F_ACC_RDWR); *file gets
+// the file, closed by the caller after the dataset.
+static hid_t open_tensor(const char *path, unsigned flags, const char *group, const char *name,
+                         hid_t *file) {
+    hid_t f = H5Fopen(path, flags, H5P_DEFAULT);
+    CHECK_HDF5(f);
+    char full[256];
+    snprintf(full, sizeof full, "/%s/%s", group, name);
+    hid_t d = H5Dopen2(f, full, H5P_DEFAULT);
+    CHECK_HDF5(d);
+    *file = f;
+    return d;
 }
 
 // File offset and stored size of chunk `which` (0 = first, -1 = last) of /group/name, or of
 // the contiguous data of a version-1 file.
 static void data_location(const char *path, const char *group, const char *name, int which,
                           haddr_t *addr, hsize_t *size, int *nchunks) {
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    CHECK_HDF5(f);
-    char full[256];
-    snprintf(full, sizeof full, "/%s/%s", group, name);
-    hid_t d = H5Dopen2(f, full, H5P_DEFAULT);
-    CHECK_HDF5(d);
+    hid_t f, d = open_tensor(path, H5F_ACC_RDONLY, group, name, &f);
     hid_t dcpl = H5Dget_create_plist(d);
     CHECK_HDF5(dcpl);
     *nchunks = 0;
@@ -141,30 +104,20 @@ static void data_location(const char *path, const char *group, const char *name,
     } else {
         *addr = H5Dget_offset(d);
         *size = H5Dget_storage_size(d);
-        if (*addr == HADDR_UNDEF) gdn_die("no offset for %s", full);
+        if (*addr == HADDR_UNDEF) gdn_die("no offset for /%s/%s", group, name);
     }
     CHECK_HDF5(H5Pclose(dcpl));
     CHECK_HDF5(H5Dclose(d));
     CHECK_HDF5(H5Fclose(f));
 }
 
-static void flip_byte(const char *path, off_t where) {
-    int fd = open(path, O_RDWR);
-    unsigned char b;
-    if (fd < 0 || pread(fd, &b, 1, where) != 1) gdn_die("flip: read %s", path);
-    b ^= 0x10;
-    if (pwrite(fd, &b, 1, where) != 1 || close(fd) != 0) gdn_die("flip: write %s", path);
-}
+// Bit 0x10 of byte `where` of path flipped in place.
+static void flip_byte(const char *path, off_t where) { xor_bytes(path, where, &(unsigned char){0x10}, 1); }
 
 // Element idx of /group/name set to v through HDF5 (the checksum is recomputed: a valid file
 // with a bad value).
 static void set_element(const char *path, const char *group, const char *name, size_t idx, double v) {
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-    CHECK_HDF5(f);
-    char full[256];
-    snprintf(full, sizeof full, "/%s/%s", group, name);
-    hid_t d = H5Dopen2(f, full, H5P_DEFAULT);
-    CHECK_HDF5(d);
+    hid_t f, d = open_tensor(path, H5F_ACC_RDWR, group, name, &f);
     hid_t s = H5Dget_space(d);
     CHECK_HDF5(s);
     hssize_t n = H5Sget_simple_extent_npoints(s);
@@ -309,7 +262,7 @@ int main(void) {
     if (!saved) return gc_finish("test_ckpt_integrity");
     model *back = NULL;
     bool ok = load(good, err, sizeof err, &back);
-    check_row(ok && same_state(m, back), "load: parameters, m, v bitwise", ok ? "" : err);
+    check_row(ok && tiny_same_state(m, back), "load: parameters, m, v bitwise", ok ? "" : err);
     model_free(back);
     int nt = 0;
     ok = checkpoint_verify(good, &nt, err, sizeof err);
@@ -358,16 +311,15 @@ int main(void) {
     }
 
     printf("== truncated files\n");
-    struct stat sb;
-    stat(good, &sb);
-    const off_t lens[] = {0, 100, sb.st_size / 2, sb.st_size - 1};
+    const off_t size = file_size(good);
+    const off_t lens[] = {0, 100, size / 2, size - 1};
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
         const char *bad = at("trunc.h5");
         copy_file(good, bad);
         if (truncate(bad, lens[k]) != 0) gdn_die("truncate");
         char what[96];
         snprintf(what, sizeof what, "truncated to %lld of %lld bytes", (long long)lens[k],
-                 (long long)sb.st_size);
+                 (long long)size);
         expect_refused(what, bad, lens[k] < 512 ? "HDF5" : "truncated", NULL);
     }
 
@@ -414,7 +366,7 @@ int main(void) {
         check_row(!files_differ(good, before), "the previous checkpoint is byte for byte the same", "");
         ((double *)m->opt_v)[neg] = keep;
         ok = load(good, err, sizeof err, &back);
-        check_row(ok && same_state(m, back), "and still loads, bitwise the state it holds", ok ? "" : err);
+        check_row(ok && tiny_same_state(m, back), "and still loads, bitwise the state it holds", ok ? "" : err);
         model_free(back);
         int ntmp = 0;
         DIR *dd = opendir(dir);
@@ -428,7 +380,7 @@ int main(void) {
         const char *v1 = at("v1.h5");
         rewrite(good, v1, 1, H5T_IEEE_F64LE, NULL);
         ok = load(v1, err, sizeof err, &back);
-        check_row(ok && same_state(m, back), "version 1 (contiguous, no checksums) loads bitwise",
+        check_row(ok && tiny_same_state(m, back), "version 1 (contiguous, no checksums) loads bitwise",
                   ok ? "" : err);
         model_free(back);
         ok = checkpoint_verify(v1, &nt, err, sizeof err);
@@ -440,7 +392,7 @@ int main(void) {
         data_location(v1, "adam_m", wq, 0, &addr, &size, &nch);
         flip_byte(v1, (off_t)(addr + 8 * 2 + 6));  // an exponent byte of m[2]: stays finite
         ok = load(v1, err, sizeof err, &back);
-        check_row(ok && !same_state(m, back),
+        check_row(ok && !tiny_same_state(m, back),
                   "control: the same flip in version 1 loads, with a changed value", ok ? "" : err);
         model_free(back);
 

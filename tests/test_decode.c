@@ -129,14 +129,8 @@ int main(void) {
     int nv = (int)(sizeof names / sizeof names[0]);
     for (int v = 0; v < nv; v++) {
         gdn_config c = tiny(v == 10 ? "G" : "GS", 2);
+        tiny_ablate(&c, v);  // 0 .. 6
         switch (v) {
-        case 0: c.gdn_gate = false; break;
-        case 1: c.gdn_delta = false; break;
-        case 2: c.gdn_short_conv = false; break;
-        case 3: c.gdn_output_gate = false; break;
-        case 4: c.gdn_allow_neg_eigval = true; break;
-        case 5: c.tie_embeddings = false; break;
-        case 6: c.gdn_expand_v = 1; break;
         case 7: c.gdn_conv_size = 2; break;
         case 8: c.swa_window = 20; break;
         case 9: c.gdn_gate = false; c.gdn_delta = false; break;

@@ -20,6 +20,7 @@
 #include "../src/core/config.h"
 #include "../src/core/rng.h"
 #include "../src/model/model.h"
+#include "fileutil.h"
 #include "testutil.h"
 
 #define CASE_SECONDS 20  // a case that takes longer is a hang (a load takes milliseconds)
@@ -196,16 +197,6 @@ static void child(const char *path) {
     sink += model_check_sizes(&c, c.batch_size, c.seq_len, err, sizeof err);
     (void)sink;
     exit(same ? 0 : 3);
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return gdn_strdup("");
-    char *buf = gdn_malloc(1 << 16);
-    size_t n = fread(buf, 1, (1 << 16) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
 }
 
 // Every line of a refusal names the file: "path:" at its start.

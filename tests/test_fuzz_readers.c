@@ -28,6 +28,7 @@
 #include "../src/model/backend.h"
 #include "../src/model/checkpoint.h"
 #include "../src/model/model.h"
+#include "fileutil.h"
 #include "testutil.h"
 #include "tiny_model.h"
 
@@ -47,21 +48,6 @@ static gdn_config fuzz_config(void) { return tiny_config("GS", 2); }
 static model *new_model(void) {
     gdn_config c = fuzz_config();
     return model_create(&c, &backend_cpu, 2, 8);
-}
-
-static bool same_state(const model *a, const model *b) {
-    double *x = gdn_malloc(a->n_elems * sizeof(double)), *y = gdn_malloc(a->n_elems * sizeof(double));
-    bool same = true;
-    for (int i = 0; i < a->n_params; i++) {
-        model_param_download(a, i, x);
-        model_param_download(b, i, y);
-        same &= memcmp(x, y, a->params[i].numel * sizeof(double)) == 0;
-    }
-    same &= memcmp(a->opt_m, b->opt_m, a->opt_n * sizeof(double)) == 0;
-    same &= memcmp(a->opt_v, b->opt_v, a->opt_n * sizeof(double)) == 0;
-    free(x);
-    free(y);
-    return same;
 }
 
 // ---- the children: exit 0 accepted with the original content, 2 refused naming the file,
@@ -118,40 +104,17 @@ static int ckpt_child(const char *path) {
         fprintf(stderr, "%s\n", err);
         rc = strstr(err, path) && strstr(verr, path) ? 2 : 6;
     } else {
-        rc = !strict || (same_state(m, orig) && st.step == 12) ? 0 : 4;
+        rc = !strict || (tiny_same_state(m, orig) && st.step == 12) ? 0 : 4;
         if (rc) fprintf(stderr, "accepted with a different state\n");
     }
     model_free(m);
     return rc;
 }
 
-// ---- damaging copies ----------------------------------------------------------------------
-
-static void copy_file(const char *src, const char *dst) {
-    FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
-    if (!a || !b) gdn_die("copy %s -> %s", src, dst);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, a)) > 0)
-        if (fwrite(buf, 1, n, b) != n) gdn_die("copy: write");
-    fclose(a);
-    if (fclose(b) != 0) gdn_die("copy: close");
-}
-
 // ---- running one case ---------------------------------------------------------------------
 
 static int n_cases, n_refused, n_accepted, n_bad;
 static double worst;
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return gdn_strdup("");
-    char *buf = gdn_malloc(1 << 16);
-    size_t n = fread(buf, 1, (1 << 16) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
 
 static void run_case(const char *what, const char *path, int (*fn)(const char *)) {
     fflush(stdout);
@@ -188,20 +151,6 @@ static void run_case(const char *what, const char *path, int (*fn)(const char *)
                WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0, dt, keep, msg);
         free(msg);
     }
-}
-
-static off_t file_size(const char *p) {
-    struct stat sb;
-    if (stat(p, &sb) != 0) gdn_die("stat %s", p);
-    return sb.st_size;
-}
-
-static void xor_bytes(const char *path, off_t at, const unsigned char *x, size_t n) {
-    int fd = open(path, O_RDWR);
-    unsigned char b[64];
-    if (fd < 0 || n > sizeof b || pread(fd, b, n, at) != (ssize_t)n) gdn_die("xor: read %s", path);
-    for (size_t i = 0; i < n; i++) b[i] ^= x[i];
-    if (pwrite(fd, b, n, at) != (ssize_t)n || close(fd) != 0) gdn_die("xor: write %s", path);
 }
 
 // Truncations and flips of `good` (each in a copy at `bad`), run through fn.
@@ -417,12 +366,7 @@ int main(int argc, char **argv) {
     printf("== checkpoints\n");
     orig = new_model();
     model_init_params(orig, 3);
-    double *mm = orig->opt_m, *vv = orig->opt_v;
-    for (int t = 0; t < orig->n_params; t++)
-        for (size_t i = orig->params[t].offset; i < orig->params[t].offset + orig->params[t].numel; i++) {
-            mm[i] = 1e-3 * rng_normal(&r);
-            vv[i] = 1e-6 * rng_uniform(&r);
-        }
+    tiny_fill_moments(orig, &r);
     train_state st = {.step = 12, .tokens_seen = 96, .sampler_pos = 12, .seed = 3, .best_val = INFINITY,
                       .world_size = 1};
     snprintf(good, sizeof good, "%s/ckpt.h5", dir);

@@ -25,14 +25,11 @@ int main(void) {
                            "neg eigval", "untied + dropout", "dv = dk"};
     for (int v = 0; v < 7; v++) {
         gdn_config c = tiny("GS", 2);
-        switch (v) {
-        case 0: c.gdn_gate = false; break;
-        case 1: c.gdn_delta = false; break;
-        case 2: c.gdn_short_conv = false; break;
-        case 3: c.gdn_output_gate = false; break;
-        case 4: c.gdn_allow_neg_eigval = true; break;
-        case 5: c.tie_embeddings = false; c.dropout = 0.25; c.embed_dropout = 0.3; c.mixer_dropout = 0.2; break;
-        case 6: c.gdn_expand_v = 1; break;
+        tiny_ablate(&c, v);
+        if (v == 5) {  // untied, with dropout
+            c.dropout = 0.25;
+            c.embed_dropout = 0.3;
+            c.mixer_dropout = 0.2;
         }
         printf("\n== GS, %s\n", names[v]);
         fails += model_gradcheck(&c, 2, 9, 6, 1e-6, 99 + v, stdout);

@@ -33,13 +33,7 @@
 #include "../cuda/gemm.h"
 #include "../fwd/attention_cuda.h"
 #include "../fwd/gdn_cuda.h"
-#if __has_include("../bwd/gdn_bwd_cuda.h")
 #include "../bwd/gdn_bwd_cuda.h"
-#define GDN_BWD_ON_GPU 1
-#else
-#include "../bwd/bwd_cpu.h"
-#define GDN_BWD_ON_GPU 0
-#endif
 #include "../core/cuda_check.h"
 
 namespace {
@@ -201,50 +195,6 @@ int sort_tokens(const int32_t *tok, int N) {
     ST.h_starts.push_back(N);
     return (int)ST.h_ids.size();
 }
-
-#if !GDN_BWD_ON_GPU
-// FALLBACK until src/bwd/gdn_bwd_cuda.h exists: the gated delta rule backward on the host in
-// float64 (gdn_chunk_bwd_cpu), with inputs and gradients copied across. Correct, slow (a
-// device sync and PCIe round trip per GDN layer); the kernel replaces it with no other change.
-void gdn_bwd_host_fallback(const gdn_op *op, bool bf16) {
-    size_t nk = (size_t)op->B * op->T * op->H * op->Dk, nv = (size_t)op->B * op->T * op->H * op->Dv;
-    size_t ng = (size_t)op->B * op->T * op->H;
-    std::vector<double> q(nk), k(nk), v(nv), dO(nv), g(ng, 0.0), beta(ng, 0.0);
-    std::vector<double> dq(nk), dk(nk), dv(nv), dg(ng), dbeta(ng);
-    to_host(q.data(), op->q, nk, bf16);
-    to_host(k.data(), op->k, nk, bf16);
-    to_host(v.data(), op->v, nv, bf16);
-    to_host(dO.data(), op->dO, nv, bf16);
-    if (op->mode.gate) to_host(g.data(), op->g, ng, false);
-    if (op->mode.delta) to_host(beta.data(), op->beta, ng, false);
-    gdn_cpu_params p;
-    memset(&p, 0, sizeof p);
-    p.B = op->B;
-    p.T = op->T;
-    p.H = op->H;
-    p.Dk = op->Dk;
-    p.Dv = op->Dv;
-    p.chunk = op->chunk;
-    p.mode = op->mode;
-    p.q = q.data();
-    p.k = k.data();
-    p.v = v.data();
-    p.g = g.data();
-    p.beta = beta.data();
-    p.dO = dO.data();
-    p.dq = dq.data();
-    p.dk = dk.data();
-    p.dv = dv.data();
-    p.dg = op->dg ? dg.data() : nullptr;
-    p.dbeta = op->dbeta ? dbeta.data() : nullptr;
-    gdn_chunk_bwd_cpu(&p);
-    to_device(op->dq, dq.data(), nk, bf16);
-    to_device(op->dk, dk.data(), nk, bf16);
-    to_device(op->dv, dv.data(), nv, bf16);
-    if (op->dg) to_device(op->dg, dg.data(), ng, false);
-    if (op->dbeta) to_device(op->dbeta, dbeta.data(), ng, false);
-}
-#endif
 
 // ---- the ops, one instance per mode -----------------------------------------------------------
 template <bool BF>
@@ -531,7 +481,6 @@ struct ops {
         *dt = (char *)op->keep + dt_off;
     }
     static void gdn_bwd(const gdn_op *op) {
-#if GDN_BWD_ON_GPU
         // No initial state, no final-state gradient; the chunk-start states are the forward's
         // (gdn.bwd_states = saved), replayed from what it kept (replay) or recomputed by a second
         // forward scan (recompute), inside gdn_chunk_bwd.
@@ -556,9 +505,6 @@ struct ops {
         p.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&p);
         p.workspace = workspace(p.workspace_bytes);
         gdn_chunk_bwd(&p);
-#else
-        gdn_bwd_host_fallback(op, BF);
-#endif
     }
     static void adamw(void *p, void *master, const void *g, void *m, void *v, size_t n,
                       double lr, double b1, double b2, double eps, double wd, double bc1,
