@@ -2,6 +2,7 @@
 //
 //   gdn-train CONFIG.ini [--set section.key=value ...] [--resume CKPT.h5] [--gradcheck]
 //   gdn-train --resume CKPT.h5 [--set ...]          (the config stored in the checkpoint)
+//   --init-from DIR: a new run whose parameters start from a gdn-export directory (hf.h).
 //   --stop-after N: leave after step N with a checkpoint, as if interrupted (the schedule still
 //   spans train.steps), so a later --resume continues the same run.
 //   --timeline N: spans of N steps per stream (forward, backward per gradient range, all-reduce
@@ -78,6 +79,7 @@
 #include "fwd/fwd_cpu.h"
 #include "model/backend_gpu.h"
 #include "model/checkpoint.h"
+#include "model/hf.h"
 #include "model/model.h"
 #include "optim/optim.h"
 
@@ -95,6 +97,8 @@ static void usage(FILE *f) {
             "  --resume     continue from a checkpoint, bit for bit; the config must be the checkpoint's\n"
             "               but for steps, cadences, devices, batch split, lr schedule (src/core/config.c)\n"
             "               (a new run refuses an out_dir that holds a run; train.overwrite=true starts over)\n"
+            "  --init-from DIR  a new run starting from the parameters of a gdn-export (Hugging Face)\n"
+            "               directory; its config.json must match the run's model (docs/export.md)\n"
             "  --eval       with --resume: evaluate the checkpoint's weights on the validation split\n"
             "               (train.eval_batches; 0 = the whole split) and exit; writes nothing\n"
             "  --gradcheck  finite-difference check of the configured model on the CPU (float64);\n"
@@ -226,6 +230,7 @@ enum { MAX_SETS = 256 };
 
 typedef struct {
     const char *cfg_path, *resume;  // CONFIG.ini and --resume (either may be NULL, not both)
+    const char *init_from;          // --init-from DIR (a new run only), or NULL
     const char *sets[MAX_SETS];     // --set section.key=value, in order
     int nset;
     bool gradcheck, eval_only, profile_events;
@@ -251,6 +256,8 @@ static int parse_args(int argc, char **argv, train_args *a) {
             a->sets[a->nset++] = argv[i] + 6;
         else if (!strcmp(argv[i], "--resume") && i + 1 < argc)
             a->resume = argv[++i];
+        else if (!strcmp(argv[i], "--init-from") && i + 1 < argc)
+            a->init_from = argv[++i];
         else if (!strcmp(argv[i], "--stop-after") && i + 1 < argc) {
             if (!count_arg("--stop-after", "a step number", argv[++i], 1, LONG_MAX, &a->stop_after))
                 return 2;
@@ -292,6 +299,11 @@ static int parse_args(int argc, char **argv, train_args *a) {
     }
     if (!a->cfg_path && !a->resume) {
         usage(stderr);
+        return 2;
+    }
+    if (a->init_from && (a->resume || !a->cfg_path)) {
+        fprintf(stderr, "error: --init-from starts a new run from exported parameters: it needs "
+                        "CONFIG.ini and takes no --resume\n");
         return 2;
     }
     if (a->profile_events && a->profile_steps == 0) {
@@ -637,6 +649,13 @@ static void start_run(run *r) {
         double t_init = gdn_now();
         model_init_params(r->m, c->seed);
         printf("init: parameters drawn in %.2f s\n", gdn_now() - t_init);
+        if (r->args.init_from) {
+            char e[2048];
+            bool ok = hf_import(r->m, r->args.init_from, e, sizeof e);
+            if (!ok) fprintf(stderr, "error: --init-from: %s\n", e);
+            stop_unless_all_ok(r, ok);
+            printf("init: parameters from %s\n", r->args.init_from);
+        }
         return;
     }
     char err[1024];
