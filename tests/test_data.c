@@ -3,7 +3,8 @@
 // Round trips (uint16 and uint32 widths, multi-chunk); every malformed file gives false and one
 // message naming the file and the field, with nothing on stderr (files made with the HDF5 API
 // in a mkdtemp directory); the writer's failures (missing directory, token >= vocab, a file-size
-// limit standing in for a full disk) leave nothing behind; sampler windows are the right tokens,
+// limit standing in for a full disk) leave nothing behind; sampler windows are the right tokens
+// at the starts of the seeded formula (the same since the format began),
 // y = x shifted by one, deterministic, identical with and without prefetch, identical for
 // 2 ranks x B/2 and 1 rank x B, resumable from pos; bytes and SentencePiece round trips.
 #include "testutil.h"
@@ -431,6 +432,18 @@ static void sampler_tests(void) {
     take(&s2, P, x2, y2);
     sampler_free(&s2);
     check(!memcmp(x1, x2, 4 * all) && !memcmp(y1, y2, 4 * all), "same seed -> same %d batches", P);
+
+    // a v1 file's windows are exactly the formula the sampler always had: start of window j of
+    // step s = rng_below(n - T) of Philox (seed ^ split key, stream s) at counter block j << 32
+    size_t formula_bad = 0;
+    for (int i = 0; i < P; i++)
+        for (int b = 0; b < B; b++) {
+            rng_t q;
+            rng_init(&q, 1234 ^ 0x9E3779B97F4A7C15ull, (uint64_t)i);
+            q.counter = (uint64_t)b << 32;
+            formula_bad += (uint64_t)x1[((size_t)i * B + b) * T] != rng_below(&q, n - (uint64_t)T);
+        }
+    check(formula_bad == 0, "v1 file: window starts are the seeded formula's, bit for bit");
 
     init_w(&s2, &src, DATA_SPLIT_TRAIN, B, T, 1235, 0, 1, 1, 0, false, err, sizeof err);
     take(&s2, P, x2, y2);
