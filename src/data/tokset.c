@@ -597,7 +597,13 @@ bool data_source_open(data_source *d, const char *path, const char *mix, char *e
                 return false;
             }
             *colon = 0;
-            snprintf(paths[n], sizeof paths[n], "%s", e);
+            size_t len = strlen(e);
+            if (len >= sizeof paths[n]) {
+                snprintf(err, errlen, "data.mix: path '%.200s...' longer than %zu characters", e,
+                         sizeof paths[n] - 1);
+                return false;
+            }
+            memcpy(paths[n], e, len + 1);
             w[n++] = wt;
         }
         if (n == 0) {
