@@ -166,12 +166,15 @@ static double cpu_peak_flops(void) {
     return rate;
 }
 
+// data.sampling = documents: rows of packed documents whose starts travel with the batch.
+static bool data_documents(const gdn_config *c) { return !strcmp(c->data_sampling, "documents"); }
+
 // eval_batches = 0 (the messages): the window count W of the whole-split tiling
 // (sampler_tile_split, data/dataset.h) and in *batches the global batches W / G that cover it.
-static uint64_t full_eval_windows(const token_file *tf, const gdn_config *c, const dist *d,
+static uint64_t full_eval_windows(const data_source *src, const gdn_config *c, const dist *d,
                                   uint64_t *batches) {
     uint64_t G = (uint64_t)c->grad_accum * (uint64_t)d->world * (uint64_t)c->batch_size;
-    uint64_t W = eval_full_windows(tf->n_tokens[DATA_SPLIT_VAL], (uint64_t)c->seq_len, G);
+    uint64_t W = eval_full_windows(src->set[0].n_tokens[DATA_SPLIT_VAL], (uint64_t)c->seq_len, G);
     if (batches) *batches = W / G;
     return W;
 }
@@ -180,19 +183,22 @@ static uint64_t full_eval_windows(const token_file *tf, const gdn_config *c, con
 // independent of train.seed). Like the training batches, each global batch of grad_accum x
 // world x B windows is split over the micro-batches and the ranks, so N ranks of batch B/N, or
 // one rank with N micro-batches of B/N, evaluate the windows one rank of batch B does (each
-// rank 1/N of the work); every rank returns the same mean.
-static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x, int32_t *y,
-                       dist *d) {
+// rank 1/N of the work); every rank returns the same mean. doc: (B*T) the rows' document starts
+// (data.sampling = documents).
+static double evaluate(model *m, const data_source *src, const gdn_config *c, int32_t *x,
+                       int32_t *y, int32_t *doc, dist *d) {
     batch_sampler vs;
-    char err[512];
-    if (!sampler_init(&vs, tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed ^ 0x5A17u,
-                      d->rank, d->world, c->grad_accum, 0, false, err, sizeof err))
-        gdn_die("validation data: %s", err);
+    char err[1024];
+    const sampler_params sp = {.src = src, .split = DATA_SPLIT_VAL, .documents = data_documents(c),
+                               .B = c->batch_size, .T = c->seq_len, .seed = c->seed ^ 0x5A17u,
+                               .rank = d->rank, .world = d->world, .n_mb = c->grad_accum};
+    if (!sampler_init(&vs, &sp, err, sizeof err)) gdn_die("validation data: %s", err);
     long nb = c->eval_batches > 0 ? c->eval_batches : (long)sampler_tile_split(&vs);
     double s = 0;
     const long n = nb * c->grad_accum;
     for (long i = 0; i < n; i++) {
-        sampler_next(&vs, x, y);
+        sampler_next(&vs, x, y, doc);
+        // the model's document starts (issue 31): model_set_doc_starts(m, vs.documents ? doc : NULL)
         s += model_eval_loss(m, x, y);
     }
     sampler_free(&vs);
@@ -340,9 +346,10 @@ static int run_gradcheck(gdn_config *cfg, const char *device) {
         gdn_die("--device cuda: this build has no CUDA backend (configure where nvcc is found)");
     if (cfg->vocab_size == 0) {  // the tokens of the check are random: any vocabulary works
         char err[1024];
-        token_file probe;
-        cfg->vocab_size = tokfile_open(&probe, cfg->data_path, err, sizeof err) ? probe.vocab_size : 256;
-        if (cfg->vocab_size == probe.vocab_size) tokfile_close(&probe);
+        token_set probe;
+        bool opened = tokset_open(&probe, cfg->data_path, err, sizeof err);
+        cfg->vocab_size = opened ? probe.vocab_size : 256;
+        if (opened) tokset_close(&probe);
     }
     int T = GDN_MIN(cfg->seq_len, 256), fails = 0;
     printf("== GPU fp32 vs CPU float64 (tolerance 1e-4)\n");
@@ -365,10 +372,11 @@ typedef struct {
     bool on_gpu;
     const backend *be;
     // data and model
-    token_file tf;
+    data_source data;         // data.path, or data.mix's sets
     model *m;
     zero1 *z;                 // dist.zero1 with collectives, else NULL
     int32_t *x, *y;           // (m->N) one micro-batch's inputs and targets
+    int32_t *doc;             // (m->N) its document starts (data.sampling = documents)
     train_state st;
     char ckpt[1200];          // <out_dir>/checkpoint.h5
     // the loop
@@ -438,16 +446,21 @@ static void setup_backend(run *r) {
     }
 }
 
-// The token file; model.vocab_size = 0 takes the file's.
+// The token set (data.path) or sets (data.mix); model.vocab_size = 0 takes theirs.
 static void open_data(run *r) {
     gdn_config *c = &r->cfg;
-    char err[1024];
-    if (!tokfile_open(&r->tf, c->data_path, err, sizeof err))
+    char err[2048];
+    if (!data_source_open(&r->data, c->data_path, c->data_mix, err, sizeof err))
         gdn_die("%s\nHINT: make it with gdn-prepare (see README.md), or set data.path", err);
-    if (c->vocab_size == 0) c->vocab_size = r->tf.vocab_size;
-    if (c->vocab_size < r->tf.vocab_size)
-        gdn_die("model.vocab_size = %d but '%s' has vocab_size %d", c->vocab_size, c->data_path,
-                r->tf.vocab_size);
+    const token_set *ts = &r->data.set[0];  // a mix's sets share one vocabulary
+    if (c->vocab_size == 0) c->vocab_size = ts->vocab_size;
+    if (c->vocab_size < ts->vocab_size)
+        gdn_die("model.vocab_size = %d but '%s' has vocab_size %d: its tokens would index past "
+                "the embedding\nHINT: set model.vocab_size = 0 (take the data's) or >= %d",
+                c->vocab_size, ts->index, ts->vocab_size, ts->vocab_size);
+    if (r->data.n > 1 && c->eval_batches == 0)
+        gdn_die("train.eval_batches = 0 evaluates the whole validation split of one token set; "
+                "with data.mix (%d sets) set train.eval_batches >= 1", r->data.n);
 }
 
 // The effective config on stdout (write_config puts it in the run directory once the run has
@@ -489,13 +502,14 @@ static void say_from_rank0(dist *d, const char *msg) {
     if (d->rank == 0 && more) fprintf(stderr, "(and %d more ranks)\n", more);
 }
 
-// The data file's identity, as text: its path, size, splits, vocabulary, tokenizer, and an
-// FNV-1a hash of its first and last 64 KiB (cheap, and it changes with any re-preparation).
-static void describe_data(const token_file *tf, char *buf, size_t n) {
+// The identity of one token set, as text: the file that defines it (a v1 file or index.json),
+// its size, splits, vocabulary, tokenizer, and an FNV-1a hash of its first and last 64 KiB
+// (cheap, and it changes with any re-preparation).
+static void describe_set(const token_set *tf, char *buf, size_t n) {
     unsigned char bytes[65536];
     uint64_t h = AGREE_HASH_INIT;
     long long size = -1;
-    int fd = open(tf->path, O_RDONLY);
+    int fd = open(tf->index, O_RDONLY);
     struct stat st;
     if (fd >= 0 && fstat(fd, &st) == 0) {
         size = (long long)st.st_size;
@@ -507,10 +521,24 @@ static void describe_data(const token_file *tf, char *buf, size_t n) {
     }
     if (fd >= 0) close(fd);
     snprintf(buf, n, "'%s': %lld bytes, %llu + %llu tokens, vocab_size %d, tokenizer %s, "
-             "eot_token %d, head/tail hash %016llx", tf->path, size,
+             "eot_token %d, head/tail hash %016llx", tf->index, size,
              (unsigned long long)tf->n_tokens[DATA_SPLIT_TRAIN],
              (unsigned long long)tf->n_tokens[DATA_SPLIT_VAL], tf->vocab_size, tf->tokenizer,
              tf->eot_token, (unsigned long long)h);
+}
+
+// The data's identity: every set's (with its weight in a mix).
+static void describe_data(const data_source *src, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int k = 0; k < src->n && used + 1 < n; k++) {
+        describe_set(&src->set[k], buf + used, n - used);
+        used += strlen(buf + used);
+        if (src->n > 1)
+            snprintf(buf + used, n - used, " (weight %.6g)%s", src->weight[k],
+                     k + 1 < src->n ? "; " : "");
+        used += strlen(buf + used);
+    }
 }
 
 // The ranks run one config on one data file: their effective configs (the text) and data
@@ -521,7 +549,7 @@ static void agree_config_and_data(run *r) {
     dist *d = r->d;
     if (d->world == 1) return;
     char *text = config_to_string(&r->cfg), data[2048];
-    describe_data(&r->tf, data, sizeof data);
+    describe_data(&r->data, data, sizeof data);
     uint64_t mine[2] = {agree_hash(AGREE_HASH_INIT, text, strlen(text)),
                         agree_hash(AGREE_HASH_INIT, data, strlen(data))}, root[2];
     int differ = dist_agree_u64(d, mine, root, 2);
@@ -633,6 +661,7 @@ static void build_model(run *r) {
     model_print_summary(r->m, stdout);
     r->x = gdn_malloc(sizeof(int32_t) * r->m->N);
     r->y = gdn_malloc(sizeof(int32_t) * r->m->N);
+    r->doc = gdn_malloc(sizeof(int32_t) * r->m->N);
     r->st = (train_state){.step = 0, .tokens_seen = 0, .sampler_pos = 0, .seed = c->seed,
                           .best_val = INFINITY, .world_size = r->d->world};
     snprintf(r->ckpt, sizeof r->ckpt, "%s/checkpoint.h5", c->out_dir);
@@ -743,9 +772,9 @@ static bool run_is_complete(run *r) {
 // --eval: the validation loss of the weights; the exit code (1 when it is not finite).
 static int eval_checkpoint(run *r) {
     const gdn_config *c = &r->cfg;
-    double t0 = gdn_now(), v = evaluate(r->m, &r->tf, c, r->x, r->y, r->d);
+    double t0 = gdn_now(), v = evaluate(r->m, &r->data, c, r->x, r->y, r->doc, r->d);
     if (c->eval_batches == 0) {
-        uint64_t nb, w = full_eval_windows(&r->tf, c, r->d, &nb);
+        uint64_t nb, w = full_eval_windows(&r->data, c, r->d, &nb);
         printf("eval: val loss %.6f over the whole split (%llu windows of %d), %.1f s\n", v,
                (unsigned long long)w, c->seq_len + 1, gdn_now() - t0);
     } else {
@@ -799,14 +828,16 @@ static void open_training(run *r) {
     const gdn_config *c = &r->cfg;
     dist *d = r->d;
     char err[1024];
-    if (!sampler_init(&r->ts, &r->tf, DATA_SPLIT_TRAIN, c->batch_size, c->seq_len, c->seed, d->rank,
-                      d->world, c->grad_accum, r->st.sampler_pos * (uint64_t)c->grad_accum, true,
-                      err, sizeof err))
-        gdn_die("training data: %s", err);
+    sampler_params sp = {.src = &r->data, .split = DATA_SPLIT_TRAIN, .documents = data_documents(c),
+                         .B = c->batch_size, .T = c->seq_len, .seed = c->seed, .rank = d->rank,
+                         .world = d->world, .n_mb = c->grad_accum,
+                         .pos = r->st.sampler_pos * (uint64_t)c->grad_accum, .prefetch = true};
+    if (!sampler_init(&r->ts, &sp, err, sizeof err)) gdn_die("training data: %s", err);
     batch_sampler vcheck;  // fail early when the validation split is too short
-    if (!sampler_init(&vcheck, &r->tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed, 0, 1,
-                      1, 0, false, err, sizeof err))
-        gdn_die("validation data: %s", err);
+    sp = (sampler_params){.src = &r->data, .split = DATA_SPLIT_VAL, .documents = sp.documents,
+                          .B = c->batch_size, .T = c->seq_len, .seed = c->seed, .rank = 0,
+                          .world = 1, .n_mb = 1};
+    if (!sampler_init(&vcheck, &sp, err, sizeof err)) gdn_die("validation data: %s", err);
     sampler_free(&vcheck);
 
     if (r->r0) snprintf(r->metrics_path, sizeof r->metrics_path, "%s/%s", c->out_dir, c->metrics_file);
@@ -840,9 +871,9 @@ static void print_header(run *r) {
            c->steps, r->tokens_per_step, d->world, d->world > 1 ? "s" : "",
            dist_backend_name(d->backend), c->zero1 ? ", ZeRO-1" : "", r->be->name, peak_what);
     if (c->eval_batches == 0) {
-        uint64_t nb, w = full_eval_windows(&r->tf, c, d, &nb);
+        uint64_t nb, w = full_eval_windows(&r->data, c, d, &nb);
         printf("validation: the whole split, %llu tokens in %llu windows of %d (%llu batches)\n",
-               (unsigned long long)r->tf.n_tokens[DATA_SPLIT_VAL], (unsigned long long)w,
+               (unsigned long long)r->data.set[0].n_tokens[DATA_SPLIT_VAL], (unsigned long long)w,
                c->seq_len + 1, (unsigned long long)nb);
     }
     if (r->gs->sum)
@@ -872,7 +903,8 @@ static bool train_step(run *r, double *loss_out, double *lr_out, double *gnorm_o
     model_zero_grads(m);
     double loss_sum = 0;
     for (int mb = 0; mb < c->grad_accum; mb++) {
-        sampler_next(&r->ts, r->x, r->y);
+        sampler_next(&r->ts, r->x, r->y, r->doc);
+        // the model's document starts (issue 31): model_set_doc_starts(m, r->ts.documents ? r->doc : NULL)
         m->dropout_key = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 1024 + (uint64_t)mb +
                          ((uint64_t)d->rank << 40);
         grad_sync_microbatch(r->gs, m, mb);
@@ -940,7 +972,7 @@ static void metrics_line(run *r, const char *fmt, ...) {
 // The validation loss (every rank takes part), logged; its time is left out of the step times.
 static void validate(run *r) {
     double t_eval = gdn_now();
-    r->last_val = evaluate(r->m, &r->tf, &r->cfg, r->x, r->y, r->d);
+    r->last_val = evaluate(r->m, &r->data, &r->cfg, r->x, r->y, r->doc, r->d);
     r->t_aside += gdn_now() - t_eval;
     if (r->last_val < r->st.best_val) r->st.best_val = r->last_val;
     metrics_line(r, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",
@@ -995,11 +1027,13 @@ static double probe_loss(run *r) {
     const gdn_config *c = &r->cfg;
     dist *d = r->d;
     batch_sampler vs;
-    char err[512];
-    if (!sampler_init(&vs, &r->tf, DATA_SPLIT_VAL, c->batch_size, c->seq_len, c->seed ^ 0x5A17u,
-                      d->rank, d->world, 1, 0, false, err, sizeof err))
-        gdn_die("validation data: %s", err);
-    sampler_next(&vs, r->x, r->y);
+    char err[1024];
+    const sampler_params sp = {.src = &r->data, .split = DATA_SPLIT_VAL, .documents = data_documents(c),
+                               .B = c->batch_size, .T = c->seq_len, .seed = c->seed ^ 0x5A17u,
+                               .rank = d->rank, .world = d->world, .n_mb = 1};
+    if (!sampler_init(&vs, &sp, err, sizeof err)) gdn_die("validation data: %s", err);
+    sampler_next(&vs, r->x, r->y, r->doc);
+    // the model's document starts (issue 31): model_set_doc_starts(r->m, vs.documents ? r->doc : NULL)
     double loss = model_eval_loss(r->m, r->x, r->y);
     sampler_free(&vs);
     return dist_scalar_sum_f64(d, loss) / d->world;
@@ -1118,12 +1152,13 @@ static void close_training(run *r) {
 
 // What the phases before the loop opened, in reverse; the communicator last (collective).
 static void close_run(run *r) {
-    tokfile_close(&r->tf);
+    data_source_close(&r->data);
     zero1_free(r->z);
     model_free(r->m);
     dist_free(r->d);
     free(r->x);
     free(r->y);
+    free(r->doc);
 }
 
 int main(int argc, char **argv) {

@@ -3,7 +3,8 @@
 // Round trips (uint16 and uint32 widths, multi-chunk); every malformed file gives false and one
 // message naming the file and the field, with nothing on stderr (files made with the HDF5 API
 // in a mkdtemp directory); the writer's failures (missing directory, token >= vocab, a file-size
-// limit standing in for a full disk) leave nothing behind; sampler windows are the right tokens,
+// limit standing in for a full disk) leave nothing behind; sampler windows are the right tokens
+// at the starts of the seeded formula (the same since the format began),
 // y = x shifted by one, deterministic, identical with and without prefetch, identical for
 // 2 ranks x B/2 and 1 rank x B, resumable from pos; bytes and SentencePiece round trips.
 #include "testutil.h"
@@ -375,9 +376,19 @@ static void writer_failures(void) {
 
 // ---- sampler -------------------------------------------------------------------------------
 
+// sampler_init with windows sampling, the parameters in today's order.
+static bool init_w(batch_sampler *s, const data_source *src, int split, int B, int T, uint64_t seed,
+                   int rank, int world, int n_mb, uint64_t pos, bool prefetch, char *err,
+                   size_t errlen) {
+    const sampler_params p = {.src = src, .split = split, .B = B, .T = T, .seed = seed,
+                              .rank = rank, .world = world, .n_mb = n_mb, .pos = pos,
+                              .prefetch = prefetch};
+    return sampler_init(s, &p, err, errlen);
+}
+
 static void take(batch_sampler *s, int n, int32_t *x, int32_t *y) {
     size_t bt = (size_t)s->B * (size_t)s->T;
-    for (int i = 0; i < n; i++) sampler_next(s, x + i * bt, y + i * bt);
+    for (int i = 0; i < n; i++) sampler_next(s, x + i * bt, y + i * bt, NULL);
 }
 
 static void sampler_tests(void) {
@@ -389,15 +400,15 @@ static void sampler_tests(void) {
     for (size_t i = 0; i < n; i++) t[i] = (uint32_t)i;
     path_in(p, sizeof p, "ramp.h5");
     if (!tokfile_write(p, 65536, "bytes", -1, t, n, t, 40, err, sizeof err)) gdn_die("%s", err);
-    token_file f;
-    if (!tokfile_open(&f, p, err, sizeof err)) gdn_die("%s", err);
+    data_source src;
+    if (!data_source_open(&src, p, "", err, sizeof err)) gdn_die("%s", err);
 
     const int B = 4, T = 32, P = 12;
     const size_t bt = (size_t)B * T, all = (size_t)P * bt;
     int32_t *x1 = gdn_malloc(4 * all), *y1 = gdn_malloc(4 * all), *x2 = gdn_malloc(4 * all),
             *y2 = gdn_malloc(4 * all);
     batch_sampler s, s2;
-    bool ok = sampler_init(&s, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, false, err, sizeof err);
+    bool ok = init_w(&s, &src, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, false, err, sizeof err);
     check(ok, "init B=%d T=%d seed 1234, no prefetch", B, T);
     take(&s, P, x1, y1);
     check(s.pos == (uint64_t)P, "pos advances to %d (got %llu)", P, (unsigned long long)s.pos);
@@ -417,19 +428,31 @@ static void sampler_tests(void) {
     check(bad == 0, "x windows are tokens [start, start+T) with start <= n-(T+1)");
     check(badshift == 0, "y is x shifted by one (y[t] = token[start + t + 1])");
 
-    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, false, err, sizeof err);
+    init_w(&s2, &src, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, false, err, sizeof err);
     take(&s2, P, x2, y2);
     sampler_free(&s2);
     check(!memcmp(x1, x2, 4 * all) && !memcmp(y1, y2, 4 * all), "same seed -> same %d batches", P);
 
-    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1235, 0, 1, 1, 0, false, err, sizeof err);
+    // a v1 file's windows are exactly the formula the sampler always had: start of window j of
+    // step s = rng_below(n - T) of Philox (seed ^ split key, stream s) at counter block j << 32
+    size_t formula_bad = 0;
+    for (int i = 0; i < P; i++)
+        for (int b = 0; b < B; b++) {
+            rng_t q;
+            rng_init(&q, 1234 ^ 0x9E3779B97F4A7C15ull, (uint64_t)i);
+            q.counter = (uint64_t)b << 32;
+            formula_bad += (uint64_t)x1[((size_t)i * B + b) * T] != rng_below(&q, n - (uint64_t)T);
+        }
+    check(formula_bad == 0, "v1 file: window starts are the seeded formula's, bit for bit");
+
+    init_w(&s2, &src, DATA_SPLIT_TRAIN, B, T, 1235, 0, 1, 1, 0, false, err, sizeof err);
     take(&s2, P, x2, y2);
     sampler_free(&s2);
     size_t same = 0;
     for (size_t w = 0; w < (size_t)P * B; w++) same += x1[w * T] == x2[w * T];
     check(same < 3, "seed 1235 -> different windows (%zu of %d starts equal)", same, P * B);
 
-    ok = sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, true, err, sizeof err);
+    ok = init_w(&s2, &src, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, true, err, sizeof err);
     check(ok && s2.running, "init with prefetch starts the thread");
     take(&s2, P, x2, y2);
     sampler_free(&s2);
@@ -439,14 +462,14 @@ static void sampler_tests(void) {
 
     // 2 ranks x B/2 == 1 rank x B (one rank with prefetch, one without)
     batch_sampler r0, r1;
-    sampler_init(&r0, &f, DATA_SPLIT_TRAIN, B / 2, T, 1234, 0, 2, 1, 0, true, err, sizeof err);
-    sampler_init(&r1, &f, DATA_SPLIT_TRAIN, B / 2, T, 1234, 1, 2, 1, 0, false, err, sizeof err);
+    init_w(&r0, &src, DATA_SPLIT_TRAIN, B / 2, T, 1234, 0, 2, 1, 0, true, err, sizeof err);
+    init_w(&r1, &src, DATA_SPLIT_TRAIN, B / 2, T, 1234, 1, 2, 1, 0, false, err, sizeof err);
     size_t half = bt / 2, mism = 0;
     int32_t *hx = gdn_malloc(4 * half), *hy = gdn_malloc(4 * half);
     for (int i = 0; i < P; i++) {
-        sampler_next(&r0, hx, hy);
+        sampler_next(&r0, hx, hy, NULL);
         mism += memcmp(hx, x1 + i * bt, 4 * half) != 0 || memcmp(hy, y1 + i * bt, 4 * half) != 0;
-        sampler_next(&r1, hx, hy);
+        sampler_next(&r1, hx, hy, NULL);
         mism += memcmp(hx, x1 + i * bt + half, 4 * half) != 0 ||
                 memcmp(hy, y1 + i * bt + half, 4 * half) != 0;
     }
@@ -459,11 +482,11 @@ static void sampler_tests(void) {
     // 2 micro-batches of B/4, reproduce 1 rank x B (micro-batch m of rank r: block m world + r)
     {
         batch_sampler a;
-        sampler_init(&a, &f, DATA_SPLIT_TRAIN, B / 2, T, 1234, 0, 1, 2, 0, true, err, sizeof err);
+        init_w(&a, &src, DATA_SPLIT_TRAIN, B / 2, T, 1234, 0, 1, 2, 0, true, err, sizeof err);
         size_t mm = 0;
         for (int i = 0; i < P; i++)
             for (int mb = 0; mb < 2; mb++) {
-                sampler_next(&a, hx, hy);
+                sampler_next(&a, hx, hy, NULL);
                 mm += memcmp(hx, x1 + i * bt + mb * half, 4 * half) != 0 ||
                       memcmp(hy, y1 + i * bt + mb * half, 4 * half) != 0;
             }
@@ -476,12 +499,12 @@ static void sampler_tests(void) {
         size_t quarter = bt / 4;
         mm = 0;
         for (int r = 0; r < 2; r++)
-            sampler_init(&q[r], &f, DATA_SPLIT_TRAIN, B / 4, T, 1234, r, 2, 2, 0, r == 0, err,
+            init_w(&q[r], &src, DATA_SPLIT_TRAIN, B / 4, T, 1234, r, 2, 2, 0, r == 0, err,
                          sizeof err);
         for (int i = 0; i < P; i++)
             for (int mb = 0; mb < 2; mb++)
                 for (int r = 0; r < 2; r++) {
-                    sampler_next(&q[r], hx, hy);
+                    sampler_next(&q[r], hx, hy, NULL);
                     size_t at = i * bt + (size_t)(mb * 2 + r) * quarter;
                     mm += memcmp(hx, x1 + at, 4 * quarter) != 0 || memcmp(hy, y1 + at, 4 * quarter) != 0;
                 }
@@ -490,57 +513,57 @@ static void sampler_tests(void) {
         check(mm == 0, "2 ranks x 2 micro-batches of B=%d reproduce 1 rank x B=%d exactly (%zu "
               "mismatching blocks)", B / 4, B, mm);
         batch_sampler bad;
-        check(!sampler_init(&bad, &f, DATA_SPLIT_TRAIN, B, T, 1, 0, 1, 0, 0, false, err, sizeof err),
+        check(!init_w(&bad, &src, DATA_SPLIT_TRAIN, B, T, 1, 0, 1, 0, 0, false, err, sizeof err),
               "n_mb 0 is refused: %s", err);
     }
 
     // resume: start at pos 5; with prefetch, move pos by hand after two batches
-    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 5, false, err, sizeof err);
-    sampler_next(&s2, x2, y2);
+    init_w(&s2, &src, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 5, false, err, sizeof err);
+    sampler_next(&s2, x2, y2, NULL);
     sampler_free(&s2);
     check(!memcmp(x2, x1 + 5 * bt, 4 * bt) && !memcmp(y2, y1 + 5 * bt, 4 * bt),
           "init at pos 5 gives batch 5");
-    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, true, err, sizeof err);
+    init_w(&s2, &src, DATA_SPLIT_TRAIN, B, T, 1234, 0, 1, 1, 0, true, err, sizeof err);
     take(&s2, 2, x2, y2);
     s2.pos = 9;
-    sampler_next(&s2, x2, y2);
+    sampler_next(&s2, x2, y2, NULL);
     check(!memcmp(x2, x1 + 9 * bt, 4 * bt) && s2.pos == 10,
           "prefetch: pos set to 9 by hand -> batch 9, pos 10");
-    sampler_next(&s2, x2, y2);
+    sampler_next(&s2, x2, y2, NULL);
     check(!memcmp(x2, x1 + 10 * bt, 4 * bt), "prefetch: then batch 10");
     sampler_free(&s2);
 
     // too short: /val holds 40 tokens
-    ok = sampler_init(&s2, &f, DATA_SPLIT_VAL, B, 40, 1, 0, 1, 1, 0, true, err, sizeof err);
+    ok = init_w(&s2, &src, DATA_SPLIT_VAL, B, 40, 1, 0, 1, 1, 0, true, err, sizeof err);
     check(!ok && strstr(err, p) && strstr(err, "'/val'") && strstr(err, "40 tokens") &&
               strstr(err, "41"),
           "/val of 40 tokens, T = 40 -> false: shorter than one window");
     printf("    message: %s\n", err);
-    ok = sampler_init(&s2, &f, DATA_SPLIT_VAL, B, 39, 1, 0, 1, 1, 0, false, err, sizeof err);
+    ok = init_w(&s2, &src, DATA_SPLIT_VAL, B, 39, 1, 0, 1, 1, 0, false, err, sizeof err);
     check(ok, "/val of 40 tokens, T = 39 -> exactly one window fits");
     if (ok) {
-        sampler_next(&s2, x2, y2);
+        sampler_next(&s2, x2, y2, NULL);
         check(x2[0] == 0 && y2[38] == 39, "that window is tokens [0, 40)");
         sampler_free(&s2);
     }
-    ok = sampler_init(&s2, &f, DATA_SPLIT_TRAIN, B, T, 1, 2, 2, 1, 0, false, err, sizeof err);
+    ok = init_w(&s2, &src, DATA_SPLIT_TRAIN, B, T, 1, 2, 2, 1, 0, false, err, sizeof err);
     check(!ok && strstr(err, "rank"), "rank 2 of world 2 -> false");
-    tokfile_close(&f);
+    data_source_close(&src);
 
     // every start in [0, n - (T+1)] is drawn, about equally: n = T + 4 -> 4 starts
     path_in(p, sizeof p, "tiny.h5");
     if (!tokfile_write(p, 65536, "bytes", -1, t, (size_t)T + 4, t, 0, err, sizeof err))
         gdn_die("%s", err);
-    if (!tokfile_open(&f, p, err, sizeof err)) gdn_die("%s", err);
-    sampler_init(&s2, &f, DATA_SPLIT_TRAIN, 8, T, 99, 0, 1, 1, 0, true, err, sizeof err);
+    if (!data_source_open(&src, p, "", err, sizeof err)) gdn_die("%s", err);
+    init_w(&s2, &src, DATA_SPLIT_TRAIN, 8, T, 99, 0, 1, 1, 0, true, err, sizeof err);
     int cnt[5] = {0};
     int32_t *tx = gdn_malloc(4 * 8 * (size_t)T), *ty = gdn_malloc(4 * 8 * (size_t)T);
     for (int i = 0; i < 100; i++) {
-        sampler_next(&s2, tx, ty);
+        sampler_next(&s2, tx, ty, NULL);
         for (int b = 0; b < 8; b++) cnt[GDN_MIN(tx[b * T], 4)]++;
     }
     sampler_free(&s2);
-    tokfile_close(&f);
+    data_source_close(&src);
     bool even = cnt[4] == 0;
     for (int i = 0; i < 4; i++) even &= cnt[i] > 140 && cnt[i] < 260; // 200 +- 4.9 sigma
     check(even, "n = T+4: starts 0..3 drawn %d %d %d %d times of 800, none beyond", cnt[0], cnt[1],

@@ -68,8 +68,10 @@ typedef struct {
     double swa_rope_base;    // > 0                                            default 10000
     bool swa_deterministic;  // false: GPU bf16 backward sums dq by atomics     default true
     // [data]
-    char data_path[CFG_STR]; // HDF5 token file (DESIGN 5)                     default "data/tinyshakespeare.h5"
+    char data_path[CFG_STR]; // token file or shard dir (DESIGN 5)                 default "data/tinyshakespeare.h5"
     int seq_len;             // >= 1                                           default 128
+    char data_mix[1024];     // "" or "PATH:WEIGHT, ...": a weighted mix of token sets   default ""
+    char data_sampling[16];  // windows | documents (packed documents, doc starts) default "windows"
     // [train]
     char device[16];         // auto | cpu | cuda                              default "auto"
     char precision[16];      // fp32 | bf16 (GPU only; CPU is always float64)  default "bf16"

@@ -1,5 +1,6 @@
-// dataset.c — the gdn-tokens HDF5 format (DESIGN 5): a validating reader, an atomic writer,
-// and the counter-based batch sampler with its prefetch thread.
+// dataset.c — the version-1 gdn-tokens HDF5 file (DESIGN 5): a validating reader and an atomic
+// writer, and the HDF5 attribute readers (h5_read.h) that the shard reader (tokset.c) shares.
+// Token sets (a v1 file or a shard index) are in tokset.c, the batch sampler in sampler.c.
 //
 // Errors: what a user can cause (missing, foreign, damaged or truncated file, wrong attribute,
 // wrong dataset type, token out of range, disk full while writing) returns false with one message
@@ -11,14 +12,9 @@
 // Integrity: the writer uses the HDF5 1.10 file format (checksummed metadata) and HDF5's
 // Fletcher32 filter on the token chunks; tokfile_open reads every token, so a damaged chunk is
 // found at open. Files without checksums (written before) read the same way, unchecked.
-//
-// Threads: the prefetch thread reads through HDF5 while the main thread may use HDF5 too
-// (validation reads, checkpoints). That needs a thread-safe HDF5 (Debian's serial build is);
-// with a library built without it, sampler_init runs the sampler synchronously instead
-// (same batches, no overlap) and says so once.
 #include "dataset.h"
+#include "h5_read.h"
 #include "../core/common.h"
-#include "../core/rng.h"
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -36,27 +32,15 @@
 
 static const char *const split_name[2] = {"/train", "/val"};
 
-#define CHECK_PTHREAD(stmt)                                                                        \
-    do {                                                                                           \
-        int pt_rc_ = (stmt);                                                                       \
-        if (pt_rc_ != 0)                                                                           \
-            gdn_die_at("pthread", #stmt, strerror(pt_rc_), __func__, __FILE__, __LINE__);          \
-    } while (0)
-
 // ---- HDF5 error handling ------------------------------------------------------------------
 
 // Silence HDF5's automatic error-stack printing in this thread (the setting is per thread in
 // a thread-safe build) for calls whose failure is a user error; restore it afterwards.
-typedef struct {
-    H5E_auto2_t fn;
-    void *data;
-} h5_quiet;
-
-static void h5_quiet_begin(h5_quiet *q) {
+void h5_quiet_begin(h5_quiet *q) {
     CHECK_HDF5(H5Eget_auto2(H5E_DEFAULT, &q->fn, &q->data));
     CHECK_HDF5(H5Eset_auto2(H5E_DEFAULT, NULL, NULL));
 }
-static void h5_quiet_end(const h5_quiet *q) {
+void h5_quiet_end(const h5_quiet *q) {
     CHECK_HDF5(H5Eset_auto2(H5E_DEFAULT, q->fn, q->data));
 }
 
@@ -68,7 +52,7 @@ static herr_t h5_walk_innermost(unsigned n, const H5E_error2_t *e, void *out) {
 // The innermost message of this thread's HDF5 error stack (where the error was detected),
 // reduced to the OS error text when the low-level driver reports one, e.g. the sec2 driver's
 // "... errno = 28, error message = 'No space left on device', ...".
-static void h5_error_text(char *out, size_t outlen) {
+void h5_error_text(char *out, size_t outlen) {
     char desc[256] = "";
     if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_innermost, desc) < 0 || !desc[0])
         snprintf(desc, sizeof desc, "unknown HDF5 error");
@@ -85,7 +69,7 @@ static void h5_error_text(char *out, size_t outlen) {
 }
 
 // "uint16", "int32", "float64", "string", ... for messages.
-static void h5_type_name(hid_t t, char *out, size_t outlen) {
+void h5_type_name(hid_t t, char *out, size_t outlen) {
     H5T_class_t c = H5Tget_class(t);
     CHECK_HDF5(c);
     size_t size = H5Tget_size(t);
@@ -107,7 +91,7 @@ static void h5_type_name(hid_t t, char *out, size_t outlen) {
 
 // An HDF5 call failed while reading `what` of the file: it is damaged (or not what it claims).
 // Call right after the failing call (the error stack is read here). Returns false.
-static bool damaged(const char *path, const char *what, char *err, size_t errlen) {
+bool h5_damaged(const char *path, const char *what, char *err, size_t errlen) {
     char why[256];
     h5_error_text(why, sizeof why);
     snprintf(err, errlen, "%s: cannot read %s: the file is damaged or truncated (HDF5: %s)", path,
@@ -133,19 +117,19 @@ static bool attr_open(hid_t file, const char *path, const char *name, H5T_class_
     char desc[96];
     snprintf(desc, sizeof desc, "attribute '%s'", name);
     htri_t ex = H5Aexists(file, name);
-    if (ex < 0) return damaged(path, desc, err, errlen);
+    if (ex < 0) return h5_damaged(path, desc, err, errlen);
     if (!ex) {
         snprintf(err, errlen, "%s: attribute '%s' is missing (not a gdn-tokens file?)", path, name);
         return false;
     }
     h->a = H5Aopen(file, name, H5P_DEFAULT);
-    if (h->a < 0) return damaged(path, desc, err, errlen);
+    if (h->a < 0) return h5_damaged(path, desc, err, errlen);
     h->t = H5Aget_type(h->a);
     h->sp = h->t >= 0 ? H5Aget_space(h->a) : H5I_INVALID_HID;
     H5T_class_t c = h->sp >= 0 ? H5Tget_class(h->t) : H5T_NO_CLASS;
     hssize_t np = c >= 0 ? H5Sget_simple_extent_npoints(h->sp) : -1;
     if (h->t < 0 || h->sp < 0 || c < 0 || np < 0) {
-        damaged(path, desc, err, errlen);
+        h5_damaged(path, desc, err, errlen);
         if (h->sp >= 0) H5Sclose(h->sp);  // failing already: the message says why
         if (h->t >= 0) H5Tclose(h->t);
         H5Aclose(h->a);
@@ -161,7 +145,7 @@ static bool attr_open(hid_t file, const char *path, const char *name, H5T_class_
 }
 
 // One integer attribute of the root group. False + message if missing or not one integer.
-static bool attr_int(hid_t file, const char *path, const char *name, long long *v, char *err,
+bool h5_attr_int(hid_t file, const char *path, const char *name, long long *v, char *err,
                      size_t errlen) {
     attr_handle h;
     if (!attr_open(file, path, name, H5T_INTEGER, "integer", &h, err, errlen)) return false;
@@ -169,14 +153,14 @@ static bool attr_int(hid_t file, const char *path, const char *name, long long *
     if (!ok) {
         char desc[96];
         snprintf(desc, sizeof desc, "attribute '%s'", name);
-        damaged(path, desc, err, errlen);
+        h5_damaged(path, desc, err, errlen);
     }
     attr_close(&h);
     return ok;
 }
 
 // One string attribute (fixed-length or variable-length, as h5py writes) into out[outlen].
-static bool attr_str(hid_t file, const char *path, const char *name, char *out, size_t outlen,
+bool h5_attr_str(hid_t file, const char *path, const char *name, char *out, size_t outlen,
                      char *err, size_t errlen) {
     attr_handle h;
     if (!attr_open(file, path, name, H5T_STRING, "string", &h, err, errlen)) return false;
@@ -192,7 +176,7 @@ static bool attr_str(hid_t file, const char *path, const char *name, char *out, 
     if (vl) {
         CHECK_HDF5(H5Tset_size(mt, H5T_VARIABLE));
         if (H5Aread(a, mt, &s) < 0) {
-            ok = damaged(path, desc, err, errlen);
+            ok = h5_damaged(path, desc, err, errlen);
             s = NULL;
         }
     } else {
@@ -202,7 +186,7 @@ static bool attr_str(hid_t file, const char *path, const char *name, char *out, 
         if (size == 0) gdn_die("H5Tget_size failed");
         s = gdn_malloc(size + 1);
         CHECK_HDF5(H5Tset_size(mt, size + 1));
-        if (H5Aread(a, mt, s) < 0) ok = damaged(path, desc, err, errlen);
+        if (H5Aread(a, mt, s) < 0) ok = h5_damaged(path, desc, err, errlen);
         s[size] = 0;
     }
     if (!ok) {
@@ -235,13 +219,13 @@ static bool open_split(token_file *f, int split, char *err, size_t errlen) {
     char desc[64];
     snprintf(desc, sizeof desc, "dataset '%s'", name);
     htri_t ex = H5Lexists(f->file, name + 1, H5P_DEFAULT);
-    if (ex < 0) return damaged(f->path, desc, err, errlen);
+    if (ex < 0) return h5_damaged(f->path, desc, err, errlen);
     if (!ex) {
         snprintf(err, errlen, "%s: dataset '%s' is missing", f->path, name);
         return false;
     }
     hid_t obj = H5Oopen(f->file, name, H5P_DEFAULT);
-    if (obj < 0) return damaged(f->path, desc, err, errlen);
+    if (obj < 0) return h5_damaged(f->path, desc, err, errlen);
     H5I_type_t it = H5Iget_type(obj);
     CHECK_HDF5(it);
     CHECK_HDF5(H5Oclose(obj));
@@ -253,14 +237,14 @@ static bool open_split(token_file *f, int split, char *err, size_t errlen) {
     CHECK_HDF5(dapl);
     CHECK_HDF5(H5Pset_chunk_cache(dapl, 10007, READ_CACHE_BYTES, 1.0));
     hid_t d = H5Dopen2(f->file, name, dapl);
-    if (d < 0) damaged(f->path, desc, err, errlen);
+    if (d < 0) h5_damaged(f->path, desc, err, errlen);
     CHECK_HDF5(H5Pclose(dapl));
     if (d < 0) return false;
     f->dset[split] = d;
 
     hid_t sp = H5Dget_space(d), t = sp >= 0 ? H5Dget_type(d) : H5I_INVALID_HID;
     if (sp < 0 || t < 0) {
-        damaged(f->path, desc, err, errlen);
+        h5_damaged(f->path, desc, err, errlen);
         if (sp >= 0) H5Sclose(sp);  // failing already: the message says why
         return false;
     }
@@ -308,7 +292,7 @@ static bool open_split(token_file *f, int split, char *err, size_t errlen) {
             char what[128];
             snprintf(what, sizeof what, "tokens [%llu, %llu) of '%s'", (unsigned long long)s,
                      (unsigned long long)(s + cnt), name);
-            ok = damaged(f->path, what, err, errlen);
+            ok = h5_damaged(f->path, what, err, errlen);
         }
         CHECK_HDF5(H5Sclose(ms));
         if (!ok) break;
@@ -373,33 +357,33 @@ bool tokfile_open(token_file *f, const char *path, char *err, size_t errlen) {
 
     char fmt[64];
     long long version, vocab, eot;
-    bool ok = attr_str(file, path, "format", fmt, sizeof fmt, err, errlen);
+    bool ok = h5_attr_str(file, path, "format", fmt, sizeof fmt, err, errlen);
     if (ok && strcmp(fmt, GDN_TOKENS_FORMAT) != 0) {
         snprintf(err, errlen, "%s: attribute 'format' is \"%s\", expected \"%s\"", path, fmt,
                  GDN_TOKENS_FORMAT);
         ok = false;
     }
-    ok = ok && attr_int(file, path, "version", &version, err, errlen);
+    ok = ok && h5_attr_int(file, path, "version", &version, err, errlen);
     if (ok && version != GDN_TOKENS_VERSION) {
         snprintf(err, errlen, "%s: attribute 'version' is %lld, this build reads version %d", path,
                  version, GDN_TOKENS_VERSION);
         ok = false;
     }
-    ok = ok && attr_int(file, path, "vocab_size", &vocab, err, errlen);
+    ok = ok && h5_attr_int(file, path, "vocab_size", &vocab, err, errlen);
     if (ok && (vocab < VOCAB_MIN || vocab > VOCAB_MAX)) {
         snprintf(err, errlen, "%s: attribute 'vocab_size' is %lld, outside [%d, %d]", path, vocab,
                  VOCAB_MIN, VOCAB_MAX);
         ok = false;
     }
     if (ok) f->vocab_size = (int)vocab;
-    ok = ok && attr_str(file, path, "tokenizer", f->tokenizer, sizeof f->tokenizer, err, errlen);
+    ok = ok && h5_attr_str(file, path, "tokenizer", f->tokenizer, sizeof f->tokenizer, err, errlen);
     if (ok && !f->tokenizer[0]) {
         snprintf(err, errlen,
                  "%s: attribute 'tokenizer' is empty (expected \"bytes\" or \"spm:<model>\")",
                  path);
         ok = false;
     }
-    ok = ok && attr_int(file, path, "eot_token", &eot, err, errlen);
+    ok = ok && h5_attr_int(file, path, "eot_token", &eot, err, errlen);
     if (ok && (eot < -1 || eot >= vocab)) {
         snprintf(err, errlen,
                  "%s: attribute 'eot_token' is %lld, expected -1 (none) or a token in [0, %lld)",
@@ -623,167 +607,4 @@ fail_closed:
                  full ? " (HINT: the disk or quota is full; free space or write elsewhere)" : "");
     }
     return false;
-}
-
-// ---- batch sampler ------------------------------------------------------------------------
-
-// Keys that separate the train and val streams of one seed.
-static const uint64_t split_salt[2] = {0x9E3779B97F4A7C15ull, 0xD1B54A32D192ED03ull};
-
-// Start of window j of batch pos: uniform in [0, n - (T+1)], a pure function of
-// (seed, split, pos, j). Window j owns Philox counter blocks [j * 2^32, (j+1) * 2^32), so the
-// rejection loop of rng_below (a retry has probability < n / 2^64) never reaches another
-// window's numbers, and rank r computes its windows without drawing the others'.
-static uint64_t sampler_window_start(const batch_sampler *s, uint64_t pos, uint64_t j) {
-    rng_t r;
-    rng_init(&r, s->seed ^ split_salt[s->split], pos);
-    r.counter = j << 32;
-    return rng_below(&r, s->f->n_tokens[s->split] - (uint64_t)s->T);
-}
-
-// x, y: (B, T) of micro-batch pos for this rank; y is x shifted by one token.
-static void sampler_fill(const batch_sampler *s, uint64_t pos, int32_t *x, int32_t *y) {
-    const int T = s->T;
-    const uint64_t step = pos / (uint64_t)s->n_mb, mb = pos % (uint64_t)s->n_mb;
-    const uint64_t G = (uint64_t)s->n_mb * (uint64_t)s->world * (uint64_t)s->B;
-    int32_t *win = gdn_malloc(sizeof(int32_t) * (size_t)(T + 1));
-    for (int b = 0; b < s->B; b++) {
-        uint64_t j = (mb * (uint64_t)s->world + (uint64_t)s->rank) * (uint64_t)s->B + (uint64_t)b;
-        uint64_t start = s->tiled ? eval_full_start(step * G + j, s->tiled,
-                                                    s->f->n_tokens[s->split], (uint64_t)T)
-                                  : sampler_window_start(s, step, j);
-        tokfile_read(s->f, s->split, start, (size_t)T + 1, win);
-        memcpy(x + (size_t)b * T, win, sizeof(int32_t) * (size_t)T);
-        memcpy(y + (size_t)b * T, win + 1, sizeof(int32_t) * (size_t)T);
-    }
-    free(win);
-}
-
-// Prefetch protocol (all fields under mu): ready_pos is the batch number in buf_x/buf_y, or
-// being produced into them while !ready. The thread waits for !ready, fills ready_pos, then
-// sets ready. sampler_next waits for ready, copies out, and hands the thread pos + 1.
-static void *sampler_thread(void *arg) {
-    batch_sampler *s = arg;
-    CHECK_PTHREAD(pthread_mutex_lock(&s->mu));
-    for (;;) {
-        while (!s->stop && s->ready) CHECK_PTHREAD(pthread_cond_wait(&s->cv, &s->mu));
-        if (s->stop) break;
-        uint64_t p = s->ready_pos;
-        CHECK_PTHREAD(pthread_mutex_unlock(&s->mu));
-        sampler_fill(s, p, s->buf_x, s->buf_y);
-        CHECK_PTHREAD(pthread_mutex_lock(&s->mu));
-        s->ready = true;
-        CHECK_PTHREAD(pthread_cond_broadcast(&s->cv));
-    }
-    CHECK_PTHREAD(pthread_mutex_unlock(&s->mu));
-    return NULL;
-}
-
-bool sampler_init(batch_sampler *s, token_file *f, int split, int B, int T, uint64_t seed, int rank,
-                  int world, int n_mb, uint64_t pos, bool prefetch, char *err, size_t errlen) {
-    memset(s, 0, sizeof *s);
-    if (split != DATA_SPLIT_TRAIN && split != DATA_SPLIT_VAL) {
-        snprintf(err, errlen, "%s: sampler split %d is not train (0) or val (1)", f->path, split);
-        return false;
-    }
-    if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world || n_mb < 1) {
-        snprintf(err, errlen,
-                 "%s: sampler needs B >= 1, T >= 1, 0 <= rank < world, n_mb >= 1 (got B=%d T=%d "
-                 "rank=%d world=%d n_mb=%d)",
-                 f->path, B, T, rank, world, n_mb);
-        return false;
-    }
-    if (f->n_tokens[split] < (uint64_t)T + 1) {
-        snprintf(err, errlen,
-                 "%s: dataset '%s' has %llu tokens, shorter than one window of T + 1 = %d tokens",
-                 f->path, split_name[split], (unsigned long long)f->n_tokens[split], T + 1);
-        return false;
-    }
-    *s = (batch_sampler){.f = f,
-                         .split = split,
-                         .B = B,
-                         .T = T,
-                         .rank = rank,
-                         .world = world,
-                         .n_mb = n_mb,
-                         .seed = seed,
-                         .pos = pos};
-    if (!prefetch) return true;
-    hbool_t ts = 0;
-    CHECK_HDF5(H5is_library_threadsafe(&ts));
-    if (!ts) {
-        static bool warned = false;
-        if (!warned)
-            fprintf(
-                stderr,
-                "note: this HDF5 library is not thread-safe; batches are read without prefetch\n");
-        warned = true;
-        return true;
-    }
-    s->buf_x = gdn_malloc(sizeof(int32_t) * (size_t)B * (size_t)T);
-    s->buf_y = gdn_malloc(sizeof(int32_t) * (size_t)B * (size_t)T);
-    CHECK_PTHREAD(pthread_mutex_init(&s->mu, NULL));
-    CHECK_PTHREAD(pthread_cond_init(&s->cv, NULL));
-    s->ready_pos = pos;
-    s->ready = false;
-    s->stop = false;
-    CHECK_PTHREAD(pthread_create(&s->thread, NULL, sampler_thread, s));
-    s->running = true;
-    return true;
-}
-
-void sampler_next(batch_sampler *s, int32_t *x, int32_t *y) {
-    if (!s->running) {
-        sampler_fill(s, s->pos, x, y);
-        s->pos++;
-        return;
-    }
-    size_t bt = (size_t)s->B * (size_t)s->T;
-    CHECK_PTHREAD(pthread_mutex_lock(&s->mu));
-    for (;;) {
-        while (!s->ready) CHECK_PTHREAD(pthread_cond_wait(&s->cv, &s->mu));
-        if (s->ready_pos == s->pos) break;
-        // the caller moved pos (e.g. restored from a checkpoint): produce that batch instead
-        s->ready_pos = s->pos;
-        s->ready = false;
-        CHECK_PTHREAD(pthread_cond_broadcast(&s->cv));
-    }
-    memcpy(x, s->buf_x, sizeof(int32_t) * bt);
-    memcpy(y, s->buf_y, sizeof(int32_t) * bt);
-    s->pos++;
-    s->ready_pos = s->pos;
-    s->ready = false;
-    CHECK_PTHREAD(pthread_cond_broadcast(&s->cv));
-    CHECK_PTHREAD(pthread_mutex_unlock(&s->mu));
-}
-
-void sampler_free(batch_sampler *s) {
-    if (s->running) {
-        CHECK_PTHREAD(pthread_mutex_lock(&s->mu));
-        s->stop = true;
-        CHECK_PTHREAD(pthread_cond_broadcast(&s->cv));
-        CHECK_PTHREAD(pthread_mutex_unlock(&s->mu));
-        CHECK_PTHREAD(pthread_join(s->thread, NULL));
-        CHECK_PTHREAD(pthread_cond_destroy(&s->cv));
-        CHECK_PTHREAD(pthread_mutex_destroy(&s->mu));
-        s->running = false;
-    }
-    free(s->buf_x);
-    free(s->buf_y);
-    s->buf_x = s->buf_y = NULL;
-}
-
-uint64_t eval_full_windows(uint64_t n, uint64_t T, uint64_t G) {
-    return GDN_CDIV(GDN_CDIV(n - 1, T), G) * G;
-}
-
-uint64_t eval_full_start(uint64_t j, uint64_t W, uint64_t n, uint64_t T) {
-    return W > 1 ? (uint64_t)((unsigned __int128)j * (n - T - 1) / (W - 1)) : 0;
-}
-
-uint64_t sampler_tile_split(batch_sampler *s) {
-    if (s->running) gdn_die("internal: sampler_tile_split on a prefetching sampler");
-    uint64_t G = (uint64_t)s->n_mb * (uint64_t)s->world * (uint64_t)s->B;
-    s->tiled = eval_full_windows(s->f->n_tokens[s->split], (uint64_t)s->T, G);
-    return s->tiled / G;
 }
