@@ -14,7 +14,9 @@
 // Pass: relative L2 <= 5e-3 (bf16) / 1e-4 (fp32) for o and ht; <= 1e-2 / 1e-4 for dq, dk, dv,
 // dg, dbeta, dh0 and per (b, h) for dg and dbeta; nothing non-finite (outputs NaN-poisoned before
 // each run). Exit 77 without a GPU. Usage: test_gdn_docs [--seed N]
+#include <pthread.h>
 #include <stdint.h>
+#include <unistd.h>
 #include <cuda_runtime.h>
 
 #include "gdn_test_io.h"
@@ -82,37 +84,79 @@ static double rel_per_head(const double *got, const double *want) {
     return worst;
 }
 
-// the reference on each document alone: forward (o, ht) when dO is NULL, else the backward
+// the reference on each document alone: forward (o, ht) when dq is NULL, else the backward;
+// one job per document, run by a pool of threads
+typedef struct {
+    const tcase *c;
+    const inputs *in;
+    double *o, *ht, *dq, *dk, *dv, *dg, *db, *dh0;
+    int ndoc, next;
+    int doc[B * T][3];  // b, s, e
+    pthread_mutex_t mu;
+} ref_pool;
+
+static void ref_doc(const ref_pool *P, int b, int s, int e) {
+    const int Dk = P->c->Dk, Dv = P->c->Dv;
+    const inputs *in = P->in;
+    const size_t SS = (size_t)H * Dk * Dv, t0 = (size_t)b * T + s;
+    gdn_cpu_params r;
+    memset(&r, 0, sizeof r);
+    r.B = 1; r.T = e - s; r.H = H; r.Dk = Dk; r.Dv = Dv; r.chunk = GDN_CHUNK;
+    r.mode.gate = true; r.mode.delta = true;
+    r.q = in->q + t0 * H * Dk; r.k = in->k + t0 * H * Dk; r.v = in->v + t0 * H * Dv;
+    r.g = in->g + t0 * H; r.beta = in->beta + t0 * H;
+    r.h0 = s == 0 ? in->h0 + b * SS : NULL;
+    if (!P->dq) {
+        r.o = P->o + t0 * H * Dv;
+        r.ht = e == T ? P->ht + b * SS : NULL;
+        gdn_token_fwd_cpu(&r);
+    } else {
+        r.dO = in->dO + t0 * H * Dv;
+        r.dht = e == T ? in->dht + b * SS : NULL;
+        r.dq = P->dq + t0 * H * Dk; r.dk = P->dk + t0 * H * Dk; r.dv = P->dv + t0 * H * Dv;
+        r.dg = P->dg + t0 * H; r.dbeta = P->db + t0 * H;
+        r.dh0 = s == 0 ? P->dh0 + b * SS : NULL;
+        gdn_token_bwd_cpu(&r);
+    }
+}
+static void *ref_worker(void *arg) {
+    ref_pool *P = (ref_pool *)arg;
+    for (;;) {
+        pthread_mutex_lock(&P->mu);
+        const int j = P->next++;
+        pthread_mutex_unlock(&P->mu);
+        if (j >= P->ndoc) return NULL;
+        ref_doc(P, P->doc[j][0], P->doc[j][1], P->doc[j][2]);
+    }
+}
 static void reference(const tcase *c, const int32_t *ds, const inputs *in, double *o, double *ht,
                       double *dq, double *dk, double *dv, double *dg, double *db, double *dh0) {
-    const int Dk = c->Dk, Dv = c->Dv;
-    const size_t SS = (size_t)H * Dk * Dv;
+    static ref_pool P;  // (large: the document table)
+    P.c = c; P.in = in;
+    P.o = o; P.ht = ht; P.dq = dq; P.dk = dk; P.dv = dv; P.dg = dg; P.db = db; P.dh0 = dh0;
+    P.ndoc = 0;
+    P.next = 0;
     for (int b = 0; b < B; b++)
         for (int s = 0; s < T;) {
             int e = s + 1;
             while (e < T && ds[b * T + e] == s) e++;
-            const size_t t0 = (size_t)b * T + s;
-            gdn_cpu_params r;
-            memset(&r, 0, sizeof r);
-            r.B = 1; r.T = e - s; r.H = H; r.Dk = Dk; r.Dv = Dv; r.chunk = GDN_CHUNK;
-            r.mode.gate = true; r.mode.delta = true;
-            r.q = in->q + t0 * H * Dk; r.k = in->k + t0 * H * Dk; r.v = in->v + t0 * H * Dv;
-            r.g = in->g + t0 * H; r.beta = in->beta + t0 * H;
-            r.h0 = s == 0 ? in->h0 + b * SS : NULL;
-            if (!dq) {
-                r.o = o + t0 * H * Dv;
-                r.ht = e == T ? ht + b * SS : NULL;
-                gdn_token_fwd_cpu(&r);
-            } else {
-                r.dO = in->dO + t0 * H * Dv;
-                r.dht = e == T ? in->dht + b * SS : NULL;
-                r.dq = dq + t0 * H * Dk; r.dk = dk + t0 * H * Dk; r.dv = dv + t0 * H * Dv;
-                r.dg = dg + t0 * H; r.dbeta = db + t0 * H;
-                r.dh0 = s == 0 ? dh0 + b * SS : NULL;
-                gdn_token_bwd_cpu(&r);
-            }
+            P.doc[P.ndoc][0] = b;
+            P.doc[P.ndoc][1] = s;
+            P.doc[P.ndoc][2] = e;
+            P.ndoc++;
             s = e;
         }
+    if (pthread_mutex_init(&P.mu, NULL) != 0) gdn_die("pthread_mutex_init failed");
+    long nth = sysconf(_SC_NPROCESSORS_ONLN);
+    if (nth < 1) nth = 1;
+    if (nth > P.ndoc) nth = P.ndoc;
+    if (nth > 32) nth = 32;
+    pthread_t th[32];
+    for (long i = 0; i < nth; i++)
+        if (pthread_create(&th[i], NULL, ref_worker, &P) != 0) gdn_die("pthread_create failed");
+    for (long i = 0; i < nth; i++)
+        if (pthread_join(th[i], NULL) != 0) gdn_die("pthread_join failed");
+    pthread_mutex_destroy(&P.mu);
 }
 
 static void report(const char *what, const double *errs, const char **names, int n, double tol,
