@@ -4,7 +4,8 @@
 //   dΔ = dΔ_loc + diag(hdec) K dH'                       dΔ_loc = P^T dO (prep, or formed here)
 //   dH = gamma_C dH' + (diag(gamma) Q)^T dO - W^T dΔ     -> the previous chunk's dH'
 // It writes dH' of every chunk (read by the final kernel) and, off the recompute path, dΔ over
-// dΔ_loc. The initial-state gradient dh0 is the dH left after chunk 0.
+// dΔ_loc. The initial-state gradient dh0 is the dH left after chunk 0. A chunk that starts a
+// document (fwd.chunk_reset) passes dH' = 0 to the chunk before it.
 #pragma once
 #include "gdn_chunk_common.cuh"
 
@@ -320,6 +321,16 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
                 wmm<NP, true, true, NTV>(acc[mt], sW, sDD, warp * RW + mt * 16, 0, 0, C, lane);
         }
         __syncthreads();  // the region and this chunk's stage are free
+        // a document starts at chunk n (chunk_reset): its start state is zero, whatever chunk
+        // n - 1 left, so no gradient flows back across it (dH' of chunk n - 1 is zero)
+        if (n > 0 && p.chunk_reset && p.chunk_reset[(size_t)b * NC + n]) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+        }
         store_dh_planes();
         if constexpr (PIPE) {
             if (n > 0) load_qw(n - 1);

@@ -499,6 +499,20 @@ struct gdn_fwd_minblocks {
     static constexpr int value = (NWG == 1 && !F32 && DK <= 128) ? 2 : 1;
 };
 
+// Document resets (chunk_reset, gdn_cuda.h): whether the state after chunk n of row b (the
+// start state of chunk n + 1) is zero; the scans zero it right after chunk n's update, so the
+// chunk-start states (h_states, P2's smem copy) and the replay see the same zeros
+__device__ __forceinline__ bool reset_after(const gdn_fwd_params &p, int b, int n, int NC) {
+    return p.chunk_reset && n + 1 < NC && p.chunk_reset[(size_t)b * NC + n + 1];
+}
+template <int N>
+__device__ __forceinline__ void zero_state(float (&s)[N][4]) {
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+}
+
 // ---- the recurrence kernel ---------------------------------------------------------------------
 // OUT: o computed and stored; false: chunk-start states (and ht) only
 template <int DK, int DVB, int NWG, bool F32, bool PRE, bool OUT>
@@ -797,6 +811,7 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
                     mma_p<1>(sacc[2 * jp + 1], da, kb);
                 }
             }
+            if (reset_after(p, b, n, NC)) zero_state(sacc);
             store_state_smem();
         }
         if constexpr (L::KST == 1) {
@@ -902,6 +917,7 @@ __global__ void __launch_bounds__(2 * DVB) gdn_chunk_replay_kernel(const __grid_
                 mma_p<1>(sacc[2 * jp + 1], da, kb);
             }
         }
+        if (reset_after(p, b, n, NC)) zero_state(sacc);
     }
     if (p.ht) store_state_global(p.ht + state0);
 }
@@ -984,14 +1000,24 @@ extern "C" int gdn_chunk_fwd_dv_block(const gdn_fwd_params *p) {
     return 16;
 }
 
-extern "C" size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *p) {
+// p as its kernels see it: with documents, the padded rows (T -> docs->Tp)
+static gdn_fwd_params gdn_fwd_padded(const gdn_fwd_params *pin) {
+    gdn_fwd_params f = *pin;
+    if (pin->docs && pin->docs->any) f.T = pin->docs->Tp;
+    f.docs = NULL;
+    return f;
+}
+
+extern "C" size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *pin) {
+    const gdn_fwd_params pp = gdn_fwd_padded(pin), *p = &pp;
     if (p->dtype == GDN_DTYPE_FP32) return 0;
     const size_t nc = (size_t)(p->T + C - 1) / C;
     return 2 * (size_t)p->B * p->H * nc * C * C * sizeof(__nv_bfloat16)  // T and P
            + (size_t)p->B * p->H * nc * C * sizeof(float);                // G
 }
 
-extern "C" size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *p, size_t *g, size_t *dt) {
+extern "C" size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *pin, size_t *g, size_t *dt) {
+    const gdn_fwd_params pp = gdn_fwd_padded(pin), *p = &pp;
     const size_t nc = (size_t)(p->T + C - 1) / C, bh = (size_t)p->B * p->H;
     const bool f32 = p->dtype == GDN_DTYPE_FP32;
     const size_t bg = f32 ? 0 : bh * nc * C * sizeof(float);
@@ -1001,6 +1027,38 @@ extern "C" size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *p, size_t *g, s
     return bg + bd;
 }
 
+extern "C" size_t gdn_chunk_fwd_h_states_bytes(const gdn_fwd_params *pin) {
+    const gdn_fwd_params p = gdn_fwd_padded(pin);
+    const size_t nc = (size_t)(p.T + C - 1) / C;
+    return (size_t)p.B * p.H * nc * p.Dk * p.Dv * sizeof(float);
+}
+
+// docs_buf carving (the padded q, k, v, g, beta, o), one table for the size query and the entry
+namespace {
+struct docs_fwd_plan {
+    size_t q, k, v, g, beta, o, total;
+};
+size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+docs_fwd_plan gdn_fwd_docs_plan(const gdn_fwd_params *p) {
+    const size_t n = (size_t)p->B * p->docs->Tp * p->H;
+    const size_t es = p->dtype == GDN_DTYPE_FP32 ? 4 : 2;
+    docs_fwd_plan w;
+    w.q = 0;
+    w.k = w.q + align256(n * p->Dk * es);
+    w.v = w.k + align256(n * p->Dk * es);
+    w.g = w.v + align256(n * p->Dv * es);
+    w.beta = w.g + align256(n * 4);
+    w.o = w.beta + align256(n * 4);
+    w.total = w.o + align256(n * p->Dv * es);
+    return w;
+}
+}  // namespace
+
+extern "C" size_t gdn_chunk_fwd_docs_bytes(const gdn_fwd_params *p) {
+    if (!p->docs || !p->docs->any) return 0;
+    return gdn_fwd_docs_plan(p).total;
+}
+
 static void gdn_check_ptr(const void *ptr, size_t align, const char *name) {
     if (!ptr) gdn_die("gdn_chunk_fwd: %s is NULL", name);
     if ((uintptr_t)ptr % align)
@@ -1008,8 +1066,8 @@ static void gdn_check_ptr(const void *ptr, size_t align, const char *name) {
                 "offsets", name, ptr, align);
 }
 
-extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
-    if (!pin) gdn_die("gdn_chunk_fwd: params is NULL");
+// the forward on p's rows as they are (no document plan; chunk_reset as given)
+static void gdn_chunk_fwd_rows(const gdn_fwd_params *pin) {
     gdn_fwd_params pp = *pin;
     gdn_fwd_params *p = &pp;
     if (p->B < 1 || p->H < 1 || p->T < 0)
@@ -1120,4 +1178,53 @@ extern "C" void gdn_chunk_fwd(const gdn_fwd_params *pin) {
     case 256016: gdn_chunk_fwd_run<256, 16, 1, false, true>(p); break;
     default: gdn_chunk_fwd_run<256, 32, 1, false, true>(p); break;
     }
+}
+
+// With documents: the inputs gathered into the padded rows (docs_buf), the forward there with
+// the plan's reset flags, o scattered back (gdn_cuda.h, gdn_docs)
+static void gdn_chunk_fwd_docs(const gdn_fwd_params *p) {
+    const gdn_docs *d = p->docs;
+    if (d->B != p->B || d->T != p->T)
+        gdn_die("gdn_chunk_fwd: document plan for B %d T %d, params B %d T %d\nHINT: make the plan "
+                "(gdn_docs_init) for this batch's shape", d->B, d->T, p->B, p->T);
+    if (p->chunk_reset)
+        gdn_die("gdn_chunk_fwd: chunk_reset with a document plan\nHINT: the plan sets its own");
+    gdn_check_ptr(p->q, 16, "q");
+    gdn_check_ptr(p->k, 16, "k");
+    gdn_check_ptr(p->v, 16, "v");
+    if (p->mode.gate) gdn_check_ptr(p->g, 4, "g (gate on)");
+    if (p->mode.delta) gdn_check_ptr(p->beta, 4, "beta (delta on)");
+    if (p->o) gdn_check_ptr(p->o, 16, "o");
+    gdn_check_ptr(p->docs_buf, 256, "docs_buf (documents)");
+    const docs_fwd_plan w = gdn_fwd_docs_plan(p);
+    unsigned char *buf = (unsigned char *)p->docs_buf;
+    const size_t es = p->dtype == GDN_DTYPE_FP32 ? 4 : 2;
+    const size_t rk = (size_t)p->H * p->Dk * es, rv = (size_t)p->H * p->Dv * es, rg = (size_t)p->H * 4;
+    gdn_fwd_params f = gdn_fwd_padded(p);
+    f.docs_buf = NULL;
+    f.chunk_reset = d->reset;
+    f.q = buf + w.q;
+    f.k = buf + w.k;
+    f.v = buf + w.v;
+    f.g = p->mode.gate ? (const float *)(buf + w.g) : NULL;
+    f.beta = p->mode.delta ? (const float *)(buf + w.beta) : NULL;
+    f.o = p->o ? buf + w.o : NULL;
+    gdn_docs_gather(d, buf + w.q, p->q, rk, p->stream);
+    gdn_docs_gather(d, buf + w.k, p->k, rk, p->stream);
+    gdn_docs_gather(d, buf + w.v, p->v, rv, p->stream);
+    if (p->mode.gate) gdn_docs_gather(d, buf + w.g, p->g, rg, p->stream);
+    if (p->mode.delta) gdn_docs_gather(d, buf + w.beta, p->beta, rg, p->stream);
+    gdn_chunk_fwd_rows(&f);
+    if (p->o) gdn_docs_scatter(d, p->o, buf + w.o, rv, p->stream);
+}
+
+extern "C" void gdn_chunk_fwd(const gdn_fwd_params *p) {
+    if (!p) gdn_die("gdn_chunk_fwd: params is NULL");
+    if (p->docs && p->docs->any) {
+        gdn_chunk_fwd_docs(p);
+        return;
+    }
+    gdn_fwd_params f = *p;
+    f.docs = NULL;
+    gdn_chunk_fwd_rows(&f);
 }
