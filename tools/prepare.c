@@ -27,7 +27,6 @@
 extern char **environ;
 
 #define MAX_BAD_LISTED 20                // bad documents listed one by one; the rest counted
-#define BATCH_EVENTS 4096                // pieces and bad-document notes per batch at most
 #define DEFAULT_BATCH_BYTES (1u << 20)
 #define DEFAULT_SHARD_TOKENS 100000000ull
 #define DEFAULT_TRAIN_BYTES (256ull << 20)
@@ -88,7 +87,8 @@ static void usage(FILE *fp) {
         "performance\n"
         "  --threads N         encoding threads (default: the number of cores)\n"
         "  --batch-bytes N     text per batch and longest document piece (default 1048576);\n"
-        "                      memory is about (2 threads + 2) x 5 x N + 20 MiB\n"
+        "                      memory: about (2 threads + 2) x 5.2 x N + 3 x --max-record\n"
+        "                      + 3 MiB (the summary prints the bound and the measured peak)\n"
         "  --help              this text\n"
         "\n"
         "example: gdn-prepare --input corpus/ --tokenizer gpt2/tokenizer.json --out data/corpus\n");
@@ -250,6 +250,9 @@ typedef struct {
     size_t tok_off, n_tok;       // its ids: batch->ids.ids[tok_off, tok_off + n_tok)
 } event;
 
+// Pieces and bad-document notes per batch at most.
+static int batch_events(const prep_options *o) { return (int)GDN_MIN(o->batch_bytes / 16, 4096); }
+
 enum { SLOT_FREE, SLOT_FILLED, SLOT_ENCODING, SLOT_DONE };
 
 typedef struct {
@@ -339,7 +342,7 @@ static void *reader_main(void *arg) {
                 b->len += pc.len;
             }
             // full: no room for another piece of the largest size, or for another event
-            if (b->len + p->o->corpus.piece_bytes > p->o->batch_bytes || b->n_ev == BATCH_EVENTS)
+            if (b->len + p->o->corpus.piece_bytes > p->o->batch_bytes || b->n_ev == batch_events(p->o))
                 break;
         }
         lock(p);
@@ -499,7 +502,7 @@ static void run_pipeline(const prep_options *o, const gdn_tokenizer *tok, sink *
     p.slots = gdn_malloc((size_t)p.n_slots * sizeof *p.slots);
     for (int i = 0; i < p.n_slots; i++) {
         p.slots[i].text = gdn_malloc(o->batch_bytes);
-        p.slots[i].ev = gdn_malloc(BATCH_EVENTS * sizeof(event));
+        p.slots[i].ev = gdn_malloc((size_t)batch_events(o) * sizeof(event));
     }
     if (pthread_mutex_init(&p.mu, NULL) || pthread_cond_init(&p.cv, NULL))
         gdn_die("pthread init failed");
@@ -636,10 +639,9 @@ static double peak_rss_mib(void) {
 // byte and piece, events), the corpus reader, a jsonl record with its parse, the shard writers.
 static double memory_bound_mib(const prep_options *o) {
     double ring = (2.0 * o->threads + 2) *
-                  ((double)o->batch_bytes + 4.0 * (o->batch_bytes + BATCH_EVENTS + 16) +
-                   BATCH_EVENTS * sizeof(event));
-    double reader = (128 << 10) + 2 * (256 << 10) + 2.0 * o->corpus.piece_bytes +
-                    3.0 * o->corpus.max_record_bytes;
+                  ((double)o->batch_bytes + 4.0 * (o->batch_bytes + batch_events(o) + 16) +
+                   batch_events(o) * sizeof(event));
+    double reader = (double)corpus_memory(&o->corpus);
     return (ring + reader + 2.0 * shard_writer_memory()) / (1 << 20);
 }
 
@@ -725,8 +727,8 @@ static void parse_options(int argc, char **argv, prep_options *o) {
         } else if ((v = flag_value(argc, argv, &i, "--max-record"))) {
             errno = 0;
             max_record_mb = strtod(v, &end);
-            if (end == v || *end || errno || !(max_record_mb > 0 && max_record_mb <= 4096))
-                bad_usage("--max-record must be a number of MB in (0, 4096], not", v);
+            if (end == v || *end || errno || !(max_record_mb >= 0.01 && max_record_mb <= 4096))
+                bad_usage("--max-record must be a number of MB in [0.01, 4096], not", v);
         } else if ((v = flag_value(argc, argv, &i, "--on-error"))) {
             if (!strcmp(v, "skip")) o->skip_bad = true;
             else if (!strcmp(v, "stop")) o->skip_bad = false;

@@ -10,8 +10,8 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#define RAW_BYTES (128u << 10)  // compressed (or plain) bytes read from disk at a time
-#define LINE_BYTES (256u << 10) // decompressed bytes buffered for the line reader
+#define RAW_BYTES (64u << 10)   // compressed (or plain) bytes read from disk at a time
+#define LINE_BYTES (64u << 10)  // decompressed bytes buffered for the line reader
 
 typedef enum { SRC_PLAIN, SRC_GZ, SRC_ZST } source_kind;
 
@@ -191,6 +191,11 @@ void corpus_free(corpus *c) {
     free(c->rec_line);
     if (c->rec) json_decref(c->rec);
     free(c);
+}
+
+size_t corpus_memory(const corpus_options *o) {
+    size_t piece = GDN_MAX(o->piece_bytes, (size_t)64);
+    return RAW_BYTES + LINE_BYTES + (2 * piece + LINE_BYTES) + 3 * o->max_record_bytes;
 }
 
 int corpus_n_files(const corpus *c) { return c->n_files; }
@@ -451,7 +456,7 @@ static bool piece_due(corpus *c) { return c->blen >= c->o.piece_bytes; }
 
 static corpus_status cut_piece(corpus *c, corpus_piece *p, char *err, size_t errlen) {
     bool unsafe;
-    size_t cut = corpus_safe_cut(c->buf, c->blen, &unsafe);
+    size_t cut = corpus_safe_cut(c->buf, GDN_MIN(c->blen, c->o.piece_bytes + 1), &unsafe);
     size_t bad = utf8_invalid_at(c->buf, cut);
     if (bad < cut) return bad_doc(c, bad, err, errlen);
     return emit(c, p, cut, false, unsafe);

@@ -55,6 +55,9 @@ corpus *corpus_open(const char *const *inputs, int n_inputs, const corpus_option
 corpus_status corpus_next(corpus *c, corpus_piece *p, char *err, size_t errlen);
 void corpus_free(corpus *c);
 
+// The most memory a corpus reader holds (its buffers, a jsonl line, the record's parse).
+size_t corpus_memory(const corpus_options *o);
+
 int corpus_n_files(const corpus *c);
 const char *corpus_file(const corpus *c, int i);
 uint64_t corpus_total_bytes(const corpus *c);   // the input files' sizes on disk

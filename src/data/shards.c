@@ -14,8 +14,9 @@
 #define TOKEN_CHUNK 65536          // tokens per HDF5 chunk (128 KiB as uint16)
 #define OFFSET_CHUNK 8192          // doc_offsets per HDF5 chunk
 #define BLOB_CHUNK (1u << 20)
-#define TOKEN_BUF (1u << 20)       // tokens buffered before a write (4 MiB)
-#define OFFSET_BUF 65536           // offsets buffered before a write (512 KiB)
+#define TOKEN_BUF (128u << 10)     // tokens buffered before a write (512 KiB)
+#define OFFSET_BUF 8192            // offsets buffered before a write (64 KiB)
+#define CACHE_CHUNKS 2             // HDF5 chunk cache per dataset (sequential writes need 1)
 
 const char *const shard_split_name[2] = {"train", "val"};
 
@@ -83,7 +84,8 @@ struct shard_writer {
 };
 
 size_t shard_writer_memory(void) {
-    return TOKEN_BUF * sizeof(uint32_t) + OFFSET_BUF * sizeof(uint64_t);
+    return TOKEN_BUF * sizeof(uint32_t) + OFFSET_BUF * sizeof(uint64_t) +
+           CACHE_CHUNKS * (TOKEN_CHUNK * sizeof(uint32_t) + OFFSET_CHUNK * sizeof(uint64_t));
 }
 
 shard_writer *shard_writer_open(const shard_writer_config *cfg) {
@@ -123,9 +125,13 @@ static hid_t make_dataset(hid_t file, const char *name, hid_t type, hsize_t chun
                           const void *data, hsize_t n) {
     hsize_t dim = n, maxdim = H5S_UNLIMITED;
     hid_t sp = H5Screate_simple(1, &dim, &maxdim), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);  // a small chunk cache: writes are sequential
     hid_t ds = -1;
-    if (sp >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0 && H5Pset_fletcher32(dcpl) >= 0)
-        ds = H5Dcreate2(file, name, type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (sp >= 0 && dcpl >= 0 && dapl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0 &&
+        H5Pset_fletcher32(dcpl) >= 0 &&
+        H5Pset_chunk_cache(dapl, 101, CACHE_CHUNKS * chunk * H5Tget_size(type), 1.0) >= 0)
+        ds = H5Dcreate2(file, name, type, sp, H5P_DEFAULT, dcpl, dapl);
+    if (dapl >= 0) H5Pclose(dapl);
     if (ds >= 0 && n > 0 && H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
         H5Dclose(ds);
         ds = -1;
