@@ -86,7 +86,8 @@ static void usage(FILE *fp) {
         "                      (default 100000000)\n"
         "performance\n"
         "  --threads N         encoding threads (default: the number of cores)\n"
-        "  --batch-bytes N     text per batch and longest document piece (default 1048576);\n"
+        "  --batch-bytes N     text per batch (default 1048576); a document longer than N/4\n"
+        "                      is encoded in pieces of at most N/4 bytes, cut at safe points;\n"
         "                      memory: about (2 threads + 2) x 5.2 x N + 3 x --max-record\n"
         "                      + 3 MiB (the summary prints the bound and the measured peak)\n"
         "  --help              this text\n"
@@ -755,7 +756,7 @@ static void parse_options(int argc, char **argv, prep_options *o) {
                   "tokenizer file (tokenizer.json, vocab.json, *.model), not", o->tokenizer);
     if (train_mb > 0) o->train_bytes = (uint64_t)(train_mb * 1048576.0);
     o->corpus.max_record_bytes = (size_t)(max_record_mb * 1048576.0);
-    o->corpus.piece_bytes = GDN_MIN(o->batch_bytes, (size_t)1 << 20);
+    o->corpus.piece_bytes = o->batch_bytes / 4;  // a batch holds >= 3 of the longest pieces
 }
 
 int main(int argc, char **argv) {
