@@ -783,6 +783,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
             fprintf(stderr, "gdn-prepare: '%s' already holds a token set (index.json); pass "
                     "--overwrite to replace it\n", o.out);
+            free(o.inputs);
             return 2;
         }
         snprintf(cleanup.tmp_dir, sizeof cleanup.tmp_dir, "%s/.prepare-tmp.%ld", o.out,
