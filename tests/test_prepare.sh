@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# test_prepare.sh — gdn-prepare end to end: tinyshakespeare with bytes gives nanoGPT's split
-# (1,003,854 train / 111,540 val tokens); SentencePiece training and --spm-model; several
-# inputs; and the user errors (missing input, empty input, bad flag, bad value) exit non-zero
-# with a message naming the problem. --help exits 0.
+# test_prepare.sh — gdn-prepare's version-1 output (--out FILE.h5) end to end: tinyshakespeare
+# with bytes gives nanoGPT's split (1,003,854 train / 111,540 val tokens); SentencePiece training
+# and --spm-model (when the build's tokenizer has the spm kind); several inputs; and the user
+# errors (missing input, empty input, bad flag, bad value) exit non-zero with a message naming
+# the problem. --help exits 0. The shard output is tested by test_prepare_shards.c.
 set -u
 BIN="${GDN_BINARY_DIR:-$(pwd)}/gdn-prepare"
 SRC="${GDN_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -54,10 +55,15 @@ if command -v spm_train >/dev/null; then
     head -c 200000 "$INPUT" >"$TMP/small.txt"
     "$BIN" --input "$TMP/small.txt" --out "$TMP/sp.h5" --tokenizer spm --vocab 300 --val-frac 0.2 \
         >"$TMP/sp.txt" 2>&1
-    ok "spm --vocab 300: exit 0" [ $? -eq 0 ]
+    rc=$?
+fi
+if command -v spm_train >/dev/null && grep -q 'only "bytes" is available' "$TMP/sp.txt"; then
+    echo "  spm checks SKIPPED: this build's tokenizer has no spm kind (src/data/tokenizer.h)"
+elif command -v spm_train >/dev/null; then
+    ok "spm --vocab 300: exit 0" [ $rc -eq 0 ]
     sed 's/^/    /' "$TMP/sp.txt"
     ok "spm: model written next to the output" [ -f "$TMP/sp.spm.model" ]
-    ok "spm: vocab 301 (300 pieces + newline)" [ "$(summary "$TMP/sp.txt" vocab)" = 301 ]
+    ok "spm: vocab >= 300" [ "$(summary "$TMP/sp.txt" vocab)" -ge 300 ]
     ok "spm: tokenizer attribute spm:<model path>" [ "$(summary "$TMP/sp.txt" tokenizer)" = "spm:$TMP/sp.spm.model" ]
     tr=$(summary "$TMP/sp.txt" train); va=$(summary "$TMP/sp.txt" val)
     ok "spm: val is 20% of the tokens ($tr + $va)" [ "$va" -eq $(( (tr + va) - (tr + va) * 8 / 10 )) ]
@@ -80,13 +86,13 @@ ok "two inputs 'abc' + 'de\\n': 7 tokens (separator newline), all in train" \
 
 : >"$TMP/empty.txt"
 expect_fail "missing input" 1 "cannot read input '$TMP/nope.txt'" --input "$TMP/nope.txt" --out "$TMP/x.h5"
-expect_fail "empty input" 1 "input '$TMP/empty.txt' is empty" --input "$TMP/empty.txt" --out "$TMP/x.h5"
+expect_fail "empty input" 1 "$TMP/empty.txt: empty document" --input "$TMP/empty.txt" --out "$TMP/x.h5"
 expect_fail "unknown flag" 2 "unknown argument '--bogus'" --input "$TMP/a.txt" --out "$TMP/x.h5" --bogus
 expect_fail "no --out" 2 "no --out given" --input "$TMP/a.txt"
 expect_fail "no --input" 2 "no --input given" --out "$TMP/x.h5"
-expect_fail "--val-frac 1" 2 "--val-frac must be a number in [0, 1)" --input "$TMP/a.txt" --out "$TMP/x.h5" --val-frac 1
-expect_fail "--tokenizer wordpiece" 2 "--tokenizer must be bytes or spm" --input "$TMP/a.txt" --out "$TMP/x.h5" --tokenizer wordpiece
-expect_fail "--vocab with bytes" 2 "need --tokenizer spm" --input "$TMP/a.txt" --out "$TMP/x.h5" --vocab 500
+expect_fail "--val-frac 1" 2 "--val-fraction must be a number in [0, 1)" --input "$TMP/a.txt" --out "$TMP/x.h5" --val-frac 1
+expect_fail "--tokenizer wordpiece" 2 "--tokenizer must be bytes, bpe or spm" --input "$TMP/a.txt" --out "$TMP/x.h5" --tokenizer wordpiece
+expect_fail "--vocab with bytes" 2 "it needs --tokenizer bpe or spm" --input "$TMP/a.txt" --out "$TMP/x.h5" --vocab 500
 expect_fail "--vocab abc" 2 "--vocab must be an integer" --input "$TMP/a.txt" --out "$TMP/x.h5" --tokenizer spm --vocab abc
 expect_fail "--input without a value" 2 "missing value after '--input'" --out "$TMP/x.h5" --input
 expect_fail "missing output directory" 1 "$TMP/no/dir/x.h5: write failed" --input "$TMP/a.txt" --out "$TMP/no/dir/x.h5"
