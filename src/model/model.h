@@ -191,6 +191,9 @@ size_t model_count_params(const model *m, bool include_embeddings);
 // returns the number of failing tensors.
 int model_gradcheck(const gdn_config *c, int B, int T, int samples, double tol, uint64_t seed,
                     FILE *out);
+// The same with the documents doc_start (B*T, model_set_doc_starts; NULL: none).
+int model_gradcheck_docs(const gdn_config *c, int B, int T, int samples, double tol,
+                         uint64_t seed, const int32_t *doc_start, FILE *out);
 
 #ifdef __cplusplus
 }
