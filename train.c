@@ -341,7 +341,13 @@ static bool load_config(gdn_config *cfg, const train_args *a) {
 
 // --gradcheck: the exit code (0: every tensor within tolerance).
 static int run_gradcheck(gdn_config *cfg, const char *device) {
-    if (!strcmp(device, "cpu")) return model_gradcheck(cfg, 2, 9, 12, 1e-6, cfg->seed, stdout) ? 1 : 0;
+    if (!strcmp(device, "cpu")) {
+        // and with model.doc_reset, again with documents whose starts cut the 4-token chunks
+        static const int32_t docs[2 * 9] = {0, 0, 0, 3, 3, 3, 3, 3, 8, 0, 0, 0, 0, 0, 5, 6, 6, 6};
+        int fails = model_gradcheck(cfg, 2, 9, 12, 1e-6, cfg->seed, stdout);
+        if (cfg->doc_reset) fails += model_gradcheck_docs(cfg, 2, 9, 12, 1e-6, cfg->seed, docs, stdout);
+        return fails ? 1 : 0;
+    }
     if (!backend_gpu_built())
         gdn_die("--device cuda: this build has no CUDA backend (configure where nvcc is found)");
     if (cfg->vocab_size == 0) {  // the tokens of the check are random: any vocabulary works

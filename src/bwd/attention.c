@@ -5,15 +5,17 @@
 //   dv_j  = sum_i p_ij dO_i
 //   ds_ij = p_ij (dO_i.v_j - D_i)
 //   dq_i  = scale sum_j ds_ij k_j,   dk_j = scale sum_i ds_ij q_i
+// With documents (doc_start, fwd_cpu.h): j >= s_i as well, the forward's key range.
 // All three gradients are activation gradients: overwritten (=).
 #include "bwd_cpu.h"
 #include <math.h>
 #include "../core/common.h"
 #include "../fwd/cpu_threads.h"
 
-void attention_bwd_cpu(double *dq, double *dk, double *dv, const double *dout, const double *q,
-                       const double *k, const double *v, const double *o, const double *lse,
-                       int B, int T, int H, int D, int window, double scale) {
+void attention_bwd_docs_cpu(double *dq, double *dk, double *dv, const double *dout,
+                            const double *q, const double *k, const double *v, const double *o,
+                            const double *lse, int B, int T, int H, int D, int window, double scale,
+                            const int32_t *doc_start) {
     if (window < 1) gdn_die("attention_bwd_cpu: window %d < 1", window);
     const size_t rs = (size_t)H * D;
     // (b, h) pairs are independent (dk_j, dv_j of a pair sum over its own queries i, in order):
@@ -33,7 +35,8 @@ void attention_bwd_cpu(double *dq, double *dk, double *dv, const double *dout, c
             double l = lse[((size_t)b * H + h) * T + i];
             double Di = 0;
             for (int e = 0; e < D; e++) Di += doi[e] * o[oi + e];
-            int j0 = i - window + 1 > 0 ? i - window + 1 : 0;
+            const int s0 = doc_start ? doc_start[(size_t)b * T + i] : 0;
+            int j0 = i - window + 1 > s0 ? i - window + 1 : s0;
             for (int j = j0; j <= i; j++) {
                 size_t oj = ((size_t)b * T + j) * rs + (size_t)h * D;
                 const double *kj = k + oj, *vj = v + oj;
@@ -52,4 +55,10 @@ void attention_bwd_cpu(double *dq, double *dk, double *dv, const double *dout, c
             }
         }
     }
+}
+
+void attention_bwd_cpu(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                       const double *k, const double *v, const double *o, const double *lse,
+                       int B, int T, int H, int D, int window, double scale) {
+    attention_bwd_docs_cpu(dq, dk, dv, dout, q, k, v, o, lse, B, T, H, D, window, scale, NULL);
 }

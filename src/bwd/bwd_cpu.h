@@ -36,6 +36,15 @@ void conv1d_bwd_cpu(double *dx /*=*/, double *dw /*(C,K) +=*/, const double *dy,
 void conv_silu_bwd_cpu(double *dx /*=*/, double *dw /*(C,K) +=*/, const double *dy,
                        const double *x, const double *w, int B, int T, int C, int K, size_t ld);
 
+// The same two with documents (conv1d_fwd_docs_cpu): no tap reaches before the start of its
+// output token's document. doc_start NULL: the forms above, bit for bit.
+void conv1d_bwd_docs_cpu(double *dx /*=*/, double *dw /*(C,K) +=*/, const double *dy,
+                         const double *x, const double *w, int B, int T, int C, int K,
+                         const int32_t *doc_start /*(B*T) or NULL*/);
+void conv_silu_bwd_docs_cpu(double *dx /*=*/, double *dw /*(C,K) +=*/, const double *dy,
+                            const double *x, const double *w, int B, int T, int C, int K,
+                            size_t ld, const int32_t *doc_start /*(B*T) or NULL*/);
+
 void silu_bwd_cpu(double *dx /*=*/, const double *dy, const double *x, size_t n);
 
 // y, rnorm: the forward's output and saved 1/norm (l2norm_fwd_cpu); x is not needed
@@ -68,10 +77,16 @@ void dropout_bwd_cpu(double *dx /*=*/, const double *dy, size_t n, double p, uin
 
 void rope_bwd_cpu(double *dx /*=, in place allowed*/, const double *dy, int B, int T, int H, int D,
                   double base);
+void rope_bwd_docs_cpu(double *dx /*=, in place allowed*/, const double *dy, int B, int T, int H,
+                       int D, double base, const int32_t *doc_start /*(B*T) or NULL*/);
 
 void attention_bwd_cpu(double *dq /*=*/, double *dk /*=*/, double *dv /*=*/, const double *dout,
                        const double *q, const double *k, const double *v, const double *o,
                        const double *lse, int B, int T, int H, int D, int window, double scale);
+void attention_bwd_docs_cpu(double *dq /*=*/, double *dk /*=*/, double *dv /*=*/,
+                            const double *dout, const double *q, const double *k, const double *v,
+                            const double *o, const double *lse, int B, int T, int H, int D,
+                            int window, double scale, const int32_t *doc_start /*(B*T) or NULL*/);
 
 // Gated delta rule backward (all gradients =): token-level (DESIGN 3.3) and chunkwise (3.2).
 void gdn_token_bwd_cpu(const gdn_cpu_params *p);

@@ -6,6 +6,8 @@
 // order on one thread (so dw is the same for any thread count). A block walks the rows once,
 // every tap's sums side by side (rows read along the channels, not down one column per tap):
 // each sum still adds its terms in the order b, then t.
+// With documents (doc_start, fwd_cpu.h) output t reads only inputs s >= its document's start
+// s_t: the terms above are kept where s_t <= s (dx: doc_start[t] <= s; dw: j >= K-1-(t-s_t)).
 // conv_silu_bwd_cpu: the backward of silu(conv1d(x, w)) through the same two ops.
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +15,8 @@
 #include "../core/common.h"
 #include "../fwd/cpu_threads.h"
 
-void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, const double *w,
-                    int B, int T, int C, int K) {
+void conv1d_bwd_docs_cpu(double *dx, double *dw, const double *dy, const double *x,
+                         const double *w, int B, int T, int C, int K, const int32_t *doc_start) {
     const bool par = 2 * (size_t)B * T * C * K >= cpu_min_work_flat;  // dx and dw
     (void)par;  // read by the pragma only (none without OpenMP)
     GDN_OMP(parallel if (par))
@@ -26,7 +28,7 @@ void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, c
                 double acc = 0;
                 for (int j = 0; j < K; j++) {
                     int t = s + K - 1 - j;
-                    if (t < T) acc += w[(size_t)c * K + j] * dy[((size_t)b * T + t) * C + c];
+                    if (t < T && (!doc_start || doc_start[(size_t)b * T + t] <= s)) acc += w[(size_t)c * K + j] * dy[((size_t)b * T + t) * C + c];
                 }
                 dx[((size_t)b * T + s) * C + c] = acc;
             }
@@ -39,7 +41,8 @@ void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, c
             for (int b = 0; b < B; b++)
                 for (int t = 0; t < T; t++) {
                     const double *gr = dy + ((size_t)b * T + t) * C + c0;
-                    for (int j = GDN_MAX(0, K - 1 - t); j < K; j++) {  // t >= K - 1 - j
+                    const int u = t - (doc_start ? doc_start[(size_t)b * T + t] : 0);
+                    for (int j = GDN_MAX(0, K - 1 - u); j < K; j++) {  // t - s_t >= K - 1 - j
                         const double *xr = x + ((size_t)b * T + t - K + 1 + j) * C + c0;
                         double *a = acc + (size_t)j * nc;
                         for (int c = 0; c < nc; c++) a[c] += gr[c] * xr[c];
@@ -52,12 +55,18 @@ void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, c
     }
 }
 
+void conv1d_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, const double *w,
+                    int B, int T, int C, int K) {
+    conv1d_bwd_docs_cpu(dx, dw, dy, x, w, B, T, C, K, NULL);
+}
+
 // d_pre = dy silu'(pre) with pre = conv1d(x, w) recomputed into a scratch (silu_bwd_cpu reads
 // pre[i] before it writes d_pre[i]: in place is safe), then conv1d_bwd_cpu(d_pre): the same
 // calls on the same values as the unfused silu_bwd + conv1d_bwd, so the same bits.
 // Strided x, dx (ld > C): x packed into a scratch, dx formed packed and copied to its rows.
-void conv_silu_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, const double *w,
-                       int B, int T, int C, int K, size_t ld) {
+void conv_silu_bwd_docs_cpu(double *dx, double *dw, const double *dy, const double *x,
+                            const double *w, int B, int T, int C, int K, size_t ld,
+                            const int32_t *doc_start) {
     const size_t rows = (size_t)B * T, n = rows * C;
     const bool strided = ld != (size_t)C;
     double *dpre = gdn_malloc(GDN_MAX(n, (size_t)1) * sizeof(double));
@@ -66,12 +75,17 @@ void conv_silu_bwd_cpu(double *dx, double *dw, const double *dy, const double *x
     if (strided)
         for (size_t r = 0; r < rows; r++) memcpy(xp + r * C, x + r * ld, (size_t)C * sizeof(double));
     const double *xs = strided ? xp : x;
-    conv1d_fwd_cpu(dpre, xs, w, B, T, C, K);
+    conv1d_fwd_docs_cpu(dpre, xs, w, B, T, C, K, doc_start);
     silu_bwd_cpu(dpre, dy, dpre, n);
-    conv1d_bwd_cpu(strided ? dxp : dx, dw, dpre, xs, w, B, T, C, K);
+    conv1d_bwd_docs_cpu(strided ? dxp : dx, dw, dpre, xs, w, B, T, C, K, doc_start);
     if (strided)
         for (size_t r = 0; r < rows; r++) memcpy(dx + r * ld, dxp + r * C, (size_t)C * sizeof(double));
     free(dpre);
     free(xp);
     free(dxp);
+}
+
+void conv_silu_bwd_cpu(double *dx, double *dw, const double *dy, const double *x, const double *w,
+                       int B, int T, int C, int K, size_t ld) {
+    conv_silu_bwd_docs_cpu(dx, dw, dy, x, w, B, T, C, K, ld, NULL);
 }

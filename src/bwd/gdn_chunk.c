@@ -333,6 +333,10 @@ static void gdn_chunk_bwd_head(const gdn_cpu_params *p, gdn_chunk_ws w, int b, i
 }
 
 void gdn_chunk_bwd_cpu(const gdn_cpu_params *p) {
+    if (p->doc_start) {  // each document on its own (src/fwd/docs.c)
+        gdn_docs_run_cpu(p, gdn_chunk_bwd_cpu);
+        return;
+    }
     const int B = p->B, T = p->T, NH = p->H, Dk = p->Dk, Dv = p->Dv, C = p->chunk;
     if (B < 1 || T < 0 || NH < 1 || Dk < 1 || Dv < 1 || C < 1)
         gdn_die("gdn_chunk_bwd_cpu: bad shape B=%d T=%d H=%d Dk=%d Dv=%d chunk=%d", B, T, NH, Dk,

@@ -18,6 +18,10 @@
 #include "../fwd/cpu_threads.h"
 
 void gdn_token_bwd_cpu(const gdn_cpu_params *p) {
+    if (p->doc_start) {  // each document on its own (src/fwd/docs.c)
+        gdn_docs_run_cpu(p, gdn_token_bwd_cpu);
+        return;
+    }
     const int B = p->B, T = p->T, NH = p->H, Dk = p->Dk, Dv = p->Dv;
     if (B < 1 || T < 0 || NH < 1 || Dk < 1 || Dv < 1)
         gdn_die("gdn_token_bwd_cpu: bad shape B=%d T=%d H=%d Dk=%d Dv=%d", B, T, NH, Dk, Dv);

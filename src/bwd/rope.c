@@ -10,3 +10,8 @@
 void rope_bwd_cpu(double *dx, const double *dy, int B, int T, int H, int D, double base) {
     rope_rotate_cpu(dx, dy, B, T, H, D, base, -1.0);  // the same bits as the formulas above
 }
+
+void rope_bwd_docs_cpu(double *dx, const double *dy, int B, int T, int H, int D, double base,
+                       const int32_t *doc_start) {
+    rope_rotate_docs_cpu(dx, dy, B, T, H, D, base, -1.0, doc_start);
+}

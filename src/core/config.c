@@ -90,6 +90,8 @@ static const cfg_key cfg_keys[] = {
     {"model", "mlp_ratio", CFG_DOUBLE, F(mlp_ratio), 0, 64, CFG_MIN_OPEN, "4", NULL, "hidden = 2/3 * ratio * d_model, rounded up to 256"},
     {"model", "mlp_hidden", CFG_INT, F(mlp_hidden), 0, 1048576, 0, "0", NULL, "0 = from mlp_ratio"},
     {"model", "norm_eps", CFG_DOUBLE, F(norm_eps), 0, INF, CFG_MIN_OPEN, "1e-6", NULL, "RMSNorm epsilon"},
+    {"model", "doc_reset", CFG_BOOL, F(doc_reset), 0, 0, 0, "true", NULL, "when the batch carries document starts: GDN state, short conv and attention restart at each document"},
+    {"model", "doc_positions", CFG_BOOL, F(doc_positions), 0, 0, 0, "true", NULL, "with doc_reset: RoPE positions count from the document start (false: from the row start)"},
     {"model", "init_std", CFG_DOUBLE, F(init_std), 0, INF, CFG_MIN_OPEN, "0.02", NULL, "std of linear weights at init"},
     {"gdn", "n_heads", CFG_INT, F(gdn_n_heads), 1, 4096, 0, "2", NULL, "GDN heads"},
     {"gdn", "head_dim", CFG_INT, F(gdn_head_dim), 1, 1024, 0, "32", NULL, "key dim dk"},

@@ -48,6 +48,8 @@ typedef struct {
     double mlp_ratio;        // > 0; hidden = 2/3 * ratio * d rounded up to 256 default 4
     int mlp_hidden;          // >= 0; 0 = from mlp_ratio                       default 0
     double norm_eps;         // > 0                                            default 1e-6
+    bool doc_reset;          // mixers restart at document starts (model.h)    default true
+    bool doc_positions;      // RoPE positions from the document start         default true
     double init_std;         // > 0                                            default 0.02
     // [gdn]
     int gdn_n_heads;         // >= 1                                           default 2

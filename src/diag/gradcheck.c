@@ -11,6 +11,11 @@
 
 int model_gradcheck(const gdn_config *cin, int B, int T, int samples, double tol, uint64_t seed,
                     FILE *out) {
+    return model_gradcheck_docs(cin, B, T, samples, tol, seed, NULL, out);
+}
+
+int model_gradcheck_docs(const gdn_config *cin, int B, int T, int samples, double tol,
+                         uint64_t seed, const int32_t *doc_start, FILE *out) {
     gdn_config c = *cin;
     if (c.vocab_size < 2) c.vocab_size = 37;
     c.init_std = 0.2;
@@ -34,11 +39,13 @@ int model_gradcheck(const gdn_config *cin, int B, int T, int samples, double tol
         y[i] = (int32_t)rng_below(&r, (uint64_t)m->V);
     }
     m->dropout_key = seed * 31 + 7;
+    model_set_doc_starts(m, doc_start);
     model_zero_grads(m);
     double loss = model_forward_backward(m, x, y, 1.0 / N, true) / N;
     fprintf(out, "gradcheck: pattern %s, %d layers, d %d, B %d, T %d, vocab %d, loss %.6f, "
-                 "tol %.0e, up to %d samples per tensor\n",
-            c.pattern, c.n_layers, c.d_model, B, T, m->V, loss, tol, samples);
+                 "tol %.0e, up to %d samples per tensor%s\n",
+            c.pattern, c.n_layers, c.d_model, B, T, m->V, loss, tol, samples,
+            m->doc_start ? ", with documents" : "");
     fprintf(out, "%-28s %10s %8s %12s %12s  %s\n", "tensor", "numel", "checked", "rel_err",
             "worst_elem", "result");
     int fails = 0;

@@ -178,40 +178,41 @@ static void p_linear_bwd(void *dx, void *dW, const void *dy, const void *x, cons
     TIMED_MM(linear_bwd, N, in, out, 2.0 * N * in * out * ((dx != NULL) + (dW != NULL)), dx, dW, dy,
              x, W, N, in, out, acc);
 }
-static void p_conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
-    TIMED(conv1d_fwd, 0, y, x, w, B, T, C, K);
+static void p_conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K,
+                         const int32_t *ds) {
+    TIMED(conv1d_fwd, 0, y, x, w, B, T, C, K, ds);
 }
 static void p_conv1d_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w, int B,
-                         int T, int C, int K) {
-    TIMED(conv1d_bwd, 0, dx, dw, dy, x, w, B, T, C, K);
+                         int T, int C, int K, const int32_t *ds) {
+    TIMED(conv1d_bwd, 0, dx, dw, dy, x, w, B, T, C, K, ds);
 }
 static void p_silu_fwd(void *y, const void *x, size_t n) { TIMED(silu_fwd, 0, y, x, n); }
 static void p_silu_bwd(void *dx, const void *dy, const void *x, size_t n) {
     TIMED(silu_bwd, 0, dx, dy, x, n);
 }
 static void p_conv_silu_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K,
-                            size_t ld) {
-    TIMED(conv_silu_fwd, 0, y, x, w, B, T, C, K, ld);
+                            size_t ld, const int32_t *ds) {
+    TIMED(conv_silu_fwd, 0, y, x, w, B, T, C, K, ld, ds);
 }
 static void p_conv_silu_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                            int B, int T, int C, int K, size_t ld) {
-    TIMED(conv_silu_bwd, 0, dx, dw, dy, x, w, B, T, C, K, ld);
+                            int B, int T, int C, int K, size_t ld, const int32_t *ds) {
+    TIMED(conv_silu_bwd, 0, dx, dw, dy, x, w, B, T, C, K, ld, ds);
 }
 static void p_conv_silu3_fwd(void *y0, void *y1, void *y2, const void *x, const void *w, int B,
-                             int T, int C0, int C1, int C2, int K, size_t ld) {
-    TIMED(conv_silu3_fwd, 0, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld);
+                             int T, int C0, int C1, int C2, int K, size_t ld, const int32_t *ds) {
+    TIMED(conv_silu3_fwd, 0, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, ds);
 }
 static void p_conv_silu3_bwd(void *dx, void *dw, const void *dy0, const void *dy1,
                              const void *dy2, const void *x, const void *w, int B, int T, int C0,
-                             int C1, int C2, int K, size_t ld) {
-    TIMED(conv_silu3_bwd, 0, dx, dw, dy0, dy1, dy2, x, w, B, T, C0, C1, C2, K, ld);
+                             int C1, int C2, int K, size_t ld, const int32_t *ds) {
+    TIMED(conv_silu3_bwd, 0, dx, dw, dy0, dy1, dy2, x, w, B, T, C0, C1, C2, K, ld, ds);
 }
 static void p_conv_silu3_l2_fwd(void *y0, void *y1, void *y2, void *rn0, void *rn1,
                                 const void *x, const void *w, int B, int T, int C0, int C1,
                                 int C2, int K, size_t ld, int nd, double eps, double s0,
-                                double s1) {
+                                double s1, const int32_t *ds) {
     TIMED(conv_silu3_l2_fwd, 0, y0, y1, y2, rn0, rn1, x, w, B, T, C0, C1, C2, K, ld, nd, eps, s0,
-          s1);
+          s1, ds);
 }
 static void p_l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                          double scale) {
@@ -269,20 +270,22 @@ static void p_dropout_fwd(void *y, const void *x, size_t n, double p, uint64_t s
 static void p_dropout_bwd(void *dx, const void *dy, size_t n, double p, uint64_t seed) {
     TIMED(dropout_bwd, 0, dx, dy, n, p, seed);
 }
-static void p_rope_fwd(void *y, const void *x, int B, int T, int H, int D, double base) {
-    TIMED(rope_fwd, 0, y, x, B, T, H, D, base);
+static void p_rope_fwd(void *y, const void *x, int B, int T, int H, int D, double base,
+                       const int32_t *ds) {
+    TIMED(rope_fwd, 0, y, x, B, T, H, D, base, ds);
 }
-static void p_rope_bwd(void *dx, const void *dy, int B, int T, int H, int D, double base) {
-    TIMED(rope_bwd, 0, dx, dy, B, T, H, D, base);
+static void p_rope_bwd(void *dx, const void *dy, int B, int T, int H, int D, double base,
+                       const int32_t *ds) {
+    TIMED(rope_bwd, 0, dx, dy, B, T, H, D, base, ds);
 }
 static void p_attention_fwd(void *o, void *lse, const void *q, const void *k, const void *v, int B,
-                            int T, int H, int D, int window, double scale) {
-    TIMED(attention_fwd, 0, o, lse, q, k, v, B, T, H, D, window, scale);
+                            int T, int H, int D, int window, double scale, const int32_t *ds) {
+    TIMED(attention_fwd, 0, o, lse, q, k, v, B, T, H, D, window, scale, ds);
 }
 static void p_attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q,
                             const void *k, const void *v, const void *o, const void *lse, int B,
-                            int T, int H, int D, int window, double scale) {
-    TIMED(attention_bwd, 0, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, D, window, scale);
+                            int T, int H, int D, int window, double scale, const int32_t *ds) {
+    TIMED(attention_bwd, 0, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, D, window, scale, ds);
 }
 static void p_gdn_fwd(const gdn_op *op) { TIMED(gdn_fwd, 0, op); }
 static void p_gdn_bwd(const gdn_op *op) { TIMED(gdn_bwd, 0, op); }

@@ -2,6 +2,8 @@
 // the oracle for src/fwd/attention.cu.
 //   s_ij = scale * q_i . k_j  for  i - window < j <= i  (window >= T: full causal)
 //   lse_i = log sum_j exp(s_ij),  p_ij = exp(s_ij - lse_i),  o_i = sum_j p_ij v_j
+// With documents (doc_start, fwd_cpu.h) query i also sees no key before its document's start s_i:
+// j0 = max(i - window + 1, s_i).
 // q, k, v, o (B,T,H,D) token-major; lse (B,H,T) head-major (read by attention_bwd_cpu to
 // recompute p without a second max/sum pass).
 #include "fwd_cpu.h"
@@ -31,8 +33,9 @@ double attention_row_cpu(double *o, const double *q, const double *k, const doub
     return l;
 }
 
-void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k, const double *v,
-                       int B, int T, int H, int D, int window, double scale) {
+void attention_fwd_docs_cpu(double *o, double *lse, const double *q, const double *k,
+                            const double *v, int B, int T, int H, int D, int window, double scale,
+                            const int32_t *doc_start) {
     if (window < 1) gdn_die("attention_fwd_cpu: window %d < 1", window);
     const size_t rs = (size_t)H * D;  // stride between tokens
     // (b, h) pairs are independent: split over the threads, each with its own score row s
@@ -45,7 +48,8 @@ void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k,
             for (int i = 0; i < T; i++) {
                 const double *qi = q + ((size_t)b * T + i) * rs + (size_t)h * D;
                 const size_t head = (size_t)b * T * rs + (size_t)h * D;  // token 0 of (b, h)
-                int j0 = i - window + 1 > 0 ? i - window + 1 : 0;
+                const int s0 = doc_start ? doc_start[(size_t)b * T + i] : 0;
+                int j0 = i - window + 1 > s0 ? i - window + 1 : s0;
                 lse[((size_t)b * H + h) * T + i] =
                     attention_row_cpu(o + head + (size_t)i * rs, qi, k + head, v + head, rs, 0, j0, i, D,
                                       scale, s);
@@ -53,4 +57,9 @@ void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k,
         }
         free(s);
     }
+}
+
+void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k, const double *v,
+                       int B, int T, int H, int D, int window, double scale) {
+    attention_fwd_docs_cpu(o, lse, q, k, v, B, T, H, D, window, scale, NULL);
 }

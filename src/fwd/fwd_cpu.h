@@ -11,6 +11,24 @@ extern "C" {
 #include <stdint.h>
 #include <stdbool.h>
 
+// ---- documents (model.doc_reset) ---------------------------------------------------------------
+// The token-mixing ops (conv1d, RoPE, attention, the gated delta rule) take the documents packed
+// into each row as `const int32_t *doc_start` (B*T) or NULL: doc_start[b*T + t] = the index within
+// row b of the first token of the document that token t belongs to (0 when it began at or before
+// the row's start). So doc_start[b*T] = 0 and, for t > 0, doc_start[b*T + t] is either
+// doc_start[b*T + t - 1] (the same document) or t (a document starts at t): doc_starts_check.
+// Row b's documents are the runs [s, e) of equal values, and each op treats each run as a
+// sequence of its own (zero state, zero conv input and no key before s, RoPE position t - s).
+// NULL means one document per row: the op's plain form, bit for bit; so is an array of zeros.
+// False + a message naming the first bad (row, token) when doc_start breaks the rule above.
+bool doc_starts_check(const int32_t *doc_start, int B, int T, char *err, size_t errlen);
+// The end (exclusive) of the document of row b that starts at token s.
+static inline int doc_end(const int32_t *doc_start, int T, int b, int s) {
+    int e = s + 1;
+    while (e < T && doc_start[(size_t)b * T + e] == s) e++;
+    return e;
+}
+
 // ---- embedding: out[n, :] = wte[tok[n], :] -------------------------------------------------
 void embedding_fwd_cpu(double *out /*(N,d)*/, const int32_t *tok /*(N)*/,
                        const double *wte /*(V,d)*/, int N, int d);
@@ -37,6 +55,12 @@ void conv1d_fwd_cpu(double *y /*(B,T,C)*/, const double *x /*(B,T,C)*/, const do
 // x's rows have stride ld >= C (ld = C: packed; larger: columns of a wider projection output)
 void conv_silu_fwd_cpu(double *y /*(B,T,C)*/, const double *x /*(B,T,ld)*/,
                        const double *w /*(C,K)*/, int B, int T, int C, int K, size_t ld);
+// The same two with documents: x before the start s of token t's document is 0 (conv1d_fwd_cpu
+// on each document alone). doc_start NULL: the forms above, bit for bit.
+void conv1d_fwd_docs_cpu(double *y, const double *x, const double *w, int B, int T, int C, int K,
+                         const int32_t *doc_start /*(B*T) or NULL*/);
+void conv_silu_fwd_docs_cpu(double *y, const double *x, const double *w, int B, int T, int C,
+                            int K, size_t ld, const int32_t *doc_start /*(B*T) or NULL*/);
 
 // ---- SiLU: y = x * sigmoid(x) ------------------------------------------------------------------
 void silu_fwd_cpu(double *y, const double *x, size_t n);
@@ -89,6 +113,12 @@ void dropout_fwd_cpu(double *y, const double *x, size_t n, double p, uint64_t se
 void rope_fwd_cpu(double *y /*(B,T,H,D)*/, const double *x, int B, int T, int H, int D, double base);
 // Rotation by sign * t theta_i (+1: rope_fwd_cpu; -1: its transpose, rope_bwd_cpu).
 void rope_rotate_cpu(double *y, const double *x, int B, int T, int H, int D, double base, double sign);
+// With documents: the position of token t is t - doc_start[b*T + t] (NULL: t, the forms above
+// bit for bit).
+void rope_rotate_docs_cpu(double *y, const double *x, int B, int T, int H, int D, double base,
+                          double sign, const int32_t *doc_start /*(B*T) or NULL*/);
+void rope_fwd_docs_cpu(double *y, const double *x, int B, int T, int H, int D, double base,
+                       const int32_t *doc_start /*(B*T) or NULL*/);
 
 // ---- causal sliding-window softmax attention (DESIGN 2.2) --------------------------------------
 // Query i sees keys j with i - window < j <= i (window >= T: full causal).
@@ -100,6 +130,11 @@ double attention_row_cpu(double *o, const double *q, const double *k, const doub
                          size_t stride, int cap, int j0, int j1, int D, double scale, double *s);
 void attention_fwd_cpu(double *o, double *lse, const double *q, const double *k, const double *v,
                        int B, int T, int H, int D, int window, double scale);
+// With documents: query i of row b sees keys j with max(i - window, s - 1) < j <= i, s =
+// doc_start[b*T + i] (NULL: attention_fwd_cpu bit for bit).
+void attention_fwd_docs_cpu(double *o, double *lse, const double *q, const double *k,
+                            const double *v, int B, int T, int H, int D, int window, double scale,
+                            const int32_t *doc_start /*(B*T) or NULL*/);
 
 // ---- the gated delta rule (DESIGN 3) ------------------------------------------------------------
 // One params struct for the family: the forward reads the inputs and writes o (and ht); the
@@ -122,7 +157,17 @@ typedef struct {
     const double *dht;      // gradient of the final state, NULL = zero
     double *dq, *dk, *dv, *dg, *dbeta; // dg NULL allowed when gate off, dbeta NULL when delta off
     double *dh0;            // gradient of the initial state, NULL = not wanted
+    // documents (B*T) or NULL (see the top of this file): the state restarts from zero at each
+    // document start; h0 (dh0) is the start state of the document at token 0 of each row, ht
+    // (dht) the final state of each row's last document. Every entry point below then runs each
+    // document as a sequence of its own (gdn_docs_run_cpu); hs is kept (read) only for rows
+    // holding one document, the others' states are recomputed by the backward.
+    const int32_t *doc_start;
 } gdn_cpu_params;
+
+// Run op (one of the four entry points below) on each document of p->doc_start as a (1, e - s)
+// view of the (B, T, ...) tensors, with doc_start NULL in the view.
+void gdn_docs_run_cpu(const gdn_cpu_params *p, void (*op)(const gdn_cpu_params *));
 
 void gdn_token_fwd_cpu(const gdn_cpu_params *p);
 // One token of it in place on H = S^T (Dk,Dv): H <- alpha H + k w^T, w = beta (v - alpha H^T k)

@@ -4,6 +4,10 @@
 // the backend allocated, and calls the ops below. Shapes and maths of each op are those of
 // src/fwd/fwd_cpu.h; the gradient rule is that of src/bwd/bwd_cpu.h (parameter grads +=,
 // activation grads =).
+// Documents (model.doc_reset): the token-mixing ops (conv1d and the conv_silu family, RoPE,
+// attention, the gated delta rule) take `const int32_t *doc_start` (B*T) in backend memory
+// (be->alloc, filled by be->upload_index) or NULL: the starts of the documents packed into each
+// row, with the meaning of fwd_cpu.h "documents". NULL, or all zeros, gives today's bits.
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -27,6 +31,9 @@ typedef struct {
                  // for gdn_bwd's replay of the states (gdn.bwd_states = replay; CUDA bf16: each
                  // chunk's gate cumsums and Δ~ rows); NULL = none: gdn_bwd recomputes the states
                  // (or reads hs)
+    const int32_t *doc_start;  // (B*T) backend memory, or NULL: the state restarts from zero at
+                               // each document start (fwd_cpu.h "documents"; hs / keep then
+                               // as the backend decides, its fwd and bwd alike)
 } gdn_op;
 
 // Memory classes: each has its own element type in a backend (CPU: all float64; GPU bf16 mode:
@@ -57,10 +64,14 @@ typedef struct backend {
     size_t (*gdn_fwd_keep)(int B, int T, int H, int Dk, int Dv);  // elements of gdn_op.keep
                                                        // (stat class); NULL or 0: no replay, the
                                                        // backward recomputes the states
+    bool doc_reset;                                    // the ops honour doc_start (false: they
+                                                       // may not be given one; model.c refuses)
     void *(*alloc)(size_t bytes);                      // zero-filled
     void (*release)(void *p);
     void (*download)(double *dst, const void *src, size_t n, be_class c);  // to host float64
     void (*upload)(void *dst, const double *src, size_t n, be_class c);    // from host float64
+    void (*upload_index)(int32_t *dst, const int32_t *src, size_t n);  // host int32 to alloc's
+                                                       // memory (doc_start); done on return
     void (*zero)(void *p, size_t n, be_class c);
     void (*add)(void *y, const void *x, size_t n);     // y += x (activations)
     void (*copy)(void *y, const void *x, size_t n);    // activations
@@ -86,31 +97,34 @@ typedef struct backend {
     // not read without dW): the two are independent, so dx and dW may be taken by two calls
     void (*linear_bwd)(void *dx, void *dW, const void *dy, const void *x, const void *W, int N,
                        int in, int out, bool acc);
-    void (*conv1d_fwd)(void *y, const void *x, const void *w, int B, int T, int C, int K);
+    void (*conv1d_fwd)(void *y, const void *x, const void *w, int B, int T, int C, int K,
+                       const int32_t *doc_start);
     void (*conv1d_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w, int B,
-                       int T, int C, int K);
+                       int T, int C, int K, const int32_t *doc_start);
     void (*silu_fwd)(void *y, const void *x, size_t n);
     void (*silu_bwd)(void *dx, const void *dy, const void *x, size_t n);
     // y = silu(conv1d(x, w)) fused; backward recomputes the conv: dx =, dw += (C,K). x and dx
     // rows of stride ld (C: packed; wider: columns of the fused input projection), y, dy packed
     void (*conv_silu_fwd)(void *y, const void *x, const void *w, int B, int T, int C, int K,
-                          size_t ld);
+                          size_t ld, const int32_t *doc_start);
     void (*conv_silu_bwd)(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                          int B, int T, int C, int K, size_t ld);
+                          int B, int T, int C, int K, size_t ld, const int32_t *doc_start);
     // conv_silu over C0 + C1 + C2 channels of x at once (GDN's q, k, v from the fused
     // projection), outputs / output gradients in three packed buffers; w, dw (C0+C1+C2, K).
     // The same values as three conv_silu calls on the channel ranges.
     void (*conv_silu3_fwd)(void *y0, void *y1, void *y2, const void *x, const void *w, int B,
-                           int T, int C0, int C1, int C2, int K, size_t ld);
+                           int T, int C0, int C1, int C2, int K, size_t ld,
+                           const int32_t *doc_start);
     void (*conv_silu3_bwd)(void *dx, void *dw, const void *dy0, const void *dy1, const void *dy2,
                            const void *x, const void *w, int B, int T, int C0, int C1, int C2,
-                           int K, size_t ld);
+                           int K, size_t ld, const int32_t *doc_start);
     // conv_silu3_fwd, then l2norm_fwd of outputs 0 and 1 per head of nd channels: y_s = s_s
     // silu(conv) rnorm_s, rnorm_s (B T, C_s / nd) saved (GDN's q and k: the CUDA kernel
     // normalises in registers, so unnormalised q and k are never stored); y2 as conv_silu3_fwd
     void (*conv_silu3_l2_fwd)(void *y0, void *y1, void *y2, void *rn0, void *rn1, const void *x,
                               const void *w, int B, int T, int C0, int C1, int C2, int K,
-                              size_t ld, int nd, double eps, double s0, double s1);
+                              size_t ld, int nd, double eps, double s0, double s1,
+                              const int32_t *doc_start);
     void (*l2norm_fwd)(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                        double scale);
     // y = scale x rnorm per row of D; the backward reads the output y and rnorm, not x
@@ -149,13 +163,17 @@ typedef struct backend {
     double (*loss_collect)(void);
     void (*dropout_fwd)(void *y, const void *x, size_t n, double p, uint64_t seed);
     void (*dropout_bwd)(void *dx, const void *dy, size_t n, double p, uint64_t seed);
-    void (*rope_fwd)(void *y, const void *x, int B, int T, int H, int D, double base);
-    void (*rope_bwd)(void *dx, const void *dy, int B, int T, int H, int D, double base);
+    // doc_start: position of token t is t - doc_start[b*T+t] (NULL: t)
+    void (*rope_fwd)(void *y, const void *x, int B, int T, int H, int D, double base,
+                     const int32_t *doc_start);
+    void (*rope_bwd)(void *dx, const void *dy, int B, int T, int H, int D, double base,
+                     const int32_t *doc_start);
+    // doc_start: query i sees no key before its document's start
     void (*attention_fwd)(void *o, void *lse, const void *q, const void *k, const void *v, int B,
-                          int T, int H, int D, int window, double scale);
+                          int T, int H, int D, int window, double scale, const int32_t *doc_start);
     void (*attention_bwd)(void *dq, void *dk, void *dv, const void *dout, const void *q,
                           const void *k, const void *v, const void *o, const void *lse, int B,
-                          int T, int H, int D, int window, double scale);
+                          int T, int H, int D, int window, double scale, const int32_t *doc_start);
     void (*gdn_fwd)(const gdn_op *op);
     void (*gdn_bwd)(const gdn_op *op);
     // AdamW on one tensor, g = grad * gscale: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;

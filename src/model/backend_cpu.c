@@ -16,6 +16,9 @@ static void cpu_upload(void *dst, const double *src, size_t n, be_class c) {
     (void)c;
     memcpy(dst, src, n * sizeof(double));
 }
+static void cpu_upload_index(int32_t *dst, const int32_t *src, size_t n) {
+    memcpy(dst, src, n * sizeof(int32_t));
+}
 static void cpu_zero(void *p, size_t n, be_class c) {
     (void)c;
     memset(p, 0, n * sizeof(double));
@@ -43,11 +46,12 @@ static void cpu_add_rmsnorm_fwd(void *x_out, void *y, void *rstd, const void *x_
 }
 // conv_silu3: the three channel ranges by three conv_silu calls (the CUDA kernel's values)
 static void cpu_conv_silu3_fwd(void *y0, void *y1, void *y2, const void *x, const void *w, int B,
-                               int T, int C0, int C1, int C2, int K, size_t ld) {
+                               int T, int C0, int C1, int C2, int K, size_t ld,
+                               const int32_t *ds) {
     const double *xd = x, *wd = w;
-    conv_silu_fwd_cpu(y0, xd, wd, B, T, C0, K, ld);
-    conv_silu_fwd_cpu(y1, xd + C0, wd + (size_t)C0 * K, B, T, C1, K, ld);
-    conv_silu_fwd_cpu(y2, xd + C0 + C1, wd + (size_t)(C0 + C1) * K, B, T, C2, K, ld);
+    conv_silu_fwd_docs_cpu(y0, xd, wd, B, T, C0, K, ld, ds);
+    conv_silu_fwd_docs_cpu(y1, xd + C0, wd + (size_t)C0 * K, B, T, C1, K, ld, ds);
+    conv_silu_fwd_docs_cpu(y2, xd + C0 + C1, wd + (size_t)(C0 + C1) * K, B, T, C2, K, ld, ds);
 }
 // conv_silu3_l2: conv_silu3, then l2norm_fwd in place on outputs 0 and 1 (the values of
 // conv_silu3_fwd followed by l2norm_fwd into another buffer: the norm reads x[i] before it
@@ -55,24 +59,24 @@ static void cpu_conv_silu3_fwd(void *y0, void *y1, void *y2, const void *x, cons
 static void cpu_conv_silu3_l2_fwd(void *y0, void *y1, void *y2, void *rn0, void *rn1,
                                   const void *x, const void *w, int B, int T, int C0, int C1,
                                   int C2, int K, size_t ld, int nd, double eps, double s0,
-                                  double s1) {
+                                  double s1, const int32_t *ds) {
     const size_t N = (size_t)B * T;
     if (nd < 1 || C0 % nd || C1 % nd)
         gdn_die("conv_silu3_l2_fwd: heads of %d channels do not tile %d, %d", nd, C0, C1);
-    cpu_conv_silu3_fwd(y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld);
+    cpu_conv_silu3_fwd(y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, ds);
     l2norm_fwd_cpu(y0, rn0, y0, N * (C0 / nd), nd, eps, s0);
     l2norm_fwd_cpu(y1, rn1, y1, N * (C1 / nd), nd, eps, s1);
 }
 static void cpu_conv_silu3_bwd(void *dx, void *dw, const void *dy0, const void *dy1,
                                const void *dy2, const void *x, const void *w, int B, int T, int C0,
-                               int C1, int C2, int K, size_t ld) {
+                               int C1, int C2, int K, size_t ld, const int32_t *ds) {
     double *dxd = dx, *dwd = dw;
     const double *xd = x, *wd = w;
-    conv_silu_bwd_cpu(dxd, dwd, dy0, xd, wd, B, T, C0, K, ld);
-    conv_silu_bwd_cpu(dxd + C0, dwd + (size_t)C0 * K, dy1, xd + C0, wd + (size_t)C0 * K, B, T, C1,
-                      K, ld);
-    conv_silu_bwd_cpu(dxd + C0 + C1, dwd + (size_t)(C0 + C1) * K, dy2, xd + C0 + C1,
-                      wd + (size_t)(C0 + C1) * K, B, T, C2, K, ld);
+    conv_silu_bwd_docs_cpu(dxd, dwd, dy0, xd, wd, B, T, C0, K, ld, ds);
+    conv_silu_bwd_docs_cpu(dxd + C0, dwd + (size_t)C0 * K, dy1, xd + C0, wd + (size_t)C0 * K, B,
+                           T, C1, K, ld, ds);
+    conv_silu_bwd_docs_cpu(dxd + C0 + C1, dwd + (size_t)(C0 + C1) * K, dy2, xd + C0 + C1,
+                           wd + (size_t)(C0 + C1) * K, B, T, C2, K, ld, ds);
 }
 // The backwards with the forward's output as an optional extra (backend.h, train.recompute =
 // light): the CPU twin, then the forward's own row code on the saved statistic (bitwise its y).
@@ -112,7 +116,7 @@ static gdn_cpu_params gdn_params_of(const gdn_op *op) {
         .B = op->B, .T = op->T, .H = op->H, .Dk = op->Dk, .Dv = op->Dv, .chunk = op->chunk,
         .mode = op->mode, .q = op->q, .k = op->k, .v = op->v, .g = op->g, .beta = op->beta,
         .o = op->o, .dO = op->dO, .dq = op->dq, .dk = op->dk, .dv = op->dv, .dg = op->dg,
-        .dbeta = op->dbeta, .hs = op->hs,
+        .dbeta = op->dbeta, .hs = op->hs, .doc_start = op->doc_start,
     };
     return p;
 }
@@ -147,11 +151,13 @@ const backend backend_cpu = {
     .name = "cpu",
     .elem = {8, 8, 8, 8, 8},
     .master = false,
+    .doc_reset = true,
     .fuse_projections = false,  // the reference keeps one GEMM per weight (tests can set it)
     .alloc = cpu_alloc,
     .release = cpu_release,
     .download = cpu_download,
     .upload = cpu_upload,
+    .upload_index = cpu_upload_index,
     .zero = cpu_zero,
     .add = cpu_add,
     .copy = cpu_copy,
@@ -164,12 +170,12 @@ const backend backend_cpu = {
     .rmsnorm_bwd = cpu_rmsnorm_bwd,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,
-    .conv1d_fwd = F(conv1d_fwd_cpu),
-    .conv1d_bwd = F(conv1d_bwd_cpu),
+    .conv1d_fwd = F(conv1d_fwd_docs_cpu),
+    .conv1d_bwd = F(conv1d_bwd_docs_cpu),
     .silu_fwd = F(silu_fwd_cpu),
     .silu_bwd = F(silu_bwd_cpu),
-    .conv_silu_fwd = F(conv_silu_fwd_cpu),
-    .conv_silu_bwd = F(conv_silu_bwd_cpu),
+    .conv_silu_fwd = F(conv_silu_fwd_docs_cpu),
+    .conv_silu_bwd = F(conv_silu_bwd_docs_cpu),
     .conv_silu3_fwd = cpu_conv_silu3_fwd,
     .conv_silu3_bwd = cpu_conv_silu3_bwd,
     .conv_silu3_l2_fwd = cpu_conv_silu3_l2_fwd,
@@ -184,10 +190,10 @@ const backend backend_cpu = {
     .crossentropy = cpu_crossentropy,
     .dropout_fwd = F(dropout_fwd_cpu),
     .dropout_bwd = F(dropout_bwd_cpu),
-    .rope_fwd = F(rope_fwd_cpu),
-    .rope_bwd = F(rope_bwd_cpu),
-    .attention_fwd = F(attention_fwd_cpu),
-    .attention_bwd = F(attention_bwd_cpu),
+    .rope_fwd = F(rope_fwd_docs_cpu),
+    .rope_bwd = F(rope_bwd_docs_cpu),
+    .attention_fwd = F(attention_fwd_docs_cpu),
+    .attention_bwd = F(attention_bwd_docs_cpu),
     .gdn_fwd = cpu_gdn_fwd,
     .gdn_bwd = cpu_gdn_bwd,
     .adamw = cpu_adamw,

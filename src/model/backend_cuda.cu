@@ -209,6 +209,18 @@ struct ops {
     static void upload(void *dst, const double *src, size_t n, be_class c) {
         to_device(dst, src, n, is_bf16(c));
     }
+    static void upload_index(int32_t *dst, const int32_t *src, size_t n) {
+        if (!n) return;
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(int32_t), cudaMemcpyHostToDevice, STREAM));
+        CUDA_CHECK(cudaStreamSynchronize(STREAM));  // src may change once this returns
+    }
+    // Document starts (backend.h): the kernels do not take them yet (b.doc_reset = false, so
+    // model_set_doc_starts refuses before an op could be given any)
+    static void no_docs(const int32_t *doc_start, const char *op) {
+        if (doc_start)
+            gdn_die("backend_cuda: %s was given document starts, which its kernels do not take "
+                    "yet (model.doc_reset)", op);
+    }
     static void zero(void *p, size_t n, be_class c) {
         if (n) CUDA_CHECK(cudaMemsetAsync(p, 0, n * elem(c), STREAM));
     }
@@ -249,11 +261,14 @@ struct ops {
                            int N, int in, int out, bool acc) {
         cuda_linear_bwd(DT, dx, (float *)dW, dy, x, W, N, in, out, acc, STREAM);
     }
-    static void conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
+    static void conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K,
+                           const int32_t *doc_start) {
+        no_docs(doc_start, "conv1d_fwd");
         cuda_conv1d_fwd(DT, y, x, w, B, T, C, K, STREAM);
     }
     static void conv1d_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                           int B, int T, int C, int K) {
+                           int B, int T, int C, int K, const int32_t *doc_start) {
+        no_docs(doc_start, "conv1d_bwd");
         cuda_conv1d_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, STREAM);
     }
     static void silu_fwd(void *y, const void *x, size_t n) { cuda_silu_fwd(DT, y, x, n, STREAM); }
@@ -261,27 +276,33 @@ struct ops {
         cuda_silu_bwd(DT, dx, dy, x, n, STREAM);
     }
     static void conv_silu_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K,
-                              size_t ld) {
+                              size_t ld, const int32_t *doc_start) {
+        no_docs(doc_start, "conv_silu_fwd");
         cuda_conv_silu_fwd(DT, y, x, w, B, T, C, K, ld, STREAM);
     }
     static void conv_silu_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
-                              int B, int T, int C, int K, size_t ld) {
+                              int B, int T, int C, int K, size_t ld, const int32_t *doc_start) {
+        no_docs(doc_start, "conv_silu_bwd");
         cuda_conv_silu_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, ld, STREAM);
     }
     static void conv_silu3_fwd(void *y0, void *y1, void *y2, const void *x, const void *w, int B,
-                               int T, int C0, int C1, int C2, int K, size_t ld) {
+                               int T, int C0, int C1, int C2, int K, size_t ld,
+                               const int32_t *doc_start) {
+        no_docs(doc_start, "conv_silu3_fwd");
         cuda_conv_silu3_fwd(DT, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, STREAM);
     }
     static void conv_silu3_bwd(void *dx, void *dw, const void *dy0, const void *dy1,
                                const void *dy2, const void *x, const void *w, int B, int T, int C0,
-                               int C1, int C2, int K, size_t ld) {
+                               int C1, int C2, int K, size_t ld, const int32_t *doc_start) {
+        no_docs(doc_start, "conv_silu3_bwd");
         cuda_conv_silu3_bwd(DT, dx, (float *)dw, dy0, dy1, dy2, x, w, B, T, C0, C1, C2, K, ld,
                             STREAM);
     }
     static void conv_silu3_l2_fwd(void *y0, void *y1, void *y2, void *rn0, void *rn1,
                                   const void *x, const void *w, int B, int T, int C0, int C1,
                                   int C2, int K, size_t ld, int nd, double eps, double s0,
-                                  double s1) {
+                                  double s1, const int32_t *doc_start) {
+        no_docs(doc_start, "conv_silu3_l2_fwd");
         cuda_conv_silu3_l2_fwd(DT, y0, y1, y2, (float *)rn0, (float *)rn1, x, w, B, T, C0, C1, C2,
                                K, ld, nd, eps, s0, s1, STREAM);
     }
@@ -378,10 +399,14 @@ struct ops {
     static void dropout_bwd(void *dx, const void *dy, size_t n, double p, uint64_t seed) {
         cuda_dropout_bwd(DT, dx, dy, n, p, seed, STREAM);
     }
-    static void rope_fwd(void *y, const void *x, int B, int T, int H, int D, double base) {
+    static void rope_fwd(void *y, const void *x, int B, int T, int H, int D, double base,
+                         const int32_t *doc_start) {
+        no_docs(doc_start, "rope_fwd");
         cuda_rope_fwd(DT, y, x, B, T, H, D, base, STREAM);
     }
-    static void rope_bwd(void *dx, const void *dy, int B, int T, int H, int D, double base) {
+    static void rope_bwd(void *dx, const void *dy, int B, int T, int H, int D, double base,
+                         const int32_t *doc_start) {
+        no_docs(doc_start, "rope_bwd");
         cuda_rope_bwd(DT, dx, dy, B, T, H, D, base, STREAM);
     }
     static attn_params attn(const void *q, const void *k, const void *v, int B, int T, int H,
@@ -402,7 +427,9 @@ struct ops {
         return p;
     }
     static void attention_fwd(void *o, void *lse, const void *q, const void *k, const void *v,
-                              int B, int T, int H, int D, int window, double scale) {
+                              int B, int T, int H, int D, int window, double scale,
+                              const int32_t *doc_start) {
+        no_docs(doc_start, "attention_fwd");
         attn_params p = attn(q, k, v, B, T, H, D, window, scale);
         p.o = o;
         p.lse = (float *)lse;
@@ -410,7 +437,9 @@ struct ops {
     }
     static void attention_bwd(void *dq, void *dk, void *dv, const void *dout, const void *q,
                               const void *k, const void *v, const void *o, const void *lse,
-                              int B, int T, int H, int D, int window, double scale) {
+                              int B, int T, int H, int D, int window, double scale,
+                              const int32_t *doc_start) {
+        no_docs(doc_start, "attention_bwd");
         attn_params p = attn(q, k, v, B, T, H, D, window, scale);
         p.o = (void *)o;  // read only by the backward
         p.lse = (float *)lse;
@@ -437,6 +466,7 @@ struct ops {
         return p;
     }
     static void gdn_fwd(const gdn_op *op) {
+        no_docs(op->doc_start, "gdn_fwd");
         gdn_fwd_params p = gdn_fwd_shape(op->B, op->T, op->H, op->Dk, op->Dv);
         p.mode = op->mode;
         p.q = op->q;
@@ -481,6 +511,7 @@ struct ops {
         *dt = (char *)op->keep + dt_off;
     }
     static void gdn_bwd(const gdn_op *op) {
+        no_docs(op->doc_start, "gdn_bwd");
         // No initial state, no final-state gradient; the chunk-start states are the forward's
         // (gdn.bwd_states = saved), replayed from what it kept (replay) or recomputed by a second
         // forward scan (recompute), inside gdn_chunk_bwd.
@@ -541,6 +572,8 @@ struct ops {
         b.release = be_release;
         b.download = download;
         b.upload = upload;
+        b.upload_index = upload_index;
+        b.doc_reset = false;  // the ops' doc_start is not wired to the kernels yet
         b.zero = zero;
         b.add = add;
         b.copy = copy;

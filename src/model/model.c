@@ -482,9 +482,25 @@ void model_free(model *m) {
     arena_release(&m->a_opt, m->be->release);
     arena_release(&m->a_acts, m->be->release);
     arena_release(&m->a_scratch, m->be->release);
+    if (m->doc_mem) m->be->release(m->doc_mem);
     free(m->tok);
     free(m->tgt);
     free(m);
+}
+
+void model_set_doc_starts(model *m, const int32_t *doc_start) {
+    m->doc_start = NULL;
+    if (!doc_start || !m->cfg.doc_reset) return;
+    char err[256];
+    if (!doc_starts_check(doc_start, m->B, m->T, err, sizeof err))
+        gdn_die("model_set_doc_starts: %s", err);
+    if (!m->be->doc_reset)
+        gdn_die("model.doc_reset: the %s backend does not restart its mixers at document starts "
+                "yet\nHINT: set model.doc_reset = false (documents then see each other, as with "
+                "window sampling) or train on the CPU (train.device = cpu)", m->be->name);
+    if (!m->doc_mem) m->doc_mem = m->be->alloc((size_t)m->N * sizeof(int32_t));
+    m->be->upload_index(m->doc_mem, doc_start, (size_t)m->N);
+    m->doc_start = m->doc_mem;
 }
 
 // Element j of a tensor with initialiser `kind` as drawn from its stream: normals take 4 words
@@ -607,13 +623,14 @@ static void gdn_qkv_fwd(model *m, int l) {
     const double eps = 1e-6, q_scale = gdn_q_scale(m);
     if (L.conv3) {  // q, k, v columns side by side in the fused projection: one call, q, k normed
         be->conv_silu3_l2_fwd(a->qn, a->kn, a->v_act, a->rq, a->rk, a->q_lin, P(lp->conv_q), m->B,
-                              m->T, hk, hk, hv, K, L.ld_q, m->dk, eps, q_scale, 1.0);
+                              m->T, hk, hk, hv, K, L.ld_q, m->dk, eps, q_scale, 1.0, m->doc_start);
         return;
     }
     if (m->cfg.gdn_short_conv) {
-        be->conv_silu_fwd(a->q_act, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K, L.ld_q);
-        be->conv_silu_fwd(a->k_act, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K, L.ld_q);
-        be->conv_silu_fwd(a->v_act, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K, L.ld_v);
+        const int32_t *ds = m->doc_start;
+        be->conv_silu_fwd(a->q_act, a->q_lin, P(lp->conv_q), m->B, m->T, hk, K, L.ld_q, ds);
+        be->conv_silu_fwd(a->k_act, a->k_lin, P(lp->conv_k), m->B, m->T, hk, K, L.ld_q, ds);
+        be->conv_silu_fwd(a->v_act, a->v_lin, P(lp->conv_v), m->B, m->T, hv, K, L.ld_v, ds);
     } else {
         be->silu_fwd(a->q_act, a->q_lin, (size_t)N * hk);
         be->silu_fwd(a->k_act, a->k_lin, (size_t)N * hk);
@@ -647,11 +664,16 @@ static void gdn_mixer_fwd(model *m, int l, bool train) {
                       c->gdn_gate ? P(lp->dt_bias) : NULL, N, H, L.ld_ab, mode);
     gdn_op op = {.B = m->B, .T = m->T, .H = H, .Dk = m->dk, .Dv = m->dv, .chunk = c->gdn_chunk_size,
                  .mode = mode, .q = a->qn, .k = a->kn, .v = a->v_act, .g = a->g, .beta = a->beta,
-                 .o = a->o, .hs = a->hs, .keep = a->gkeep};  // every forward: a backward may follow one with train false
+                 .o = a->o, .hs = a->hs, .keep = a->gkeep, .doc_start = m->doc_start};  // every forward: a backward may follow one with train false
     be->gdn_fwd(&op);
     be->gated_rmsnorm_fwd(a->on, a->rstd_o, a->o, a->z, P(lp->onorm), (size_t)N * H, m->dv, L.zh,
                           L.zld, c->norm_eps);
     be->linear_fwd(m->dmix, mixer_drop(m, l, a->on, m->dbig[0], (size_t)N * hv, train), P(lp->wo), N, hv, d);
+}
+
+// RoPE's documents: positions from each document's start (model.doc_positions) or the row's
+static const int32_t *rope_docs(const model *m) {
+    return m->cfg.doc_positions ? m->doc_start : NULL;
 }
 
 static void attn_mixer_fwd(model *m, int l, bool train) {
@@ -663,10 +685,10 @@ static void attn_mixer_fwd(model *m, int l, bool train) {
     be->linear_fwd(a->aq, a->xn1, P(lp->sq), N, d, ha);
     be->linear_fwd(a->ak, a->xn1, P(lp->sk), N, d, ha);
     be->linear_fwd(a->av, a->xn1, P(lp->sv), N, d, ha);
-    be->rope_fwd(a->aq, a->aq, m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
-    be->rope_fwd(a->ak, a->ak, m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
+    be->rope_fwd(a->aq, a->aq, m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base, rope_docs(m));
+    be->rope_fwd(a->ak, a->ak, m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base, rope_docs(m));
     be->attention_fwd(a->ao, a->lse, a->aq, a->ak, a->av, m->B, m->T, m->Ha, m->Da, window,
-                      1.0 / sqrt(m->Da));
+                      1.0 / sqrt(m->Da), m->doc_start);
     be->linear_fwd(m->dmix, mixer_drop(m, l, a->ao, m->dbig[0], (size_t)N * ha, train), P(lp->so), N, ha, d);
 }
 
@@ -833,7 +855,7 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train, dw_later
                  .mode = mode, .q = a->qn, .k = a->kn, .v = a->v_act, .g = a->g, .beta = a->beta,
                  .o = a->o, .dO = D[1], .dq = D[3], .dk = D[4], .dv = D[5],
                  .dg = c->gdn_gate ? m->dsmall[0] : NULL, .dbeta = c->gdn_delta ? m->dsmall[1] : NULL,
-                 .hs = a->hs, .keep = a->gkeep};
+                 .hs = a->hs, .keep = a->gkeep, .doc_start = m->doc_start};
     be->gdn_bwd(&op);
     if (c->gdn_gate || c->gdn_delta)
         be->gdn_gates_bwd(c->gdn_gate ? da : NULL, c->gdn_delta ? db : NULL,
@@ -875,7 +897,7 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train, dw_later
         be->l2norm_bwd(D[0], D[3], a->qn, a->rq, (size_t)N * H, m->dk, path[0].scale);
         be->l2norm_bwd(D[1], D[4], a->kn, a->rk, (size_t)N * H, m->dk, path[1].scale);
         be->conv_silu3_bwd(dgrp + L.cq * e, G(lp->conv_q), D[0], D[1], D[5], a->q_lin,
-                           P(lp->conv_q), m->B, m->T, hk, hk, hv, K, L.ld_q);
+                           P(lp->conv_q), m->B, m->T, hk, hk, hv, K, L.ld_q, m->doc_start);
     }
     for (int i = 0; i < 3 && !L.conv3; i++) {
         size_t n = (size_t)N * path[i].width;
@@ -889,7 +911,7 @@ static void gdn_mixer_bwd(model *m, int l, const void *dbr, bool train, dw_later
         if (c->gdn_short_conv) {
             dlin = L.qkv ? dgrp + path[i].col * e : later ? path[i].keep : D[2];
             be->conv_silu_bwd(dlin, G(path[i].conv), dact, path[i].lin, P(path[i].conv), m->B,
-                              m->T, path[i].width, K, path[i].ld);
+                              m->T, path[i].width, K, path[i].ld, m->doc_start);
         } else {
             be->silu_bwd(dlin, dact, path[i].lin, n);
         }
@@ -915,9 +937,9 @@ static void attn_mixer_bwd(model *m, int l, const void *dbr, bool train, dw_late
                    P(lp->so), N, ha, d, false);
     drop_bwd(m, D[0], D[0], (size_t)N * ha, m->cfg.mixer_dropout, place_mixer(m, l), train);
     be->attention_bwd(D[1], D[2], D[3], D[0], a->aq, a->ak, a->av, a->ao, a->lse, m->B, m->T,
-                      m->Ha, m->Da, window, 1.0 / sqrt(m->Da));
-    be->rope_bwd(D[1], D[1], m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
-    be->rope_bwd(D[2], D[2], m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base);
+                      m->Ha, m->Da, window, 1.0 / sqrt(m->Da), m->doc_start);
+    be->rope_bwd(D[1], D[1], m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base, rope_docs(m));
+    be->rope_bwd(D[2], D[2], m->B, m->T, m->Ha, m->Da, m->cfg.swa_rope_base, rope_docs(m));
     linear_bwd_acc(m, m->dxn, true, lp->sq, D[1], a->xn1, d, ha, later);
     linear_bwd_acc(m, m->dxn, false, lp->sk, D[2], a->xn1, d, ha, later);
     linear_bwd_acc(m, m->dxn, false, lp->sv, D[3], a->xn1, d, ha, later);

@@ -128,6 +128,10 @@ struct model {
     layer_acts acts[MAX_LAYERS];
     void *x_final, *xf, *rstd_f, *logits;        // (N,d) (N,d) (N) (N,V)
     int32_t *tok, *tgt;                          // host copies of the batch
+    int32_t *doc_mem;                            // (N) backend memory for the doc starts, made
+                                                 // at the first model_set_doc_starts
+    const int32_t *doc_start;                    // = doc_mem while resets are on, else NULL:
+                                                 // what the token-mixing ops are given
     // backward scratch (one block's worth, reused layer after layer)
     void *dx, *dbranch, *dxn, *dbig[6], *dsmall[4], *dmix;
     uint64_t dropout_key;                        // set by the loop for each micro-batch
@@ -160,6 +164,15 @@ void model_param_download(const model *m, int i, double *dst);
 // Set parameter tensor i (and its master copy) from host float64.
 void model_param_upload(model *m, int i, const double *src);
 void model_zero_grads(model *m);
+// Documents packed into the rows (model.doc_reset): doc_start (B*T, host) as fwd_cpu.h
+// "documents" (doc_start[b*T+t] = the index within row b of the first token of token t's
+// document, 0 when it began before the row), or NULL. Applies to the following forward,
+// backward and loss calls until set again; the model keeps its own copy. NULL, or
+// model.doc_reset = false: no resets (today's bits; so are all-zero starts). At each document
+// start the GDN state is zero, the short conv sees zeros before it, attention sees no key before
+// it and RoPE positions count from it (model.doc_positions; false: from the row start). A bad
+// array, or a backend without resets, ends the program with a message.
+void model_set_doc_starts(model *m, const int32_t *doc_start);
 // Mean loss over non-ignored targets of the batch; no backward. Dropout off.
 double model_eval_loss(model *m, const int32_t *x, const int32_t *y);
 // The same with dropout as in training when train is true (masks from m->dropout_key).
@@ -178,6 +191,9 @@ size_t model_count_params(const model *m, bool include_embeddings);
 // returns the number of failing tensors.
 int model_gradcheck(const gdn_config *c, int B, int T, int samples, double tol, uint64_t seed,
                     FILE *out);
+// The same with the documents doc_start (B*T, model_set_doc_starts; NULL: none).
+int model_gradcheck_docs(const gdn_config *c, int B, int T, int samples, double tol,
+                         uint64_t seed, const int32_t *doc_start, FILE *out);
 
 #ifdef __cplusplus
 }
