@@ -433,8 +433,11 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
 }
 
 bool bpe_train_add(bpe_trainer *tr, const char *text, size_t len, char *err, size_t errlen) {
-    add_batch *b = gdn_malloc(sizeof *b);
+    add_batch *b = malloc(sizeof *b);  // not zero-filled: called once per document
+    if (!b) gdn_die("bpe_train: out of memory (%zu bytes)", sizeof *b);
     b->tr = tr;
+    b->n = 0;
+    b->long_words = 0;
     bool ok = true;
     size_t pos = 0;
     while (ok && pos < len) {
