@@ -673,6 +673,8 @@ static void bad_input_checks(void) {
     err[0] = 0;
     ok = bpe_train_finish(tr, 300, "/nonexistent-gdn-dir/tok.json", err, sizeof err);
     check(!ok && strstr(err, "/nonexistent-gdn-dir/tok.json"), "missing directory: %s", err);
+    ok = bpe_train_add(tr, "more", 4, err, sizeof err);
+    check(!ok && strstr(err, "after finish"), "add after finish: %s", err);
     bpe_train_free(tr);
     tr = new_trainer(0);
     bpe_train_add(tr, "hello world", 11, err, sizeof err);

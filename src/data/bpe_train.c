@@ -433,6 +433,10 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
 }
 
 bool bpe_train_add(bpe_trainer *tr, const char *text, size_t len, char *err, size_t errlen) {
+    if (tr->finished) {
+        snprintf(err, errlen, "bpe trainer: documents added after finish");
+        return false;
+    }
     add_batch *b = malloc(sizeof *b);  // not zero-filled: called once per document
     if (!b) gdn_die("bpe_train: out of memory (%zu bytes)", sizeof *b);
     b->tr = tr;
@@ -461,6 +465,7 @@ bool bpe_train_add(bpe_trainer *tr, const char *text, size_t len, char *err, siz
 void bpe_train_add_word(bpe_trainer *tr, const char *word, size_t len, uint64_t count) {
     if (count == 0 || len == 0) return;
     uint64_t h = hash_bytes(word, len);
+    if (tr->finished) gdn_die("bpe_train_add_word called after bpe_train_finish");
     pthread_mutex_lock(&tr->mu);
     if (len > BPE_TRAIN_MAX_WORD)
         tr->st.long_words += count;
