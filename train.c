@@ -198,7 +198,7 @@ static double evaluate(model *m, const data_source *src, const gdn_config *c, in
     const long n = nb * c->grad_accum;
     for (long i = 0; i < n; i++) {
         sampler_next(&vs, x, y, doc);
-        // the model's document starts (issue 31): model_set_doc_starts(m, vs.documents ? doc : NULL)
+        model_set_doc_starts(m, vs.documents ? doc : NULL);
         s += model_eval_loss(m, x, y);
     }
     sampler_free(&vs);
@@ -910,7 +910,7 @@ static bool train_step(run *r, double *loss_out, double *lr_out, double *gnorm_o
     double loss_sum = 0;
     for (int mb = 0; mb < c->grad_accum; mb++) {
         sampler_next(&r->ts, r->x, r->y, r->doc);
-        // the model's document starts (issue 31): model_set_doc_starts(m, r->ts.documents ? r->doc : NULL)
+        model_set_doc_starts(m, r->ts.documents ? r->doc : NULL);
         m->dropout_key = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 1024 + (uint64_t)mb +
                          ((uint64_t)d->rank << 40);
         grad_sync_microbatch(r->gs, m, mb);
@@ -1039,7 +1039,7 @@ static double probe_loss(run *r) {
                                .rank = d->rank, .world = d->world, .n_mb = 1};
     if (!sampler_init(&vs, &sp, err, sizeof err)) gdn_die("validation data: %s", err);
     sampler_next(&vs, r->x, r->y, r->doc);
-    // the model's document starts (issue 31): model_set_doc_starts(r->m, vs.documents ? r->doc : NULL)
+    model_set_doc_starts(r->m, vs.documents ? r->doc : NULL);
     double loss = model_eval_loss(r->m, r->x, r->y);
     sampler_free(&vs);
     return dist_scalar_sum_f64(d, loss) / d->world;
