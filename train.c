@@ -9,8 +9,8 @@
 //   buckets, wait, update) into <out_dir>/timeline.csv (rank R > 0: timeline.rankR.csv); see
 //   timeline_window and src/diag/timeline.h. It changes no bit of the run.
 //   --test-fault-nan-step N (for tests): the loss of step N is made NaN.
-//   --test-fault-grad-scale STEP:FACTOR (for tests): step STEP's summed gradients are multiplied
-//   by FACTOR before its norm is taken (an outlier, or inf / nan, gradient norm).
+//   --test-fault-grad-scale STEP[-LAST]:FACTOR (for tests): the summed gradients of step STEP (to
+//   LAST) are multiplied by FACTOR before their norm is taken (an outlier, or inf / nan, norm).
 //
 // Each step: grad_accum micro-batches of batch_size x seq_len tokens (forward, fused loss,
 // backward, gradients accumulated), global-norm clipping, AdamW, the LR schedule. A progress
@@ -126,8 +126,8 @@ static void usage(FILE *f) {
             "               timeline.rankR.csv); tools/plot-timeline draws it. Same weights, bit for bit\n"
             "testing (fault injection for the test suite, not for runs):\n"
             "  --test-fault-nan-step N  make the loss of step N NaN (the run stops there, exit 3)\n"
-            "  --test-fault-grad-scale STEP:FACTOR  multiply step STEP's gradients by FACTOR before\n"
-            "               their norm is taken (an outlier or non-finite gradient norm)\n");
+            "  --test-fault-grad-scale STEP[-LAST]:FACTOR  multiply the gradients of step STEP (to LAST)\n"
+            "               by FACTOR before their norm is taken (an outlier or non-finite norm)\n");
 }
 
 // ---- helpers: directories, times, the MFU's peak, evaluation, checkpoints, numbers -------------
@@ -242,13 +242,14 @@ typedef struct {
     long timeline_steps;            // --timeline (0: off)
     long fault_nan_step;            // --test-fault-nan-step (-1: none)
     long fault_grad_step;           // --test-fault-grad-scale STEP (-1: none) ...
+    long fault_grad_last;           // ... LAST (= STEP when not given) ...
     double fault_grad_scale;        // ... and FACTOR
 } train_args;
 
 // -1 when the run goes on, else the exit code (0 after --help, 2 after a usage error).
 static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.gc_device = "cpu", .gpus = 1, .stop_after = -1, .fault_nan_step = -1,
-                      .fault_grad_step = -1};
+                      .fault_grad_step = -1, .fault_grad_last = -1};
     if (argc > MAX_SETS) {
         fprintf(stderr, "error: too many arguments (%d)\n", argc);
         return 2;
@@ -278,22 +279,24 @@ static int parse_args(int argc, char **argv, train_args *a) {
                            &a->fault_nan_step))
                 return 2;
         } else if (!strcmp(argv[i], "--test-fault-grad-scale") && i + 1 < argc) {
-            char step[32], *end = NULL;
-            const char *v = argv[++i], *colon = strchr(v, ':');
-            size_t ns = colon ? (size_t)(colon - v) : 0;
-            if (colon && ns < sizeof step) {
-                memcpy(step, v, ns);
-                step[ns] = '\0';
-                a->fault_grad_scale = strtod(colon + 1, &end);
+            const char *v = argv[++i];
+            char *end = NULL;
+            errno = 0;
+            long first = strtol(v, &end, 10), last = first;
+            if (end != v && *end == '-') last = strtol(end + 1, &end, 10);
+            bool ok = end != v && *end == ':' && errno == 0 && first >= 1 && last >= first;
+            if (ok) {
+                const char *f = end + 1;
+                a->fault_grad_scale = strtod(f, &end);
+                ok = end != f && *end == '\0';
             }
-            if (!colon || ns >= sizeof step || end == colon + 1 || *end ||
-                !count_arg("--test-fault-grad-scale", "STEP:FACTOR with a step number", step, 1,
-                           LONG_MAX, &a->fault_grad_step)) {
-                if (!colon || ns >= sizeof step || end == colon + 1 || (end && *end))
-                    fprintf(stderr, "error: --test-fault-grad-scale takes STEP:FACTOR (a step "
-                                    "number >= 1 and a number), got '%s'\n", v);
+            if (!ok) {
+                fprintf(stderr, "error: --test-fault-grad-scale takes STEP[-LAST]:FACTOR (step "
+                                "numbers 1 <= STEP <= LAST and a number), got '%s'\n", v);
                 return 2;
             }
+            a->fault_grad_step = first;
+            a->fault_grad_last = last;
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             a->gc_device = argv[++i];
             if (strcmp(a->gc_device, "cpu") && strcmp(a->gc_device, "cuda")) {
@@ -967,7 +970,8 @@ static step_result train_step(run *r, double *loss_out, double *lr_out, double *
         grad_sync_microbatch_end(r->gs, m);
     }
     grad_sync_step_end(r->gs, m);
-    if (step + 1 == r->args.fault_grad_step) fault_scale_grads(m, r->args.fault_grad_scale);
+    if (step + 1 >= r->args.fault_grad_step && step + 1 <= r->args.fault_grad_last)
+        fault_scale_grads(m, r->args.fault_grad_scale);
     double loss = dist_scalar_sum_f64(d, loss_sum) / ((double)N * c->grad_accum * d->world);
     if (step + 1 == r->args.fault_nan_step) loss = NAN;
     if (isinf(r->loss_bound) && isfinite(loss))  // this run's first loss
