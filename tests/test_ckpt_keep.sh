@@ -5,7 +5,8 @@
 #     (10, 20 deleted), checkpoint.h5 is the same file as the newest (a hard link), no temporary
 #     files are left, every file verifies;
 #   - checkpoint-best.h5 holds the step of the lowest val_loss in metrics.jsonl, also when that
-#     step had no regular checkpoint (validation every 5 steps, checkpoints every 20);
+#     step had no regular checkpoint (validation every 5 steps, checkpoints every 20, the run
+#     stopped by a NaN loss at step 37: best 35, latest 20);
 #   - a run stopped at step 20 and resumed from checkpoint.h5 equals the straight run bitwise,
 #     and rotation goes on across the resume;
 #   - every checkpoint carries the token file's tokenizer (bytes: kind "bytes", empty blob).
@@ -35,10 +36,14 @@ got=$("$BIN/gdn-ckpt" info "$WORK/k/checkpoint-best.h5" | sed -n 's/^step = //p'
 [ -n "$best_step" ] && [ "$got" = "$best_step" ] && pass "checkpoint-best.h5 at the lowest val_loss's step ($got)" || fail "best at $got, lowest val_loss at $best_step"
 
 echo "== the best on a step without a regular checkpoint"
-"$BIN/gdn-train" "$WORK/micro.ini" --set train.ckpt_every=20 --set train.eval_every=5 --set train.keep_checkpoints=3 --set train.out_dir="$WORK/b" >/dev/null 2>&1 || fail "best run"
+# validation every 5 steps, checkpoints every 20; a NaN loss at step 37 ends the run before its
+# last checkpoint, so the best (step 35 while the loss falls) had no regular checkpoint
+"$BIN/gdn-train" "$WORK/micro.ini" --set train.ckpt_every=20 --set train.eval_every=5 --set train.keep_checkpoints=3 --set train.out_dir="$WORK/b" --test-fault-nan-step 37 >"$WORK/b.log" 2>&1; rc=$?
 best_step=$(sed -n 's/.*"step": \([0-9]*\), .*"val_loss": \([^,]*\),.*/\2 \1/p' "$WORK/b/metrics.jsonl" | sort -g | head -1 | cut -d' ' -f2)
 got=$("$BIN/gdn-ckpt" info "$WORK/b/checkpoint-best.h5" | sed -n 's/^step = //p')
-[ "$got" = "$best_step" ] && pass "checkpoint-best.h5 at step $got = the lowest val_loss's" || fail "best at $got, lowest val_loss at $best_step"
+latest=$("$BIN/gdn-ckpt" info "$WORK/b/checkpoint.h5" | sed -n 's/^step = //p')
+[ $rc -eq 3 ] && [ "$got" = "$best_step" ] && [ "$got" = 35 ] && [ "$latest" = 20 ] &&
+  pass "checkpoint-best.h5 at step $got (the lowest val_loss's), checkpoint.h5 at $latest" || fail "rc $rc, best at $got, lowest val_loss at $best_step, latest $latest"
 "$BIN/gdn-ckpt" verify "$WORK/b/checkpoint-best.h5" >/dev/null 2>&1 && pass "it verifies" || fail "best does not verify"
 
 echo "== stop, resume, rotate on"
