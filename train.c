@@ -63,13 +63,13 @@
 // the model (with ZeRO-1's shards), the start (resume or init) and its agreement across ranks,
 // the run directory's config.ini, then either the evaluation of a checkpoint (--eval) or the
 // training loop, and the end of the run.
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/common.h"
@@ -208,7 +208,6 @@ static double evaluate(model *m, token_file *tf, const gdn_config *c, int32_t *x
     sampler_free(&vs);
     return dist_scalar_sum_f64(d, s) / ((double)n * d->world);
 }
-
 
 // A whole number in [lo, hi] for option `opt`; else a message naming what it takes, false.
 static bool count_arg(const char *opt, const char *what, const char *text, long lo, long hi,
@@ -411,8 +410,8 @@ typedef struct {
     double last_val;          // the last validation loss (NAN: none yet)
     double loss_bound;        // the blow-up bound on losses (INFINITY until the first step)
     char last_good[1200];     // the last checkpoint written or resumed from ("none")
-    bool new_best;            // the last validation improved st.best_val
     long last_good_step;      // its step (-1: none)
+    bool new_best;            // the last validation improved st.best_val
     double last_z;            // the last step's gradient-norm z-score (NAN: not judged)
     long prof_done;           // --profile: steps run so far
     double t_prof;            // --profile: wall seconds of the profiled steps
@@ -465,13 +464,13 @@ static void setup_backend(run *r) {
     }
 }
 
-// The token file; model.vocab_size = 0 takes the file's.
 // The tokenizer every checkpoint of this run stores (kind "bytes" | "bpe" | "spm" and its blob,
 // tokenizer.h; copied). open_data sets it from the token file.
 static void ckpt_set_tokenizer(run *r, const char *kind, const void *blob, size_t n) {
     ckpt_tokenizer_set(&r->tok, kind, blob, n);
 }
 
+// The token file; model.vocab_size = 0 takes the file's. Its tokenizer goes into checkpoints.
 static void open_data(run *r) {
     gdn_config *c = &r->cfg;
     char err[1024];

@@ -212,10 +212,12 @@ int main(void) {
     ok = checkpoint_read_tokenizer(p32, &t2, err, sizeof err);
     check_row(ok && !strcmp(t2.kind, "spm") && t2.n == sizeof blob && !memcmp(t2.blob, blob, sizeof blob),
               "tokenizer stored and read back byte for byte", ok ? t2.kind : err);
+    ckpt_tokenizer_free(&t2);
     ok = checkpoint_read_tokenizer(p64, &t2, err, sizeof err);
     check_row(ok && t2.kind[0] == '\0' && t2.n == 0, "no tokenizer given: none read (kind \"\")",
               ok ? "" : err);
     ckpt_tokenizer_set(&tok, "bytes", NULL, 0);
+    ckpt_tokenizer_free(&t2);
     ok = checkpoint_save(p64, m64, &st, &tok, err, sizeof err) &&
          checkpoint_read_tokenizer(p64, &t2, err, sizeof err);
     check_row(ok && !strcmp(t2.kind, "bytes") && t2.n == 0, "\"bytes\": an empty blob round-trips",

@@ -71,8 +71,9 @@ void ckpt_tokenizer_set(ckpt_tokenizer *t, const char *kind, const void *blob, s
 // "spm:<path>" -> kind "spm", the model file's bytes. false + err (naming the file) otherwise.
 bool ckpt_tokenizer_from_spec(ckpt_tokenizer *t, const char *spec, char *err, size_t errlen);
 void ckpt_tokenizer_free(ckpt_tokenizer *t);
-// The tokenizer stored in a checkpoint: true with t->kind "" when it holds none (versions 1, 2);
-// false + err when /tokenizer is there but damaged or malformed.
+// The tokenizer stored in a checkpoint into t (overwritten, not freed: the caller frees it with
+// ckpt_tokenizer_free): true with t->kind "" when it holds none (versions 1, 2); false + err
+// when /tokenizer is there but damaged or malformed.
 bool checkpoint_read_tokenizer(const char *path, ckpt_tokenizer *t, char *err, size_t errlen);
 
 // The precision, in bits (32 or 64), checkpoint_save stores group g of model m in: g = 0 the
