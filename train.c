@@ -9,11 +9,14 @@
 //   buckets, wait, update) into <out_dir>/timeline.csv (rank R > 0: timeline.rankR.csv); see
 //   timeline_window and src/diag/timeline.h. It changes no bit of the run.
 //   --test-fault-nan-step N (for tests): the loss of step N is made NaN.
+//   --test-fault-grad-scale STEP[-LAST]:FACTOR (for tests): the summed gradients of step STEP (to
+//   LAST) are multiplied by FACTOR before their norm is taken (an outlier, or inf / nan, norm).
 //
 // Each step: grad_accum micro-batches of batch_size x seq_len tokens (forward, fused loss,
 // backward, gradients accumulated), global-norm clipping, AdamW, the LR schedule. A progress
 // line every log.every steps, JSON lines in <out_dir>/metrics.jsonl, validation every
-// train.eval_every steps, an atomic HDF5 checkpoint every train.ckpt_every steps and at the end.
+// train.eval_every steps, an atomic HDF5 checkpoint every train.ckpt_every steps and at the end
+// (train.keep_checkpoints: the last N and the best by validation loss; docs/checkpoints.md).
 // SIGINT/SIGTERM: the step in flight finishes, a checkpoint is written, exit 0. A metrics or
 // progress line that cannot be written (a full disk) stops the run naming the file and the step.
 //
@@ -21,8 +24,12 @@
 // a uniform guess's loss, ln(vocab_size), and this run's first loss (the loss of the weights it
 // started from). No sound run gets there: its loss starts near ln(vocab_size) and falls, while
 // weights thrown far off (optim.lr = 1e6) give losses of 1e12 that stay finite in float64. So:
-//  - a step whose loss is bad, or whose gradient norm is not finite, stops the run (exit 3)
-//    before its update;
+//  - a step whose loss is bad stops the run (exit 3) before its update;
+//  - a step whose gradient norm is bad (not finite, or more than train.skip_zscore standard
+//    deviations above the mean of the last train.skip_window updated steps) is skipped: no
+//    update, a logged line and a metrics record, its data consumed all the same (so a resume
+//    stays bitwise; the skip counts and the window are checkpointed); the train.max_skips-th
+//    skipped step in a row stops the run (exit 3);
 //  - weights are checkpointed only when their loss is not bad: the step's validation loss when
 //    it has one, else the loss of one validation batch (probe_loss); a bad one stops the run
 //    (exit 3) without writing, and so does a bad validation loss on a step without checkpoint.
@@ -56,6 +63,7 @@
 // the model (with ZeRO-1's shards), the start (resume or init) and its agreement across ranks,
 // the run directory's config.ini, then either the evaluation of a checkpoint (--eval) or the
 // training loop, and the end of the run.
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -116,8 +124,10 @@ static void usage(FILE *f) {
             "               wait for the sums, norm + update. CSV step,rank,stream,name,start_ms,end_ms\n"
             "               (ms from the step's start) in <out_dir>/timeline.csv (rank R > 0:\n"
             "               timeline.rankR.csv); tools/plot-timeline draws it. Same weights, bit for bit\n"
-            "testing:\n"
-            "  --test-fault-nan-step N  make the loss of step N NaN (the run stops there, exit 3)\n");
+            "testing (fault injection for the test suite, not for runs):\n"
+            "  --test-fault-nan-step N  make the loss of step N NaN (the run stops there, exit 3)\n"
+            "  --test-fault-grad-scale STEP[-LAST]:FACTOR  multiply the gradients of step STEP (to LAST)\n"
+            "               by FACTOR before their norm is taken (an outlier or non-finite norm)\n");
 }
 
 // ---- helpers: directories, times, the MFU's peak, evaluation, checkpoints, numbers -------------
@@ -205,16 +215,6 @@ static double evaluate(model *m, const data_source *src, const gdn_config *c, in
     return dist_scalar_sum_f64(d, s) / ((double)n * d->world);
 }
 
-static void save_or_die(const char *path, const model *m, const train_state *st, dist *d) {
-    char err[1024];
-    bool ok = true;
-    if (d->rank == 0) ok = checkpoint_save(path, m, st, err, sizeof err);
-    if (dist_scalar_max_f64(d, ok ? 0.0 : 1.0) != 0.0) {
-        if (d->rank == 0) gdn_die("step %ld: %s", st->step, err);
-        gdn_die("step %ld: rank 0 could not write the checkpoint", st->step);
-    }
-}
-
 // A whole number in [lo, hi] for option `opt`; else a message naming what it takes, false.
 static bool count_arg(const char *opt, const char *what, const char *text, long lo, long hi,
                       long *out) {
@@ -246,11 +246,15 @@ typedef struct {
     long profile_steps;             // --profile (0: off)
     long timeline_steps;            // --timeline (0: off)
     long fault_nan_step;            // --test-fault-nan-step (-1: none)
+    long fault_grad_step;           // --test-fault-grad-scale STEP (-1: none) ...
+    long fault_grad_last;           // ... LAST (= STEP when not given) ...
+    double fault_grad_scale;        // ... and FACTOR
 } train_args;
 
 // -1 when the run goes on, else the exit code (0 after --help, 2 after a usage error).
 static int parse_args(int argc, char **argv, train_args *a) {
-    *a = (train_args){.gc_device = "cpu", .gpus = 1, .stop_after = -1, .fault_nan_step = -1};
+    *a = (train_args){.gc_device = "cpu", .gpus = 1, .stop_after = -1, .fault_nan_step = -1,
+                      .fault_grad_step = -1, .fault_grad_last = -1};
     if (argc > MAX_SETS) {
         fprintf(stderr, "error: too many arguments (%d)\n", argc);
         return 2;
@@ -279,6 +283,25 @@ static int parse_args(int argc, char **argv, train_args *a) {
             if (!count_arg("--test-fault-nan-step", "a step number", argv[++i], 1, LONG_MAX,
                            &a->fault_nan_step))
                 return 2;
+        } else if (!strcmp(argv[i], "--test-fault-grad-scale") && i + 1 < argc) {
+            const char *v = argv[++i];
+            char *end = NULL;
+            errno = 0;
+            long first = strtol(v, &end, 10), last = first;
+            if (end != v && *end == '-') last = strtol(end + 1, &end, 10);
+            bool ok = end != v && *end == ':' && errno == 0 && first >= 1 && last >= first;
+            if (ok) {
+                const char *f = end + 1;
+                a->fault_grad_scale = strtod(f, &end);
+                ok = end != f && *end == '\0';
+            }
+            if (!ok) {
+                fprintf(stderr, "error: --test-fault-grad-scale takes STEP[-LAST]:FACTOR (step "
+                                "numbers 1 <= STEP <= LAST and a number), got '%s'\n", v);
+                return 2;
+            }
+            a->fault_grad_step = first;
+            a->fault_grad_last = last;
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             a->gc_device = argv[++i];
             if (strcmp(a->gc_device, "cpu") && strcmp(a->gc_device, "cuda")) {
@@ -384,7 +407,8 @@ typedef struct {
     int32_t *x, *y;           // (m->N) one micro-batch's inputs and targets
     int32_t *doc;             // (m->N) its document starts (data.sampling = documents)
     train_state st;
-    char ckpt[1200];          // <out_dir>/checkpoint.h5
+    ckpt_tokenizer tok;       // the tokenizer checkpoints carry (ckpt_set_tokenizer)
+    char ckpt[1200];          // <out_dir>/checkpoint.h5: the latest checkpoint
     // the loop
     batch_sampler ts;
     FILE *metrics;
@@ -399,8 +423,10 @@ typedef struct {
     long win_steps;           // steps in the window
     double last_val;          // the last validation loss (NAN: none yet)
     double loss_bound;        // the blow-up bound on losses (INFINITY until the first step)
-    const char *last_good;    // the last checkpoint written or resumed from ("none")
+    char last_good[1200];     // the last checkpoint written or resumed from ("none")
     long last_good_step;      // its step (-1: none)
+    bool new_best;            // the last validation improved st.best_val
+    double last_z;            // the last step's gradient-norm z-score (NAN: not judged)
     long prof_done;           // --profile: steps run so far
     double t_prof;            // --profile: wall seconds of the profiled steps
 } run;
@@ -452,7 +478,14 @@ static void setup_backend(run *r) {
     }
 }
 
-// The token set (data.path) or sets (data.mix); model.vocab_size = 0 takes theirs.
+// The tokenizer every checkpoint of this run stores (kind "bytes" | "bpe" | "spm" and its blob,
+// tokenizer.h; copied). open_data sets it from the token set.
+static void ckpt_set_tokenizer(run *r, const char *kind, const void *blob, size_t n) {
+    ckpt_tokenizer_set(&r->tok, kind, blob, n);
+}
+
+// The token set (data.path) or sets (data.mix); model.vocab_size = 0 takes theirs. Their
+// tokenizer (one for all sets of a mix) goes into checkpoints.
 static void open_data(run *r) {
     gdn_config *c = &r->cfg;
     char err[2048];
@@ -467,6 +500,16 @@ static void open_data(run *r) {
     if (r->data.n > 1 && c->eval_batches == 0)
         gdn_die("train.eval_batches = 0 evaluates the whole validation split of one token set; "
                 "with data.mix (%d sets) set train.eval_batches >= 1", r->data.n);
+    if (ts->sharded) {
+        ckpt_set_tokenizer(r, ts->tokenizer_kind, ts->tokenizer_blob, ts->tokenizer_blob_len);
+    } else {  // a v1 file names its tokenizer: "bytes" or "spm:<model file>"
+        ckpt_tokenizer t = {.kind = ""};
+        if (ckpt_tokenizer_from_spec(&t, ts->tokenizer, err, sizeof err))
+            ckpt_set_tokenizer(r, t.kind, t.blob, t.n);
+        else if (r->r0)
+            printf("note: checkpoints will carry no tokenizer: '%s': %s\n", c->data_path, err);
+        ckpt_tokenizer_free(&t);
+    }
 }
 
 // The effective config on stdout (write_config puts it in the run directory once the run has
@@ -671,7 +714,7 @@ static void build_model(run *r) {
     r->st = (train_state){.step = 0, .tokens_seen = 0, .sampler_pos = 0, .seed = c->seed,
                           .best_val = INFINITY, .world_size = r->d->world};
     snprintf(r->ckpt, sizeof r->ckpt, "%s/checkpoint.h5", c->out_dir);
-    r->last_good = "none";
+    snprintf(r->last_good, sizeof r->last_good, "none");
     r->last_good_step = -1;
     r->loss_bound = INFINITY;
 }
@@ -703,10 +746,26 @@ static void start_run(run *r) {
                "state continue exactly; the data continues exactly when batch_size x grad_accum "
                "x ranks is what it was (now %d x %d x %d; train.grad_accum can keep it)\n",
                r->st.world_size, world, c->batch_size, c->grad_accum, world);
-    printf("resumed from %s at step %ld (%llu tokens seen)\n", resume, r->st.step,
+    static const char *const what[3] = {"parameters", "AdamW m", "AdamW v"};
+    for (int g = 0; g < 3; g++) {
+        int live = checkpoint_group_bits(r->m, g), stored = r->st.stored_bits[g];
+        if (stored == live) continue;
+        printf("note: %s: the checkpoint holds the %s in float%d, this backend keeps them in "
+               "float%d: %s; the run continues from them, not bit for bit as on a backend of "
+               "float%d\n", resume, what[g], stored, live,
+               stored < live ? "widened exactly" : "rounded to nearest", stored);
+    }
+    printf("resumed from %s at step %ld (%llu tokens seen", resume, r->st.step,
            (unsigned long long)r->st.tokens_seen);
+    if (r->st.skips) printf(", %ld steps skipped", r->st.skips);
+    printf(")\n");
+    if (r->st.gnorm_n > c->skip_window) {  // the newest skip_window norms
+        int drop = r->st.gnorm_n - c->skip_window;
+        memmove(r->st.gnorm, r->st.gnorm + drop, (size_t)c->skip_window * sizeof(double));
+        r->st.gnorm_n = c->skip_window;
+    }
     r->st.world_size = world;
-    r->last_good = resume;
+    snprintf(r->last_good, sizeof r->last_good, "%s", resume);
     r->last_good_step = r->st.step;
 }
 
@@ -894,11 +953,46 @@ static void print_header(run *r) {
 
 // ---- the loop ------------------------------------------------------------------------------------
 
+// The bad-step rule's bound on the gradient norm: mean + skip_zscore x std of the norms of the
+// last skip_window updated steps (oldest first, population std), once the window is full and
+// skip_zscore > 0; else INFINITY. A norm above it (z > skip_zscore) or not finite is skipped.
+// *mean, *sd: the window's (NAN when not judged).
+static double skip_bound(const run *r, double *mean, double *sd) {
+    const gdn_config *c = &r->cfg;
+    const train_state *st = &r->st;
+    *mean = *sd = NAN;
+    if (c->skip_zscore <= 0 || st->gnorm_n < c->skip_window) return INFINITY;
+    double s = 0, q = 0;
+    for (int i = 0; i < st->gnorm_n; i++) s += st->gnorm[i];
+    *mean = s / st->gnorm_n;
+    for (int i = 0; i < st->gnorm_n; i++) q += (st->gnorm[i] - *mean) * (st->gnorm[i] - *mean);
+    *sd = sqrt(q / st->gnorm_n);
+    return *mean + c->skip_zscore * *sd;
+}
+
+// --test-fault-grad-scale: the summed gradient arena times `factor` (through the host: a test
+// of small models).
+static void fault_scale_grads(model *m, double factor) {
+    const be_class gc = BE_GRAD;
+    double *h = gdn_malloc(m->n_elems * sizeof(double));
+    m->be->download(h, m->grad_mem, m->n_elems, gc);
+    for (size_t i = 0; i < m->n_elems; i++) h[i] *= factor;
+    m->be->upload(m->grad_mem, h, m->n_elems, gc);
+    free(h);
+}
+
+typedef enum {
+    STEP_UPDATED,   // the weights took the step's update
+    STEP_SKIPPED,   // the gradient norm was bad: no update, the step and its data consumed
+    STEP_BAD_LOSS,  // the loss was bad: nothing changed, the run stops
+} step_result;
+
 // One step: grad_accum micro-batches (forward, fused loss, backward; the gradient sums over the
 // ranks go out from the model's hook), the global norm, AdamW (ZeRO-1: on this rank's shard, then
-// the all-gather). false, with the weights as they were, when the loss is bad (not finite or
-// above r->loss_bound, which the first step sets) or the norm is not finite.
-static bool train_step(run *r, double *loss_out, double *lr_out, double *gnorm_out) {
+// the all-gather). STEP_BAD_LOSS, with the weights and the loop state as they were, when the loss
+// is bad (not finite or above r->loss_bound, which the first step sets). STEP_SKIPPED when the
+// norm is bad (skip_bound): no update, but the step counts and its batches are consumed.
+static step_result train_step(run *r, double *loss_out, double *lr_out, double *gnorm_out) {
     const gdn_config *c = &r->cfg;
     model *m = r->m;
     dist *d = r->d;
@@ -918,33 +1012,50 @@ static bool train_step(run *r, double *loss_out, double *lr_out, double *gnorm_o
         grad_sync_microbatch_end(r->gs, m);
     }
     grad_sync_step_end(r->gs, m);
+    if (step + 1 >= r->args.fault_grad_step && step + 1 <= r->args.fault_grad_last)
+        fault_scale_grads(m, r->args.fault_grad_scale);
     double loss = dist_scalar_sum_f64(d, loss_sum) / ((double)N * c->grad_accum * d->world);
     if (step + 1 == r->args.fault_nan_step) loss = NAN;
     if (isinf(r->loss_bound) && isfinite(loss))  // this run's first loss
         r->loss_bound = 2.0 * fmax(log((double)c->vocab_size), loss);
     const bool loss_ok = isfinite(loss) && loss <= r->loss_bound;
-    double lr = optim_lr(c, step), gnorm;
+    double lr = optim_lr(c, step), gnorm, mean, sd;
+    const double bound = skip_bound(r, &mean, &sd);
     bool updated = false;
     if (r->z) {
         gnorm = NAN;
         if (loss_ok) {
-            gnorm = zero1_step(r->z, step, lr, tl);  // no update when gnorm is not finite
-            updated = isfinite(gnorm);
+            gnorm = zero1_step(r->z, step, lr, bound, tl);  // no update when gnorm is bad
+            updated = isfinite(gnorm) && gnorm <= bound;
         }
     } else {
         gnorm = optim_grad_norm(m);
     }
     *loss_out = loss, *lr_out = lr, *gnorm_out = gnorm;
-    if (!loss_ok || !isfinite(gnorm)) return false;
-    if (!updated) optim_step(m, step, lr, gnorm);
+    r->last_z = isfinite(mean) && sd > 0 ? (gnorm - mean) / sd : NAN;
+    if (!loss_ok) return STEP_BAD_LOSS;
+    const bool skip = !isfinite(gnorm) || gnorm > bound;
+    if (!skip && !r->z) optim_step(m, step, lr, gnorm);
     timeline_compute(tl, updated ? "all-gather" : "norm+update");  // ZeRO-1: see zero1_step
     timeline_step_end(tl);
     timeline_collect(tl);  // the earlier steps: their events preceded this step's norm sync
-    r->st.step++;
-    r->st.tokens_seen += (uint64_t)r->tokens_per_step;
-    r->st.sampler_pos = r->ts.pos / (uint64_t)c->grad_accum;  // steps: independent of the split
+    train_state *st = &r->st;
+    st->step++;
+    st->tokens_seen += (uint64_t)r->tokens_per_step;
+    st->sampler_pos = r->ts.pos / (uint64_t)c->grad_accum;  // steps: independent of the split
     r->win_steps++;
-    return true;
+    if (skip) {
+        st->skips++;
+        st->skips_in_row++;
+        return STEP_SKIPPED;
+    }
+    st->skips_in_row = 0;
+    if (st->gnorm_n == c->skip_window) {  // the window: the newest skip_window norms
+        memmove(st->gnorm, st->gnorm + 1, (size_t)(st->gnorm_n - 1) * sizeof(double));
+        st->gnorm_n--;
+    }
+    st->gnorm[st->gnorm_n++] = gnorm;
+    return STEP_UPDATED;
 }
 
 // --profile: count the step; true when the profiled steps are done. The 2 warm-up steps (plans,
@@ -959,6 +1070,15 @@ static bool profile_tick(run *r) {
         return true;
     }
     return false;
+}
+
+// x as a JSON number with `prec` digits after the point ("%.*f"; 0: "%.17g"), or null when x is
+// not finite (JSON has no nan or inf).
+static const char *json_num(char *buf, size_t n, double x, int prec) {
+    if (!isfinite(x)) snprintf(buf, n, "null");
+    else if (prec > 0) snprintf(buf, n, "%.*f", prec, x);
+    else snprintf(buf, n, "%.17g", x);
+    return buf;
 }
 
 // One line into the metrics file, written through: a failed write (a full disk) stops the run
@@ -980,7 +1100,8 @@ static void validate(run *r) {
     double t_eval = gdn_now();
     r->last_val = evaluate(r->m, &r->data, &r->cfg, r->x, r->y, r->doc, r->d);
     r->t_aside += gdn_now() - t_eval;
-    if (r->last_val < r->st.best_val) r->st.best_val = r->last_val;
+    r->new_best = r->last_val < r->st.best_val;
+    if (r->new_best) r->st.best_val = r->last_val;
     metrics_line(r, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",
                  r->st.step, (unsigned long long)r->st.tokens_seen, r->last_val, gdn_now() - r->t_start);
 }
@@ -1017,10 +1138,11 @@ static void log_progress(run *r, double loss, double lr, double gnorm, bool vali
     if (fflush(stdout) != 0 || !out || ferror(stdout))
         gdn_die("step %ld: cannot write the progress line to stdout: %s", st->step,
                 errno ? strerror(errno) : "write error");
+    char gn[40];
     metrics_line(r, "{\"step\": %ld, \"tokens\": %llu, \"loss\": %.17g, \"lr\": %.6e, "
-                    "\"grad_norm\": %.6f, \"tok_s\": %.1f, \"mfu\": %.5f, \"time\": %.3f}\n",
-                 st->step, (unsigned long long)st->tokens_seen, loss, lr, gnorm, tps, fl / r->peak,
-                 now - r->t_start);
+                    "\"grad_norm\": %s, \"tok_s\": %.1f, \"mfu\": %.5f, \"time\": %.3f}\n",
+                 st->step, (unsigned long long)st->tokens_seen, loss, lr,
+                 json_num(gn, sizeof gn, gnorm, 6), tps, fl / r->peak, now - r->t_start);
     r->t_win = now + t_peak;  // the re-timing is not a training step's time
     r->t_aside = 0;
     r->win_steps = 0;
@@ -1048,9 +1170,114 @@ static double probe_loss(run *r) {
 // A loss that is not bad: finite and at most the blow-up bound (see the top of the file).
 static bool loss_good(const run *r, double loss) { return isfinite(loss) && loss <= r->loss_bound; }
 
+// ---- checkpoint files (train.keep_checkpoints; docs/checkpoints.md) -----------------------------
+// keep_checkpoints = 1: <out_dir>/checkpoint.h5, replaced by each checkpoint. N > 1: each
+// checkpoint is written as <out_dir>/checkpoint-STEP.h5 (STEP 8 digits or more) and
+// checkpoint.h5 is made another name (a hard link) of the newest; the N newest step files are
+// kept, older ones of this run's past (steps <= the new one) deleted once the new one is in
+// place; checkpoint-best.h5 is the checkpoint of the best validation loss so far (a link to the
+// step file when the best step has a checkpoint, else a checkpoint written for it). Every name
+// appears atomically: checkpoint_save writes a temporary name, verifies and renames; a link is
+// made under a temporary name and renamed.
+
+static void step_ckpt_path(const run *r, long step, char *buf, size_t n) {
+    snprintf(buf, n, "%s/checkpoint-%08ld.h5", r->cfg.out_dir, step);
+}
+
+static void best_ckpt_path(const run *r, char *buf, size_t n) {
+    snprintf(buf, n, "%s/checkpoint-best.h5", r->cfg.out_dir);
+}
+
+// `to` becomes another name of the checkpoint `from`, atomically: a hard link under a temporary
+// name renamed over `to`; on a filesystem without hard links, the checkpoint written again.
+static bool ckpt_alias(const run *r, const char *from, const char *to, char *err, size_t n) {
+    char tmp[1300];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", to, (int)getpid());
+    (void)unlink(tmp);  // a leftover of a killed run (ENOENT otherwise)
+    if (link(from, tmp) != 0) {
+        if (errno == EPERM || errno == EXDEV || errno == ENOTSUP || errno == EOPNOTSUPP ||
+            errno == EMLINK || errno == ENOSYS)
+            return checkpoint_save(to, r->m, &r->st, &r->tok, err, n);
+        snprintf(err, n, "cannot link checkpoint '%s' as '%s': %s; '%s' is written and sound", from,
+                 tmp, strerror(errno), from);
+        return false;
+    }
+    if (rename(tmp, to) != 0) {
+        snprintf(err, n, "cannot rename '%s' to '%s': %s; '%s' is written and sound", tmp, to,
+                 strerror(errno), from);
+        (void)unlink(tmp);  // failing already: the message says why
+        return false;
+    }
+    return true;
+}
+
+// Deletes this run's step files beyond the keep_checkpoints newest with steps <= st.step.
+static bool ckpt_rotate(const run *r, char *err, size_t n) {
+    const gdn_config *c = &r->cfg;
+    DIR *dir = opendir(c->out_dir);
+    if (!dir) {
+        snprintf(err, n, "cannot list '%s' to rotate the checkpoints: %s", c->out_dir, strerror(errno));
+        return false;
+    }
+    long *steps = NULL;
+    size_t ns = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        long step;
+        int len = 0;
+        if (sscanf(e->d_name, "checkpoint-%ld.h5%n", &step, &len) != 1 || e->d_name[len] != '\0' ||
+            e->d_name[11] < '0' || e->d_name[11] > '9' || step > r->st.step)
+            continue;
+        if (ns == cap) steps = gdn_realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
+        steps[ns++] = step;
+    }
+    closedir(dir);
+    bool ok = true;
+    for (size_t i = 0; i < ns && ok; i++) {  // delete steps[i] when >= N files are newer
+        size_t newer = 0;
+        for (size_t j = 0; j < ns; j++) newer += steps[j] > steps[i];
+        if (newer < (size_t)c->keep_checkpoints) continue;
+        char path[1200];
+        step_ckpt_path(r, steps[i], path, sizeof path);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            snprintf(err, n, "cannot delete the old checkpoint '%s': %s", path, strerror(errno));
+            ok = false;
+        }
+    }
+    free(steps);
+    return ok;
+}
+
+// Rank 0's files of a checkpoint at this step (best: its validation loss is the best so far;
+// best_only: only checkpoint-best.h5). false + err on a failure.
+static bool ckpt_write_files(run *r, bool best, bool best_only, char *err, size_t n) {
+    char path[1200], bpath[1200];
+    best_ckpt_path(r, bpath, sizeof bpath);
+    if (best_only) return checkpoint_save(bpath, r->m, &r->st, &r->tok, err, n);
+    if (r->cfg.keep_checkpoints == 1) return checkpoint_save(r->ckpt, r->m, &r->st, &r->tok, err, n);
+    step_ckpt_path(r, r->st.step, path, sizeof path);
+    return checkpoint_save(path, r->m, &r->st, &r->tok, err, n) &&
+           ckpt_alias(r, path, r->ckpt, err, n) && (!best || ckpt_alias(r, path, bpath, err, n)) &&
+           ckpt_rotate(r, err, n);
+}
+
+// ckpt_write_files on rank 0 (with ZeRO-1 every rank sends its shard of the moments first);
+// every rank stops when rank 0 failed.
+static void save_or_die(run *r, bool best, bool best_only) {
+    char err[4096];
+    bool ok = true;
+    if (r->z) zero1_gather_moments(r->z);
+    if (r->r0) ok = ckpt_write_files(r, best, best_only, err, sizeof err);
+    if (r->z) zero1_release_moments(r->z);
+    if (dist_scalar_max_f64(r->d, ok ? 0.0 : 1.0) != 0.0) {
+        if (r->r0) gdn_die("step %ld: %s", r->st.step, err);
+        gdn_die("step %ld: rank 0 could not write the checkpoint", r->st.step);
+    }
+}
+
 // The checkpoint, when the weights' loss is good: the step's validation loss when `validated`,
-// else probe_loss. Rank 0 writes; with ZeRO-1 every rank sends its shard of the moments. Its time
-// is left out of the step times. false, with nothing written and the loss in *bad, otherwise.
+// else probe_loss. Rank 0 writes. Its time is left out of the step times. false, with nothing
+// written and the loss in *bad, otherwise.
 static bool save_checkpoint(run *r, bool validated, double *bad) {
     double t_ckpt = gdn_now();
     double fit = validated ? r->last_val : probe_loss(r);
@@ -1058,19 +1285,50 @@ static bool save_checkpoint(run *r, bool validated, double *bad) {
         *bad = fit;
         return false;
     }
-    if (r->z) zero1_gather_moments(r->z);
-    save_or_die(r->ckpt, r->m, &r->st, r->d);
-    if (r->z) zero1_release_moments(r->z);
+    save_or_die(r, validated && r->new_best, false);
     r->t_aside += gdn_now() - t_ckpt;
-    r->last_good = r->ckpt;
+    if (r->cfg.keep_checkpoints == 1) snprintf(r->last_good, sizeof r->last_good, "%s", r->ckpt);
+    else step_ckpt_path(r, r->st.step, r->last_good, sizeof r->last_good);
     r->last_good_step = r->st.step;
     return true;
 }
 
+// keep_checkpoints > 1: a validation loss better than any before, on a step without a regular
+// checkpoint (its loss was found good): checkpoint-best.h5 of these weights.
+static void save_best(run *r) {
+    double t_ckpt = gdn_now();
+    save_or_die(r, true, true);
+    r->t_aside += gdn_now() - t_ckpt;
+}
+
+// A skipped step (bad gradient norm): the logged line and its metrics record.
+static void log_skip(run *r, double loss, double gnorm) {
+    const gdn_config *c = &r->cfg;
+    const train_state *st = &r->st;
+    char z[40], g[40], l[40];
+    if (isfinite(r->last_z)) snprintf(z, sizeof z, "z %.2f > %g", r->last_z, c->skip_zscore);
+    else snprintf(z, sizeof z, "%s", isfinite(gnorm) ? "z -" : "not finite");
+    errno = 0;
+    bool out = printf("step %6ld/%d | skipped: loss %.4f | grad norm %.4g (%s) | no update; %ld in "
+                      "a row (train.max_skips = %d), %ld in the run\n", st->step, c->steps, loss,
+                      gnorm, z, st->skips_in_row, c->max_skips, st->skips) >= 0;
+    if (fflush(stdout) != 0 || !out || ferror(stdout))
+        gdn_die("step %ld: cannot write the progress line to stdout: %s", st->step,
+                errno ? strerror(errno) : "write error");
+    metrics_line(r, "{\"step\": %ld, \"tokens\": %llu, \"skipped\": true, \"loss\": %s, "
+                    "\"grad_norm\": %s, \"grad_z\": %s, \"skips_in_row\": %ld, \"skips\": %ld, "
+                    "\"time\": %.3f}\n", st->step, (unsigned long long)st->tokens_seen,
+                 json_num(l, sizeof l, loss, 0), json_num(g, sizeof g, gnorm, 6),
+                 json_num(z, sizeof z, r->last_z, 4), st->skips_in_row, st->skips,
+                 gdn_now() - r->t_start);
+}
+
 // A blow-up: what was bad, the last good checkpoint, the hint; the exit code, 3.
-static int blowup(const run *r, long step, const char *what, double value, const char *then) {
+// by_loss: a loss, judged by the blow-up bound (else a gradient norm, by the skip rule).
+static int blowup(const run *r, long step, const char *what, double value, bool by_loss,
+                  const char *then) {
     char bound[160] = "";
-    if (isfinite(value))
+    if (isfinite(value) && by_loss)
         snprintf(bound, sizeof bound, ", above the blow-up bound %.4g (twice the larger of "
                  "ln(vocab_size) and this run's first loss)", r->loss_bound);
     char good[1300];
@@ -1095,10 +1353,17 @@ static int train_loop(run *r) {
     r->last_val = NAN;
     while (st->step < c->steps) {
         double loss, lr, gnorm, bad;
-        if (!train_step(r, &loss, &lr, &gnorm)) {
-            bool by_loss = !loss_good(r, loss);
-            return blowup(r, st->step + 1, by_loss ? "loss" : "gradient norm", by_loss ? loss : gnorm,
-                          "without updating the weights");
+        step_result sr = train_step(r, &loss, &lr, &gnorm);
+        if (sr == STEP_BAD_LOSS)
+            return blowup(r, st->step + 1, "loss", loss, true, "without updating the weights");
+        if (sr == STEP_SKIPPED) {
+            log_skip(r, loss, gnorm);
+            if (st->skips_in_row >= c->max_skips) {
+                char what[96];
+                snprintf(what, sizeof what, "the gradient norm (skipped step %ld in a row of "
+                         "train.max_skips = %d)", st->skips_in_row, c->max_skips);
+                return blowup(r, st->step, what, gnorm, false, "without updating the weights");
+            }
         }
         if (a->profile_steps > 0) {  // no log, eval or checkpoint inside the measurement
             if (profile_tick(r)) break;
@@ -1114,7 +1379,8 @@ static int train_loop(run *r) {
         if ((do_eval && !loss_good(r, r->last_val)) || (ckpt && !save_checkpoint(r, do_eval, &bad)))
             return blowup(r, st->step, do_eval ? "the validation loss of the updated weights"
                                                : "the updated weights' loss on a validation batch",
-                          do_eval ? r->last_val : bad, "without a checkpoint of them");
+                          do_eval ? r->last_val : bad, true, "without a checkpoint of them");
+        if (!ckpt && do_eval && r->new_best && c->keep_checkpoints > 1) save_best(r);
         if (g_stop) {
             printf("signal %d: stopped after step %ld, checkpoint written to %s\n", (int)g_stop,
                    st->step, r->ckpt);
@@ -1159,6 +1425,7 @@ static void close_training(run *r) {
 // What the phases before the loop opened, in reverse; the communicator last (collective).
 static void close_run(run *r) {
     data_source_close(&r->data);
+    ckpt_tokenizer_free(&r->tok);
     zero1_free(r->z);
     model_free(r->m);
     dist_free(r->d);

@@ -11,7 +11,8 @@
 //     it) and the previous checkpoint at that path is untouched and still loads;
 //   - the version-1 form (contiguous datasets, no checksums, the earliest HDF5 file format, as
 //     written before checksums) still loads, bitwise; a version-2 file whose tensor has no
-//     Fletcher32 filter is refused; a tensor of the wrong type (float32) or shape is refused.
+//     Fletcher32 filter is refused; a tensor of the wrong type (float32 before version 3) or
+//     shape is refused; a version beyond 3 is refused.
 // Control (the checks can fail): the damaged files differ from the saved one (the byte did flip),
 // and the same flip in the version-1 form is not caught by HDF5 (no checksum there): the load
 // succeeds with a different value, which is what the checksum is for.
@@ -257,7 +258,7 @@ int main(void) {
     model *m = make_model(7);
     train_state st = {.step = 12, .tokens_seen = 1200, .sampler_pos = 12, .seed = 7,
                       .best_val = INFINITY, .world_size = 1};
-    bool saved = checkpoint_save(good, m, &st, err, sizeof err);
+    bool saved = checkpoint_save(good, m, &st, NULL, err, sizeof err);
     check_row(saved, "checkpoint_save", saved ? "ok" : err);
     if (!saved) return gc_finish("test_ckpt_integrity");
     model *back = NULL;
@@ -358,7 +359,7 @@ int main(void) {
         char before[640];
         snprintf(before, sizeof before, "%s", at("before.h5"));
         copy_file(good, before);
-        bool s2 = checkpoint_save(good, m, &st, err, sizeof err);
+        bool s2 = checkpoint_save(good, m, &st, NULL, err, sizeof err);
         printf("      %s\n", err);
         check_row(!s2 && strstr(err, "does not verify") && strstr(err, "'/adam_v/layers.0.gdn.q_proj' element 3") &&
                       strstr(err, "previous checkpoint is kept"),
@@ -401,7 +402,7 @@ int main(void) {
         expect_refused("version 2 without the Fletcher32 filter", nof, "no Fletcher32 checksum", NULL);
         const char *f32 = at("f32.h5");
         rewrite(good, f32, 1, H5T_IEEE_F32LE, NULL);
-        expect_refused("float32 tensors", f32, "is not float64", NULL);
+        expect_refused("float32 tensors in a version-1 file", f32, "is not float64", NULL);
         const char *shp = at("shape.h5");
         rewrite(good, shp, 1, H5T_IEEE_F64LE, wq);
         char must[160];
@@ -409,10 +410,10 @@ int main(void) {
         char lerr[2048];
         ok = load(shp, lerr, sizeof lerr, NULL);
         check_row(!ok && strstr(lerr, must), "a (1, n) tensor refused by load, naming it", lerr);
-        const char *v3 = at("v3.h5");
-        copy_file(good, v3);
-        set_attr_i64(v3, "version", 3);
-        expect_refused("version 3", v3, "attribute 'version' is 3", "versions 1 to 2");
+        const char *v4 = at("v4.h5");
+        copy_file(good, v4);
+        set_attr_i64(v4, "version", 4);
+        expect_refused("version 4", v4, "attribute 'version' is 4", "versions 1 to 3");
     }
     model_free(m);
     char cmd[700];

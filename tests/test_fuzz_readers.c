@@ -371,7 +371,7 @@ int main(int argc, char **argv) {
                       .world_size = 1};
     snprintf(good, sizeof good, "%s/ckpt.h5", dir);
     snprintf(bad, sizeof bad, "%s/bad-ckpt.h5", dir);
-    if (!checkpoint_save(good, orig, &st, err, sizeof err)) gdn_die("%s", err);
+    if (!checkpoint_save(good, orig, &st, NULL, err, sizeof err)) gdn_die("%s", err);
     c0 = n_cases, b0 = n_bad;
     strict = true;
     run_case("the checkpoint as written", good, ckpt_child);

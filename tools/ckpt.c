@@ -1,13 +1,17 @@
 // ckpt.c — gdn-ckpt: look into checkpoints.
-//   gdn-ckpt info CKPT.h5        loop state, config, tensor count and norms
+//   gdn-ckpt info CKPT.h5        format version, loop state (with the bad-step skips), the
+//                                tokenizer, each tensor's stored type, size and rms
 //   gdn-ckpt verify CKPT.h5      reads every tensor (HDF5 checks the Fletcher32 checksums of a
 //                                version-2 file) and checks format, loop state and values as
 //                                gdn-train's resume does (checkpoint_verify); exit 0 when sound,
 //                                1 with the first problem named (file, tensor or attribute)
 //   gdn-ckpt diff [--rtol R] A.h5 B.h5
 //                                exit 0 iff every tensor of /params, /adam_m, /adam_v and the
-//                                loop state (step, tokens_seen, sampler_pos, seed) are bitwise
-//                                equal (or, with --rtol, every tensor within ||a-b|| <= R ||b||);
+//                                loop state (step, tokens_seen, sampler_pos, seed, skips) are
+//                                bitwise equal (or, with --rtol, every tensor within ||a-b|| <=
+//                                R ||b||); tensors are compared as float64 values, so a float32
+//                                file and a float64 one holding the same values are equal (a
+//                                note says when the stored types differ);
 //                                prints the first differences, the worst relative error and
 //                                (with --rtol) how many tensors are bitwise equal; a bad R
 //                                (not a number >= 0) exits 2
@@ -18,6 +22,7 @@
 
 typedef struct {
     int ndiff, ntensors, nsame;  // nsame: tensors equal bit for bit
+    int ntype;                   // tensors stored with another type in B than in A
     hid_t other;
     double rtol;        // < 0: bitwise
     double worst;       // worst norm-wise relative difference seen
@@ -31,6 +36,18 @@ static hid_t open_or_die(const char *path) {
     return f;
 }
 
+// Bytes of one stored element of tensor `name` in loc (0 when it cannot be told).
+static size_t stored_bytes(hid_t loc, const char *name) {
+    hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
+    if (d < 0) return 0;
+    hid_t t = H5Dget_type(d);
+    size_t b = t >= 0 ? H5Tget_size(t) : 0;
+    if (t >= 0) CHECK_HDF5(H5Tclose(t));
+    CHECK_HDF5(H5Dclose(d));
+    return b;
+}
+
+// Tensor `name` of loc as float64 values (HDF5 widens a float32 tensor exactly).
 static double *read_all(hid_t loc, const char *name, size_t *n) {
     hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
     if (d < 0) return NULL;
@@ -60,6 +77,7 @@ static herr_t diff_one(hid_t grp, const char *name, const H5L_info_t *info, void
     double *a = read_all(grp, name, &na);
     double *b = read_all(w->other, name, &nb);
     w->ntensors++;
+    if (a && b && stored_bytes(grp, name) != stored_bytes(w->other, name)) w->ntype++;
     if (a && b && na == nb && memcmp(a, b, na * sizeof(double)) == 0) w->nsame++;
     if (!a || !b || na != nb) {
         if (w->ndiff++ < 10) printf("  %s: %s\n", name, !b ? "missing in B" : "sizes differ");
@@ -97,6 +115,12 @@ static long long attr_i64(hid_t f, const char *name) {
 
 static const char *const GROUPS[3] = {"params", "adam_m", "adam_v"};
 static const char *const STATE[4] = {"step", "tokens_seen", "sampler_pos", "seed"};
+// loop state of version 3 (0 in earlier files)
+static const char *const STATE3[2] = {"skips", "skips_in_row"};
+
+static long long attr_i64_or0(hid_t f, const char *name) {
+    return H5Aexists(f, name) > 0 ? attr_i64(f, name) : 0;
+}
 
 static herr_t info_one(hid_t grp, const char *name, const H5L_info_t *info, void *op) {
     (void)info;
@@ -105,7 +129,9 @@ static herr_t info_one(hid_t grp, const char *name, const H5L_info_t *info, void
     double *a = read_all(grp, name, &n);
     double s = 0;
     for (size_t i = 0; a && i < n; i++) s += a[i] * a[i];
-    printf("  %-32s %10zu  rms %.6g\n", name, n, n ? sqrt(s / (double)n) : 0.0);
+    size_t b = stored_bytes(grp, name);
+    printf("  %-32s %10zu  %s  rms %.6g\n", name, n, b == 4 ? "float32" : b == 8 ? "float64" : "?",
+           n ? sqrt(s / (double)n) : 0.0);
     free(a);
     return 0;
 }
@@ -114,6 +140,14 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "info")) {
         hid_t f = open_or_die(argv[2]);
         for (int i = 0; i < 4; i++) printf("%s = %lld\n", STATE[i], attr_i64(f, STATE[i]));
+        printf("version = %lld\n", attr_i64(f, "version"));
+        for (int i = 0; i < 2; i++) printf("%s = %lld\n", STATE3[i], attr_i64_or0(f, STATE3[i]));
+        char err[2048];
+        ckpt_tokenizer tok;
+        if (!checkpoint_read_tokenizer(argv[2], &tok, err, sizeof err)) gdn_die("%s", err);
+        if (tok.kind[0]) printf("tokenizer = %s (%zu bytes)\n", tok.kind, tok.n);
+        else printf("tokenizer = none\n");
+        ckpt_tokenizer_free(&tok);
         hid_t g = H5Gopen2(f, "params", H5P_DEFAULT);
         if (g < 0) gdn_die("'%s': no /params group (not a gdn checkpoint?)", argv[2]);
         CHECK_HDF5(H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, info_one, NULL));
@@ -147,10 +181,12 @@ int main(int argc, char **argv) {
         hid_t fa = open_or_die(argv[2]), fb = open_or_die(argv[3]);
         int nd = 0, nt = 0, ns = 0;
         double worst = 0;
-        for (int i = 0; i < 4; i++) {
-            long long a = attr_i64(fa, STATE[i]), b = attr_i64(fb, STATE[i]);
+        for (int i = 0; i < 6; i++) {
+            const char *name = i < 4 ? STATE[i] : STATE3[i - 4];
+            long long a = i < 4 ? attr_i64(fa, name) : attr_i64_or0(fa, name);
+            long long b = i < 4 ? attr_i64(fb, name) : attr_i64_or0(fb, name);
             if (a != b) {
-                printf("  %s: %lld vs %lld\n", STATE[i], a, b);
+                printf("  %s: %lld vs %lld\n", name, a, b);
                 nd++;
             }
         }
@@ -159,6 +195,9 @@ int main(int argc, char **argv) {
             if (ga < 0 || gb < 0) gdn_die("group /%s missing in %s", GROUPS[gi], ga < 0 ? argv[2] : argv[3]);
             walk_ctx w = {.other = gb, .rtol = rtol};
             CHECK_HDF5(H5Literate(ga, H5_INDEX_NAME, H5_ITER_INC, NULL, diff_one, &w));
+            if (w.ntype)
+                printf("  note: %d tensors of /%s are stored with another type in B than in A "
+                       "(float32 / float64): compared as float64 values\n", w.ntype, GROUPS[gi]);
             nd += w.ndiff;
             nt += w.ntensors;
             ns += w.nsame;

@@ -4,7 +4,8 @@
 //   gdn-sample --checkpoint CKPT.h5 [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]
 //              [--seed S] [--data FILE.h5]
 //
-// The model shape comes from the config stored in the checkpoint; the tokenizer from the token
+// The model shape comes from the config stored in the checkpoint; the tokenizer too when the
+// checkpoint carries one (format 3: /tokenizer, tokenizer.h's blob), else the one of the token
 // file the model was trained on (--data, default the checkpoint's data.path). Sampling: logits
 // / T, restricted to the K most likely tokens (K = 0: all), softmax, one draw from a Philox
 // stream of the seed; T = 0 is greedy (argmax). Generation stops early at the dataset's
@@ -16,6 +17,7 @@
 #include "core/config.h"
 #include "core/rng.h"
 #include "data/dataset.h"
+#include "data/tokenizer.h"
 #include "model/checkpoint.h"
 #include "model/decode.h"
 #include "model/model.h"
@@ -28,8 +30,8 @@ static void usage(FILE *f) {
             "  --temperature T      >= 0; 0 = greedy (default 1.0)\n"
             "  --top-k K            sample among the K most likely tokens; 0 = all (default 0)\n"
             "  --seed S             sampling seed (default 1337)\n"
-            "  --data FILE.h5       token file whose tokenizer to use (default: the checkpoint's\n"
-            "                       data.path)\n");
+            "  --data FILE.h5       token file whose tokenizer to use when the checkpoint carries\n"
+            "                       none (default: the checkpoint's data.path)\n");
 }
 
 static long parse_long(const char *opt, const char *s, long lo, long hi) {
@@ -48,6 +50,32 @@ static double parse_double(const char *opt, const char *s, double lo) {
     if (end == s || *end || errno || !isfinite(v) || v < lo)
         gdn_die("%s '%s': expected a number >= %g", opt, s, lo);
     return v;
+}
+
+// text -> ids with the checkpoint's tokenizer (tok) or the token file's (spec).
+static bool encode_text(const gdn_tokenizer *tok, const char *spec, const char *text,
+                        uint32_t **ids, size_t *n, char *err, size_t errlen) {
+    if (!tok) return tokenizer_encode(spec, text, strlen(text), ids, n, err, errlen);
+    tok_ids v = {0};
+    if (!tok_encode(tok, text, strlen(text), false, &v, err, errlen)) {
+        tok_ids_free(&v);
+        return false;
+    }
+    *ids = v.ids;
+    *n = v.n;
+    return true;
+}
+
+// ids -> text, likewise.
+static bool decode_ids(const gdn_tokenizer *tok, const char *spec, const int32_t *ids, size_t n,
+                       char **text, char *err, size_t errlen) {
+    if (!tok) return tokenizer_decode(spec, ids, n, text, err, errlen);
+    uint32_t *u = gdn_malloc((n ? n : 1) * sizeof *u);
+    for (size_t i = 0; i < n; i++) u[i] = (uint32_t)ids[i];
+    size_t len;
+    bool ok = tok_decode(tok, u, n, text, &len, err, errlen);
+    free(u);
+    return ok;
 }
 
 int main(int argc, char **argv) {
@@ -98,16 +126,31 @@ int main(int argc, char **argv) {
     free(text);
     if (!ok) gdn_die("'%s': the stored config does not parse with this build (see above)", ckpt);
 
-    // tokenizer from the token file
-    token_file tf;
-    if (!data) data = cfg.data_path;
-    if (!tokfile_open(&tf, data, err, sizeof err))
-        gdn_die("%s\nHINT: pass --data FILE.h5, the token file the model was trained on (its "
-                "tokenizer is needed)", err);
-    if (cfg.vocab_size == 0) cfg.vocab_size = tf.vocab_size;
-    if (cfg.vocab_size < tf.vocab_size)
-        gdn_die("'%s' has vocab_size %d but the model in '%s' has %d: not the model's dataset",
-                data, tf.vocab_size, ckpt, cfg.vocab_size);
+    // the tokenizer: the checkpoint's when it carries one that this build loads, else the token
+    // file's
+    ckpt_tokenizer ct;
+    if (!checkpoint_read_tokenizer(ckpt, &ct, err, sizeof err)) gdn_die("%s", err);
+    gdn_tokenizer *tok = NULL;
+    if (ct.kind[0]) {
+        tok = tok_load_blob(ct.kind, ct.blob, ct.n, ckpt, err, sizeof err);
+        if (!tok) fprintf(stderr, "note: %s; the token file's tokenizer is used\n", err);
+    }
+    ckpt_tokenizer_free(&ct);
+    token_file tf = {.eot_token = -1};
+    if (!tok) {
+        if (!data) data = cfg.data_path;
+        if (!tokfile_open(&tf, data, err, sizeof err))
+            gdn_die("%s\nHINT: pass --data FILE.h5, the token file the model was trained on (its "
+                    "tokenizer is needed)", err);
+        if (cfg.vocab_size == 0) cfg.vocab_size = tf.vocab_size;
+        if (cfg.vocab_size < tf.vocab_size)
+            gdn_die("'%s' has vocab_size %d but the model in '%s' has %d: not the model's dataset",
+                    data, tf.vocab_size, ckpt, cfg.vocab_size);
+    } else {
+        tf.eot_token = tok_eot(tok);
+        snprintf(tf.tokenizer, sizeof tf.tokenizer, "%s (from the checkpoint)", tok_kind(tok));
+        if (cfg.vocab_size == 0) cfg.vocab_size = tok_vocab_size(tok);
+    }
 
     model *m = model_create(&cfg, &backend_cpu, 1, 1);
     train_state st;
@@ -121,14 +164,14 @@ int main(int argc, char **argv) {
     size_t np = 0;
     bool show_start = true;   // whether the start ids are part of the printed text
     if (prompt && prompt[0]) {
-        if (!tokenizer_encode(tf.tokenizer, prompt, strlen(prompt), &pids, &np, err, sizeof err))
+        if (!encode_text(tok, tf.tokenizer, prompt, &pids, &np, err, sizeof err))
             gdn_die("encoding the prompt: %s", err);
     } else if (tf.eot_token >= 0) {
         pids = gdn_malloc(sizeof *pids);
         pids[0] = (uint32_t)tf.eot_token;
         np = 1;
         show_start = false;
-    } else if (!tokenizer_encode(tf.tokenizer, "\n", 1, &pids, &np, err, sizeof err)) {
+    } else if (!encode_text(tok, tf.tokenizer, "\n", &pids, &np, err, sizeof err)) {
         gdn_die("encoding the start token: %s", err);
     }
     if (np == 0) gdn_die("the prompt encodes to no tokens");
@@ -162,7 +205,7 @@ int main(int argc, char **argv) {
 
     char *out;
     size_t skip = show_start ? 0 : np;
-    if (!tokenizer_decode(tf.tokenizer, ids + skip, n - skip, &out, err, sizeof err))
+    if (!decode_ids(tok, tf.tokenizer, ids + skip, n - skip, &out, err, sizeof err))
         gdn_die("decoding the output: %s", err);
     fputs(out, stdout);
     fputc('\n', stdout);
@@ -174,6 +217,7 @@ int main(int argc, char **argv) {
     free(ids);
     decoder_free(dec);
     model_free(m);
-    tokfile_close(&tf);
+    if (tok) tok_free(tok);
+    else tokfile_close(&tf);
     return 0;
 }

@@ -126,6 +126,10 @@ static const cfg_key cfg_keys[] = {
     {"train", "eval_every", CFG_INT, F(eval_every), 0, 1000000000, 0, "100", NULL, "0 = only at the end"},
     {"train", "eval_batches", CFG_INT, F(eval_batches), 0, 65536, 0, "8", NULL, "batches per evaluation (each batch_size x grad_accum x ranks windows); 0 = the whole validation split"},
     {"train", "ckpt_every", CFG_INT, F(ckpt_every), 0, 1000000000, 0, "0", NULL, "0 = only at the end"},
+    {"train", "keep_checkpoints", CFG_INT, F(keep_checkpoints), 1, 1000000, 0, "1", NULL, "checkpoints kept: the last N (checkpoint.h5 the latest, checkpoint-STEP.h5 the earlier ones) and, when N > 1, the best by validation loss (checkpoint-best.h5); docs/checkpoints.md"},
+    {"train", "skip_zscore", CFG_DOUBLE, F(skip_zscore), 0, INF, 0, "0", NULL, "skip the update of a step whose gradient norm is more than this many standard deviations above the mean of the last skip_window updated steps; 0 = off (non-finite norms are skipped always)"},
+    {"train", "skip_window", CFG_INT, F(skip_window), 2, 1024, 0, "100", NULL, "updated steps whose gradient norms the z-score is taken over (judged once the window is full)"},
+    {"train", "max_skips", CFG_INT, F(max_skips), 1, 1000000, 0, "5", NULL, "skipped steps in a row that stop the run (exit 3, naming the last good checkpoint); 1 = stop at the first bad gradient norm"},
     {"train", "out_dir", CFG_STRING, F(out_dir), 0, 0, 0, "runs/default", NULL, "run directory"},
     {"train", "overwrite", CFG_BOOL, F(overwrite), 0, 0, 0, "false", NULL, "a new run may start in an out_dir that holds a checkpoint or metrics, replacing them (false: refused)"},
     {"train", "threads", CFG_INT, F(threads), 0, 4096, 0, "0", NULL, "CPU threads (ops + OpenBLAS), 0 = default"},
@@ -980,7 +984,9 @@ const char *config_key_default(const char *section, const char *key) {
 //   how the run executes: device, precision, threads, recompute, head_chunk_rows, gemm_tune,
 //     gdn.bwd_states, swa.deterministic, every [dist] key;
 //   how long it runs and how it is watched: steps, eval_every, eval_batches, ckpt_every,
-//     out_dir, overwrite, every [log] key;
+//     keep_checkpoints, out_dir, overwrite, every [log] key;
+//   the bad-step policy's thresholds: skip_zscore, max_skips (skip_window is stored state: the
+//     checkpoint holds that many gradient norms);
 //   how a step's windows are split: batch_size, grad_accum (the world size may change; a step
 //     keeps its data when batch_size x grad_accum x ranks does, see README);
 //   the step size: lr, min_lr, warmup_steps, schedule, decay_frac, grad_clip (the way on after
@@ -989,6 +995,7 @@ static const char *const resumable_keys[] = {
     "train.device", "train.precision", "train.threads", "train.recompute",
     "train.head_chunk_rows", "train.gemm_tune", "gdn.bwd_states", "swa.deterministic",
     "train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
+    "train.keep_checkpoints", "train.skip_zscore", "train.max_skips",
     "train.out_dir", "train.overwrite", "train.batch_size", "train.grad_accum",
     "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.schedule", "optim.decay_frac",
     "optim.grad_clip",

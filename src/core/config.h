@@ -84,6 +84,10 @@ typedef struct {
     int eval_every;          // >= 0 (0 = only at the end)                     default 100
     int eval_batches;        // >= 1                                           default 8
     int ckpt_every;          // >= 0 (0 = only at the end)                     default 0
+    int keep_checkpoints;    // >= 1: the last N checkpoints (+ the best when > 1) default 1
+    double skip_zscore;      // >= 0: gradient-norm z-score that skips a step (0 = off) default 0
+    int skip_window;         // [2, 1024]: updated steps of the z-score window  default 100
+    int max_skips;           // >= 1: skipped steps in a row that stop the run   default 5
     char out_dir[CFG_STR];   // run directory                                  default "runs/default"
     bool overwrite;          // a new run may replace the run in out_dir       default false
     int threads;             // CPU threads for BLAS, 0 = library default      default 0

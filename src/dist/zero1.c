@@ -50,7 +50,7 @@ size_t zero1_shard_elems(const zero1 *z) {
     return dist_shard_capacity(z->d, z->m->n_elems) / (size_t)z->d->world;
 }
 
-double zero1_step(zero1 *z, long step, double lr, timeline *tl) {
+double zero1_step(zero1 *z, long step, double lr, double max_norm, timeline *tl) {
     model *m = z->m;
     const backend *be = m->be;
     const gdn_config *c = &m->cfg;
@@ -58,7 +58,7 @@ double zero1_step(zero1 *z, long step, double lr, timeline *tl) {
     size_t eg = be->elem[BE_GRAD], ep = be->elem[BE_PARAM];
     char *gb = m->grad_mem, *p = m->param_mem, *w = m->master;
     double gnorm = sqrt(dist_scalar_sum_f64(z->d, be->sumsq(gb + lo * eg, hi - lo)));
-    if (!isfinite(gnorm)) return gnorm;
+    if (!isfinite(gnorm) || gnorm > max_norm) return gnorm;
     double scale = (c->grad_clip > 0 && gnorm > c->grad_clip) ? c->grad_clip / gnorm : 1.0;
     optim_adamw_range(m, lo, hi, step, lr, scale);
     // every rank's shard of the weights: the master copy when there is one, then the bf16

@@ -53,9 +53,10 @@ size_t zero1_shard_elems(const zero1 *z);
 // One step, after the gradient sums: the global norm from the shards (returned; the caller
 // clips and logs it), AdamW on this rank's shard of the flat arenas (optim_adamw_range: runs of
 // same-decay tensors cut to the shard), the weights all-gathered through z. No update when the
-// norm is not finite. On the timeline's compute row (tl may be NULL): "norm+update" ends before
-// the all-gather; the caller's next point ends the "all-gather" span.
-double zero1_step(zero1 *z, long step, double lr, timeline *tl);
+// norm is not finite or above max_norm (INFINITY: none; train.c's bad-step skip). On the
+// timeline's compute row (tl may be NULL): "norm+update" ends before the all-gather; the
+// caller's next point ends the "all-gather" span.
+double zero1_step(zero1 *z, long step, double lr, double max_norm, timeline *tl);
 
 // Before a checkpoint: the full AdamW m and v, gathered through z from every rank's shard, as
 // host float64 arrays on rank 0 (m->ckpt_moments, which checkpoint_save writes).

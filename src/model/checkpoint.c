@@ -12,10 +12,10 @@
 #include "../core/common.h"
 
 #define CKPT_FORMAT "gdn-checkpoint"
-#define CKPT_VERSION 2          // written; versions 1 (no checksums) and 2 are read
-#define CKPT_CHUNK_ELEMS ((size_t)1 << 19)  // float64 elements per chunk, at most: 4 MiB
+#define CKPT_VERSION 3          // written; versions 1 (no checksums), 2 (float64 only) and 3 read
+#define CKPT_CHUNK_BYTES ((size_t)1 << 22)  // bytes per chunk, at most: 4 MiB
 #define CKPT_MAX_COMPACT_LINKS 65535        // HDF5's limit; a group has <= MAX_PARAMS links,
-                                            // the root 10 attributes
+                                            // the root 13 attributes
 
 static void seterr(char *err, size_t n, const char *fmt, ...) {
     va_list ap;
@@ -110,18 +110,34 @@ static h5_reason h5_reason_now(void) {
     return r;
 }
 
-// A (rows, cols) float64 tensor as a chunked dataset with the Fletcher32 checksum filter: chunks
-// of whole rows, at most CKPT_CHUNK_ELEMS elements each (a row wider than that is split).
-static bool write_tensor(hid_t grp, const char *name, const double *data, int rows, int cols) {
+// Elements of `bits` per chunk, at most (4 MiB).
+static size_t chunk_elems(int bits) { return CKPT_CHUNK_BYTES / ((size_t)bits / 8); }
+
+// A (rows, cols) tensor as a chunked dataset with the Fletcher32 checksum filter: chunks of
+// whole rows, at most 4 MiB each (a row wider than that is split). bits = 64: stored float64;
+// 32: float32, converted in place in data (every value must be a float32 value: the backend's
+// fp32 or bf16 element widened; false otherwise, which would be a bug).
+static bool write_tensor(hid_t grp, const char *name, double *data, int rows, int cols, int bits) {
+    const size_t n = (size_t)rows * (size_t)cols, ce = chunk_elems(bits);
+    if (bits == 32) {  // float i overwrites bytes of double i/2 <= i: already read
+        float *f = (float *)data;
+        for (size_t i = 0; i < n; i++) {
+            const double x = data[i];
+            f[i] = (float)x;
+            if ((double)f[i] != x && !(isnan(x) && isnan(f[i]))) return false;
+        }
+    }
     hsize_t dims[2] = {(hsize_t)rows, (hsize_t)cols};
-    hsize_t ccols = GDN_MIN((hsize_t)cols, (hsize_t)CKPT_CHUNK_ELEMS);
-    hsize_t chunk[2] = {GDN_MAX((hsize_t)1, GDN_MIN((hsize_t)rows, CKPT_CHUNK_ELEMS / ccols)), ccols};
+    hsize_t ccols = GDN_MIN((hsize_t)cols, (hsize_t)ce);
+    hsize_t chunk[2] = {GDN_MAX((hsize_t)1, GDN_MIN((hsize_t)rows, ce / ccols)), ccols};
     hid_t s = H5Screate_simple(2, dims, NULL);
     if (s < 0) return false;
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     bool ok = dcpl >= 0 && H5Pset_chunk(dcpl, 2, chunk) >= 0 && H5Pset_fletcher32(dcpl) >= 0;
-    hid_t d = ok ? H5Dcreate2(grp, name, H5T_IEEE_F64LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
-    ok = d >= 0 && H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
+    hid_t ft = bits == 32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE;
+    hid_t mt = bits == 32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
+    hid_t d = ok ? H5Dcreate2(grp, name, ft, s, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
+    ok = d >= 0 && H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
     if (d >= 0) ok &= H5Dclose(d) >= 0;
     if (dcpl >= 0) ok &= H5Pclose(dcpl) >= 0;
     ok &= H5Sclose(s) >= 0;
@@ -146,12 +162,13 @@ static bool check_values(const char *path, int g, const char *name, const double
     return true;
 }
 
-// Tensor `name` of group g (open in grp) of a version-`version` file: checks it is 2-D float64,
-// of shape (rows, cols) when rows >= 0, with all its bytes stored, chunked with the Fletcher32
-// filter when version >= 2; reads it into *buf (grown to *cap elements as needed; HDF5 verifies
-// each chunk's checksum) and checks its values. *numel: its element count.
+// Tensor `name` of group g (open in grp) of a version-`version` file: checks it is 2-D float64
+// (or float32 from version 3 on), of shape (rows, cols) when rows >= 0, with all its bytes stored,
+// chunked with the Fletcher32 filter when version >= 2; reads it into *buf as float64 (grown to
+// *cap elements as needed; HDF5 verifies each chunk's checksum; float32 widened exactly) and
+// checks its values. *numel: its element count; *bits: its stored precision (32 or 64).
 static bool read_tensor(hid_t grp, const char *path, int version, int g, const char *name,
-                        long rows, long cols, double **buf, size_t *cap, size_t *numel,
+                        long rows, long cols, double **buf, size_t *cap, size_t *numel, int *bits,
                         char *err, size_t errlen) {
     hid_t d = H5Dopen2(grp, name, H5P_DEFAULT);
     if (d < 0) {
@@ -170,9 +187,12 @@ static bool read_tensor(hid_t grp, const char *path, int version, int g, const c
                name, nd);
         ok = false;
     }
-    if (ok && (H5Tget_class(t) != H5T_FLOAT || H5Tget_size(t) != sizeof(double))) {
-        seterr(err, errlen, "'%s': tensor '/%s/%s' is not float64 (HDF5 type class %d, %zu bytes)",
-               path, GROUPS[g], name, (int)H5Tget_class(t), H5Tget_size(t));
+    const size_t tsize = ok ? H5Tget_size(t) : 0;
+    const bool f32_ok = version >= 3;
+    if (ok && (H5Tget_class(t) != H5T_FLOAT || (tsize != 8 && !(tsize == 4 && f32_ok)))) {
+        seterr(err, errlen, "'%s': tensor '/%s/%s' is not %s (HDF5 type class %d, %zu bytes)",
+               path, GROUPS[g], name, f32_ok ? "float32 or float64" : "float64",
+               (int)H5Tget_class(t), tsize);
         ok = false;
     }
     if (ok && rows >= 0 && (dims[0] != (hsize_t)rows || dims[1] != (hsize_t)cols)) {
@@ -189,7 +209,7 @@ static bool read_tensor(hid_t grp, const char *path, int version, int g, const c
                GROUPS[g], name, (unsigned long long)dims[0], (unsigned long long)dims[1]);
         ok = false;
     }
-    if (ok && H5Dget_storage_size(d) < n * sizeof(double)) {
+    if (ok && H5Dget_storage_size(d) < n * tsize) {
         seterr(err, errlen, "'%s': tensor '/%s/%s' of %llu elements has %llu bytes stored, fewer "
                "than its data (a truncated or damaged file)", path, GROUPS[g], name,
                (unsigned long long)n, (unsigned long long)H5Dget_storage_size(d));
@@ -212,7 +232,9 @@ static bool read_tensor(hid_t grp, const char *path, int version, int g, const c
         *buf = gdn_malloc((size_t)n * sizeof(double));
         *cap = (size_t)n;
     }
-    if (ok && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, *buf) < 0) {
+    const bool f32 = tsize == 4;
+    if (ok && H5Dread(d, f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                      *buf) < 0) {
         h5_reason r = h5_reason_now();
         if (r.checksum)
             seterr(err, errlen, "'%s': tensor '/%s/%s' is damaged: its checksum does not match its "
@@ -222,6 +244,10 @@ static bool read_tensor(hid_t grp, const char *path, int version, int g, const c
                    "truncated (HDF5: %s)", path, GROUPS[g], name, r.text);
         ok = false;
     }
+    if (ok && f32) {  // widen in place from the end: double i overwrites floats 2i, 2i+1 >= i
+        const float *f = (const float *)*buf;
+        for (size_t i = (size_t)n; i-- > 0;) (*buf)[i] = (double)f[i];
+    }
     ok = ok && check_values(path, g, name, *buf, (size_t)n, err, errlen);
     bool closed = (dcpl < 0 || H5Pclose(dcpl) >= 0) & (t < 0 || H5Tclose(t) >= 0) &
                   (s < 0 || H5Sclose(s) >= 0) & (H5Dclose(d) >= 0);
@@ -230,6 +256,7 @@ static bool read_tensor(hid_t grp, const char *path, int version, int g, const c
         ok = false;
     }
     *numel = (size_t)n;
+    *bits = f32 ? 32 : 64;
     return ok;
 }
 
@@ -260,17 +287,156 @@ static void group_upload(model *m, int g, int i, const double *h) {
     m->be->upload(base + (a - m->opt_lo) * m->be->elem[BE_OPT], h + (a - p->offset), b - a, BE_OPT);
 }
 
-// An upper bound on the bytes of model m's checkpoint with a config text of cfg_len bytes: the
-// three float64 groups, plus 4 KiB of object header, chunk index and checksums per tensor and
-// 256 bytes per chunk (a checkpoint measures ~420 bytes a tensor beyond its data), plus 1 MiB.
-static uint64_t checkpoint_bytes_bound(const model *m, size_t cfg_len) {
-    uint64_t b = (uint64_t)1 << 20;
-    b += cfg_len;
-    for (int i = 0; i < m->n_params; i++) {
-        uint64_t numel = m->params[i].numel;
-        b += 3 * (numel * sizeof(double) + 4096 + 256 * (numel / CKPT_CHUNK_ELEMS + 1));
+int checkpoint_group_bits(const model *m, int g) {
+    const backend *be = m->be;
+    size_t bytes = g == 0 && !be->master ? be->elem[BE_PARAM] : be->elem[BE_OPT];
+    return bytes >= 8 ? 64 : 32;
+}
+
+// An upper bound on the bytes of model m's checkpoint with a config text of cfg_len bytes and a
+// tokenizer blob of tok_n bytes: the three groups in their precisions, plus 4 KiB of object
+// header, chunk index and checksums per tensor and 256 bytes per chunk (a checkpoint measures
+// ~420 bytes a tensor beyond its data), plus 1 MiB.
+static uint64_t checkpoint_bytes_bound(const model *m, size_t cfg_len, size_t tok_n) {
+    uint64_t b = ((uint64_t)1 << 20) + cfg_len + tok_n + tok_n / 16;
+    for (int g = 0; g < 3; g++) {
+        const int bits = checkpoint_group_bits(m, g);
+        for (int i = 0; i < m->n_params; i++) {
+            uint64_t numel = m->params[i].numel;
+            b += numel * (uint64_t)(bits / 8) + 4096 + 256 * (numel / chunk_elems(bits) + 1);
+        }
     }
     return b;
+}
+
+// ---- the tokenizer -------------------------------------------------------------------------
+
+void ckpt_tokenizer_set(ckpt_tokenizer *t, const char *kind, const void *blob, size_t n) {
+    ckpt_tokenizer_free(t);
+    snprintf(t->kind, sizeof t->kind, "%s", kind);
+    t->n = n;
+    t->blob = n ? gdn_malloc(n) : NULL;
+    if (n) memcpy(t->blob, blob, n);
+}
+
+void ckpt_tokenizer_free(ckpt_tokenizer *t) {
+    free(t->blob);
+    *t = (ckpt_tokenizer){.kind = "", .blob = NULL, .n = 0};
+}
+
+bool ckpt_tokenizer_from_spec(ckpt_tokenizer *t, const char *spec, char *err, size_t errlen) {
+    if (!strcmp(spec, "bytes")) {
+        ckpt_tokenizer_set(t, "bytes", NULL, 0);
+        return true;
+    }
+    if (strncmp(spec, "spm:", 4) != 0) {
+        seterr(err, errlen, "tokenizer '%s': expected \"bytes\" or \"spm:<model file>\"", spec);
+        return false;
+    }
+    const char *path = spec + 4;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        seterr(err, errlen, "tokenizer '%s': cannot read the SentencePiece model '%s': %s", spec,
+               path, strerror(errno));
+        return false;
+    }
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = gdn_malloc(cap);
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) buf = gdn_realloc(buf, cap *= 2);
+    }
+    bool ok = !ferror(f);
+    if (fclose(f) != 0) ok = false;
+    if (!ok || n == 0) {
+        seterr(err, errlen, "tokenizer '%s': reading the SentencePiece model '%s' failed%s", spec,
+               path, n == 0 && ok ? " (the file is empty)" : "");
+        free(buf);
+        return false;
+    }
+    ckpt_tokenizer_free(t);
+    snprintf(t->kind, sizeof t->kind, "spm");
+    t->blob = buf;
+    t->n = n;
+    return true;
+}
+
+// The kinds tokenizer.h knows.
+static bool tokenizer_kind_known(const char *k) {
+    return !strcmp(k, "bytes") || !strcmp(k, "bpe") || !strcmp(k, "spm");
+}
+
+// Dataset /tokenizer (uint8 blob, Fletcher32 chunks when not empty) with its tokenizer_kind.
+static bool write_tokenizer(hid_t f, const ckpt_tokenizer *t) {
+    hsize_t dims[1] = {(hsize_t)t->n}, chunk[1] = {(hsize_t)GDN_MIN(t->n, CKPT_CHUNK_BYTES)};
+    hid_t s = H5Screate_simple(1, dims, NULL);
+    if (s < 0) return false;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    // an empty blob: a contiguous dataset of 0 bytes (a chunk cannot be larger than the extent)
+    bool ok = dcpl >= 0 && (t->n == 0 || (H5Pset_chunk(dcpl, 1, chunk) >= 0 &&
+                                          H5Pset_fletcher32(dcpl) >= 0));
+    hid_t d = ok ? H5Dcreate2(f, "tokenizer", H5T_STD_U8LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
+    ok = d >= 0 && (t->n == 0 || H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                          t->blob) >= 0);
+    ok = ok && attr_str_w(d, "tokenizer_kind", t->kind);
+    if (d >= 0) ok &= H5Dclose(d) >= 0;
+    if (dcpl >= 0) ok &= H5Pclose(dcpl) >= 0;
+    ok &= H5Sclose(s) >= 0;
+    return ok;
+}
+
+// Reads /tokenizer of an open checkpoint into t (kind "" when there is none).
+static bool read_tokenizer(hid_t f, const char *path, ckpt_tokenizer *t, char *err, size_t errlen) {
+    ckpt_tokenizer_free(t);
+    if (H5Lexists(f, "tokenizer", H5P_DEFAULT) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return true;
+    }
+    hid_t d = H5Dopen2(f, "tokenizer", H5P_DEFAULT);
+    if (d < 0) {
+        h5_reason r = h5_reason_now();
+        seterr(err, errlen, "'%s': cannot open dataset '/tokenizer' (HDF5: %s)", path, r.text);
+        return false;
+    }
+    hid_t s = H5Dget_space(d), ty = H5Dget_type(d);
+    bool ok = s >= 0 && ty >= 0 && H5Sget_simple_extent_ndims(s) == 1 &&
+              H5Tget_class(ty) == H5T_INTEGER && H5Tget_size(ty) == 1;
+    hssize_t n = ok ? H5Sget_simple_extent_npoints(s) : -1;
+    char *kind = ok ? attr_str_r(d, "tokenizer_kind") : NULL;
+    if (!ok || n < 0) {
+        seterr(err, errlen, "'%s': dataset '/tokenizer' is not a 1-D byte array", path);
+        ok = false;
+    } else if (!kind || !tokenizer_kind_known(kind) || strlen(kind) >= sizeof t->kind) {
+        seterr(err, errlen, "'%s': attribute '/tokenizer' tokenizer_kind is %s%s%s; expected "
+               "\"bytes\", \"bpe\" or \"spm\"", path, kind ? "\"" : "", kind ? kind : "missing",
+               kind ? "\"" : "");
+        ok = false;
+    } else if ((uint64_t)n > (uint64_t)H5Dget_storage_size(d)) {
+        seterr(err, errlen, "'%s': dataset '/tokenizer' of %lld bytes has fewer stored (a "
+               "truncated or damaged file)", path, (long long)n);
+        ok = false;
+    }
+    void *blob = ok && n > 0 ? gdn_malloc((size_t)n) : NULL;
+    if (ok && n > 0 && H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, blob) < 0) {
+        h5_reason r = h5_reason_now();
+        seterr(err, errlen, "'%s': dataset '/tokenizer' is %s (HDF5: %s)", path,
+               r.checksum ? "damaged: its checksum does not match its data" : "unreadable", r.text);
+        ok = false;
+    }
+    bool closed = (ty < 0 || H5Tclose(ty) >= 0) & (s < 0 || H5Sclose(s) >= 0) & (H5Dclose(d) >= 0);
+    if (ok && !closed) {
+        seterr(err, errlen, "'%s': cannot close dataset '/tokenizer'", path);
+        ok = false;
+    }
+    if (ok) {
+        snprintf(t->kind, sizeof t->kind, "%s", kind);
+        t->blob = blob;
+        t->n = (size_t)n;
+    } else {
+        free(blob);
+    }
+    free(kind);
+    return ok;
 }
 
 // Room for `bytes` next to the checkpoint, found before HDF5 writes a byte: HDF5 (1.10) cannot
@@ -302,12 +468,23 @@ static bool check_room(const char *path, const char *tmp, uint64_t bytes, char *
     return true;
 }
 
-bool checkpoint_save(const char *path, const model *m, const train_state *st, char *err,
-                     size_t errlen) {
+bool checkpoint_save(const char *path, const model *m, const train_state *st,
+                     const ckpt_tokenizer *tok, char *err, size_t errlen) {
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    if (tok && !tok->kind[0]) tok = NULL;
+    if (tok && !tokenizer_kind_known(tok->kind)) {
+        seterr(err, errlen, "writing checkpoint '%s': tokenizer kind \"%s\" is not known", path,
+               tok->kind);
+        return false;
+    }
+    if (st->gnorm_n < 0 || st->gnorm_n > TRAIN_SKIP_WINDOW_MAX || st->skips < st->skips_in_row ||
+        st->skips_in_row < 0)
+        gdn_die("internal: checkpoint of a bad skip state (skips %ld, in a row %ld, window %d)",
+                st->skips, st->skips_in_row, st->gnorm_n);
     char *cfg = config_to_string(&m->cfg);
-    if (!check_room(path, tmp, checkpoint_bytes_bound(m, strlen(cfg)), err, errlen)) {
+    if (!check_room(path, tmp, checkpoint_bytes_bound(m, strlen(cfg), tok ? tok->n : 0), err,
+                    errlen)) {
         free(cfg);
         return false;
     }
@@ -345,18 +522,31 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
         return false;
     }
     bool ok = true;
-    int64_t ver = CKPT_VERSION, step = st->step, ws = st->world_size;
-    uint64_t tok = st->tokens_seen, pos = st->sampler_pos, seed = st->seed;
+    int64_t ver = CKPT_VERSION, step = st->step, ws = st->world_size, sk = st->skips,
+            skr = st->skips_in_row;
+    uint64_t tseen = st->tokens_seen, pos = st->sampler_pos, seed = st->seed;
     ok &= attr_str_w(f, "format", CKPT_FORMAT);
     ok &= attr_num_w(f, "version", H5T_NATIVE_INT64, &ver);
     ok &= attr_str_w(f, "config", cfg);
     ok &= attr_str_w(f, "backend", m->be->name);
     ok &= attr_num_w(f, "step", H5T_NATIVE_INT64, &step);
-    ok &= attr_num_w(f, "tokens_seen", H5T_NATIVE_UINT64, &tok);
+    ok &= attr_num_w(f, "tokens_seen", H5T_NATIVE_UINT64, &tseen);
     ok &= attr_num_w(f, "sampler_pos", H5T_NATIVE_UINT64, &pos);
     ok &= attr_num_w(f, "seed", H5T_NATIVE_UINT64, &seed);
     ok &= attr_num_w(f, "best_val", H5T_NATIVE_DOUBLE, &st->best_val);
     ok &= attr_num_w(f, "world_size", H5T_NATIVE_INT64, &ws);
+    ok &= attr_num_w(f, "skips", H5T_NATIVE_INT64, &sk);
+    ok &= attr_num_w(f, "skips_in_row", H5T_NATIVE_INT64, &skr);
+    if (st->gnorm_n > 0) {
+        hsize_t wn = (hsize_t)st->gnorm_n;
+        hid_t ws1 = H5Screate_simple(1, &wn, NULL);
+        hid_t wa = ws1 >= 0 ? H5Acreate2(f, "grad_norm_window", H5T_IEEE_F64LE, ws1, H5P_DEFAULT,
+                                         H5P_DEFAULT) : -1;
+        ok &= wa >= 0 && H5Awrite(wa, H5T_NATIVE_DOUBLE, st->gnorm) >= 0;
+        if (wa >= 0) ok &= H5Aclose(wa) >= 0;
+        if (ws1 >= 0) ok &= H5Sclose(ws1) >= 0;
+    }
+    if (tok) ok &= write_tokenizer(f, tok);
     free(cfg);
     size_t maxn = 0;
     for (int i = 0; i < m->n_params; i++) maxn = GDN_MAX(maxn, m->params[i].numel);
@@ -372,7 +562,7 @@ bool checkpoint_save(const char *path, const model *m, const train_state *st, ch
         for (int i = 0; i < m->n_params && ok; i++) {
             const param_info *p = &m->params[i];
             group_download(m, g, i, h);
-            ok &= write_tensor(grp, p->name, h, p->rows, p->cols);
+            ok &= write_tensor(grp, p->name, h, p->rows, p->cols, checkpoint_group_bits(m, g));
         }
         if (grp >= 0) ok &= H5Gclose(grp) >= 0;
     }
@@ -474,8 +664,40 @@ static bool read_state(hid_t f, const char *path, train_state *st, char *err, si
                (long long)ws);
         return false;
     }
+    // the skip state (version 3; earlier files: none skipped, an empty window)
+    int64_t sk = 0, skr = 0;
+    st->gnorm_n = 0;
+    if (H5Aexists(f, "skips") > 0 || H5Aexists(f, "skips_in_row") > 0) {
+        if (!attr_num_r(f, "skips", H5T_NATIVE_INT64, &sk) ||
+            !attr_num_r(f, "skips_in_row", H5T_NATIVE_INT64, &skr) || skr < 0 || sk < skr ||
+            sk > LONG_MAX) {
+            seterr(err, errlen, "'%s': attributes 'skips' (%lld) and 'skips_in_row' (%lld) are "
+                   "missing or unreadable, or not skips >= skips_in_row >= 0", path, (long long)sk,
+                   (long long)skr);
+            return false;
+        }
+    }
+    if (H5Aexists(f, "grad_norm_window") > 0) {
+        hid_t a = H5Aopen(f, "grad_norm_window", H5P_DEFAULT);
+        hid_t s = a >= 0 ? H5Aget_space(a) : -1;
+        hssize_t n = s >= 0 && H5Sget_simple_extent_ndims(s) == 1 ? H5Sget_simple_extent_npoints(s) : -1;
+        bool wok = n >= 1 && n <= TRAIN_SKIP_WINDOW_MAX &&
+                   H5Aread(a, H5T_NATIVE_DOUBLE, st->gnorm) >= 0;
+        for (hssize_t i = 0; wok && i < n; i++) wok = isfinite(st->gnorm[i]) && st->gnorm[i] >= 0;
+        if (s >= 0) wok &= H5Sclose(s) >= 0;
+        if (a >= 0) wok &= H5Aclose(a) >= 0;
+        if (!wok) {
+            seterr(err, errlen, "'%s': attribute 'grad_norm_window' is unreadable or not 1 to %d "
+                   "finite gradient norms >= 0", path, TRAIN_SKIP_WINDOW_MAX);
+            return false;
+        }
+        st->gnorm_n = (int)n;
+    }
+    H5Eclear2(H5E_DEFAULT);
     st->step = (long)step;
     st->world_size = (int)ws;
+    st->skips = (long)sk;
+    st->skips_in_row = (long)skr;
     return true;
 }
 
@@ -509,6 +731,7 @@ bool checkpoint_load(const char *path, model *m, train_state *st, char *err, siz
     for (int i = 0; i < m->n_params; i++) maxn = GDN_MAX(maxn, m->params[i].numel);
     double *h = gdn_malloc(maxn * sizeof(double));
     cap = maxn;
+    for (int g = 0; g < 3; g++) in.stored_bits[g] = 0;
     for (int g = 0; g < 3 && ok; g++) {
         hid_t grp = H5Gopen2(f, GROUPS[g], H5P_DEFAULT);
         if (grp < 0) {
@@ -524,9 +747,12 @@ bool checkpoint_load(const char *path, model *m, train_state *st, char *err, siz
                 ok = false;
                 break;
             }
+            int bits = 0;
             ok = read_tensor(grp, path, version, g, p->name, p->rows, p->cols, &h, &cap, &numel,
-                             err, errlen);
+                             &bits, err, errlen);
             if (ok) group_upload(m, g, i, h);
+            // a group of mixed precisions (not written by gdn) reads as the wider
+            in.stored_bits[g] = GDN_MAX(in.stored_bits[g], bits);
         }
         if (H5Gclose(grp) < 0 && ok) {
             seterr(err, errlen, "'%s': cannot close group '/%s'", path, GROUPS[g]);
@@ -556,7 +782,8 @@ static herr_t verify_one(hid_t grp, const char *name, const H5L_info_t *info, vo
     (void)info;
     verify_walk *w = data;
     size_t numel = 0;
-    if (!read_tensor(grp, w->path, w->version, w->g, name, -1, -1, &w->buf, &w->cap, &numel,
+    int bits = 0;
+    if (!read_tensor(grp, w->path, w->version, w->g, name, -1, -1, &w->buf, &w->cap, &numel, &bits,
                      w->err, w->errlen))
         return 1;  // stop: the message is in err
     w->n++;
@@ -577,6 +804,9 @@ bool checkpoint_verify(const char *path, int *ntensors, char *err, size_t errlen
         ok = false;
     }
     free(cfg);
+    ckpt_tokenizer tok = {.kind = ""};
+    ok = ok && read_tokenizer(f, path, &tok, err, errlen);
+    ckpt_tokenizer_free(&tok);
     for (int g = 0; g < 3 && ok; g++) {
         hid_t grp = H5Gopen2(f, GROUPS[g], H5P_DEFAULT);
         if (grp < 0) {
@@ -608,5 +838,19 @@ bool checkpoint_verify(const char *path, int *ntensors, char *err, size_t errlen
         ok = false;
     }
     if (ntensors) *ntensors = w.n;
+    return ok;
+}
+
+bool checkpoint_read_tokenizer(const char *path, ckpt_tokenizer *t, char *err, size_t errlen) {
+    *t = (ckpt_tokenizer){.kind = ""};
+    int version = 0;
+    hid_t f = open_checked(path, &version, err, errlen);
+    if (f < 0) return false;
+    bool ok = read_tokenizer(f, path, t, err, errlen);
+    if (H5Fclose(f) < 0 && ok) {
+        seterr(err, errlen, "'%s': cannot close the file after reading it", path);
+        ok = false;
+    }
+    if (!ok) ckpt_tokenizer_free(t);
     return ok;
 }
