@@ -7,6 +7,7 @@
 // file atomically and prints a summary.
 #include "../src/core/common.h"
 #include "../src/data/dataset.h"
+#include "../src/data/tokenizer.h"
 #include <fcntl.h>
 #include <stdarg.h>
 #include <spawn.h>
@@ -264,11 +265,14 @@ int main(int argc, char **argv) {
         snprintf(tokenizer, sizeof tokenizer, "spm:%s.model", prefix);
     }
 
-    int file_vocab;
-    if (!tokenizer_vocab_size(tokenizer, &file_vocab, err, sizeof err)) fail("%s", err);
-    uint32_t *ids;
-    size_t n;
-    if (!tokenizer_encode(tokenizer, text, len, &ids, &n, err, sizeof err)) fail("%s", err);
+    gdn_tokenizer *tk = tok_load(spm ? tokenizer + 4 : tokenizer, err, sizeof err);
+    if (!tk) fail("%s", err);
+    int file_vocab = tok_vocab_size(tk);
+    tok_ids enc = {0};
+    if (!tok_encode(tk, text, len, false, &enc, err, sizeof err)) fail("%s", err);
+    tok_free(tk);
+    uint32_t *ids = enc.ids;
+    size_t n = enc.n;
     free(text);
     if (n == 0) fail("the inputs encode to no tokens");
     size_t n_train = (size_t)((double)n * (1.0 - val_frac));

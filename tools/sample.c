@@ -16,9 +16,19 @@
 #include "core/config.h"
 #include "core/rng.h"
 #include "data/dataset.h"
+#include "data/tokenizer.h"
 #include "model/checkpoint.h"
 #include "model/decode.h"
 #include "model/model.h"
+
+// The tokenizer a token file names: "bytes", or "spm:<model file>".
+static gdn_tokenizer *file_tokenizer(const token_file *tf) {
+    char err[1024];
+    const char *spec = strncmp(tf->tokenizer, "spm:", 4) ? tf->tokenizer : tf->tokenizer + 4;
+    gdn_tokenizer *t = tok_load(spec, err, sizeof err);
+    if (!t) gdn_die("%s: its tokenizer %s: %s", tf->path, tf->tokenizer, err);
+    return t;
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -117,20 +127,22 @@ int main(int argc, char **argv) {
             (unsigned long long)st.tokens_seen, tf.tokenizer);
 
     // prompt -> ids (no prompt: start from end-of-text, or a newline)
-    uint32_t *pids = NULL;
-    size_t np = 0;
+    gdn_tokenizer *tok = file_tokenizer(&tf);
+    tok_ids pv = {0};
     bool show_start = true;   // whether the start ids are part of the printed text
     if (prompt && prompt[0]) {
-        if (!tokenizer_encode(tf.tokenizer, prompt, strlen(prompt), &pids, &np, err, sizeof err))
+        if (!tok_encode(tok, prompt, strlen(prompt), true, &pv, err, sizeof err))
             gdn_die("encoding the prompt: %s", err);
     } else if (tf.eot_token >= 0) {
-        pids = gdn_malloc(sizeof *pids);
-        pids[0] = (uint32_t)tf.eot_token;
-        np = 1;
+        pv.ids = gdn_malloc(sizeof *pv.ids);
+        pv.ids[0] = (uint32_t)tf.eot_token;
+        pv.n = pv.cap = 1;
         show_start = false;
-    } else if (!tokenizer_encode(tf.tokenizer, "\n", 1, &pids, &np, err, sizeof err)) {
+    } else if (!tok_encode(tok, "\n", 1, false, &pv, err, sizeof err)) {
         gdn_die("encoding the start token: %s", err);
     }
+    uint32_t *pids = pv.ids;
+    size_t np = pv.n;
     if (np == 0) gdn_die("the prompt encodes to no tokens");
     size_t total = np + (size_t)n_tokens;
     if (total > (size_t)INT32_MAX) gdn_die("prompt + --tokens too long");
@@ -161,10 +173,13 @@ int main(int argc, char **argv) {
     double t2 = gdn_now();
 
     char *out;
-    size_t skip = show_start ? 0 : np;
-    if (!tokenizer_decode(tf.tokenizer, ids + skip, n - skip, &out, err, sizeof err))
+    size_t skip = show_start ? 0 : np, out_len;
+    uint32_t *gen = gdn_malloc((n - skip + 1) * sizeof *gen);
+    for (size_t i = skip; i < n; i++) gen[i - skip] = (uint32_t)ids[i];
+    if (!tok_decode(tok, gen, n - skip, &out, &out_len, err, sizeof err))
         gdn_die("decoding the output: %s", err);
-    fputs(out, stdout);
+    free(gen);
+    fwrite(out, 1, out_len, stdout);
     fputc('\n', stdout);
     if (fflush(stdout) != 0) gdn_die("writing the output: %s", strerror(errno));
     fprintf(stderr, "prompt %zu tokens (%.1f tok/s), generated %zu tokens (%.1f tok/s)\n", np,
@@ -172,6 +187,7 @@ int main(int argc, char **argv) {
 
     free(out);
     free(ids);
+    tok_free(tok);
     decoder_free(dec);
     model_free(m);
     tokfile_close(&tf);
