@@ -186,6 +186,29 @@ static void round_trips(const gdn_tokenizer *t, const char *label, bool bytes, i
     tok_ids_free(&v);
 }
 
+// Long pieces (the heap merge path, the regex on long runs): 200 kB of spaces, of one word,
+// of newlines and of digits, each one string.
+static void long_runs(const gdn_tokenizer *t, const char *label) {
+    static const char fill[4][3] = {"  ", "ab", "\n\n", "12"};
+    size_t n = 200000;
+    char *s = gdn_malloc(n + 1), err[1024];
+    tok_ids v = {0};
+    int ok = 0;
+    for (int k = 0; k < 4; k++) {
+        for (size_t i = 0; i < n; i++) s[i] = fill[k][i % 2];
+        char *back = NULL;
+        size_t blen = 0;
+        if (encode(t, s, n, true, &v) && v.n > 0 &&
+            tok_decode(t, v.ids, v.n, &back, &blen, err, sizeof err) && blen == n &&
+            !memcmp(back, s, n))
+            ok++;
+        free(back);
+    }
+    check(ok == 4, "%s: 200 kB runs of spaces, one word, newlines, digits round trip", label);
+    free(s);
+    tok_ids_free(&v);
+}
+
 // ---- threads ------------------------------------------------------------------------------
 
 typedef struct {
@@ -384,6 +407,8 @@ int main(int argc, char **argv) {
     if (gpt2) round_trips(gpt2, "gpt2", true, 400);
     if (llama) round_trips(llama, "llama3", true, 400);
     if (spm) round_trips(spm, "spm_bpe", false, 200);
+    if (gpt2) long_runs(gpt2, "gpt2");
+    if (llama) long_runs(llama, "llama3");
 
     printf("\n== threads\n");
     snprintf(path, sizeof path, "%s/../../../data/tinyshakespeare/input.txt", fixtures);
