@@ -5,7 +5,8 @@
 // Special tokens (the added tokens of a tokenizer.json, the control pieces of a SentencePiece
 // model) are split out of the text before the kind sees it, as the `tokenizers` package does:
 // at the leftmost position where one matches, the longest one matching there wins; the text
-// between them is encoded on its own.
+// between them is encoded on its own. Encoding without specials still splits out the added
+// tokens that are not special (as the package does with encode_special_tokens).
 #include "tokenizer_kinds.h"
 #include "../core/common.h"
 #include <ctype.h>
@@ -19,7 +20,8 @@ struct gdn_tokenizer {
     spm_model *spm;
     const tok_special *specials;   // owned by the kind's model
     size_t n_specials;
-    bool special_first[256];       // some special starts with this byte
+    bool first[2][256];            // [specials]: some token split out then starts with this byte
+    size_t n_plain;                // non-special added tokens (split out with specials off too)
 };
 
 void tok_ids_reserve(tok_ids *v, size_t extra) {
@@ -60,8 +62,12 @@ static const char *EOT_NAMES[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<
 static void set_specials(gdn_tokenizer *t, const tok_special *list, size_t n) {
     t->specials = list;
     t->n_specials = n;
-    for (size_t i = 0; i < n; i++)
-        if (list[i].len > 0) t->special_first[(unsigned char)list[i].text[0]] = true;
+    for (size_t i = 0; i < n; i++) {
+        if (list[i].len == 0) continue;
+        t->first[1][(unsigned char)list[i].text[0]] = true;
+        if (!list[i].special) t->first[0][(unsigned char)list[i].text[0]] = true;
+        t->n_plain += !list[i].special;
+    }
 }
 
 gdn_tokenizer *tok_load_blob(const char *kind, const void *blob, size_t n, const char *what,
@@ -227,12 +233,14 @@ static bool encode_plain(const gdn_tokenizer *t, const char *text, size_t len, t
     return true;
 }
 
-// The longest special token that starts at text[0], or NULL.
-static const tok_special *special_at(const gdn_tokenizer *t, const char *text, size_t len) {
+// The longest added token (special ones only when `specials`) that starts at text[0], or NULL.
+static const tok_special *special_at(const gdn_tokenizer *t, const char *text, size_t len,
+                                     bool specials) {
     const tok_special *best = NULL;
     for (size_t i = 0; i < t->n_specials; i++) {
         const tok_special *s = &t->specials[i];
-        if (s->len > 0 && s->len <= len && (!best || s->len > best->len) &&
+        if ((specials || !s->special) && s->len > 0 && s->len <= len &&
+            (!best || s->len > best->len) &&
             !memcmp(s->text, text, s->len))
             best = s;
     }
@@ -241,11 +249,12 @@ static const tok_special *special_at(const gdn_tokenizer *t, const char *text, s
 
 bool tok_encode(const gdn_tokenizer *t, const char *text, size_t len, bool specials,
                 tok_ids *out, char *err, size_t errlen) {
-    if (!specials || t->n_specials == 0) return encode_plain(t, text, len, out, err, errlen);
+    if (specials ? t->n_specials == 0 : t->n_plain == 0)
+        return encode_plain(t, text, len, out, err, errlen);
     size_t start = 0;
     for (size_t i = 0; i < len; i++) {
-        if (!t->special_first[(unsigned char)text[i]]) continue;
-        const tok_special *s = special_at(t, text + i, len - i);
+        if (!t->first[specials][(unsigned char)text[i]]) continue;
+        const tok_special *s = special_at(t, text + i, len - i, specials);
         if (!s) continue;
         if (!encode_plain(t, text + start, i - start, out, err, errlen)) return false;
         tok_ids_push(out, s->id);

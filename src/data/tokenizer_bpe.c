@@ -493,6 +493,7 @@ bpe_model *bpe_load_json(const char *text, size_t n, const char *what, char *err
         m->specials[i].text = gdn_malloc(m->specials[i].len + 1);
         memcpy(m->specials[i].text, json_string_value(c), m->specials[i].len);
         m->specials[i].id = (uint32_t)json_integer_value(json_object_get(a, "id"));
+        m->specials[i].special = json_flag(a, "special");
     }
     free(concat);
     json_decref(root);

@@ -7,11 +7,14 @@
 extern "C" {
 #endif
 
-// A special token: its text as written in a document, and its id.
+// An added token: its text as written in a document, its id, and whether it is special (split
+// out only when encoding with specials; a non-special added token always is, as in
+// `tokenizers`).
 typedef struct {
     char *text;
     size_t len;
     uint32_t id;
+    bool special;
 } tok_special;
 
 // A growable byte buffer (decode output).
