@@ -304,6 +304,9 @@ static void bad_input(gdn_tokenizer *gpt2, gdn_tokenizer *spm) {
     s = edited_fixture("\"merges\": [", "\"merges\": [\"zzzq zzzr\", ");
     bad_file("badmerge.json", s, "model.merges[0]", "a merge of tokens not in the vocabulary");
     free(s);
+    s = edited_fixture("\"id\": 0,", "\"id\": 99999999,");
+    bad_file("bigid.json", s, "added_tokens[0]", "an added token id of 99999999");
+    free(s);
     bad_file("vocab.json", "{\"a\": 0, \"b\": 1}", "merges.txt", "a vocab.json without merges.txt");
     bad_file("garbage.model", "\x01\x02not a model at all", "not a tokenizer.json",
              "a file that is no tokenizer");

@@ -29,7 +29,9 @@
 static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-enum { BPE_MAX_STAGES = 4, BPE_SHORT = 64 };
+// BPE_MAX_ID bounds the id table (16M ids; real vocabularies are 50k to 256k); pieces of up to
+// BPE_SHORT bytes merge through an array of pair ranks, longer ones through a heap.
+enum { BPE_MAX_STAGES = 4, BPE_SHORT = 64, BPE_MAX_ID = 1 << 24 };
 
 // pair (left id, right id) -> (rank, merged id), open addressing on the packed key
 typedef struct {
@@ -368,8 +370,8 @@ bpe_model *bpe_load_json(const char *text, size_t n, const char *what, char *err
     size_t total_len = 0;
     json_object_foreach(vocab, key, val) {
         if (!json_is_integer(val) || json_integer_value(val) < 0 ||
-            json_integer_value(val) >= (1 << 30))
-            FAIL("%s: model.vocab[\"%s\"] is not an id in [0, 2^30)", what, key);
+            json_integer_value(val) >= BPE_MAX_ID)
+            FAIL("%s: model.vocab[\"%s\"] is not an id in [0, 2^24)", what, key);
         max_id = GDN_MAX(max_id, json_integer_value(val));
         total_len += strlen(key);
     }
@@ -377,9 +379,9 @@ bpe_model *bpe_load_json(const char *text, size_t n, const char *what, char *err
         json_t *a = json_array_get(added, i), *id = json_object_get(a, "id");
         json_t *content = json_object_get(a, "content");
         if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= (1 << 30) || !json_is_string(content) ||
+            json_integer_value(id) >= BPE_MAX_ID || !json_is_string(content) ||
             json_string_length(content) == 0)
-            FAIL("%s: added_tokens[%zu] needs an \"id\" in [0, 2^30) and a non-empty \"content\"",
+            FAIL("%s: added_tokens[%zu] needs an \"id\" in [0, 2^24) and a non-empty \"content\"",
                  what, i);
         const char *flags[3] = {"single_word", "lstrip", "rstrip"};
         for (int f = 0; f < 3; f++)
