@@ -1,4 +1,4 @@
-// test_data.c — the token file format, its reader and writer, the batch sampler, tokenizers.
+// test_data.c — the token file format, its reader and writer, the batch sampler.
 //
 // Round trips (uint16 and uint32 widths, multi-chunk); every malformed file gives false and one
 // message naming the file and the field, with nothing on stderr (files made with the HDF5 API
@@ -6,7 +6,7 @@
 // limit standing in for a full disk) leave nothing behind; sampler windows are the right tokens
 // at the starts of the seeded formula (the same since the format began),
 // y = x shifted by one, deterministic, identical with and without prefetch, identical for
-// 2 ranks x B/2 and 1 rank x B, resumable from pos; bytes and SentencePiece round trips.
+// 2 ranks x B/2 and 1 rank x B, resumable from pos. (Tokenizers: test_tokenizer.c.)
 #include "testutil.h"
 #include "../src/data/dataset.h"
 #include <dirent.h>
@@ -579,147 +579,6 @@ static void sampler_tests(void) {
     free(t);
 }
 
-// ---- tokenizers ----------------------------------------------------------------------------
-
-static bool on_path(const char *prog) {
-    const char *path = getenv("PATH");
-    if (!path) return false;
-    char *copy = gdn_strdup(path), *save = NULL;
-    bool found = false;
-    for (char *d = strtok_r(copy, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
-        char full[1024];
-        snprintf(full, sizeof full, "%s/%s", d, prog);
-        found = access(full, X_OK) == 0;
-    }
-    free(copy);
-    return found;
-}
-
-static void round_trip_text(const char *tok, const char *what, const char *text, int nl_id) {
-    char err[1024], *back = NULL;
-    uint32_t *ids = NULL;
-    size_t n = 0, nl = 0, nls = 0;
-    bool e = tokenizer_encode(tok, text, strlen(text), &ids, &n, err, sizeof err);
-    bool d = false;
-    if (e) {
-        int32_t *ids32 = gdn_malloc(sizeof(int32_t) * (n + 1));
-        for (size_t i = 0; i < n; i++) ids32[i] = (int32_t)ids[i];
-        for (size_t i = 0; i < n; i++) nl += ids[i] == (uint32_t)nl_id;
-        d = tokenizer_decode(tok, ids32, n, &back, err, sizeof err);
-        free(ids32);
-    }
-    for (const char *c = text; *c; c++) nls += *c == '\n';
-    bool ok = e && d && !strcmp(back, text) && (nl_id < 0 || nl == nls);
-    check(ok, "%s: %s round trip (%zu bytes -> %zu ids%s)", tok[0] == 's' ? "spm" : tok, what,
-          strlen(text), n, nl_id >= 0 ? ", one newline id per \\n" : "");
-    if (!e || !d) printf("    %s\n", err);
-    free(ids);
-    free(back);
-}
-
-static void tokenizer_tests(void) {
-    printf("\n== tokenizers\n");
-    char err[1024], *txt = NULL;
-    char all[257];
-    for (int i = 0; i < 256; i++) all[i] = (char)(i == 0 ? 1 : i); // NUL ends a C string
-    all[256] = 0;
-    round_trip_text("bytes", "every non-NUL byte value", all, -1);
-    round_trip_text("bytes", "text",
-                    "First Citizen:\nYou are all resolved rather to die than to famish?\n", -1);
-    uint32_t *ids;
-    size_t n;
-    bool d, e = tokenizer_encode("bytes", "\xff\x00", 2, &ids, &n, err, sizeof err);
-    check(e && n == 2 && ids[0] == 255 && ids[1] == 0,
-          "bytes: encode is the byte values (0xff 0x00 -> 255 0)");
-    if (e) free(ids);
-    int32_t withnul[3] = {104, 0, 105};
-    d = tokenizer_decode("bytes", withnul, 3, &txt, err, sizeof err);
-    check(d && !memcmp(txt, "h\0i", 4), "bytes: decode keeps a NUL byte (104 0 105 -> \"h\\0i\")");
-    if (d) free(txt);
-    int32_t badid[2] = {65, 256};
-    d = tokenizer_decode("bytes", badid, 2, &txt, err, sizeof err);
-    check(!d && strstr(err, "256") && strstr(err, "position 1"),
-          "bytes: decode of id 256 -> false");
-    int v = 0;
-    check(tokenizer_vocab_size("bytes", &v, err, sizeof err) && v == 256, "bytes: vocab 256");
-    check(!tokenizer_encode("wordpiece", "a", 1, &ids, &n, err, sizeof err) &&
-              strstr(err, "wordpiece"),
-          "unknown tokenizer -> false, names it");
-    check(!tokenizer_encode("spm:", "a", 1, &ids, &n, err, sizeof err) && strstr(err, "no model"),
-          "spm: without a model -> false");
-    char missing[600], tok[700];
-    path_in(missing, sizeof missing, "nothere.model");
-    snprintf(tok, sizeof tok, "spm:%s", missing);
-    check(!tokenizer_encode(tok, "a", 1, &ids, &n, err, sizeof err) && strstr(err, missing),
-          "spm with a missing model file -> false, names it");
-
-    if (!on_path("spm_train")) {
-        printf(
-            "  spm round trip: SKIPPED (spm_train not on PATH; apt-get install sentencepiece)\n");
-        return;
-    }
-    // a small model on a synthetic corpus
-    static const char *words[] = {"the",   "king",   "queen", "and",   "of",        "to",
-                                  "my",    "lord",   "thou",  "art",   "good",      "night",
-                                  "sweet", "prince", "what",  "is",    "love",      "shall",
-                                  "we",    "go",     "O",     "Romeo", "wherefore", "speak"};
-    char corpus[600], prefix[600], cmd[2000];
-    path_in(corpus, sizeof corpus, "corpus.txt");
-    path_in(prefix, sizeof prefix, "tiny_spm");
-    FILE *fp = fopen(corpus, "w");
-    CHECK_PTR(fp);
-    rng_t r;
-    rng_init(&r, 3, 3);
-    for (int l = 0; l < 400; l++) {
-        int nw = 1 + (int)rng_below(&r, 9);
-        for (int w = 0; w < nw; w++)
-            fprintf(fp, "%s%s", w ? " " : "", words[rng_below(&r, sizeof words / sizeof *words)]);
-        fputs(rng_below(&r, 3) == 0 ? ",\n" : ".\n", fp);
-    }
-    fputs("First Citizen: You are all resolved rather to die than to famish?\n", fp);
-    CHECK_SYS(fclose(fp) == 0 ? 0 : -1);
-    snprintf(cmd, sizeof cmd,
-             "spm_train --input='%s' --model_prefix='%s' --vocab_size=120 --model_type=bpe "
-             "--character_coverage=1.0 --normalization_rule_name=identity "
-             "--remove_extra_whitespaces=false >'%s.log' 2>&1",
-             corpus, prefix, prefix);
-    int rc = system(cmd);
-    check(rc == 0, "spm_train on a 400-line corpus, 120 pieces (rc %d)", rc);
-    if (rc != 0) return;
-    snprintf(tok, sizeof tok, "spm:%s.model", prefix);
-    v = 0;
-    bool vs = tokenizer_vocab_size(tok, &v, err, sizeof err);
-    check(vs && v == 121, "spm: vocab = 120 pieces + newline = %d", v);
-    round_trip_text(tok, "lines, empty lines, double spaces",
-                    "the king\n\n  thou  art good\nO Romeo, wherefore", 120);
-    round_trip_text(tok, "leading and trailing newlines", "\nsweet prince\n\n", 120);
-    round_trip_text(tok, "empty text", "", 120);
-    char *corpus_text = NULL;
-    {
-        FILE *cf = fopen(corpus, "rb");
-        CHECK_PTR(cf);
-        corpus_text = gdn_malloc(1 << 16);
-        size_t got = fread(corpus_text, 1, (1 << 16) - 1, cf);
-        corpus_text[got] = 0;
-        CHECK_SYS(fclose(cf) == 0 ? 0 : -1);
-    }
-    round_trip_text(tok, "the whole training corpus", corpus_text, 120);
-    free(corpus_text);
-    int32_t bad[2] = {5, 121};
-    d = tokenizer_decode(tok, bad, 2, &txt, err, sizeof err);
-    check(!d && strstr(err, "121"), "spm: decode of id 121 (>= vocab 121) -> false");
-
-    // spm tools missing: an empty PATH
-    char *old = gdn_strdup(getenv("PATH") ? getenv("PATH") : "");
-    CHECK_SYS(setenv("PATH", dir, 1));
-    e = tokenizer_encode(tok, "the king", 8, &ids, &n, err, sizeof err);
-    CHECK_SYS(setenv("PATH", old, 1));
-    free(old);
-    check(!e && strstr(err, "not found: apt-get install sentencepiece"),
-          "spm tools not on PATH -> false, says what to install");
-    printf("    message: %s\n", err);
-}
-
 // eval_full_windows / eval_full_start: for every (n, T, G) tried, W is ceil((n-1)/T) rounded
 // up to a multiple of G, the starts rise from 0 to n - T - 1 within the split, and every token
 // 1..n-1 is a target of some window (covered); a mutation (W one short of ceil) must uncover.
@@ -795,7 +654,6 @@ int main(void) {
     writer_failures();
     sampler_tests();
     eval_full_tests();
-    tokenizer_tests();
 
     // clean up the directory (only files we made; a failed run leaves it for inspection)
     if (gc_failures == 0) {

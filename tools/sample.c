@@ -52,30 +52,14 @@ static double parse_double(const char *opt, const char *s, double lo) {
     return v;
 }
 
-// text -> ids with the checkpoint's tokenizer (tok) or the token file's (spec).
-static bool encode_text(const gdn_tokenizer *tok, const char *spec, const char *text,
-                        uint32_t **ids, size_t *n, char *err, size_t errlen) {
-    if (!tok) return tokenizer_encode(spec, text, strlen(text), ids, n, err, errlen);
-    tok_ids v = {0};
-    if (!tok_encode(tok, text, strlen(text), false, &v, err, errlen)) {
-        tok_ids_free(&v);
-        return false;
-    }
-    *ids = v.ids;
-    *n = v.n;
-    return true;
-}
-
-// ids -> text, likewise.
-static bool decode_ids(const gdn_tokenizer *tok, const char *spec, const int32_t *ids, size_t n,
-                       char **text, char *err, size_t errlen) {
-    if (!tok) return tokenizer_decode(spec, ids, n, text, err, errlen);
-    uint32_t *u = gdn_malloc((n ? n : 1) * sizeof *u);
-    for (size_t i = 0; i < n; i++) u[i] = (uint32_t)ids[i];
-    size_t len;
-    bool ok = tok_decode(tok, u, n, text, &len, err, errlen);
-    free(u);
-    return ok;
+// The tokenizer of a token set: a shard set's stored blob, or what a version-1 file names
+// ("bytes", or "spm:<model file>").
+static gdn_tokenizer *set_tokenizer(const token_set *ts, char *err, size_t errlen) {
+    if (ts->sharded)
+        return tok_load_blob(ts->tokenizer_kind, ts->tokenizer_blob, ts->tokenizer_blob_len,
+                             ts->index, err, errlen);
+    const char *spec = strncmp(ts->tokenizer, "spm:", 4) ? ts->tokenizer : ts->tokenizer + 4;
+    return tok_load(spec, err, errlen);
 }
 
 int main(int argc, char **argv) {
@@ -136,44 +120,48 @@ int main(int argc, char **argv) {
         if (!tok) fprintf(stderr, "note: %s; the token file's tokenizer is used\n", err);
     }
     ckpt_tokenizer_free(&ct);
-    token_file tf = {.eot_token = -1};
+    const char *tok_from = "the checkpoint";
     if (!tok) {
         if (!data) data = cfg.data_path;
-        if (!tokfile_open(&tf, data, err, sizeof err))
-            gdn_die("%s\nHINT: pass --data FILE.h5, the token file the model was trained on (its "
-                    "tokenizer is needed)", err);
-        if (cfg.vocab_size == 0) cfg.vocab_size = tf.vocab_size;
-        if (cfg.vocab_size < tf.vocab_size)
+        token_set ts;
+        if (!tokset_open(&ts, data, err, sizeof err))
+            gdn_die("%s\nHINT: pass --data PATH, the token file or shard set the model was trained "
+                    "on (its tokenizer is needed)", err);
+        if (cfg.vocab_size == 0) cfg.vocab_size = ts.vocab_size;
+        if (cfg.vocab_size < ts.vocab_size)
             gdn_die("'%s' has vocab_size %d but the model in '%s' has %d: not the model's dataset",
-                    data, tf.vocab_size, ckpt, cfg.vocab_size);
-    } else {
-        tf.eot_token = tok_eot(tok);
-        snprintf(tf.tokenizer, sizeof tf.tokenizer, "%s (from the checkpoint)", tok_kind(tok));
-        if (cfg.vocab_size == 0) cfg.vocab_size = tok_vocab_size(tok);
+                    data, ts.vocab_size, ckpt, cfg.vocab_size);
+        tok = set_tokenizer(&ts, err, sizeof err);
+        tokset_close(&ts);
+        if (!tok) gdn_die("%s: its tokenizer: %s", data, err);
+        tok_from = data;
     }
+    if (cfg.vocab_size == 0) cfg.vocab_size = tok_vocab_size(tok);
+    const int eot = tok_eot(tok);
 
     model *m = model_create(&cfg, &backend_cpu, 1, 1);
     train_state st;
     if (!checkpoint_load(ckpt, m, &st, err, sizeof err)) gdn_die("%s", err);
     model_print_summary(m, stderr);
-    fprintf(stderr, "checkpoint %s: step %ld, %llu tokens seen; tokenizer %s\n", ckpt, st.step,
-            (unsigned long long)st.tokens_seen, tf.tokenizer);
+    fprintf(stderr, "checkpoint %s: step %ld, %llu tokens seen; tokenizer %s from %s\n", ckpt,
+            st.step, (unsigned long long)st.tokens_seen, tok_kind(tok), tok_from);
 
     // prompt -> ids (no prompt: start from end-of-text, or a newline)
-    uint32_t *pids = NULL;
-    size_t np = 0;
+    tok_ids pv = {0};
     bool show_start = true;   // whether the start ids are part of the printed text
     if (prompt && prompt[0]) {
-        if (!encode_text(tok, tf.tokenizer, prompt, &pids, &np, err, sizeof err))
+        if (!tok_encode(tok, prompt, strlen(prompt), true, &pv, err, sizeof err))
             gdn_die("encoding the prompt: %s", err);
-    } else if (tf.eot_token >= 0) {
-        pids = gdn_malloc(sizeof *pids);
-        pids[0] = (uint32_t)tf.eot_token;
-        np = 1;
+    } else if (eot >= 0) {
+        pv.ids = gdn_malloc(sizeof *pv.ids);
+        pv.ids[0] = (uint32_t)eot;
+        pv.n = pv.cap = 1;
         show_start = false;
-    } else if (!encode_text(tok, tf.tokenizer, "\n", &pids, &np, err, sizeof err)) {
+    } else if (!tok_encode(tok, "\n", 1, false, &pv, err, sizeof err)) {
         gdn_die("encoding the start token: %s", err);
     }
+    uint32_t *pids = pv.ids;
+    size_t np = pv.n;
     if (np == 0) gdn_die("the prompt encodes to no tokens");
     size_t total = np + (size_t)n_tokens;
     if (total > (size_t)INT32_MAX) gdn_die("prompt + --tokens too long");
@@ -196,18 +184,21 @@ int main(int argc, char **argv) {
     double t1 = gdn_now();
     size_t n = np;
     for (long i = 0; i < n_tokens; i++) {
-        int32_t tok = decoder_sample(dec, logits, temp, (int)top_k, &r);
-        if (tok == tf.eot_token) break;
-        ids[n++] = tok;
-        if (i + 1 < n_tokens) logits = decoder_step(dec, tok);
+        int32_t next = decoder_sample(dec, logits, temp, (int)top_k, &r);
+        if (next == eot) break;
+        ids[n++] = next;
+        if (i + 1 < n_tokens) logits = decoder_step(dec, next);
     }
     double t2 = gdn_now();
 
     char *out;
-    size_t skip = show_start ? 0 : np;
-    if (!decode_ids(tok, tf.tokenizer, ids + skip, n - skip, &out, err, sizeof err))
+    size_t skip = show_start ? 0 : np, out_len;
+    uint32_t *gen = gdn_malloc((n - skip + 1) * sizeof *gen);
+    for (size_t i = skip; i < n; i++) gen[i - skip] = (uint32_t)ids[i];
+    if (!tok_decode(tok, gen, n - skip, &out, &out_len, err, sizeof err))
         gdn_die("decoding the output: %s", err);
-    fputs(out, stdout);
+    free(gen);
+    fwrite(out, 1, out_len, stdout);
     fputc('\n', stdout);
     if (fflush(stdout) != 0) gdn_die("writing the output: %s", strerror(errno));
     fprintf(stderr, "prompt %zu tokens (%.1f tok/s), generated %zu tokens (%.1f tok/s)\n", np,
@@ -217,7 +208,6 @@ int main(int argc, char **argv) {
     free(ids);
     decoder_free(dec);
     model_free(m);
-    if (tok) tok_free(tok);
-    else tokfile_close(&tf);
+    tok_free(tok);
     return 0;
 }

@@ -178,17 +178,6 @@ uint64_t sampler_tile_split(batch_sampler *s);
 uint64_t eval_full_windows(uint64_t n, uint64_t T, uint64_t G);
 uint64_t eval_full_start(uint64_t j, uint64_t W, uint64_t n, uint64_t T);
 
-// Tokenizers. bytes: token = byte value, vocab 256. spm:<model>: SentencePiece via Debian's
-// spm_encode / spm_decode (subprocesses). Encode returns a malloc'd array; false + err on error.
-bool tokenizer_encode(const char *tokenizer, const char *text, size_t len, uint32_t **ids,
-                      size_t *n, char *err, size_t errlen);
-// Vocabulary size of a tokenizer: bytes 256; spm: the model's pieces + 1 (the extra id is "\n",
-// which SentencePiece drops).
-bool tokenizer_vocab_size(const char *tokenizer, int *vocab, char *err, size_t errlen);
-// Decode ids to a malloc'd NUL-terminated string.
-bool tokenizer_decode(const char *tokenizer, const int32_t *ids, size_t n, char **text,
-                      char *err, size_t errlen);
-
 #ifdef __cplusplus
 }
 #endif

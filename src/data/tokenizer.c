@@ -1,358 +1,281 @@
-// tokenizer.c — text <-> token ids (DESIGN 5).
+// tokenizer.c — the tokenizer interface (tokenizer.h): loading from a file or a stored blob,
+// special tokens, and the dispatch to the kinds (tokenizer_bytes.c, tokenizer_bpe.c,
+// tokenizer_spm.cc).
 //
-// "bytes": id = byte value, vocab 256, no dependency.
-// "spm:<model>": SentencePiece through Debian's spm_encode / spm_decode / spm_export_vocab,
-// run as subprocesses on temporary files. SentencePiece works line by line and never sees a
-// newline, so newlines are an id of their own: with V pieces in the model, id V is "\n" and the
-// vocabulary is V + 1. encode("a\nb") = spm(a) ++ [V] ++ spm(b); decode splits at V and decodes
-// each line. With the identity normaliser (gdn-prepare trains with it) the round trip is exact
-// for every character seen in training.
-#include "dataset.h"
+// Special tokens (the added tokens of a tokenizer.json, the control pieces of a SentencePiece
+// model) are split out of the text before the kind sees it, as the `tokenizers` package does:
+// at the leftmost position where one matches, the longest one matching there wins; the text
+// between them is encoded on its own. Encoding without specials still splits out the added
+// tokens that are not special (as the package does with encode_special_tokens).
+#include "tokenizer_kinds.h"
 #include "../core/common.h"
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <ctype.h>
 
-extern char **environ;
+struct gdn_tokenizer {
+    char kind[8];
+    char *blob;              // what tok_blob returns (NULL for bytes)
+    size_t blob_n;
+    int vocab, eot;
+    bpe_model *bpe;
+    spm_model *spm;
+    const tok_special *specials;   // owned by the kind's model
+    size_t n_specials;
+    bool first[2][256];            // [specials]: some token split out then starts with this byte
+    size_t n_plain;                // non-special added tokens (split out with specials off too)
+};
 
-// ---- temporary files and subprocesses -----------------------------------------------------
-
-typedef struct {
-    char dir[512];
-    char in[600], out[600], log[600];
-} spm_tmp;
-
-static bool tmp_init(spm_tmp *t, char *err, size_t errlen) {
-    const char *base = getenv("TMPDIR");
-    if (!base || !base[0]) base = "/tmp";
-    snprintf(t->dir, sizeof t->dir, "%s/gdn-spm-XXXXXX", base);
-    if (!mkdtemp(t->dir)) {
-        snprintf(err, errlen, "cannot create a temporary directory under %s: %s", base,
-                 strerror(errno));
-        return false;
-    }
-    snprintf(t->in, sizeof t->in, "%s/in.txt", t->dir);
-    snprintf(t->out, sizeof t->out, "%s/out.txt", t->dir);
-    snprintf(t->log, sizeof t->log, "%s/log.txt", t->dir);
-    return true;
+void tok_ids_reserve(tok_ids *v, size_t extra) {
+    if (v->n + extra <= v->cap) return;
+    size_t cap = v->cap ? v->cap : 1024;
+    while (cap < v->n + extra) cap *= 2;
+    v->ids = gdn_realloc(v->ids, cap * sizeof *v->ids);
+    v->cap = cap;
 }
 
-static void tmp_free(spm_tmp *t) {
-    const char *files[3] = {t->in, t->out, t->log};
-    for (int i = 0; i < 3; i++)
-        if (unlink(files[i]) != 0 && errno != ENOENT)
-            fprintf(stderr, "warning: cannot remove %s: %s\n", files[i], strerror(errno));
-    if (rmdir(t->dir) != 0)
-        fprintf(stderr, "warning: cannot remove %s: %s\n", t->dir, strerror(errno));
+void tok_ids_push(tok_ids *v, uint32_t id) {
+    if (v->n == v->cap) tok_ids_reserve(v, 1);
+    v->ids[v->n++] = id;
 }
 
-static bool write_file(const char *path, const char *data, size_t n, char *err, size_t errlen) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp || fwrite(data, 1, n, fp) != n || fclose(fp) != 0) {
-        snprintf(err, errlen, "cannot write temporary file %s: %s", path, strerror(errno));
-        return false;
+void tok_ids_free(tok_ids *v) {
+    free(v->ids);
+    v->ids = NULL;
+    v->n = v->cap = 0;
+}
+
+void tok_bytes_append(tok_bytes *b, const void *data, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        b->p = gdn_realloc(b->p, cap);
+        b->cap = cap;
     }
-    return true;
+    memcpy(b->p + b->n, data, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+// ---- loading ------------------------------------------------------------------------------
+
+static const char *EOT_NAMES[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
+
+static void set_specials(gdn_tokenizer *t, const tok_special *list, size_t n) {
+    t->specials = list;
+    t->n_specials = n;
+    for (size_t i = 0; i < n; i++) {
+        if (list[i].len == 0) continue;
+        t->first[1][(unsigned char)list[i].text[0]] = true;
+        if (!list[i].special) t->first[0][(unsigned char)list[i].text[0]] = true;
+        t->n_plain += !list[i].special;
+    }
+}
+
+gdn_tokenizer *tok_load_blob(const char *kind, const void *blob, size_t n, const char *what,
+                             char *err, size_t errlen) {
+    if (!what) what = "tokenizer";
+    if (!kind || (strcmp(kind, "bytes") && strcmp(kind, "bpe") && strcmp(kind, "spm"))) {
+        snprintf(err, errlen, "%s: tokenizer kind \"%s\" is not known (bytes, bpe or spm)", what,
+                 kind ? kind : "(null)");
+        return NULL;
+    }
+    if (strcmp(kind, "bytes") && n == 0) {
+        snprintf(err, errlen, "%s: the %s tokenizer's stored blob is empty", what, kind);
+        return NULL;
+    }
+    gdn_tokenizer *t = gdn_malloc(sizeof *t);
+    snprintf(t->kind, sizeof t->kind, "%s", kind);
+    t->eot = -1;
+    const tok_special *list = NULL;
+    size_t ns = 0;
+    if (!strcmp(kind, "bytes")) {
+        t->vocab = 256;
+        return t;
+    }
+    if (!strcmp(kind, "bpe")) {
+        t->bpe = bpe_load_json(blob, n, what, err, errlen);
+        if (!t->bpe) goto fail;
+        t->vocab = bpe_vocab_size(t->bpe);
+        bpe_specials(t->bpe, &list, &ns);
+    } else {
+        t->spm = spm_load(blob, n, what, err, errlen);
+        if (!t->spm) goto fail;
+        t->vocab = spm_vocab_size(t->spm);
+        t->eot = spm_eos(t->spm);
+        spm_specials(t->spm, &list, &ns);
+    }
+    set_specials(t, list, ns);
+    if (t->eot < 0)
+        for (size_t i = 0; i < sizeof EOT_NAMES / sizeof *EOT_NAMES && t->eot < 0; i++)
+            t->eot = tok_special_id(t, EOT_NAMES[i]);
+    t->blob = gdn_malloc(n + 1);
+    memcpy(t->blob, blob, n);
+    t->blob_n = n;
+    return t;
+fail:
+    free(t);
+    return NULL;
 }
 
 // Whole file into a malloc'd NUL-terminated buffer.
-static bool read_file(const char *path, char **data, size_t *n, char *err, size_t errlen) {
+static char *read_whole(const char *path, size_t *n, char *err, size_t errlen) {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return false;
+        snprintf(err, errlen, "tokenizer %s: cannot open: %s", path, strerror(errno));
+        return NULL;
     }
     size_t cap = 1 << 16, len = 0;
     char *buf = gdn_malloc(cap + 1);
     for (;;) {
-        size_t got = fread(buf + len, 1, cap - len, fp);
-        len += got;
+        len += fread(buf + len, 1, cap - len, fp);
         if (len < cap) break;
         cap *= 2;
         buf = gdn_realloc(buf, cap + 1);
     }
-    bool bad = ferror(fp);
+    bool bad = ferror(fp) != 0;
     if (fclose(fp) != 0 || bad) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "tokenizer %s: cannot read: %s", path, strerror(errno));
         free(buf);
-        return false;
+        return NULL;
     }
     buf[len] = 0;
-    *data = buf;
     *n = len;
-    return true;
+    return buf;
 }
 
-// Run argv (argv[0] found through PATH) with stdin <- in, stdout -> out, stderr -> log.
-// False + message when the program is missing, cannot start, or exits non-zero (the message
-// then carries the end of its stderr).
-static bool run_tool(char *const argv[], const char *in, const char *out, const char *log,
-                     char *err, size_t errlen) {
-    posix_spawn_file_actions_t fa;
-    int rc = posix_spawn_file_actions_init(&fa);
-    if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
-    if (rc == 0)
-        rc = posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (rc == 0)
-        rc = posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (rc != 0) gdn_die("posix_spawn_file_actions setup failed: %s", strerror(rc));
-    pid_t pid;
-    rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    int rc2 = posix_spawn_file_actions_destroy(&fa);
-    if (rc2 != 0) gdn_die("posix_spawn_file_actions_destroy failed: %s", strerror(rc2));
-    if (rc == ENOENT) {
-        snprintf(err, errlen, "%s not found: apt-get install sentencepiece", argv[0]);
-        return false;
+// Whether the JSON text has a key "model" whose value is an object (a tokenizer.json; a
+// vocab.json's values are numbers).
+static bool has_model_object(const char *json) {
+    for (const char *p = strstr(json, "\"model\""); p; p = strstr(p + 1, "\"model\"")) {
+        const char *q = p + 7;
+        while (isspace((unsigned char)*q)) q++;
+        if (*q++ != ':') continue;
+        while (isspace((unsigned char)*q)) q++;
+        if (*q == '{') return true;
     }
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot start %s: %s", argv[0], strerror(rc));
-        return false;
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR) gdn_die("waitpid(%s) failed: %s", argv[0], strerror(errno));
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
-        snprintf(err, errlen, "%s not found: apt-get install sentencepiece", argv[0]);
-        return false;
-    }
-    char *msg = NULL;
-    size_t mlen = 0;
-    char ignore[64];
-    if (!read_file(log, &msg, &mlen, ignore, sizeof ignore)) msg = NULL;
-    const char *tail = msg ? msg : "";
-    while (mlen > 0 && (msg[mlen - 1] == '\n' || msg[mlen - 1] == '\r')) msg[--mlen] = 0;
-    if (mlen > 300) tail = msg + mlen - 300;
-    if (WIFEXITED(status))
-        snprintf(err, errlen, "%s failed (exit status %d): %s", argv[0], WEXITSTATUS(status), tail);
-    else
-        snprintf(err, errlen, "%s killed by signal %d", argv[0],
-                 WIFSIGNALED(status) ? WTERMSIG(status) : -1);
-    free(msg);
     return false;
 }
 
-// ---- SentencePiece ------------------------------------------------------------------------
-
-static bool spm_model_arg(const char *model, char *arg, size_t arglen, char *err, size_t errlen) {
-    struct stat st;
-    if (!model[0]) {
-        snprintf(err, errlen,
-                 "tokenizer \"spm:\" names no model file (expected spm:<path to .model>)");
-        return false;
+// A JSON object with a "model" key is a tokenizer.json; one without is a vocab.json (its
+// merges.txt beside it). Anything that does not start with '{' is taken for a SentencePiece
+// model.
+gdn_tokenizer *tok_load(const char *spec, char *err, size_t errlen) {
+    if (!spec || !spec[0]) {
+        snprintf(err, errlen, "tokenizer: no name given (bytes, a tokenizer.json, a vocab.json or "
+                 "a SentencePiece .model)");
+        return NULL;
     }
-    errno = 0;
-    if (stat(model, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "SentencePiece model %s cannot be read: %s", model,
-                 errno ? strerror(errno) : "not a regular file");
-        return false;
-    }
-    if (snprintf(arg, arglen, "--model=%s", model) >= (int)arglen) {
-        snprintf(err, errlen, "SentencePiece model path too long: %.200s...", model);
-        return false;
-    }
-    return true;
-}
-
-// V = number of pieces in the model (one line each in spm_export_vocab's output).
-static bool spm_pieces(const char *model, spm_tmp *t, int *V, char *err, size_t errlen) {
-    char marg[700];
-    if (!spm_model_arg(model, marg, sizeof marg, err, errlen)) return false;
-    char *argv[] = {"spm_export_vocab", marg, NULL};
-    if (!write_file(t->in, "", 0, err, errlen)) return false;
-    if (!run_tool(argv, t->in, t->out, t->log, err, errlen)) return false;
-    char *txt;
+    if (!strcmp(spec, "bytes")) return tok_load_blob("bytes", NULL, 0, spec, err, errlen);
     size_t n;
-    if (!read_file(t->out, &txt, &n, err, errlen)) return false;
-    long lines = 0;
-    for (size_t i = 0; i < n; i++) lines += txt[i] == '\n';
-    free(txt);
-    if (lines < 1 || lines >= (1 << 24)) {
-        snprintf(err, errlen, "SentencePiece model %s: spm_export_vocab listed %ld pieces", model,
-                 lines);
-        return false;
+    char *data = read_whole(spec, &n, err, errlen);
+    if (!data) return NULL;
+    size_t i = 0;
+    while (i < n && isspace((unsigned char)data[i])) i++;
+    gdn_tokenizer *t = NULL;
+    if (i == n) {
+        snprintf(err, errlen, "tokenizer %s: the file is empty", spec);
+    } else if (data[i] != '{') {
+        t = tok_load_blob("spm", data, n, spec, err, errlen);
+    } else if (has_model_object(data)) {
+        t = tok_load_blob("bpe", data, n, spec, err, errlen);
+    } else {
+        // vocab.json: its merges beside it, "<prefix>vocab.json" -> "<prefix>merges.txt"
+        // (vocab.json -> merges.txt, gpt2-vocab.json -> gpt2-merges.txt), else merges.txt
+        char merges[4096];
+        const char *slash = strrchr(spec, '/');
+        size_t sl = strlen(spec);
+        int keep = slash ? (int)(slash - spec + 1) : 0;
+        if (sl >= 10 && !strcmp(spec + sl - 10, "vocab.json")) keep = (int)(sl - 10);
+        if (snprintf(merges, sizeof merges, "%.*smerges.txt", keep, spec) >= (int)sizeof merges) {
+            snprintf(err, errlen, "tokenizer %s: path too long", spec);
+        } else {
+            size_t jn;
+            char *json = bpe_json_from_files(spec, merges, &jn, err, errlen);
+            if (json) t = tok_load_blob("bpe", json, jn, spec, err, errlen);
+            free(json);
+        }
     }
-    *V = (int)lines;
+    free(data);
+    return t;
+}
+
+void tok_free(gdn_tokenizer *t) {
+    if (!t) return;
+    if (t->bpe) bpe_free(t->bpe);
+    if (t->spm) spm_free(t->spm);
+    free(t->blob);
+    free(t);
+}
+
+const char *tok_kind(const gdn_tokenizer *t) { return t->kind; }
+void tok_blob(const gdn_tokenizer *t, const void **blob, size_t *n) {
+    *blob = t->blob;
+    *n = t->blob_n;
+}
+int tok_vocab_size(const gdn_tokenizer *t) { return t->vocab; }
+int tok_eot(const gdn_tokenizer *t) { return t->eot; }
+
+int tok_special_id(const gdn_tokenizer *t, const char *text) {
+    size_t len = strlen(text);
+    for (size_t i = 0; i < t->n_specials; i++)
+        if (t->specials[i].len == len && !memcmp(t->specials[i].text, text, len))
+            return (int)t->specials[i].id;
+    return -1;
+}
+
+// ---- encode / decode ----------------------------------------------------------------------
+
+static bool encode_plain(const gdn_tokenizer *t, const char *text, size_t len, tok_ids *out,
+                         char *err, size_t errlen) {
+    if (len == 0) return true;
+    if (t->bpe) return bpe_encode(t->bpe, text, len, out, err, errlen);
+    if (t->spm) return spm_encode(t->spm, text, len, out, err, errlen);
+    bytes_encode(text, len, out);
     return true;
 }
 
-static bool spm_encode_text(const char *model, const char *text, size_t len, uint32_t **ids,
-                            size_t *n, char *err, size_t errlen) {
-    spm_tmp t;
-    if (!tmp_init(&t, err, errlen)) return false;
-    bool ok = false;
-    char *out = NULL, marg[700];
-    uint32_t *v = NULL;
-    int V;
-    if (!spm_model_arg(model, marg, sizeof marg, err, errlen)) goto done;
-    // k lines in = k lines out: the text plus a final newline, so a trailing "\n" in the text
-    // leaves an empty last line (encoded as nothing) after its newline id
-    size_t k = 1;
-    for (size_t i = 0; i < len; i++) k += text[i] == '\n';
-    {
-        FILE *fp = fopen(t.in, "wb");
-        if (!fp || fwrite(text, 1, len, fp) != len || fputc('\n', fp) == EOF || fclose(fp) != 0) {
-            snprintf(err, errlen, "cannot write temporary file %s: %s", t.in, strerror(errno));
-            goto done;
-        }
+// The longest added token (special ones only when `specials`) that starts at text[0], or NULL.
+static const tok_special *special_at(const gdn_tokenizer *t, const char *text, size_t len,
+                                     bool specials) {
+    const tok_special *best = NULL;
+    for (size_t i = 0; i < t->n_specials; i++) {
+        const tok_special *s = &t->specials[i];
+        if ((specials || !s->special) && s->len > 0 && s->len <= len &&
+            (!best || s->len > best->len) &&
+            !memcmp(s->text, text, s->len))
+            best = s;
     }
-    char *argv[] = {"spm_encode", marg, "--output_format=id", NULL};
-    if (!run_tool(argv, t.in, t.out, t.log, err, errlen)) goto done;
-    size_t olen;
-    if (!read_file(t.out, &out, &olen, err, errlen)) goto done;
-    if (!spm_pieces(model, &t, &V, err, errlen)) goto done; // reuses in/out/log: after the read
-    // ids + one newline id per line break: at most olen / 2 + k
-    size_t cap = olen / 2 + k + 1, cnt = 0, line = 0;
-    v = gdn_malloc(sizeof(uint32_t) * cap);
-    for (char *p = out; *p;) {
-        if (*p == '\n') {
-            if (++line < k) v[cnt++] = (uint32_t)V;
-            p++;
-        } else if (*p == ' ') {
-            p++;
-        } else {
-            char *end;
-            errno = 0;
-            unsigned long id = strtoul(p, &end, 10);
-            if (end == p || errno || id >= (unsigned long)V) {
-                snprintf(err, errlen,
-                         "spm_encode (model %s) printed an unexpected id near \"%.20s\"", model, p);
-                goto done;
-            }
-            v[cnt++] = (uint32_t)id;
-            p = end;
-        }
-    }
-    if (line != k) {
-        snprintf(err, errlen, "spm_encode (model %s) returned %zu lines for %zu input lines", model,
-                 line, k);
-        goto done;
-    }
-    *ids = v;
-    *n = cnt;
-    v = NULL;
-    ok = true;
-done:
-    free(v);
-    free(out);
-    tmp_free(&t);
-    return ok;
+    return best;
 }
 
-static bool spm_decode_ids(const char *model, const int32_t *ids, size_t n, char **text, char *err,
-                           size_t errlen) {
-    spm_tmp t;
-    if (!tmp_init(&t, err, errlen)) return false;
-    bool ok = false;
-    char *out = NULL, marg[700];
-    FILE *fp = NULL;
-    int V;
-    if (!spm_pieces(model, &t, &V, err, errlen)) goto done;
-    if (!spm_model_arg(model, marg, sizeof marg, err, errlen)) goto done;
-    size_t k = 1;
-    for (size_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] > V) {
-            snprintf(err, errlen, "spm:%s: id %d at position %zu is outside [0, %d]", model, ids[i],
-                     i, V);
-            goto done;
-        }
-        k += ids[i] == V;
+bool tok_encode(const gdn_tokenizer *t, const char *text, size_t len, bool specials,
+                tok_ids *out, char *err, size_t errlen) {
+    if (specials ? t->n_specials == 0 : t->n_plain == 0)
+        return encode_plain(t, text, len, out, err, errlen);
+    size_t start = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!t->first[specials][(unsigned char)text[i]]) continue;
+        const tok_special *s = special_at(t, text + i, len - i, specials);
+        if (!s) continue;
+        if (!encode_plain(t, text + start, i - start, out, err, errlen)) return false;
+        tok_ids_push(out, s->id);
+        i += s->len - 1;
+        start = i + 1;
     }
-    // one line of ids per text line
-    fp = fopen(t.in, "wb");
-    if (!fp) goto werr;
-    for (size_t i = 0; i < n; i++) {
-        int r = ids[i] == V ? fputc('\n', fp)
-                            : fprintf(fp, "%s%d", (i > 0 && ids[i - 1] != V) ? " " : "", ids[i]);
-        if (r < 0) goto werr;
-    }
-    if (fputc('\n', fp) == EOF) goto werr;
-    int rc = fclose(fp);
-    fp = NULL;
-    if (rc != 0) goto werr;
-    char *argv[] = {"spm_decode", marg, "--input_format=id", NULL};
-    if (!run_tool(argv, t.in, t.out, t.log, err, errlen)) goto done;
-    size_t olen;
-    if (!read_file(t.out, &out, &olen, err, errlen)) goto done;
-    size_t lines = 0;
-    for (size_t i = 0; i < olen; i++) lines += out[i] == '\n';
-    if (lines != k || olen == 0 || out[olen - 1] != '\n') {
-        snprintf(err, errlen, "spm_decode (model %s) returned %zu lines for %zu input lines", model,
-                 lines, k);
-        goto done;
-    }
-    out[olen - 1] = 0; // the newline after the last line is ours, not the text's
-    *text = out;
-    out = NULL;
-    ok = true;
-    goto done;
-werr:
-    snprintf(err, errlen, "cannot write temporary file %s: %s", t.in, strerror(errno));
-done:
-    if (fp) fclose(fp);
-    free(out);
-    tmp_free(&t);
-    return ok;
+    return encode_plain(t, text + start, len - start, out, err, errlen);
 }
 
-// ---- public -------------------------------------------------------------------------------
-
-static bool unknown_tokenizer(const char *tokenizer, char *err, size_t errlen) {
-    snprintf(err, errlen, "unknown tokenizer \"%s\" (expected \"bytes\" or \"spm:<model file>\")",
-             tokenizer);
-    return false;
-}
-
-bool tokenizer_vocab_size(const char *tokenizer, int *vocab, char *err, size_t errlen) {
-    if (strcmp(tokenizer, "bytes") == 0) {
-        *vocab = 256;
-        return true;
+bool tok_decode(const gdn_tokenizer *t, const uint32_t *ids, size_t n, char **text, size_t *len,
+                char *err, size_t errlen) {
+    tok_bytes b = {0};
+    tok_bytes_append(&b, "", 0);
+    bool ok = t->bpe   ? bpe_decode(t->bpe, ids, n, &b, err, errlen)
+              : t->spm ? spm_decode(t->spm, ids, n, &b, err, errlen)
+                       : bytes_decode(ids, n, &b, err, errlen);
+    if (!ok) {
+        free(b.p);
+        return false;
     }
-    if (strncmp(tokenizer, "spm:", 4) != 0) return unknown_tokenizer(tokenizer, err, errlen);
-    spm_tmp t;
-    if (!tmp_init(&t, err, errlen)) return false;
-    int V;
-    bool ok = spm_pieces(tokenizer + 4, &t, &V, err, errlen);
-    tmp_free(&t);
-    if (ok) *vocab = V + 1;
-    return ok;
-}
-
-bool tokenizer_encode(const char *tokenizer, const char *text, size_t len, uint32_t **ids,
-                      size_t *n, char *err, size_t errlen) {
-    if (strcmp(tokenizer, "bytes") == 0) {
-        uint32_t *v = gdn_malloc(sizeof(uint32_t) * len);
-        for (size_t i = 0; i < len; i++) v[i] = (unsigned char)text[i];
-        *ids = v;
-        *n = len;
-        return true;
-    }
-    if (strncmp(tokenizer, "spm:", 4) == 0)
-        return spm_encode_text(tokenizer + 4, text, len, ids, n, err, errlen);
-    return unknown_tokenizer(tokenizer, err, errlen);
-}
-
-bool tokenizer_decode(const char *tokenizer, const int32_t *ids, size_t n, char **text, char *err,
-                      size_t errlen) {
-    if (strcmp(tokenizer, "bytes") == 0) {
-        char *s = gdn_malloc(n + 1);
-        for (size_t i = 0; i < n; i++) {
-            if (ids[i] < 0 || ids[i] > 255) {
-                snprintf(err, errlen, "bytes tokenizer: id %d at position %zu is outside [0, 256)",
-                         ids[i], i);
-                free(s);
-                return false;
-            }
-            s[i] = (char)ids[i];
-        }
-        s[n] = 0;
-        *text = s;
-        return true;
-    }
-    if (strncmp(tokenizer, "spm:", 4) == 0)
-        return spm_decode_ids(tokenizer + 4, ids, n, text, err, errlen);
-    return unknown_tokenizer(tokenizer, err, errlen);
+    *text = b.p;
+    *len = b.n;
+    return true;
 }

@@ -5,7 +5,8 @@
 // (SentencePiece through libsentencepiece). A tokenizer serialises to a blob (kind + bytes: the
 // tokenizer.json text, the .model file's bytes, nothing for bytes) that token files and
 // checkpoints store, so that sampling and evaluation decode with exactly the tokenizer the data
-// was made with. A loaded tokenizer is immutable: tok_encode / tok_decode may run on one
+// was made with. SentencePiece never sees a newline: "\n" is the id V = pieces, vocabulary
+// V + 1 (docs/tokenizers.md has the encode rules of every kind). A loaded tokenizer is immutable: tok_encode / tok_decode may run on one
 // tokenizer from many threads at once.
 #pragma once
 #ifdef __cplusplus
