@@ -250,11 +250,11 @@ struct ops {
         cuda_linear_bwd(DT, dx, (float *)dW, dy, x, W, N, in, out, acc, STREAM);
     }
     static void conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K) {
-        cuda_conv1d_fwd(DT, y, x, w, B, T, C, K, STREAM);
+        cuda_conv1d_fwd(DT, y, x, w, B, T, C, K, NULL, STREAM);
     }
     static void conv1d_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
                            int B, int T, int C, int K) {
-        cuda_conv1d_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, STREAM);
+        cuda_conv1d_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, NULL, STREAM);
     }
     static void silu_fwd(void *y, const void *x, size_t n) { cuda_silu_fwd(DT, y, x, n, STREAM); }
     static void silu_bwd(void *dx, const void *dy, const void *x, size_t n) {
@@ -262,28 +262,28 @@ struct ops {
     }
     static void conv_silu_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K,
                               size_t ld) {
-        cuda_conv_silu_fwd(DT, y, x, w, B, T, C, K, ld, STREAM);
+        cuda_conv_silu_fwd(DT, y, x, w, B, T, C, K, ld, NULL, STREAM);
     }
     static void conv_silu_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
                               int B, int T, int C, int K, size_t ld) {
-        cuda_conv_silu_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, ld, STREAM);
+        cuda_conv_silu_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, ld, NULL, STREAM);
     }
     static void conv_silu3_fwd(void *y0, void *y1, void *y2, const void *x, const void *w, int B,
                                int T, int C0, int C1, int C2, int K, size_t ld) {
-        cuda_conv_silu3_fwd(DT, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, STREAM);
+        cuda_conv_silu3_fwd(DT, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, NULL, STREAM);
     }
     static void conv_silu3_bwd(void *dx, void *dw, const void *dy0, const void *dy1,
                                const void *dy2, const void *x, const void *w, int B, int T, int C0,
                                int C1, int C2, int K, size_t ld) {
         cuda_conv_silu3_bwd(DT, dx, (float *)dw, dy0, dy1, dy2, x, w, B, T, C0, C1, C2, K, ld,
-                            STREAM);
+                            NULL, STREAM);
     }
     static void conv_silu3_l2_fwd(void *y0, void *y1, void *y2, void *rn0, void *rn1,
                                   const void *x, const void *w, int B, int T, int C0, int C1,
                                   int C2, int K, size_t ld, int nd, double eps, double s0,
                                   double s1) {
         cuda_conv_silu3_l2_fwd(DT, y0, y1, y2, (float *)rn0, (float *)rn1, x, w, B, T, C0, C1, C2,
-                               K, ld, nd, eps, s0, s1, STREAM);
+                               K, ld, nd, eps, s0, s1, NULL, STREAM);
     }
     static void l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                            double scale) {
@@ -379,10 +379,10 @@ struct ops {
         cuda_dropout_bwd(DT, dx, dy, n, p, seed, STREAM);
     }
     static void rope_fwd(void *y, const void *x, int B, int T, int H, int D, double base) {
-        cuda_rope_fwd(DT, y, x, B, T, H, D, base, STREAM);
+        cuda_rope_fwd(DT, y, x, B, T, H, D, base, NULL, STREAM);
     }
     static void rope_bwd(void *dx, const void *dy, int B, int T, int H, int D, double base) {
-        cuda_rope_bwd(DT, dx, dy, B, T, H, D, base, STREAM);
+        cuda_rope_bwd(DT, dx, dy, B, T, H, D, base, NULL, STREAM);
     }
     static attn_params attn(const void *q, const void *k, const void *v, int B, int T, int H,
                             int D, int window, double scale) {
