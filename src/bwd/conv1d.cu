@@ -223,6 +223,18 @@ __device__ __forceinline__ void conv_dx_token(float (&acc)[W], const float (&wr)
         for (int j = 0; j < K; j++) acc[i] += wr[j][i] * dpw[K - 1 - j][i];
     }
 }
+// The same where only d_pre[s + m], m < n, count (the tokens of s's document; n >= K: all):
+// the others are zeros added in the same order.
+template <int W, int K>
+__device__ __forceinline__ void conv_dx_token_doc(float (&acc)[W], const float (&wr)[K][W], const float (&dpw)[K][W],
+                                                  int n) {
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        acc[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < K; j++) acc[i] += wr[j][i] * (K - 1 - j < n ? dpw[K - 1 - j][i] : 0.f);
+    }
+}
 
 constexpr int CONV_SILU_KMAX = 4;  // taps of the tiled kernel
 constexpr int CONV_SILU_W = 2;     // channels per thread (4-byte loads in bf16, 8 in fp32)
@@ -434,9 +446,10 @@ template <typename T, int K> constexpr size_t conv_ring_bytes() {  // [warp][slo
 template <typename T, int K> constexpr size_t conv_ring_smem() {  // + [warp][j W + i][lane] group sums
     return conv_ring_bytes<T, K>() + (size_t)RING_WARPS * K * 4 * 32 * sizeof(float);
 }
-// DOC: with p.doc's document starts (header): lw[m] is the start of the document of token
-// t - (K-1) + m (of the x and d_pre windows), x taps before the token's start and d_pre terms of
-// tokens whose document starts after s read 0.
+// DOC: with p.doc's document starts (header): x taps before the token's start read 0, and dx[s]
+// takes d_pre[s + m] for m < n only, n the first m >= 1 whose token starts a document (tokens
+// past T count as starts: their d_pre is 0 either way); bit m of `starts` marks token
+// t - (K-1) + m of the window.
 template <typename T, int K, bool DOC>
 __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
     conv_silu_bwd_ring_kernel(const conv_silu_bwd_params<T> p, int ncolg, int S) {
@@ -510,9 +523,7 @@ __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
             for (int q = 0; q < D - 1; q++) stage(q);
             cp_async_wait<D - 1>();
             float xw[K][W], dpw[K][W], aw[K][W];  // x and d_pre windows; the tile's dw sums
-            int lw[K];  // DOC: document starts of the windows' tokens (0 before t = 0: d_pre is 0 there)
-#pragma unroll
-            for (int m = 0; m < K; m++) lw[m] = 0;
+            unsigned starts = 0;  // DOC: the window's document starts (none before the run: d_pre is 0 there)
 #pragma unroll
             for (int m = 0; m < K - 1; m++) {
                 unpack<T, W>(ld_pack<T, W>(slot(D + m, 0)), xw[m]);
@@ -527,18 +538,22 @@ __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
                 unpack<T, W>(ld_pack<T, W>(slot(sl, 0)), xw[K - 1]);
                 unpack<T, W>(ld_pack<T, W>(slot(sl, 1)), g);
                 stage((sl + D - 1) % D);  // row q + D - 1 into row q - 1's slot
-                // DOC: taps j < j0 are before the token's document start (t >= T: any start, d_pre is 0)
-                int j0 = 0;
                 if constexpr (DOC) {
-                    lw[K - 1] = t < T_ ? p.doc[bt + t] : t;
-                    j0 = lw[K - 1] - (t - (K - 1));
+                    // x before the token's document start lo is 0: zeroed in the window itself (every
+                    // later token's start is >= lo; t >= T: any start, d_pre is 0)
+                    const int lo = t < T_ ? p.doc[bt + t] : t, j0 = lo - (t - (K - 1));
+#pragma unroll
+                    for (int j = 0; j < K - 1; j++)
+#pragma unroll
+                        for (int i = 0; i < W; i++) xw[j][i] = j < j0 ? 0.f : xw[j][i];
+                    starts |= (unsigned)(lo == t) << (K - 1);
                 }
                 float pre[W];
 #pragma unroll
                 for (int i = 0; i < W; i++) {
                     pre[i] = 0.f;
 #pragma unroll
-                    for (int j = 0; j < K; j++) pre[i] += wr[j][i] * (!DOC || j >= j0 ? xw[j][i] : 0.f);
+                    for (int j = 0; j < K; j++) pre[i] += wr[j][i] * xw[j][i];
                 }
                 if (t < T_)  // one branch for the pack (warp-uniform: a warp's lanes share t)
 #pragma unroll
@@ -550,32 +565,25 @@ __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
 #pragma unroll
                     for (int j = 0; j < K; j++)
 #pragma unroll
-                        for (int i = 0; i < W; i++) aw[j][i] += dpw[K - 1][i] * (!DOC || j >= j0 ? xw[j][i] : 0.f);
+                        for (int i = 0; i < W; i++) aw[j][i] += dpw[K - 1][i] * xw[j][i];
                 const int s = t - (K - 1);  // dx[s] = sum_j w[j] d_pre[s+K-1-j]
                 if (q >= K - 1 && s < T_) {
                     float acc[W];
-                    if constexpr (DOC) {  // d_pre of token s + m counts where its document starts <= s
-                        float dm[K][W];
-#pragma unroll
-                        for (int m = 0; m < K; m++)
-#pragma unroll
-                            for (int i = 0; i < W; i++) dm[m][i] = lw[m] <= s ? dpw[m][i] : 0.f;
-                        conv_dx_token<W, K>(acc, wr, dm);
-                    } else {
+                    if constexpr (DOC)
+                        conv_dx_token_doc<W, K>(acc, wr, dpw, starts >> 1 ? __ffs((int)(starts >> 1)) : K);
+                    else
                         conv_dx_token<W, K>(acc, wr, dpw);
-                    }
                     st_pack4(p.dx + dxo, acc);
                 }
                 dxo += (long long)ld;
+                if constexpr (DOC) starts >>= 1;
 #pragma unroll
-                for (int m = 0; m < K - 1; m++) {
-                    if constexpr (DOC) lw[m] = lw[m + 1];
+                for (int m = 0; m < K - 1; m++)
 #pragma unroll
                     for (int i = 0; i < W; i++) {
                         xw[m][i] = xw[m + 1][i];
                         dpw[m][i] = dpw[m + 1][i];
                     }
-                }
             };
             for (int k = 0; k < nt; k++) {
 #pragma unroll
