@@ -85,13 +85,13 @@ int main() {
         const int B = sh[0], T = sh[1];
         char shape[32];
         snprintf(shape, sizeof shape, "B%d_T%d", B, T);
-        auto fwd = [&]() { cuda_conv_silu3_fwd(CUDA_BF16, y[0], y[1], y[2], x, w, B, T, C0, C1, C2, K, ld, 0); };
+        auto fwd = [&]() { cuda_conv_silu3_fwd(CUDA_BF16, y[0], y[1], y[2], x, w, B, T, C0, C1, C2, K, ld, NULL, 0); };
         auto l2 = [&]() {
             cuda_conv_silu3_l2_fwd(CUDA_BF16, y[0], y[1], y[2], rn0, rn1, x, w, B, T, C0, C1, C2, K, ld, nd, eps, s0,
-                                   s1, 0);
+                                   s1, NULL, 0);
         };
         auto bwd = [&]() {
-            cuda_conv_silu3_bwd(CUDA_BF16, dx, dw, dy[0], dy[1], dy[2], x, w, B, T, C0, C1, C2, K, ld, 0);
+            cuda_conv_silu3_bwd(CUDA_BF16, dx, dw, dy[0], dy[1], dy[2], x, w, B, T, C0, C1, C2, K, ld, NULL, 0);
         };
         struct {
             const char *name;

@@ -32,6 +32,13 @@
 // (attention_bwd_dkdv_wgmma_kernel, attention_bwd_dq_wgmma_kernel). A pass whose wgmma kernel
 // cannot run (no tensor map, too few registers for setmaxnreg) runs its mma.sync kernel above.
 // fp32: the same passes with one warp per row and plain fp32 FMA (slower; for checks).
+// Document starts (attn_params.doc_start; the bf16 kernels' DOC instances): p_ij = 0 for j < s_i
+// as well. dQ pass: the forward's walk (lower end max(q0 - W + 1, s_q0), straddle where a block
+// begins before the tile's last start). dK/dV pass: the query tiles that see key block [k0, kl]
+// are those whose first row's start is <= kl (starts are non-decreasing: a prefix of the tiles
+// the window allows, counted by one __syncthreads_count per 256 / 384 tiles before the walk); a
+// tile straddles where k0 is before its last row's start, and the starts of its rows sit in
+// shared memory next to lse and D.
 #include "../core/cuda_check.h"
 #include "../cuda/attention.cuh"
 #include "../fwd/attention_testing.h"
@@ -51,12 +58,32 @@ struct bwd_kparams {
     const float *lse, *Dd;  // (B,H,T): forward lse (natural log), D_i = dO_i . o_i
     __nv_bfloat16 *dq, *dk, *dv;
     float *dqacc;  // (B,T,H,D) fp32, zeroed; nondeterministic mode only (pass 1 with DQA)
+    const int32_t *doc;  // NULL, or (B*T) document starts (DOC kernels)
 };
 
-// K, V, 2x(Q, dO), 2x(lse, D); with DQA also dS^T (BKV, BQ) bf16
-template <int D, bool DQA>
+// DOC: the start of query i's document (i clamped to the last row: rows past T get p = 0).
+__device__ __forceinline__ int attn_doc_start(const int32_t *doc, int b, int T, int i) {
+    return doc[(size_t)b * T + min(i, T - 1)];
+}
+// DOC, dK/dV passes: the last query tile (of BQ rows, tiles m_lo .. m_hi) that sees a key <= kl,
+// i.e. the last whose first row's document starts at or before kl (a prefix of the tiles, m_lo's
+// always: its first row is <= k0 <= kl). All NT threads of the block call it (a barrier each
+// NT tiles).
+template <int NT>
+__device__ __forceinline__ int attn_doc_last_tile(const int32_t *doc, int b, int T, int BQ, int m_lo, int m_hi, int kl) {
+    const int32_t *dr = doc + (size_t)b * T;
+    int n = 0;
+    for (int m0 = m_lo; m0 <= m_hi; m0 += NT) {
+        const int m = m0 + (int)threadIdx.x;
+        n += __syncthreads_count(m <= m_hi && dr[(size_t)m * BQ] <= kl);
+    }
+    return m_lo + n - 1;
+}
+
+// K, V, 2x(Q, dO), 2x(lse, D); with DQA also dS^T (BKV, BQ) bf16; with DOC 2x the rows' starts
+template <int D, bool DQA, bool DOC = false>
 constexpr int kv_smem_bytes() {
-    return (2 * KV_BK * D + 4 * KV_BQ * D) * 2 + 4 * KV_BQ * 4 + (DQA ? KV_BK * KV_BQ * 2 : 0);
+    return (2 * KV_BK * D + 4 * KV_BQ * D) * 2 + 4 * KV_BQ * 4 + (DQA ? KV_BK * KV_BQ * 2 : 0) + (DOC ? 2 * KV_BQ * 4 : 0);
 }
 template <int D>
 constexpr int dq_smem_bytes() {
@@ -109,7 +136,7 @@ __device__ __forceinline__ void attn_red_add2(float *a, float x0, float x1) {
 
 // ---- pass 1 (bf16): dK, dV of one key block; grid (ceil(T/BKV), H, B), heaviest (first) first.
 // DQA (nondeterministic mode): also dq += scale dS K into p.dqacc by atomics (see the top).
-template <int D, bool DQA>
+template <int D, bool DQA, bool DOC>
 __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const __grid_constant__ bwd_kparams p) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(smem_raw);  // (BKV, D)
@@ -120,6 +147,8 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
     float *Dss = lse2s + 2 * KV_BQ;                                    // 2 x BQ
     // DQA only: dS^T (BKV keys, BQ queries), rows swizzled as attn_swz<BQ>
     __nv_bfloat16 *dSs = reinterpret_cast<__nv_bfloat16 *>(Dss + 2 * KV_BQ);
+    // DOC only: 2 x BQ document starts of the query rows (rows >= T: T, masking every key)
+    int *Sds = reinterpret_cast<int *>(smem_raw + kv_smem_bytes<D, DQA>());
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
@@ -128,8 +157,13 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
     const int k0 = n * KV_BK;
     // query rows that see some key of [k0, k0 + BKV): k0 <= i <= k0 + BKV - 1 + W - 1
     const int i_hi = min(T - 1, k0 + KV_BK - 2 + W);
-    const int m_lo = k0 / KV_BQ, m_hi = i_hi / KV_BQ;
+    const int m_lo = k0 / KV_BQ;
+    int m_hi = i_hi / KV_BQ;
+    if constexpr (DOC) m_hi = attn_doc_last_tile<KV_THREADS>(p.doc, b, T, KV_BQ, m_lo, m_hi, min(k0 + KV_BK - 1, T - 1));
     const size_t sbase = ((size_t)b * H + h) * T;
+    auto load_starts = [&](int *dst, int q0) {
+        if (DOC && tid < KV_BQ) dst[tid] = q0 + tid < T ? p.doc[(size_t)b * T + q0 + tid] : T;
+    };
 
     attn_load_tile<KV_BK, D, KV_THREADS>(Ks, p.k, b, h, k0, T, H, tid);
     attn_load_tile<KV_BK, D, KV_THREADS>(Vs, p.v, b, h, k0, T, H, tid);
@@ -137,6 +171,7 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
     attn_load_tile<KV_BQ, D, KV_THREADS>(dOs, p.dO, b, h, m_lo * KV_BQ, T, H, tid);
     cp_async_commit();
     attn_load_rowstats(lse2s, Dss, p.lse, p.Dd, sbase, m_lo * KV_BQ, KV_BQ, T, tid);
+    load_starts(Sds, m_lo * KV_BQ);
 
     float dk[D / 8][4], dv[D / 8][4];  // rows (g, g+8) of this warp's 16 keys, cols dt*8 + 2t
 #pragma unroll
@@ -156,10 +191,12 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
             attn_load_tile<KV_BQ, D, KV_THREADS>(dOs + nb * KV_BQ * D, p.dO, b, h, (m + 1) * KV_BQ, T, H, tid);
             cp_async_commit();
             attn_load_rowstats(lse2s + nb * KV_BQ, Dss + nb * KV_BQ, p.lse, p.Dd, sbase, (m + 1) * KV_BQ, KV_BQ, T, tid);
+            load_starts(Sds + nb * KV_BQ, (m + 1) * KV_BQ);
         }
         const int cb = it & 1;
         const uint32_t qs_base = gdnk::smem_u32(Qs + cb * KV_BQ * D), dos_base = gdnk::smem_u32(dOs + cb * KV_BQ * D);
         const float *l2 = lse2s + cb * KV_BQ, *Dv = Dss + cb * KV_BQ;
+        const int *Sq = Sds + cb * KV_BQ;
         const int q0 = m * KV_BQ;
 
         // S^T = K Q^T, dP^T = V dO^T : (16 keys x BQ queries) per warp
@@ -188,7 +225,7 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
         }
 
         // P^T = 2^(s scale log2e - lse2), dS^T = P^T (dP^T - D); masked entries 0
-        const bool need_mask = (k0 + KV_BK - 1 > q0) || (k0 <= q0 + KV_BQ - 1 - W);
+        const bool need_mask = (k0 + KV_BK - 1 > q0) || (k0 <= q0 + KV_BQ - 1 - W) || (DOC && k0 < Sq[KV_BQ - 1]);
 #pragma unroll
         for (int nt = 0; nt < KV_BQ / 8; nt++)
 #pragma unroll
@@ -197,7 +234,7 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
                 float pv = attn_ex2(fmaf(st[nt][e], p.scale_log2, -l2[c]));
                 if (need_mask) {
                     const int j = k0 + wrow0 + g + ((e >> 1) << 3), i = q0 + c;
-                    if (j > i || j <= i - W) pv = 0.f;
+                    if (j > i || j <= i - W || (DOC && j < Sq[c])) pv = 0.f;
                 }
                 st[nt][e] = pv;
                 dpt[nt][e] = pv * (dpt[nt][e] - Dv[c]);
@@ -303,7 +340,7 @@ __global__ void __launch_bounds__(KV_THREADS, 1) attention_bwd_dkdv_kernel(const
 }
 
 // ---- pass 2 (bf16): dQ of one query block; grid (ceil(T/BQ), H, B), heaviest first ----------
-template <int D>
+template <int D, bool DOC>
 __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const __grid_constant__ bwd_kparams p) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(smem_raw);  // (BQ, D)
@@ -316,9 +353,14 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
     const int m = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int T = p.T, H = p.H, W = p.window;
     const int q0 = m * DQ_BQ;
-    const int j_hi = min(T - 1, q0 + DQ_BQ - 1), j_lo = max(0, q0 - W + 1);
+    const int j_hi = min(T - 1, q0 + DQ_BQ - 1);
+    const int j_lo = max(max(0, q0 - W + 1), DOC ? attn_doc_start(p.doc, b, T, q0) : 0);
     const int n_hi = j_hi / DQ_BK, n_lo = j_lo / DQ_BK;
     const int wrow0 = warp * 16;
+    // DOC: the tile's largest document start, this thread's rows' starts
+    const int s_hi = DOC ? attn_doc_start(p.doc, b, T, q0 + DQ_BQ - 1) : 0;
+    const int lo[2] = {DOC ? attn_doc_start(p.doc, b, T, q0 + wrow0 + g) : 0,
+                       DOC ? attn_doc_start(p.doc, b, T, q0 + wrow0 + g + 8) : 0};
 
     attn_load_tile<DQ_BQ, D, DQ_THREADS>(Qs, p.q, b, h, q0, T, H, tid);
     attn_load_tile<DQ_BQ, D, DQ_THREADS>(dOs, p.dO, b, h, q0, T, H, tid);
@@ -379,7 +421,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
         }
 
         // dS = P (dP - D), P recomputed from lse; masked entries 0
-        const bool need_mask = (k0 + DQ_BK - 1 > q0) || (k0 <= q0 + DQ_BQ - 1 - W);
+        const bool need_mask = (k0 + DQ_BK - 1 > q0) || (k0 <= q0 + DQ_BQ - 1 - W) || (DOC && k0 < s_hi);
 #pragma unroll
         for (int nt = 0; nt < DQ_BK / 8; nt++)
 #pragma unroll
@@ -388,7 +430,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attention_bwd_dq_kernel(const _
                 float pv = attn_ex2(fmaf(s[nt][e], p.scale_log2, -lse2[r]));
                 if (need_mask) {
                     const int i = q0 + wrow0 + g + 8 * r, j = k0 + nt * 8 + 2 * t4 + (e & 1);
-                    if (j > i || j <= i - W) pv = 0.f;
+                    if (j > i || j <= i - W || (DOC && j < lo[r])) pv = 0.f;
                 }
                 dp[nt][e] = pv * (dp[nt][e] - Drow[r]);
             }
@@ -525,19 +567,19 @@ __device__ __forceinline__ void bwd_wg_setup(int tid, uint32_t single, uint32_t 
 // NS stages of (Q, dO) tiles and of the (lse2, D) rows of their BQ queries, with DQA two dS tiles
 // (by iteration parity: a consumer writes dS of tile u + 1 while the other may still read dS of
 // tile u in its dQ product), mbarriers. The producer's warp fills a stage's rows (lse2 = lse *
-// log2 e, rows >= T: +inf and 0, as attn_load_rowstats) with plain stores; the stage's full
-// barrier counts its 32 lanes' arrivals after those stores (release) plus lane 0's
-// arrive.expect_tx for the TMA bytes: 33.
-template <int D, bool DQA>
+// log2 e, rows >= T: +inf and 0, as attn_load_rowstats; DOC: also the rows' document starts,
+// rows >= T: T) with plain stores; the stage's full barrier counts its 32 lanes' arrivals after
+// those stores (release) plus lane 0's arrive.expect_tx for the TMA bytes: 33.
+template <int D, bool DQA, bool DOC = false>
 constexpr int wkv_smem_bytes() {
     constexpr int NS = BWD_WG_STAGES;
     return (2 * WKV_BK * D + 2 * NS * wkv_bq<D>() * D + (DQA ? 2 * wkv_bq<D>() * WKV_BK : 0)) * 2 +
-           2 * NS * wkv_bq<D>() * 4 + 1024 + (1 + 2 * NS) * 8;
+           (DOC ? 3 : 2) * NS * wkv_bq<D>() * 4 + 1024 + (1 + 2 * NS) * 8;
 }
-static_assert(wkv_smem_bytes<128, true>() <= 227 * 1024 && wkv_smem_bytes<64, true>() <= 227 * 1024,
+static_assert(wkv_smem_bytes<128, true, true>() <= 227 * 1024 && wkv_smem_bytes<64, true, true>() <= 227 * 1024,
               "bwd wgmma: the dK/dV pass's stages exceed sm_90's 227 KiB");
 
-template <int D, bool DQA>
+template <int D, bool DQA, bool DOC>
 __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
     attention_bwd_dkdv_wgmma_kernel(const __grid_constant__ bwd_kparams p, const __grid_constant__ CUtensorMap tmq,
                                     const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
@@ -553,7 +595,8 @@ __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
     __nv_bfloat16 *dSs = dOs + NS * BQ * D;         // DQA: 2 x (BQ queries x BK keys), sw128<BQ>
     float *lse2s = reinterpret_cast<float *>(dSs + (DQA ? 2 * BQ * BK : 0));  // NS x BQ (log2 domain)
     float *Dss = lse2s + NS * BQ;                                              // NS x BQ
-    const uint32_t kv_full = gdnk::smem_u32(Dss + NS * BQ), full = kv_full + 8, empty = full + 8 * NS;
+    int *Sds = reinterpret_cast<int *>(Dss + NS * BQ);                         // DOC: NS x BQ starts
+    const uint32_t kv_full = gdnk::smem_u32(Sds + (DOC ? NS * BQ : 0)), full = kv_full + 8, empty = full + 8 * NS;
 
     const int tid = threadIdx.x, lane = tid & 31;
     const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -561,7 +604,9 @@ __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
     const int k0 = n * BK;
     // query rows that see some key of [k0, k0 + BK): k0 <= i <= k0 + BK - 1 + W - 1
     const int i_hi = min(T - 1, k0 + BK - 2 + W);
-    const int m_lo = k0 / BQ, m_hi = i_hi / BQ;
+    const int m_lo = k0 / BQ;
+    int m_hi = i_hi / BQ;
+    if constexpr (DOC) m_hi = attn_doc_last_tile<BWD_WG_THREADS>(p.doc, b, T, BQ, m_lo, m_hi, min(k0 + BK - 1, T - 1));
     const size_t sbase = ((size_t)b * H + h) * T;
 
     bwd_wg_setup(tid, kv_full, full, empty, 33, &tmq, &tmk, &tmv, &tmdo);  // the only CTA-wide barrier
@@ -600,6 +645,7 @@ __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
                     const int i = m * BQ + r;
                     lse2s[st * BQ + r] = i < T ? p.lse[sbase + i] * ATTN_LOG2E : INFINITY;
                     Dss[st * BQ + r] = i < T ? p.Dd[sbase + i] : 0.f;
+                    if constexpr (DOC) Sds[st * BQ + r] = i < T ? p.doc[(size_t)b * T + i] : T;
                 }
                 wgm::mbar_arrive(bar);  // release: this lane's rows are in shared memory
             }
@@ -623,6 +669,7 @@ __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
             wgm::mbar_wait(full + 8 * cb, (u / NS) & 1, wd_failed);
             const uint32_t qs = gdnk::smem_u32(Qs + cb * BQ * D), dos = gdnk::smem_u32(dOs + cb * BQ * D);
             const float *l2 = lse2s + cb * BQ, *Dq = Dss + cb * BQ;
+            const int *Sq = Sds + cb * BQ;
             const int q0 = m * BQ;
 
             // st[4 j + e] = S^T[key kw0 + 16 w + g + 8 (e >> 1)][query q0 + 8 j + 2 t4 + (e & 1)], dpt alike
@@ -643,7 +690,7 @@ __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
             wgm::wait<1>();
             wgm::fence_regs(st);
 
-            const bool need_mask = (kw0 + 63 > q0) || (kw0 <= q0 + BQ - 1 - W);
+            const bool need_mask = (kw0 + 63 > q0) || (kw0 <= q0 + BQ - 1 - W) || (DOC && kw0 < Sq[BQ - 1]);
 #pragma unroll
             for (int j = 0; j < BQ / 8; j++) {
                 const float2 lq = *reinterpret_cast<const float2 *>(l2 + 8 * j + 2 * t4);
@@ -652,7 +699,7 @@ __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
                     float pv = attn_ex2(fmaf(st[4 * j + e], c2, -((e & 1) ? lq.y : lq.x)));
                     if (need_mask) {
                         const int key = kw0 + 16 * w + g + 8 * (e >> 1), i = q0 + 8 * j + 2 * t4 + (e & 1);
-                        if (key > i || key <= i - W) pv = 0.f;
+                        if (key > i || key <= i - W || (DOC && key < Sq[8 * j + 2 * t4 + (e & 1)])) pv = 0.f;
                     }
                     st[4 * j + e] = pv;
                 }
@@ -780,7 +827,7 @@ constexpr int wdq_smem_bytes() {
 }
 static_assert(wdq_smem_bytes<128>() <= 227 * 1024, "bwd wgmma: the dQ pass's stages exceed sm_90's 227 KiB");
 
-template <int D>
+template <int D, bool DOC>
 __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
     attention_bwd_dq_wgmma_kernel(const __grid_constant__ bwd_kparams p, const __grid_constant__ CUtensorMap tmq,
                                   const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
@@ -800,7 +847,8 @@ __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
     const int m = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int T = p.T, H = p.H, W = p.window;
     const int q0 = m * BQ;
-    const int j_hi = min(T - 1, q0 + BQ - 1), j_lo = max(0, q0 - W + 1);
+    const int j_hi = min(T - 1, q0 + BQ - 1);
+    const int j_lo = max(max(0, q0 - W + 1), DOC ? attn_doc_start(p.doc, b, T, q0) : 0);
     const int n_hi = j_hi / BK, n_lo = j_lo / BK;
 
     bwd_wg_setup(tid, q_full, full, empty, 1, &tmq, &tmk, &tmv, &tmdo);  // the only CTA-wide barrier
@@ -844,13 +892,16 @@ __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
         const int wq0 = q0 + 64 * wg;  // first query row of this warpgroup
 
         float lse2[2], Drow[2];  // rows wq0 + 16 w + g, + 8
+        int lo[2];               // DOC: their document starts
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int i = wq0 + 16 * w + g + 8 * r;
             const size_t si = ((size_t)b * H + h) * T + i;
             lse2[r] = i < T ? p.lse[si] * ATTN_LOG2E : INFINITY;
             Drow[r] = i < T ? p.Dd[si] : 0.f;
+            lo[r] = DOC ? attn_doc_start(p.doc, b, T, i) : 0;
         }
+        const int s_hi = DOC ? attn_doc_start(p.doc, b, T, wq0 + 63) : 0;  // the warpgroup's largest start
         // dq[4 j + e]: row wq0 + 16 w + g + 8 (e >> 1), column 8 j + 2 t4 + (e & 1)
         float dq[D / 2];
 #pragma unroll
@@ -881,7 +932,7 @@ __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
             wgm::wait<1>();
             wgm::fence_regs(s);
 
-            const bool need_mask = (k0 + BK - 1 > wq0) || (k0 <= wq0 + 63 - W);
+            const bool need_mask = (k0 + BK - 1 > wq0) || (k0 <= wq0 + 63 - W) || (DOC && k0 < s_hi);
 #pragma unroll
             for (int j = 0; j < BK / 8; j++)
 #pragma unroll
@@ -890,7 +941,7 @@ __global__ void __launch_bounds__(BWD_WG_THREADS, 1)
                     float pv = attn_ex2(fmaf(s[4 * j + e], c2, -lse2[r]));
                     if (need_mask) {
                         const int i = wq0 + 16 * w + g + 8 * r, key = k0 + 8 * j + 2 * t4 + (e & 1);
-                        if (key > i || key <= i - W) pv = 0.f;
+                        if (key > i || key <= i - W || (DOC && key < lo[r])) pv = 0.f;
                     }
                     s[4 * j + e] = pv;
                 }
@@ -954,6 +1005,7 @@ struct bwd_f32_params {
     float scale;
     const float *q, *k, *v, *dO, *lse, *Dd;
     float *dq, *dk, *dv;
+    const int32_t *doc;  // NULL, or (B*T) document starts
 };
 
 __device__ __forceinline__ float attn_dot_f32(const float *s, const float *g, int D) {
@@ -986,7 +1038,8 @@ __global__ void __launch_bounds__(128) attention_bwd_dq_f32_kernel(const __grid_
     float acc[D / 32];
 #pragma unroll
     for (int r = 0; r < D / 32; r++) acc[r] = 0.f;
-    for (int j0 = max(0, i - p.window + 1); j0 <= i; j0 += 32) {
+    const int jlo = max(max(0, i - p.window + 1), p.doc ? p.doc[(size_t)b * T + i] : 0);  // keys jlo .. i
+    for (int j0 = jlo; j0 <= i; j0 += 32) {
         const int j = j0 + lane;
         float ds = 0.f;
         if (j <= i) {
@@ -1006,7 +1059,8 @@ __global__ void __launch_bounds__(128) attention_bwd_dq_f32_kernel(const __grid_
     for (int r = 0; r < D / 32; r++) p.dq[(size_t)row * D + lane + 32 * r] = acc[r] * p.scale;
 }
 
-// dk, dv of key row (b, j, h): queries j <= i < j + W, 32 at a time (lane = query)
+// dk, dv of key row (b, j, h): queries j <= i < j + W (and in j's document: i < the next
+// document's start, a prefix as starts do not decrease), 32 at a time (lane = query)
 template <int D>
 __global__ void __launch_bounds__(128) attention_bwd_dkdv_f32_kernel(const __grid_constant__ bwd_f32_params p) {
     __shared__ float ks[4][D], vs[4][D];
@@ -1024,7 +1078,16 @@ __global__ void __launch_bounds__(128) attention_bwd_dkdv_f32_kernel(const __gri
     float ak[D / 32], av[D / 32];
 #pragma unroll
     for (int r = 0; r < D / 32; r++) ak[r] = av[r] = 0.f;
-    const int i_hi = min(T - 1, j + p.window - 1);
+    int i_hi = min(T - 1, j + p.window - 1);
+    if (p.doc) {  // the last query of j's document, by bisection: doc[i] <= j for i in [j, i_hi]
+        const int32_t *dr = p.doc + (size_t)b * T;
+        int lo = j;
+        while (lo < i_hi) {
+            const int mid = lo + (i_hi - lo + 1) / 2;
+            if (dr[mid] <= j) lo = mid;
+            else i_hi = mid - 1;
+        }
+    }
     for (int i0 = j; i0 <= i_hi; i0 += 32) {
         const int i = i0 + lane;
         float pv = 0.f, ds = 0.f;
@@ -1116,23 +1179,24 @@ int attn_bwd_wgmma_launch(bwd_wgmma_kernel_fn fn, int smem, dim3 grid, const bwd
 
 // The dK/dV pass (DQA: with dq by atomics) and the dQ pass on their wgmma kernels; 0 when nothing
 // was launched (the fallback above)
-template <int D, bool DQA>
+template <int D, bool DQA, bool DOC>
 int attn_bwd_wgmma_dkdv(const attn_params *p, const bwd_kparams &kp, dim3 grid) {
     static int regs_ok = -1;
-    return attn_bwd_wgmma_launch(attention_bwd_dkdv_wgmma_kernel<D, DQA>, wkv_smem_bytes<D, DQA>(), grid, kp, p,
-                                 wkv_bq<D>(), WKV_BK, &regs_ok, "attention_bwd_dkdv_wgmma_kernel");
+    return attn_bwd_wgmma_launch(attention_bwd_dkdv_wgmma_kernel<D, DQA, DOC>, wkv_smem_bytes<D, DQA, DOC>(), grid, kp,
+                                 p, wkv_bq<D>(), WKV_BK, &regs_ok, "attention_bwd_dkdv_wgmma_kernel");
 }
-template <int D>
+template <int D, bool DOC>
 int attn_bwd_wgmma_dq(const attn_params *p, const bwd_kparams &kp, dim3 grid) {
     static int regs_ok = -1;
-    return attn_bwd_wgmma_launch(attention_bwd_dq_wgmma_kernel<D>, wdq_smem_bytes<D>(), grid, kp, p, WDQ_BQ, WDQ_BK,
-                                 &regs_ok, "attention_bwd_dq_wgmma_kernel");
+    return attn_bwd_wgmma_launch(attention_bwd_dq_wgmma_kernel<D, DOC>, wdq_smem_bytes<D>(), grid, kp, p, WDQ_BQ,
+                                 WDQ_BK, &regs_ok, "attention_bwd_dq_wgmma_kernel");
 }
 
 // dqacc: NULL = deterministic two passes; else the zeroed fp32 accumulator (nondeterministic).
 // wgmma: the Hopper kernels (attn_wgmma_runs), else mma.sync; a pass whose wgmma kernel cannot run
-// falls back to its mma.sync kernel (the passes share grids and dqacc's layout).
-template <int D>
+// falls back to its mma.sync kernel (the passes share grids and dqacc's layout). DOC: the
+// instances with document starts (p->doc_start).
+template <int D, bool DOC>
 void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, float *dqacc, bool wgmma) {
     bwd_kparams kp;
     kp.B = p->B; kp.T = p->T; kp.H = p->H; kp.window = W;
@@ -1148,10 +1212,11 @@ void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, flo
     kp.dk = static_cast<__nv_bfloat16 *>(p->dk);
     kp.dv = static_cast<__nv_bfloat16 *>(p->dv);
     kp.dqacc = dqacc;
+    kp.doc = p->doc_start;
     const dim3 kv_grid(GDN_CDIV(p->T, KV_BK), p->H, p->B), dq_grid(GDN_CDIV(p->T, DQ_BQ), p->H, p->B);
     if (dqacc) {
-        if (!wgmma || !attn_bwd_wgmma_dkdv<D, true>(p, kp, kv_grid))
-            attn_bwd_launch(attention_bwd_dkdv_kernel<D, true>, kv_smem_bytes<D, true>(), kv_grid, kp, p->stream);
+        if (!wgmma || !attn_bwd_wgmma_dkdv<D, true, DOC>(p, kp, kv_grid))
+            attn_bwd_launch(attention_bwd_dkdv_kernel<D, true, DOC>, kv_smem_bytes<D, true, DOC>(), kv_grid, kp, p->stream);
         const size_t n4 = (size_t)p->B * p->T * p->H * D / 4;
         const unsigned blocks = (unsigned)(GDN_CDIV(n4, (size_t)256) < 4096 ? GDN_CDIV(n4, (size_t)256) : 4096);
         attention_bwd_dq_convert_kernel<<<blocks, 256, 0, p->stream>>>(reinterpret_cast<const float4 *>(dqacc),
@@ -1159,10 +1224,15 @@ void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, flo
         CUDA_CHECK_LAUNCH();
         return;
     }
-    if (!wgmma || !attn_bwd_wgmma_dkdv<D, false>(p, kp, kv_grid))
-        attn_bwd_launch(attention_bwd_dkdv_kernel<D, false>, kv_smem_bytes<D, false>(), kv_grid, kp, p->stream);
-    if (!wgmma || !attn_bwd_wgmma_dq<D>(p, kp, dq_grid))
-        attn_bwd_launch(attention_bwd_dq_kernel<D>, dq_smem_bytes<D>(), dq_grid, kp, p->stream);
+    if (!wgmma || !attn_bwd_wgmma_dkdv<D, false, DOC>(p, kp, kv_grid))
+        attn_bwd_launch(attention_bwd_dkdv_kernel<D, false, DOC>, kv_smem_bytes<D, false, DOC>(), kv_grid, kp, p->stream);
+    if (!wgmma || !attn_bwd_wgmma_dq<D, DOC>(p, kp, dq_grid))
+        attn_bwd_launch(attention_bwd_dq_kernel<D, DOC>, dq_smem_bytes<D>(), dq_grid, kp, p->stream);
+}
+template <int D>
+void attention_bwd_launch_bf16(const attn_params *p, int W, const float *Dd, float *dqacc, bool wgmma) {
+    if (p->doc_start) attention_bwd_launch_bf16<D, true>(p, W, Dd, dqacc, wgmma);
+    else attention_bwd_launch_bf16<D, false>(p, W, Dd, dqacc, wgmma);
 }
 
 template <int D>
@@ -1179,6 +1249,7 @@ void attention_bwd_launch_f32(const attn_params *p, int W, const float *Dd) {
     kp.dq = static_cast<float *>(p->dq);
     kp.dk = static_cast<float *>(p->dk);
     kp.dv = static_cast<float *>(p->dv);
+    kp.doc = p->doc_start;
     const unsigned blocks = (unsigned)GDN_CDIV((long)p->B * p->T * p->H, 4);
     attention_bwd_dkdv_f32_kernel<D><<<blocks, 128, 0, p->stream>>>(kp);
     CUDA_CHECK_LAUNCH();
@@ -1230,7 +1301,7 @@ extern "C" void attention_bwd(const attn_params *p) {
     if (bf16) attention_bwd_dot_launch<__nv_bfloat16>(p, Dd);
     else attention_bwd_dot_launch<float>(p, Dd);
     static int image = -1;
-    const bool wgmma = bf16 && attn_wgmma_runs(p, attention_bwd_dq_wgmma_kernel<128>, &image);
+    const bool wgmma = bf16 && attn_wgmma_runs(p, attention_bwd_dq_wgmma_kernel<128, false>, &image);
     switch (p->D) {
     case 64: bf16 ? attention_bwd_launch_bf16<64>(p, W, Dd, dqacc, wgmma) : attention_bwd_launch_f32<64>(p, W, Dd); break;
     case 128: bf16 ? attention_bwd_launch_bf16<128>(p, W, Dd, dqacc, wgmma) : attention_bwd_launch_f32<128>(p, W, Dd); break;
@@ -1242,5 +1313,5 @@ extern "C" unsigned long attention_bwd_wgmma_launches(void) { return bwd_wgmma_l
 
 extern "C" int attention_bwd_wgmma_available(void) {
     static int image = -1;
-    return cuda_sm90a_image_runs(attention_bwd_dq_wgmma_kernel<128>, &image);
+    return cuda_sm90a_image_runs(attention_bwd_dq_wgmma_kernel<128, false>, &image);
 }

@@ -18,6 +18,12 @@
 // all in fp32 registers (d_pre is never stored to global memory). Sequence edges: inputs before
 // t = 0 are 0; d_pre at t >= T is 0, which is the "s+K-1-j < T" of dx; dx rows >= T are not
 // stored.
+// Document starts (doc_start, ops.h; lo_t = doc[b T + t]): pre[t] reads x only from lo_t on, so
+//   dx[s] = sum_{j: t = s+K-1-j < T, lo_t <= s} w[c,j] d_pre[t],
+//   dw[c,j] += sum_{b, t - K + 1 + j >= lo_t} d_pre[b,t,c] x[b, t-K+1+j, c];
+// the ring kernel takes them as a template instance (DOC; the masked terms are zeros added in the
+// same order, so starts that are all 0 give the bits of doc_start NULL), other shapes and the
+// plain conv1d run the per-element kernels.
 // Kernels:
 // - staged (conv_silu_bwd_staged_kernel; the tiled path: C % W == 0, dx, dy, x aligned to a
 //   pack, K <= CONV_SILU_KMAX, one instance per K): a block is 32 packs of W = 2 channels (the
@@ -58,9 +64,10 @@ template <typename T> struct conv_dw_term {
     const T *dy, *x;
     float *dw;
     int T_, C, K;
+    const int32_t *doc;  // NULL, or (B*T) document starts: x before lo_t is 0
     __device__ __forceinline__ float term(size_t r, int col) const {
-        const int j = col / C, c = col % C, t = (int)(r % T_);
-        if (t < K - 1 - j) return 0.f;
+        const int j = col / C, c = col % C, t = (int)(r % T_), lo = doc ? doc[r] : 0;
+        if (t - (K - 1) + j < lo) return 0.f;
         return to_f(dy[r * C + c]) * to_f(x[(r - (K - 1) + j) * C + c]);
     }
     __device__ __forceinline__ float *dst(int col) const { return dw + (size_t)(col % C) * K + col / C; }
@@ -69,7 +76,7 @@ template <typename T> struct conv_dw_term {
 // ---- conv1d dx[b,s,c] = sum_{j: s+K-1-j < T} w[c,j] dy[b, s+K-1-j, c]; thread per element ------
 template <typename T>
 __global__ void __launch_bounds__(EW_THREADS)
-    conv1d_bwd_dx_kernel(T *dx, const T *dy, const T *w, size_t total, int T_, int C, int K) {
+    conv1d_bwd_dx_kernel(T *dx, const T *dy, const T *w, size_t total, int T_, int C, int K, const int32_t *doc) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
         const int c = (int)(idx % C);
@@ -77,7 +84,7 @@ __global__ void __launch_bounds__(EW_THREADS)
         const int s = (int)(r % T_);
         float acc = 0.f;
         for (int j = 0; j < K; j++)
-            if (s + K - 1 - j < T_) acc += to_f(w[(size_t)c * K + j]) * to_f(dy[(r + K - 1 - j) * C + c]);
+            if (s + K - 1 - j < T_ && (!doc || doc[r + K - 1 - j] <= s)) acc += to_f(w[(size_t)c * K + j]) * to_f(dy[(r + K - 1 - j) * C + c]);
         dx[idx] = from_f<T>(acc);
     }
 }
@@ -144,9 +151,9 @@ __global__ void __launch_bounds__(CONV_BWD_THREADS)
 
 template <typename T>
 void conv1d_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w, int B, int T_, int C, int K,
-                       cudaStream_t s) {
+                       const int32_t *doc, cudaStream_t s) {
     constexpr int W = vec_width<T>();
-    if (C % W == 0 && K <= CONV_KMAX && aligned16(dx) && aligned16(dy) && aligned16(x)) {
+    if (!doc && C % W == 0 && K <= CONV_KMAX && aligned16(dx) && aligned16(dy) && aligned16(x)) {
         int tt = CONV_BWD_TT;  // longer tiles when the partials would outgrow the scratch
         while (tt < T_ && (size_t)B * GDN_CDIV(T_, tt) * C * K > CONV_BWD_SCRATCH) tt *= 2;
         const int tiles = (int)GDN_CDIV(T_, tt);
@@ -163,9 +170,9 @@ void conv1d_bwd_launch(T *dx, float *dw, const T *dy, const T *x, const T *w, in
         return;
     }
     const size_t total = (size_t)B * T_ * C;
-    conv1d_bwd_dx_kernel<T><<<grid_for(total), EW_THREADS, 0, s>>>(dx, dy, w, total, T_, C, K);
+    conv1d_bwd_dx_kernel<T><<<grid_for(total), EW_THREADS, 0, s>>>(dx, dy, w, total, T_, C, K, doc);
     CUDA_CHECK_LAUNCH();
-    colsum_launch(conv_dw_term<T>{dy, x, dw, T_, C, K}, (size_t)B * T_, C * K, s);
+    colsum_launch(conv_dw_term<T>{dy, x, dw, T_, C, K, doc}, (size_t)B * T_, C * K, s);
 }
 
 // ---- conv + SiLU -------------------------------------------------------------------------------
@@ -216,6 +223,18 @@ __device__ __forceinline__ void conv_dx_token(float (&acc)[W], const float (&wr)
         for (int j = 0; j < K; j++) acc[i] += wr[j][i] * dpw[K - 1 - j][i];
     }
 }
+// The same where only d_pre[s + m], m < n, count (the tokens of s's document; n >= K: all):
+// the others are zeros added in the same order.
+template <int W, int K>
+__device__ __forceinline__ void conv_dx_token_doc(float (&acc)[W], const float (&wr)[K][W], const float (&dpw)[K][W],
+                                                  int n) {
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        acc[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < K; j++) acc[i] += wr[j][i] * (K - 1 - j < n ? dpw[K - 1 - j][i] : 0.f);
+    }
+}
 
 constexpr int CONV_SILU_KMAX = 4;  // taps of the tiled kernel
 constexpr int CONV_SILU_W = 2;     // channels per thread (4-byte loads in bf16, 8 in fp32)
@@ -237,6 +256,7 @@ template <typename T> struct conv_silu_bwd_params {
     int T_, C, K, tiles, rows;
     size_t ld;
     conv_segs seg;  // which dy buffer each channel comes from (cuda/conv1d.cuh)
+    const int32_t *doc;  // NULL, or (B*T) document starts (header)
     // dy's element (token row r, channel c) and the row stride of c's segment
     __device__ __forceinline__ const T *dyrow(size_t r, int c) const { return seg.at(dys[0], dys[1], dys[2], r, c); }
     __device__ __forceinline__ int width(int c) const { return seg.width(c); }
@@ -426,7 +446,11 @@ template <typename T, int K> constexpr size_t conv_ring_bytes() {  // [warp][slo
 template <typename T, int K> constexpr size_t conv_ring_smem() {  // + [warp][j W + i][lane] group sums
     return conv_ring_bytes<T, K>() + (size_t)RING_WARPS * K * 4 * 32 * sizeof(float);
 }
-template <typename T, int K>
+// DOC: with p.doc's document starts (header): x taps before the token's start read 0, and dx[s]
+// takes d_pre[s + m] for m < n only, n the first m >= 1 whose token starts a document (tokens
+// past T count as starts: their d_pre is 0 either way); bit m of `starts` marks token
+// t - (K-1) + m of the window.
+template <typename T, int K, bool DOC>
 __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
     conv_silu_bwd_ring_kernel(const conv_silu_bwd_params<T> p, int ncolg, int S) {
     constexpr int W = 4, D = RING_D, TT = CONV_SILU_TT, ROWS = CONV_SILU_ROWS, CB = W * (int)sizeof(T);
@@ -499,6 +523,7 @@ __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
             for (int q = 0; q < D - 1; q++) stage(q);
             cp_async_wait<D - 1>();
             float xw[K][W], dpw[K][W], aw[K][W];  // x and d_pre windows; the tile's dw sums
+            unsigned starts = 0;  // DOC: the window's document starts (none before the run: d_pre is 0 there)
 #pragma unroll
             for (int m = 0; m < K - 1; m++) {
                 unpack<T, W>(ld_pack<T, W>(slot(D + m, 0)), xw[m]);
@@ -513,6 +538,16 @@ __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
                 unpack<T, W>(ld_pack<T, W>(slot(sl, 0)), xw[K - 1]);
                 unpack<T, W>(ld_pack<T, W>(slot(sl, 1)), g);
                 stage((sl + D - 1) % D);  // row q + D - 1 into row q - 1's slot
+                if constexpr (DOC) {
+                    // x before the token's document start lo is 0: zeroed in the window itself (every
+                    // later token's start is >= lo; t >= T: any start, d_pre is 0)
+                    const int lo = t < T_ ? p.doc[bt + t] : t, j0 = lo - (t - (K - 1));
+#pragma unroll
+                    for (int j = 0; j < K - 1; j++)
+#pragma unroll
+                        for (int i = 0; i < W; i++) xw[j][i] = j < j0 ? 0.f : xw[j][i];
+                    starts |= (unsigned)(lo == t) << (K - 1);
+                }
                 float pre[W];
 #pragma unroll
                 for (int i = 0; i < W; i++) {
@@ -534,10 +569,14 @@ __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
                 const int s = t - (K - 1);  // dx[s] = sum_j w[j] d_pre[s+K-1-j]
                 if (q >= K - 1 && s < T_) {
                     float acc[W];
-                    conv_dx_token<W, K>(acc, wr, dpw);
+                    if constexpr (DOC)
+                        conv_dx_token_doc<W, K>(acc, wr, dpw, starts >> 1 ? __ffs((int)(starts >> 1)) : K);
+                    else
+                        conv_dx_token<W, K>(acc, wr, dpw);
                     st_pack4(p.dx + dxo, acc);
                 }
                 dxo += (long long)ld;
+                if constexpr (DOC) starts >>= 1;
 #pragma unroll
                 for (int m = 0; m < K - 1; m++)
 #pragma unroll
@@ -594,10 +633,12 @@ __global__ void __launch_bounds__(CONV_SILU_FINAL_WARPS * 32)
 
 // ---- fallback: any C, alignment and K ----------------------------------------------------------
 // d_pre at token r = b*T + t (t = r % T) of channel c, recomputed from x (same order j = 0..K-1).
+// x before the token's document start is 0.
 template <typename T> __device__ __forceinline__ float dpre_at(const conv_silu_bwd_params<T> &p, size_t r, int t, int c) {
+    const int lo = p.doc ? p.doc[r] : 0;
     float pre = 0.f;
     for (int j = 0; j < p.K; j++)
-        if (t - (p.K - 1) + j >= 0) pre += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
+        if (t - (p.K - 1) + j >= lo) pre += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
     return dsilu_f(to_f(*p.dyrow(r, c)), pre);
 }
 
@@ -611,7 +652,8 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_bwd_dx_kernel(const conv
         float acc = 0.f;
         for (int j = 0; j < p.K; j++) {
             const int t = s + p.K - 1 - j;
-            if (t < p.T_) acc += to_f(p.w[(size_t)c * p.K + j]) * dpre_at(p, r + p.K - 1 - j, t, c);
+            if (t < p.T_ && (!p.doc || p.doc[r + p.K - 1 - j] <= s))
+                acc += to_f(p.w[(size_t)c * p.K + j]) * dpre_at(p, r + p.K - 1 - j, t, c);
         }
         p.dx[r * p.ld + c] = from_f<T>(acc);
     }
@@ -627,8 +669,8 @@ __global__ void __launch_bounds__(EW_THREADS)
     const size_t r0 = (size_t)blockIdx.y * rows_per_slice, r1 = GDN_MIN(rows, r0 + rows_per_slice);
     float acc = 0.f;
     for (size_t r = r0; r < r1; r++) {
-        const int t = (int)(r % p.T_);
-        if (t >= p.K - 1 - j) acc += dpre_at(p, r, t, c) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
+        const int t = (int)(r % p.T_), lo = p.doc ? p.doc[r] : 0;
+        if (t - (p.K - 1) + j >= lo) acc += dpre_at(p, r, t, c) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
     }
     p.part[(size_t)blockIdx.y * cols + col] = acc;
 }
@@ -647,10 +689,10 @@ void conv_silu_bwd_staged_launch(const conv_silu_bwd_params<T> &p, dim3 grid, cu
 }
 
 // The ring kernel: a grid of at most the resident blocks, its warps over the S x C / 128 items.
-template <typename T, int K>
+template <typename T, int K, bool DOC>
 void conv_silu_bwd_ring_launch(const conv_silu_bwd_params<T> &p, int S, cudaStream_t s) {
     constexpr size_t smem = conv_ring_smem<T, K>();
-    auto kern = conv_silu_bwd_ring_kernel<T, K>;
+    auto kern = conv_silu_bwd_ring_kernel<T, K, DOC>;
     static int cache = 0;
     const int resident = persistent_setup(kern, RING_THREADS, smem, &cache);
     const int ncolg = (int)GDN_CDIV(p.C, 128);
@@ -663,7 +705,8 @@ void conv_silu_bwd_ring_launch(const conv_silu_bwd_params<T> &p, int S, cudaStre
 
 // stage16: the staged kernel stages by 16-byte chunks (else by packs of W); ring: the ring kernel
 // instead (its partials are the staged kernel's, so the same final kernel), where every group of
-// rows has its block
+// rows has its block (ring_fits; the only tiled kernel with document starts)
+bool ring_fits(int rows) { return (int)GDN_CDIV(rows, CONV_SILU_ROWS) <= 65535; }
 template <typename T, int W, int K, int TT = CONV_SILU_TT>
 void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, bool stage16, bool ring, cudaStream_t s) {
     const int P = p.C / W, cols = p.C * K;
@@ -672,8 +715,10 @@ void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, boo
     const unsigned gx = (unsigned)GDN_CDIV(P, CONV_SILU_LANES);
     const int S = GDN_MIN((int)GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
     p.part = colsum_scratch((size_t)S * cols);
-    if (ring && (int)GDN_CDIV(p.rows, CONV_SILU_ROWS) == S)
-        conv_silu_bwd_ring_launch<T, K>(p, S, s);
+    if (ring && ring_fits(p.rows) && p.doc)
+        conv_silu_bwd_ring_launch<T, K, true>(p, S, s);
+    else if (ring && ring_fits(p.rows))
+        conv_silu_bwd_ring_launch<T, K, false>(p, S, s);
     else if (stage16)
         conv_silu_bwd_staged_launch<T, K, 16>(p, dim3(gx, (unsigned)S), s);
     else
@@ -685,12 +730,12 @@ void conv_silu_bwd_tiled_launch(conv_silu_bwd_params<T> p, float *dw, int B, boo
 
 template <typename T>
 void conv_silu_bwd_launch(T *dx, float *dw, const T *const dys[3], const int cw[3], const T *x, const T *w, int B,
-                          int T_, int K, size_t ld, cudaStream_t s) {
+                          int T_, int K, size_t ld, const int32_t *doc, cudaStream_t s) {
     constexpr int W = CONV_SILU_W;
     if ((size_t)B * T_ > (size_t)INT32_MAX) gdn_die("cuda conv_silu_bwd: B %d x T %d tokens is too many", B, T_);
     const conv_segs seg = conv_segs::of(cw);
     const int C = seg.cs[3];
-    conv_silu_bwd_params<T> p = {dx, NULL, {dys[0], dys[1], dys[2]}, x, w, T_, C, K, 0, 0, ld, seg};
+    conv_silu_bwd_params<T> p = {dx, NULL, {dys[0], dys[1], dys[2]}, x, w, T_, C, K, 0, 0, ld, seg, doc};
     const uintptr_t pack = sizeof(T) * W - 1;  // pack alignment mask
     if (seg.packed(dys, W, pack) && ld % W == 0 && (((uintptr_t)dx | (uintptr_t)x) & pack) == 0 &&
         K <= CONV_SILU_KMAX) {
@@ -701,14 +746,16 @@ void conv_silu_bwd_launch(T *dx, float *dw, const T *const dys[3], const int cw[
         // the ring kernel: packs of 4 channels (x, dx, dy and their rows on 4 elements)
         const uintptr_t pack4 = sizeof(T) * 4 - 1;
         const bool ring = ld % 4 == 0 && seg.packed(dys, 4, pack4) && (((uintptr_t)dx | (uintptr_t)x) & pack4) == 0;
-        switch (K) {  // the one place that picks a tap count
-        case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, stage16, ring, s); break;
-        case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, stage16, ring, s); break;
-        case 3: conv_silu_bwd_tiled_launch<T, W, 3>(p, dw, B, stage16, ring, s); break;
-        case 4: conv_silu_bwd_tiled_launch<T, W, 4>(p, dw, B, stage16, ring, s); break;
-        default: gdn_die("cuda conv_silu_bwd: K = %d > %d in the tiled path", K, CONV_SILU_KMAX);
+        if (!doc || (ring && ring_fits(B * (int)GDN_CDIV(T_, CONV_SILU_TT)))) {  // else per element
+            switch (K) {  // the one place that picks a tap count
+            case 1: conv_silu_bwd_tiled_launch<T, W, 1>(p, dw, B, stage16, ring, s); break;
+            case 2: conv_silu_bwd_tiled_launch<T, W, 2>(p, dw, B, stage16, ring, s); break;
+            case 3: conv_silu_bwd_tiled_launch<T, W, 3>(p, dw, B, stage16, ring, s); break;
+            case 4: conv_silu_bwd_tiled_launch<T, W, 4>(p, dw, B, stage16, ring, s); break;
+            default: gdn_die("cuda conv_silu_bwd: K = %d > %d in the tiled path", K, CONV_SILU_KMAX);
+            }
+            return;
         }
-        return;
     }
     const size_t rows = (size_t)B * T_, total = rows * C, cols = (size_t)C * K;
     const unsigned blocks = (unsigned)GDN_MIN(GDN_CDIV(total, (size_t)EW_THREADS), (size_t)65536);
@@ -731,14 +778,15 @@ void conv_silu_bwd_launch(T *dx, float *dw, const T *const dys[3], const int cw[
 
 // ---- public entry points (cuda/ops.h) ----------------------------------------------------------
 extern "C" void cuda_conv1d_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x, const void *w,
-                                int B, int T, int C, int K, cudaStream_t s) {
+                                int B, int T, int C, int K, const int32_t *doc_start, cudaStream_t s) {
     if ((size_t)B * T * C * K == 0) return;
-    CUDA_DT_SWITCH(dt, E, conv1d_bwd_launch<E>((E *)dx, dw, (const E *)dy, (const E *)x, (const E *)w, B, T, C, K, s));
+    CUDA_DT_SWITCH(dt, E,
+                   conv1d_bwd_launch<E>((E *)dx, dw, (const E *)dy, (const E *)x, (const E *)w, B, T, C, K, doc_start, s));
 }
 
 extern "C" void cuda_conv_silu3_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy0, const void *dy1,
                                     const void *dy2, const void *x, const void *w, int B, int T, int C0, int C1,
-                                    int C2, int K, size_t ld, cudaStream_t s) {
+                                    int C2, int K, size_t ld, const int32_t *doc_start, cudaStream_t s) {
     const int C = C0 + C1 + C2;
     if (B < 0 || T < 0 || C0 < 0 || C1 < 0 || C2 < 0 || K < 1 || ld < (size_t)C)
         gdn_die("cuda_conv_silu_bwd: bad shape B %d T %d C %d+%d+%d K %d ld %zu", B, T, C0, C1, C2, K, ld);
@@ -747,11 +795,11 @@ extern "C" void cuda_conv_silu3_bwd(cuda_dtype dt, void *dx, float *dw, const vo
     const int cw[3] = {C0, C1, C2};
     CUDA_DT_SWITCH(dt, E, {
         const E *const dys[3] = {(const E *)dy0, (const E *)dy1, (const E *)dy2};
-        conv_silu_bwd_launch<E>((E *)dx, dw, dys, cw, (const E *)x, (const E *)w, B, T, K, ld, s);
+        conv_silu_bwd_launch<E>((E *)dx, dw, dys, cw, (const E *)x, (const E *)w, B, T, K, ld, doc_start, s);
     });
 }
 
 extern "C" void cuda_conv_silu_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x, const void *w,
-                                   int B, int T, int C, int K, size_t ld, cudaStream_t s) {
-    cuda_conv_silu3_bwd(dt, dx, dw, dy, NULL, NULL, x, w, B, T, C, 0, 0, K, ld, s);
+                                   int B, int T, int C, int K, size_t ld, const int32_t *doc_start, cudaStream_t s) {
+    cuda_conv_silu3_bwd(dt, dx, dw, dy, NULL, NULL, x, w, B, T, C, 0, 0, K, ld, doc_start, s);
 }

@@ -240,13 +240,14 @@ void dropout_launch(T *y, const T *x, size_t n, double p, uint64_t seed, cudaStr
 // the forward rotation; sign = -1: its transpose (the backward), with the same cos/sin bits.
 // The angles are taken in double exactly as the CPU does (an fp32 angle t theta is off by up to
 // ~4e-3 rad at t = 1e5), then rounded to fp32 cos/sin once per block in shared memory.
+// doc: NULL (position t), or (B*T) document starts: position t - doc[b*T + t] (ops.h).
 constexpr int ROPE_THREADS = 128, ROPE_MAX_HALF = 512;
 template <typename T>
 __global__ void __launch_bounds__(ROPE_THREADS) rope_kernel(T *y, const T *x, int T_, int H, int D, double base,
-                                                            float sign) {
+                                                            float sign, const int32_t *doc) {
     __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
     const size_t n = blockIdx.x;  // token b*T + t
-    const int t = (int)(n % T_), half = D / 2;
+    const int t = (int)(n % T_) - (doc ? doc[n] : 0), half = D / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         double sd, cd;
         sincos((double)t * pow(base, -2.0 * i / D), &sd, &cd);
@@ -265,11 +266,12 @@ __global__ void __launch_bounds__(ROPE_THREADS) rope_kernel(T *y, const T *x, in
     }
 }
 template <typename T>
-void rope_launch(T *y, const T *x, int B, int T_, int H, int D, double base, float sign, cudaStream_t s) {
+void rope_launch(T *y, const T *x, int B, int T_, int H, int D, double base, float sign, const int32_t *doc,
+                 cudaStream_t s) {
     if (D % 2) gdn_die("cuda rope: head dim %d is odd (the rotate-half pairing needs D even)", D);
     if (D / 2 > ROPE_MAX_HALF) gdn_die("cuda rope: head dim %d > %d", D, 2 * ROPE_MAX_HALF);
     if ((size_t)B * T_ * H * D == 0) return;
-    rope_kernel<T><<<(unsigned)((size_t)B * T_), ROPE_THREADS, 0, s>>>(y, x, T_, H, D, base, sign);
+    rope_kernel<T><<<(unsigned)((size_t)B * T_), ROPE_THREADS, 0, s>>>(y, x, T_, H, D, base, sign, doc);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -52,33 +52,41 @@ void cuda_add_rmsnorm_fwd(cuda_dtype dt, void *x_out, void *y, float *rstd, cons
 // cuda/elementwise.cuh; train.recompute = light); NULL runs the kernels without it.
 void cuda_rmsnorm_bwd(cuda_dtype dt, void *dx, float *dw, void *y, const void *dy, const void *x,
                       const void *w, const float *rstd, int N, int d, bool acc, cudaStream_t s);
+// Document starts (every conv and RoPE op): doc_start NULL, or device int32 (B*T), token t of row
+// b in the document that starts at t' = doc_start[b*T + t] (non-decreasing along a row,
+// doc_start[b*T + t] <= t; SPEC "Document resets"): the convolutions see zeros before t' (and
+// their backward passes no gradient across a start), RoPE's position is t - t'. NULL: no
+// resets, today's kernels and bits.
 void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C,
-                     int K, cudaStream_t s);
+                     int K, const int32_t *doc_start, cudaStream_t s);
 void cuda_conv1d_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
-                     const void *w, int B, int T, int C, int K, cudaStream_t s);
+                     const void *w, int B, int T, int C, int K, const int32_t *doc_start,
+                     cudaStream_t s);
 // y = silu(conv1d(x, w)), pre-activation kept in fp32 registers only; the backward recomputes it
 // (src/fwd/conv1d.cu, src/bwd/conv1d.cu). x and dx rows of stride ld >= C (ld = C:
 // packed); y and dy packed (B,T,C).
 void cuda_conv_silu_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T,
-                        int C, int K, size_t ld, cudaStream_t s);
+                        int C, int K, size_t ld, const int32_t *doc_start, cudaStream_t s);
 void cuda_conv_silu_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy, const void *x,
-                        const void *w, int B, int T, int C, int K, size_t ld, cudaStream_t s);
+                        const void *w, int B, int T, int C, int K, size_t ld,
+                        const int32_t *doc_start, cudaStream_t s);
 // The same over C0 + C1 + C2 channels of x (rows of stride ld) in one call, the outputs (the
 // backward's dy) in three packed buffers of C0, C1, C2 channels; w, dw (C0 + C1 + C2, K).
 // Per element the same sums as three calls, so the same bits.
 void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void *x,
                          const void *w, int B, int T, int C0, int C1, int C2, int K, size_t ld,
-                         cudaStream_t s);
+                         const int32_t *doc_start, cudaStream_t s);
 void cuda_conv_silu3_bwd(cuda_dtype dt, void *dx, float *dw, const void *dy0, const void *dy1,
                          const void *dy2, const void *x, const void *w, int B, int T, int C0,
-                         int C1, int C2, int K, size_t ld, cudaStream_t s);
+                         int C1, int C2, int K, size_t ld, const int32_t *doc_start,
+                         cudaStream_t s);
 // cuda_conv_silu3_fwd with y0, y1 L2-normalised per head of nd channels (l2norm_fwd's values:
 // y = s silu(conv) rn, rn0 / rn1 (B T, C / nd) saved). In the tiled kernel the norm runs on the
 // fp32 values in registers (heads of nd | 128 channels; else the conv, then the norm in place).
 void cuda_conv_silu3_l2_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, float *rn0, float *rn1,
                             const void *x, const void *w, int B, int T, int C0, int C1, int C2,
                             int K, size_t ld, int nd, double eps, double s0, double s1,
-                            cudaStream_t s);
+                            const int32_t *doc_start, cudaStream_t s);
 void cuda_silu_fwd(cuda_dtype dt, void *y, const void *x, size_t n, cudaStream_t s);
 void cuda_silu_bwd(cuda_dtype dt, void *dx, const void *dy, const void *x, size_t n,
                    cudaStream_t s);
@@ -125,9 +133,9 @@ void cuda_dropout_fwd(cuda_dtype dt, void *y, const void *x, size_t n, double p,
 void cuda_dropout_bwd(cuda_dtype dt, void *dx, const void *dy, size_t n, double p, uint64_t seed,
                       cudaStream_t s);
 void cuda_rope_fwd(cuda_dtype dt, void *y, const void *x, int B, int T, int H, int D, double base,
-                   cudaStream_t s);
+                   const int32_t *doc_start, cudaStream_t s);
 void cuda_rope_bwd(cuda_dtype dt, void *dx, const void *dy, int B, int T, int H, int D,
-                   double base, cudaStream_t s);
+                   double base, const int32_t *doc_start, cudaStream_t s);
 // AdamW on fp32 master weights (or on p itself when master == NULL, fp32 mode); writes p in dt.
 void cuda_adamw(cuda_dtype dt, void *p, float *master, const float *g, float *m, float *v,
                 size_t n, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,

@@ -18,6 +18,11 @@
 // too few registers for setmaxnreg) the kernel above does.
 // fp32: one warp per query row, 32 keys at a time (lane = key for the scores, lane = head
 // dim for the output), plain fp32 FMA and expf: slower, exact to ~1e-6.
+// Document starts (attn_params.doc_start): the bf16 kernels' DOC instances. Starts are
+// non-decreasing along a row, so the first query of a tile has the smallest: key blocks wholly
+// before it are skipped (the walk's lower end max(q0 - W + 1, s_q0)), and a block straddles when
+// it begins before the tile's largest start (its last row's); straddling blocks mask j < s_i per
+// element, as the window's edge. A row always keeps key i, so none is fully masked.
 #include "../core/cuda_check.h"
 #include <cuda.h>          // CUtensorMap (types only: the encoder is found at run time, no -lcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
@@ -39,7 +44,13 @@ struct fwd_kparams {
     const __nv_bfloat16 *q, *k, *v;
     __nv_bfloat16 *o;
     float *lse;
+    const int32_t *doc;  // NULL, or (B*T) document starts (DOC kernels)
 };
+
+// DOC: the start of query i's document (i clamped to the last row: rows past T are never stored).
+__device__ __forceinline__ int attn_doc_start(const int32_t *doc, int b, int T, int i) {
+    return doc[(size_t)b * T + min(i, T - 1)];
+}
 
 template <int D>
 constexpr int fwd_smem_bytes() {
@@ -47,7 +58,7 @@ constexpr int fwd_smem_bytes() {
 }
 
 // grid (ceil(T/BQ), H, B); heaviest (last) query blocks first under causal masking.
-template <int D>
+template <int D, bool DOC>
 __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __grid_constant__ fwd_kparams p) {
     constexpr int MT = FWD_RW / 16, NT = FWD_THREADS, RW = FWD_RW;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -63,7 +74,12 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
     const int q0 = m * FWD_BQ;
     // key blocks that intersect the window of some row in [q0, q0 + BQ)
     const int j_hi = min(T - 1, q0 + FWD_BQ - 1);
-    const int j_lo = max(0, q0 - W + 1);
+    int j_lo = max(0, q0 - W + 1);
+    int s_hi = 0;  // DOC: the largest document start of the tile's rows
+    if constexpr (DOC) {
+        j_lo = max(j_lo, attn_doc_start(p.doc, b, T, q0));
+        s_hi = attn_doc_start(p.doc, b, T, q0 + FWD_BQ - 1);
+    }
     const int n_hi = j_hi / FWD_BK, n_lo = j_lo / FWD_BK;
 
     attn_load_tile<FWD_BQ, D, NT>(Qs, p.q, b, h, q0, T, H, tid);
@@ -88,6 +104,11 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
 
     const int wrow0 = warp * RW;  // first row of this warp inside the tile
     const uint32_t qs_base = gdnk::smem_u32(Qs);
+    int srow[MT][2];  // DOC: document starts of this thread's rows
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) srow[mt][r] = DOC ? attn_doc_start(p.doc, b, T, q0 + wrow0 + mt * 16 + g + 8 * r) : 0;
 
     for (int n = n_hi, it = 0; n >= n_lo; n--, it++) {
         // pending groups: K_n, V_n (oldest first)
@@ -134,7 +155,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
 
         // mask (raw scores -> -inf) only on blocks that straddle the diagonal or the window edge
         const int k0 = n * FWD_BK;
-        if ((k0 + FWD_BK - 1 > q0) || (k0 <= q0 + FWD_BQ - 1 - W)) {
+        if ((k0 + FWD_BK - 1 > q0) || (k0 <= q0 + FWD_BQ - 1 - W) || (DOC && k0 < s_hi)) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -143,7 +164,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 2) attention_fwd_kernel(const __g
                     for (int e = 0; e < 4; e++) {
                         const int i = q0 + wrow0 + mt * 16 + g + ((e >> 1) << 3);
                         const int j = k0 + nt * 8 + 2 * t4 + (e & 1);
-                        if (j > i || j <= i - W) s[mt][nt][e] = -INFINITY;
+                        if (j > i || j <= i - W || (DOC && j < srow[mt][e >> 1])) s[mt][nt][e] = -INFINITY;
                     }
         }
 
@@ -257,9 +278,10 @@ constexpr int WG_BQ = 128, WG_BK = 128;
 
 // Mask and online softmax of one score block of a warpgroup: s (64 x BK, the S accumulator) -> p = 2^(s c2 - m c2); m, l updated; corr = the factor o
 // must be multiplied by. Rows i0 (r = 0) and i0 + 8 (r = 1), keys k0 + 8 j + 2 t4 + (e & 1).
-template <int BK>
+// DOC: keys before the rows' document starts lo[r] masked too.
+template <int BK, bool DOC>
 __device__ __forceinline__ void wg_softmax(float (&s)[BK / 2], float (&mrow)[2], float (&lrow)[2], float (&corr)[2],
-                                           bool mask, int i0, int k0, int t4, int W, float c2) {
+                                           bool mask, int i0, int k0, int t4, int W, float c2, const int (&lo)[2]) {
     if (mask) {
 #pragma unroll
         for (int j = 0; j < BK / 8; j++)
@@ -267,7 +289,7 @@ __device__ __forceinline__ void wg_softmax(float (&s)[BK / 2], float (&mrow)[2],
             for (int e = 0; e < 4; e++) {
                 const int i = i0 + ((e >> 1) << 3);
                 const int key = k0 + 8 * j + 2 * t4 + (e & 1);
-                if (key > i || key <= i - W) s[4 * j + e] = -INFINITY;
+                if (key > i || key <= i - W || (DOC && key < lo[e >> 1])) s[4 * j + e] = -INFINITY;
             }
     }
 #pragma unroll
@@ -339,7 +361,7 @@ constexpr int fwd_wgmma_smem_bytes() {
 }
 static_assert(fwd_wgmma_smem_bytes<128>() <= 227 * 1024, "wgmma fwd: the stages exceed sm_90's 227 KiB");
 
-template <int D>
+template <int D, bool DOC>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     attention_fwd_wgmma_kernel(const __grid_constant__ fwd_kparams p, const __grid_constant__ CUtensorMap tmq,
                                const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
@@ -361,7 +383,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const int T = p.T, H = p.H, W = p.window;
     const int q0 = m * BQ;
     const int j_hi = min(T - 1, q0 + BQ - 1);
-    const int j_lo = max(0, q0 - W + 1);
+    const int j_lo = max(max(0, q0 - W + 1), DOC ? attn_doc_start(p.doc, b, T, q0) : 0);  // DOC: header
     const int n_hi = j_hi / BK, nb = n_hi - j_lo / BK + 1;  // tile u = key block n_hi - u, u < nb
 
     if (tid == 0) {
@@ -421,6 +443,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const float c2 = p.scale_log2;
         const int wq0 = q0 + 64 * wg;     // first query row of this warpgroup
         const int i0 = wq0 + 16 * w + g;  // this thread's rows: i0, i0 + 8
+        // DOC: the document starts of this thread's rows and the warpgroup's largest
+        const int lo[2] = {DOC ? attn_doc_start(p.doc, b, T, i0) : 0, DOC ? attn_doc_start(p.doc, b, T, i0 + 8) : 0};
+        const int s_hi = DOC ? attn_doc_start(p.doc, b, T, wq0 + 63) : 0;
 
         float o[D / 2];
 #pragma unroll
@@ -434,7 +459,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
                 for (int q = 0; q < 4; q++) pa[kk][q] = gdnk::pack_bf16(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
         };
-        auto straddles = [&](int k0) { return (k0 + BK - 1 > wq0) || (k0 <= wq0 + 63 - W); };
+        auto straddles = [&](int k0) { return (k0 + BK - 1 > wq0) || (k0 <= wq0 + 63 - W) || (DOC && k0 < s_hi); };
         auto release = [&](uint32_t bar) {
             if (lane == 0) wgm::mbar_arrive(bar);
         };
@@ -463,7 +488,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         wgm::wait<0>();
         wgm::fence_regs(s);
         release(k_empty);
-        wg_softmax<BK>(s, mrow, lrow, corr, straddles(n_hi * BK), i0, n_hi * BK, t4, W, c2);
+        wg_softmax<BK, DOC>(s, mrow, lrow, corr, straddles(n_hi * BK), i0, n_hi * BK, t4, W, c2, lo);
         pack_p();
 
         for (int u = 0; u + 1 < nb; u++) {
@@ -488,7 +513,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             wgm::fence_regs(s);
             release(k_empty + 8 * sn);
             const int k0 = (n_hi - u - 1) * BK;
-            wg_softmax<BK>(s, mrow, lrow, corr, straddles(k0), i0, k0, t4, W, c2);
+            wg_softmax<BK, DOC>(s, mrow, lrow, corr, straddles(k0), i0, k0, t4, W, c2, lo);
             wgm::wait<0>();  // P_u V_u done
             wgm::fence_regs(o);
             release(v_empty + 8 * sc);
@@ -552,7 +577,8 @@ __global__ void __launch_bounds__(128) attention_fwd_f32_kernel(int B, int T, in
                                                                 const float *__restrict__ k,
                                                                 const float *__restrict__ v,
                                                                 float *__restrict__ o,
-                                                                float *__restrict__ lse) {
+                                                                float *__restrict__ lse,
+                                                                const int32_t *__restrict__ doc) {
     __shared__ float qs[4][D];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long row = (long)blockIdx.x * 4 + warp;  // (b*T + i)*H + h
@@ -568,7 +594,7 @@ __global__ void __launch_bounds__(128) attention_fwd_f32_kernel(int B, int T, in
 #pragma unroll
     for (int r = 0; r < D / 32; r++) acc[r] = 0.f;
     float mrun = -INFINITY, l = 0.f;
-    const int jlo = max(0, i - W + 1);
+    const int jlo = max(max(0, i - W + 1), doc ? doc[(size_t)b * T + i] : 0);  // keys jlo .. i
     for (int j0 = jlo; j0 <= i; j0 += 32) {
         const int j = j0 + lane;
         float s = -INFINITY;
@@ -619,6 +645,7 @@ fwd_kparams fwd_make_kparams(const attn_params *p, int W) {
     kp.v = static_cast<const __nv_bfloat16 *>(p->v);
     kp.o = static_cast<__nv_bfloat16 *>(p->o);
     kp.lse = p->lse;
+    kp.doc = p->doc_start;
     return kp;
 }
 
@@ -692,7 +719,7 @@ unsigned long fwd_wgmma_launches = 0;
 // Launches attention_fwd_wgmma_kernel<D>; returns 0 (nothing launched, the reason printed once to
 // stderr) when the tensor maps cannot be made or the registers do not allow setmaxnreg, so that
 // the caller runs the mma.sync kernel (attention_fwd_kernel) instead.
-template <int D>
+template <int D, bool DOC>
 int attention_fwd_launch_wgmma(const attn_params *p, int W) {
     static int warned = 0;
     // setmaxnreg moves registers inside the CTA's launch allocation: the consumers' setmaxnreg.inc
@@ -702,7 +729,7 @@ int attention_fwd_launch_wgmma(const attn_params *p, int W) {
     static int regs_ok = -1;
     if (regs_ok < 0) {
         cudaFuncAttributes fa;
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_fwd_wgmma_kernel<D>));
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_fwd_wgmma_kernel<D, DOC>));
         regs_ok = fa.numRegs * WG_THREADS >= 128 * WG_PRODUCER_REGS + 256 * WG_CONSUMER_REGS;
     }
     const char *why = regs_ok ? nullptr : "the kernel has fewer than 168 registers a thread: setmaxnreg.inc would hang";
@@ -721,20 +748,25 @@ int attention_fwd_launch_wgmma(const attn_params *p, int W) {
     }
     const fwd_kparams kp = fwd_make_kparams(p, W);
     constexpr int smem = fwd_wgmma_smem_bytes<D>();
-    CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_wgmma_kernel<D, DOC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     dim3 grid(GDN_CDIV(p->T, WG_BQ), p->H, p->B);
-    attention_fwd_wgmma_kernel<D><<<grid, WG_THREADS, smem, p->stream>>>(kp, mq, mk, mv);
+    attention_fwd_wgmma_kernel<D, DOC><<<grid, WG_THREADS, smem, p->stream>>>(kp, mq, mk, mv);
     CUDA_CHECK_LAUNCH();
     fwd_wgmma_launches++;  // plain counter (diagnostics; the test calls attention_fwd from one thread)
     return 1;
 }
 
 // The bf16 forward: on the wgmma path attention_fwd_wgmma_kernel, else (or where it cannot run)
-// the mma.sync kernel.
+// the mma.sync kernel; the DOC instances where p has document starts.
+template <int D, bool DOC>
+void attention_fwd_launch_bf16(const attn_params *p, int W, bool wgmma) {
+    if (wgmma && attention_fwd_launch_wgmma<D, DOC>(p, W)) return;
+    fwd_launch(attention_fwd_kernel<D, DOC>, fwd_smem_bytes<D>(), FWD_BQ, FWD_THREADS, p, W);
+}
 template <int D>
 void attention_fwd_launch_bf16(const attn_params *p, int W, bool wgmma) {
-    if (wgmma && attention_fwd_launch_wgmma<D>(p, W)) return;
-    fwd_launch(attention_fwd_kernel<D>, fwd_smem_bytes<D>(), FWD_BQ, FWD_THREADS, p, W);
+    if (p->doc_start) attention_fwd_launch_bf16<D, true>(p, W, wgmma);
+    else attention_fwd_launch_bf16<D, false>(p, W, wgmma);
 }
 
 template <int D>
@@ -742,7 +774,7 @@ void attention_fwd_launch_f32(const attn_params *p, int W) {
     const long rows = (long)p->B * p->T * p->H;
     attention_fwd_f32_kernel<D><<<(unsigned)GDN_CDIV(rows, 4), 128, 0, p->stream>>>(
         p->B, p->T, p->H, W, p->scale, static_cast<const float *>(p->q), static_cast<const float *>(p->k),
-        static_cast<const float *>(p->v), static_cast<float *>(p->o), p->lse);
+        static_cast<const float *>(p->v), static_cast<float *>(p->o), p->lse, p->doc_start);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -767,7 +799,7 @@ extern "C" void attention_fwd(const attn_params *p) {
         p->D == 64 ? attention_fwd_launch_f32<64>(p, W) : attention_fwd_launch_f32<128>(p, W);
     } else {
         static int image = -1;
-        const bool wgmma = attn_wgmma_runs(p, attention_fwd_wgmma_kernel<128>, &image);
+        const bool wgmma = attn_wgmma_runs(p, attention_fwd_wgmma_kernel<128, false>, &image);
         p->D == 64 ? attention_fwd_launch_bf16<64>(p, W, wgmma) : attention_fwd_launch_bf16<128>(p, W, wgmma);
     }
 }
@@ -776,5 +808,5 @@ extern "C" unsigned long attention_fwd_wgmma_launches(void) { return fwd_wgmma_l
 
 extern "C" int attention_fwd_wgmma_available(void) {
     static int image = -1;
-    return cuda_sm90a_image_runs(attention_fwd_wgmma_kernel<128>, &image);
+    return cuda_sm90a_image_runs(attention_fwd_wgmma_kernel<128, false>, &image);
 }

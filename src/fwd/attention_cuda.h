@@ -8,6 +8,7 @@
 // mma.sync kernels there too.
 //
 //   s_ij = scale q_i.k_j  for  i - window < j <= i   (window >= T: full causal)
+//                         and  j >= s_i with document starts (doc_start; s_i = 0 without)
 //   lse_i = log sum_j exp(s_ij),  o_i = sum_j exp(s_ij - lse_i) v_j
 //
 // Layout as the CPU twins (fwd_cpu.h: attention_fwd_cpu, bwd_cpu.h: attention_bwd_cpu):
@@ -22,6 +23,7 @@
 // and the device's default kernel family, for tests: attention_testing.h.
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 #include <cuda_runtime.h>
 
 #ifdef __cplusplus
@@ -57,6 +59,12 @@ typedef struct {
                              // (the fp32 path has only the deterministic passes).
     attn_kernels kernels;    // bf16: AUTO (default) or the mma.sync kernels (above)
     void *workspace;         // attention_workspace_bytes(p) bytes, backward only
+    const int32_t *doc_start;  // NULL (zero-initialised: no document resets), or device int32
+                             // (B*T): query t of row b sees only keys j >= doc_start[b*T + t],
+                             // the start of its document (non-decreasing along a row, <= t;
+                             // SPEC "Document resets"). Forward and backward take the same.
+                             // Key blocks before every query's start are skipped; all-0 starts
+                             // give the bits of NULL.
     cudaStream_t stream;
 } attn_params;
 

@@ -4,6 +4,10 @@
 //   conv_silu: y = silu(conv1d(x, w)), the fused op of GDN's q, k, v (with an optional per-head L2
 //              norm of q and k in the same pass)
 // Sum order j = 0..K-1 as the CPU, every sum in fp32.
+// Document starts (doc_start, ops.h): token t of row b reads x only from its document's start
+// lo = doc[b T + t] on (x before lo = 0); the tiled and ring kernels take them as a template
+// instance (DOC) whose masked taps are zeros added in the same order, so starts that are all 0
+// give the bits of doc_start NULL; the plain conv1d with starts runs the per-element kernel.
 //
 // conv1d, the plain op: a tiled kernel where C % W == 0, the pointers are 16-byte aligned and
 // K <= CONV_KMAX, else one thread per output.
@@ -49,16 +53,16 @@ namespace {
 // ---- causal depthwise conv1d: y[b,t,c] = sum_{j<K} w[c,j] x[b, t-K+1+j, c] (thread per output) --
 template <typename T>
 __global__ void __launch_bounds__(EW_THREADS) conv1d_fwd_kernel(T *y, const T *x, const T *w, size_t total, int T_,
-                                                                int C, int K) {
+                                                                int C, int K, const int32_t *doc) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
         const int c = (int)(idx % C);
         const size_t r = idx / C;  // token b*T + t
-        const int t = (int)(r % T_);
+        const int t = (int)(r % T_), lo = doc ? doc[r] : 0;
         float s = 0.f;
         for (int j = 0; j < K; j++) {
             const int ts = t - (K - 1) + j;
-            if (ts >= 0) s += to_f(w[(size_t)c * K + j]) * to_f(x[(r - (K - 1) + j) * C + c]);
+            if (ts >= lo) s += to_f(w[(size_t)c * K + j]) * to_f(x[(r - (K - 1) + j) * C + c]);
         }
         y[idx] = from_f<T>(s);
     }
@@ -101,16 +105,17 @@ __global__ void __launch_bounds__(CONV_THREADS)
     }
 }
 
-template <typename T> void conv1d_fwd_launch(T *y, const T *x, const T *w, int B, int T_, int C, int K, cudaStream_t s) {
+template <typename T>
+void conv1d_fwd_launch(T *y, const T *x, const T *w, int B, int T_, int C, int K, const int32_t *doc, cudaStream_t s) {
     constexpr int W = vec_width<T>();
-    if (C % W == 0 && K <= CONV_KMAX && aligned16(y) && aligned16(x)) {
+    if (!doc && C % W == 0 && K <= CONV_KMAX && aligned16(y) && aligned16(x)) {
         const int tiles = (int)GDN_CDIV(T_, CONV_FWD_TT);
         const dim3 grid((unsigned)GDN_CDIV(C / W, CONV_THREADS), (unsigned)(B * tiles));
         if (K <= 4) conv1d_fwd_tiled_kernel<T, W, 4><<<grid, CONV_THREADS, 0, s>>>(y, x, w, T_, C, K, tiles);
         else conv1d_fwd_tiled_kernel<T, W, CONV_KMAX><<<grid, CONV_THREADS, 0, s>>>(y, x, w, T_, C, K, tiles);
     } else {
         const size_t total = (size_t)B * T_ * C;
-        conv1d_fwd_kernel<T><<<grid_for(total), EW_THREADS, 0, s>>>(y, x, w, total, T_, C, K);
+        conv1d_fwd_kernel<T><<<grid_for(total), EW_THREADS, 0, s>>>(y, x, w, total, T_, C, K, doc);
     }
     CUDA_CHECK_LAUNCH();
 }
@@ -129,6 +134,7 @@ template <typename T> struct conv_silu_fwd_params {
     int T_, C, K, tiles, rows;
     size_t ld;  // x's row stride
     conv_segs seg;  // which output each channel goes to (cuda/elementwise.cuh)
+    const int32_t *doc;  // NULL, or (B*T) document starts (DOC kernels)
     float *rn[2];   // L2 norm of segments 0, 1 (NORM kernels): 1/norm per (token, head)
     int nd;         // channels per head
     float eps, sc[2];
@@ -157,8 +163,25 @@ __device__ __forceinline__ void conv_silu_token(const float (&wr)[K][W], float (
         for (int i = 0; i < W; i++) xw[m][i] = xw[m + 1][i];
 }
 
-// The plain forward (no norm; header).
-template <typename T, int W, int K, int TT, int U>
+// conv_silu_token where the first j0 taps precede the token's document start: they read 0 (the
+// same sums in the same order; j0 <= 0: conv_silu_token's bits).
+template <int W, int K>
+__device__ __forceinline__ void conv_silu_token_doc(const float (&wr)[K][W], float (&xw)[K][W], float (&o)[W], int j0) {
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        float a = 0.f;
+#pragma unroll
+        for (int j = 0; j < K; j++) a += wr[j][i] * (j >= j0 ? xw[j][i] : 0.f);
+        o[i] = silu_f(a);
+    }
+#pragma unroll
+    for (int m = 0; m < K - 1; m++)
+#pragma unroll
+        for (int i = 0; i < W; i++) xw[m][i] = xw[m + 1][i];
+}
+
+// The plain forward (no norm; header). DOC: with p.doc's document starts.
+template <typename T, int W, int K, int TT, int U, bool DOC>
 __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(const conv_silu_fwd_params<T> p) {
     const int cp = blockIdx.x * CONV_SILU_LANES + (threadIdx.x % CONV_SILU_LANES);
     if (cp * W >= p.C) return;  // no block-wide sync below
@@ -198,7 +221,10 @@ __global__ void __launch_bounds__(CONV_SILU_THREADS) conv_silu_fwd_tiled_kernel(
                 const int t = t0 + u0 + v;
                 unpack<T, W>(xr[v], xw[K - 1]);
                 float o[W];
-                conv_silu_token<W, K>(wr, xw, o);
+                if constexpr (DOC)  // taps before lo = doc[b T + t] read 0
+                    conv_silu_token_doc<W, K>(wr, xw, o, p.doc[(size_t)b * p.T_ + min(t, p.T_ - 1)] - (t - (K - 1)));
+                else
+                    conv_silu_token<W, K>(wr, xw, o);
                 if (t < p.T_) store_pack<T, W>(yb + (size_t)t * cw, o);
             }
         }
@@ -230,7 +256,7 @@ struct conv_ring_sched {
 template <typename T, int K> constexpr size_t conv_ring_smem() {  // [warp][slot][pack][lane] packs
     return (size_t)RING_WARPS * (RING_D + K - 1) * 2 * 32 * CONV_SILU_W * sizeof(T);
 }
-template <typename T, int K>
+template <typename T, int K, bool DOC>
 __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
     conv_silu_fwd_ring_kernel(const conv_silu_fwd_params<T> p, const conv_ring_sched sch) {
     constexpr int W = CONV_SILU_W, NP = 2, D = RING_D, U = RING_FU, CB = W * (int)sizeof(T);
@@ -322,7 +348,12 @@ __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS)
 #pragma unroll
                         for (int i = 0; i < W; i++) xw[K - 1][k * W + i] = f[i];
                     }
-                    conv_silu_token<NP * W, K>(wr, xw, o[v]);
+                    if constexpr (DOC) {  // taps before lo = doc[b T + token] read 0
+                        const int tok = ts + r0 + u0 + v;
+                        conv_silu_token_doc<NP * W, K>(wr, xw, o[v], p.doc[bt + min(tok, T_ - 1)] - (tok - (K - 1)));
+                    } else {
+                        conv_silu_token<NP * W, K>(wr, xw, o[v]);
+                    }
                 }
                 if (norm) {  // warp-uniform
                     float ss[U][NP];
@@ -389,10 +420,10 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_si
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
         const int c = (int)(idx % p.C);
         const size_t r = idx / p.C;  // token b*T + t
-        const int t = (int)(r % p.T_);
+        const int t = (int)(r % p.T_), lo = p.doc ? p.doc[r] : 0;
         float s = 0.f;
         for (int j = 0; j < p.K; j++)
-            if (t - (p.K - 1) + j >= 0) s += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
+            if (t - (p.K - 1) + j >= lo) s += to_f(p.w[(size_t)c * p.K + j]) * to_f(p.x[(r - (p.K - 1) + j) * p.ld + c]);
         *p.yrow(r, c) = from_f<T>(silu_f(s));
     }
 }
@@ -400,10 +431,10 @@ __global__ void __launch_bounds__(EW_THREADS) conv_silu_fwd_kernel(const conv_si
 // The ring kernel: as many chunks of each sequence as the resident warps take in one round (2 blocks of 8
 // warps an SM at the model's shape: B 16, T 2048, 8 warp columns -> 16 chunks of 128 tokens, one
 // item a warp), each a multiple of RING_D tokens; a grid of at most the resident blocks.
-template <typename T, int K>
+template <typename T, int K, bool DOC>
 void conv_silu_fwd_ring_launch(const conv_silu_fwd_params<T> &p, int B, cudaStream_t s) {
     constexpr size_t smem = conv_ring_smem<T, K>();
-    auto kern = conv_silu_fwd_ring_kernel<T, K>;
+    auto kern = conv_silu_fwd_ring_kernel<T, K, DOC>;
     static int cache = 0;
     const int resident = persistent_setup(kern, RING_THREADS, smem, &cache);
     conv_ring_sched sch;
@@ -420,18 +451,20 @@ void conv_silu_fwd_ring_launch(const conv_silu_fwd_params<T> &p, int B, cudaStre
     conv_silu_ring_count();
 }
 
-// NORM: the ring kernel; else the tiled kernel.
+// NORM: the ring kernel; else the tiled kernel. The instance with document starts where p.doc.
 template <typename T, int W, int K, bool NORM, int TT = CONV_SILU_TT, int U = CONV_SILU_U>
 void conv_silu_fwd_tiled_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
     if (NORM) {
-        conv_silu_fwd_ring_launch<T, K>(p, B, s);
+        if (p.doc) conv_silu_fwd_ring_launch<T, K, true>(p, B, s);
+        else conv_silu_fwd_ring_launch<T, K, false>(p, B, s);
         return;
     }
     p.tiles = (int)GDN_CDIV(p.T_, TT);
     p.rows = B * p.tiles;
     const unsigned gx = (unsigned)GDN_CDIV(p.C / W, CONV_SILU_LANES);
     const unsigned gy = (unsigned)GDN_MIN(GDN_CDIV(p.rows, CONV_SILU_ROWS), 65535);
-    conv_silu_fwd_tiled_kernel<T, W, K, TT, U><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
+    if (p.doc) conv_silu_fwd_tiled_kernel<T, W, K, TT, U, true><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
+    else conv_silu_fwd_tiled_kernel<T, W, K, TT, U, false><<<dim3(gx, gy), CONV_SILU_THREADS, 0, s>>>(p);
 }
 
 // p.rn[0] set: normalise segments 0 and 1 in the kernel (the caller checked norm_fits).
@@ -466,7 +499,7 @@ bool conv_silu_fwd_launch(conv_silu_fwd_params<T> p, int B, cudaStream_t s) {
 
 template <typename T>
 conv_silu_fwd_params<T> fwd_params(void *const ys[3], const int cw[3], const void *x, const void *w, int T_, int K,
-                                   size_t ld) {
+                                   size_t ld, const int32_t *doc) {
     conv_silu_fwd_params<T> p;
     memset(&p, 0, sizeof p);
     for (int i = 0; i < 3; i++) p.ys[i] = (T *)ys[i];
@@ -475,6 +508,7 @@ conv_silu_fwd_params<T> fwd_params(void *const ys[3], const int cw[3], const voi
     p.T_ = T_;
     p.K = K;
     p.ld = ld;
+    p.doc = doc;
     p.seg = conv_segs::of(cw);
     p.C = p.seg.cs[3];
     return p;
@@ -505,23 +539,25 @@ extern "C" unsigned long cuda_conv_silu_ring_launches(void) {
 
 // ---- public entry points (cuda/ops.h) ----------------------------------------------------------
 extern "C" void cuda_conv1d_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C, int K,
-                                cudaStream_t s) {
+                                const int32_t *doc_start, cudaStream_t s) {
     if ((size_t)B * T * C == 0) return;
-    CUDA_DT_SWITCH(dt, E, conv1d_fwd_launch<E>((E *)y, (const E *)x, (const E *)w, B, T, C, K, s));
+    CUDA_DT_SWITCH(dt, E, conv1d_fwd_launch<E>((E *)y, (const E *)x, (const E *)w, B, T, C, K, doc_start, s));
 }
 
 extern "C" void cuda_conv_silu3_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, const void *x, const void *w, int B,
-                                    int T, int C0, int C1, int C2, int K, size_t ld, cudaStream_t s) {
+                                    int T, int C0, int C1, int C2, int K, size_t ld, const int32_t *doc_start,
+                                    cudaStream_t s) {
     const int cw[3] = {C0, C1, C2};
     check_shape("cuda_conv_silu_fwd", B, T, cw, K, ld);
     if ((size_t)B * T * (C0 + C1 + C2) == 0) return;
     void *const ys[3] = {y0, y1, y2};
-    CUDA_DT_SWITCH(dt, E, conv_silu_fwd_launch<E>(fwd_params<E>(ys, cw, x, w, T, K, ld), B, s));
+    CUDA_DT_SWITCH(dt, E, conv_silu_fwd_launch<E>(fwd_params<E>(ys, cw, x, w, T, K, ld, doc_start), B, s));
 }
 
 extern "C" void cuda_conv_silu3_l2_fwd(cuda_dtype dt, void *y0, void *y1, void *y2, float *rn0, float *rn1,
                                        const void *x, const void *w, int B, int T, int C0, int C1, int C2, int K,
-                                       size_t ld, int nd, double eps, double s0, double s1, cudaStream_t s) {
+                                       size_t ld, int nd, double eps, double s0, double s1, const int32_t *doc_start,
+                                       cudaStream_t s) {
     const int cw[3] = {C0, C1, C2};
     check_shape("cuda_conv_silu3_l2_fwd", B, T, cw, K, ld);
     if (nd < 1 || C0 % nd || C1 % nd) gdn_die("cuda_conv_silu3_l2_fwd: heads of %d channels do not tile %d, %d", nd, C0, C1);
@@ -530,7 +566,7 @@ extern "C" void cuda_conv_silu3_l2_fwd(cuda_dtype dt, void *y0, void *y1, void *
     bool done = false;
     if (norm_fits(cw, nd))
         CUDA_DT_SWITCH(dt, E, {
-            conv_silu_fwd_params<E> p = fwd_params<E>(ys, cw, x, w, T, K, ld);
+            conv_silu_fwd_params<E> p = fwd_params<E>(ys, cw, x, w, T, K, ld, doc_start);
             p.rn[0] = rn0;
             p.rn[1] = rn1;
             p.nd = nd;
@@ -540,13 +576,13 @@ extern "C" void cuda_conv_silu3_l2_fwd(cuda_dtype dt, void *y0, void *y1, void *
             done = conv_silu_fwd_launch<E>(p, B, s);
         });
     if (done) return;
-    cuda_conv_silu3_fwd(dt, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, s);  // then the norms in place
+    cuda_conv_silu3_fwd(dt, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, doc_start, s);  // then the norms in place
     const size_t N = (size_t)B * T;
     cuda_l2norm_fwd(dt, y0, rn0, y0, N * (C0 / nd), nd, eps, s0, s);
     cuda_l2norm_fwd(dt, y1, rn1, y1, N * (C1 / nd), nd, eps, s1, s);
 }
 
 extern "C" void cuda_conv_silu_fwd(cuda_dtype dt, void *y, const void *x, const void *w, int B, int T, int C, int K,
-                                   size_t ld, cudaStream_t s) {
-    cuda_conv_silu3_fwd(dt, y, NULL, NULL, x, w, B, T, C, 0, 0, K, ld, s);
+                                   size_t ld, const int32_t *doc_start, cudaStream_t s) {
+    cuda_conv_silu3_fwd(dt, y, NULL, NULL, x, w, B, T, C, 0, 0, K, ld, doc_start, s);
 }

@@ -72,6 +72,9 @@ typedef struct backend {
     void (*upload)(void *dst, const double *src, size_t n, be_class c);    // from host float64
     void (*upload_index)(int32_t *dst, const int32_t *src, size_t n);  // host int32 to alloc's
                                                        // memory (doc_start); done on return
+    void (*set_docs)(const int32_t *doc_start, int B, int T);  // the host copy of the doc_start
+                                                       // that the next ops get (NULL: none), for
+                                                       // backends that plan on the host; may be NULL
     void (*zero)(void *p, size_t n, be_class c);
     void (*add)(void *y, const void *x, size_t n);     // y += x (activations)
     void (*copy)(void *y, const void *x, size_t n);    // activations

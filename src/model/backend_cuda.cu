@@ -61,6 +61,11 @@ struct cuda_be_state {
     size_t dl_cap = 0;
     std::vector<std::pair<size_t, int>> dl_calls;
     bool attn_deterministic = true;                           // swa.deterministic
+    // documents (set_docs): the GDN plan of the current batch, its maps, the gather buffer
+    gdn_docs docs{};
+    bool docs_on = false;
+    void *docs_mem = nullptr, *docs_buf = nullptr;
+    size_t docs_mem_cap = 0, docs_buf_cap = 0;
 };
 cuda_be_state ST;
 
@@ -214,12 +219,42 @@ struct ops {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(int32_t), cudaMemcpyHostToDevice, STREAM));
         CUDA_CHECK(cudaStreamSynchronize(STREAM));  // src may change once this returns
     }
-    // Document starts (backend.h): the kernels do not take them yet (b.doc_reset = false, so
-    // model_set_doc_starts refuses before an op could be given any)
-    static void no_docs(const int32_t *doc_start, const char *op) {
-        if (doc_start)
-            gdn_die("backend_cuda: %s was given document starts, which its kernels do not take "
-                    "yet (model.doc_reset)", op);
+    // Document starts (backend.h): the conv, RoPE and attention kernels take doc_start as it
+    // is; the GDN kernels take a plan made on the host (gdn_docs: documents moved onto chunk
+    // boundaries), built here once a batch from the host copy and used by every layer's forward
+    // and backward. With documents after token 0 the GDN backward recomputes its chunk states
+    // (gdn.bwd_states = recompute for that batch): the model's keep and saved-state buffers are
+    // sized for rows of T tokens, the padded layout has Tp >= T.
+    static void set_docs(const int32_t *doc_start, int B, int T) {
+        ST.docs_on = false;
+        if (!doc_start) return;
+        const int Tp = gdn_docs_padded_len(doc_start, B, T);
+        const size_t bytes = gdn_docs_bytes(B, T, Tp);
+        if (bytes > ST.docs_mem_cap || !ST.docs_mem) {
+            CUDA_CHECK(cudaDeviceSynchronize());  // the old maps may still be read
+            CUDA_CHECK(cudaFree(ST.docs_mem));
+            CUDA_CHECK(cudaMalloc(&ST.docs_mem, bytes > 0 ? bytes : 256));
+            ST.docs_mem_cap = bytes;
+        }
+        gdn_docs_init(&ST.docs, doc_start, B, T, ST.docs_mem, bytes, STREAM);
+        ST.docs_on = true;
+    }
+    // The GDN plan for an op given doc_start (NULL: none, or no document after token 0)
+    static const gdn_docs *gdn_plan(const gdn_op *op) {
+        if (!op->doc_start || !ST.docs_on || !ST.docs.any) return nullptr;
+        if (ST.docs.B != op->B || ST.docs.T != op->T)
+            gdn_die("backend_cuda: the GDN op's batch (%d x %d) is not the documents' (%d x %d)",
+                    op->B, op->T, ST.docs.B, ST.docs.T);
+        return &ST.docs;
+    }
+    static void *docs_buf(size_t bytes) {
+        if (bytes > ST.docs_buf_cap || !ST.docs_buf) {
+            CUDA_CHECK(cudaDeviceSynchronize());
+            CUDA_CHECK(cudaFree(ST.docs_buf));
+            CUDA_CHECK(cudaMalloc(&ST.docs_buf, bytes > 0 ? bytes : 256));
+            ST.docs_buf_cap = bytes;
+        }
+        return ST.docs_buf;
     }
     static void zero(void *p, size_t n, be_class c) {
         if (n) CUDA_CHECK(cudaMemsetAsync(p, 0, n * elem(c), STREAM));
@@ -263,13 +298,11 @@ struct ops {
     }
     static void conv1d_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K,
                            const int32_t *doc_start) {
-        no_docs(doc_start, "conv1d_fwd");
-        cuda_conv1d_fwd(DT, y, x, w, B, T, C, K, STREAM);
+        cuda_conv1d_fwd(DT, y, x, w, B, T, C, K, doc_start, STREAM);
     }
     static void conv1d_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
                            int B, int T, int C, int K, const int32_t *doc_start) {
-        no_docs(doc_start, "conv1d_bwd");
-        cuda_conv1d_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, STREAM);
+        cuda_conv1d_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, doc_start, STREAM);
     }
     static void silu_fwd(void *y, const void *x, size_t n) { cuda_silu_fwd(DT, y, x, n, STREAM); }
     static void silu_bwd(void *dx, const void *dy, const void *x, size_t n) {
@@ -277,34 +310,29 @@ struct ops {
     }
     static void conv_silu_fwd(void *y, const void *x, const void *w, int B, int T, int C, int K,
                               size_t ld, const int32_t *doc_start) {
-        no_docs(doc_start, "conv_silu_fwd");
-        cuda_conv_silu_fwd(DT, y, x, w, B, T, C, K, ld, STREAM);
+        cuda_conv_silu_fwd(DT, y, x, w, B, T, C, K, ld, doc_start, STREAM);
     }
     static void conv_silu_bwd(void *dx, void *dw, const void *dy, const void *x, const void *w,
                               int B, int T, int C, int K, size_t ld, const int32_t *doc_start) {
-        no_docs(doc_start, "conv_silu_bwd");
-        cuda_conv_silu_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, ld, STREAM);
+        cuda_conv_silu_bwd(DT, dx, (float *)dw, dy, x, w, B, T, C, K, ld, doc_start, STREAM);
     }
     static void conv_silu3_fwd(void *y0, void *y1, void *y2, const void *x, const void *w, int B,
                                int T, int C0, int C1, int C2, int K, size_t ld,
                                const int32_t *doc_start) {
-        no_docs(doc_start, "conv_silu3_fwd");
-        cuda_conv_silu3_fwd(DT, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, STREAM);
+        cuda_conv_silu3_fwd(DT, y0, y1, y2, x, w, B, T, C0, C1, C2, K, ld, doc_start, STREAM);
     }
     static void conv_silu3_bwd(void *dx, void *dw, const void *dy0, const void *dy1,
                                const void *dy2, const void *x, const void *w, int B, int T, int C0,
                                int C1, int C2, int K, size_t ld, const int32_t *doc_start) {
-        no_docs(doc_start, "conv_silu3_bwd");
         cuda_conv_silu3_bwd(DT, dx, (float *)dw, dy0, dy1, dy2, x, w, B, T, C0, C1, C2, K, ld,
-                            STREAM);
+                            doc_start, STREAM);
     }
     static void conv_silu3_l2_fwd(void *y0, void *y1, void *y2, void *rn0, void *rn1,
                                   const void *x, const void *w, int B, int T, int C0, int C1,
                                   int C2, int K, size_t ld, int nd, double eps, double s0,
                                   double s1, const int32_t *doc_start) {
-        no_docs(doc_start, "conv_silu3_l2_fwd");
         cuda_conv_silu3_l2_fwd(DT, y0, y1, y2, (float *)rn0, (float *)rn1, x, w, B, T, C0, C1, C2,
-                               K, ld, nd, eps, s0, s1, STREAM);
+                               K, ld, nd, eps, s0, s1, doc_start, STREAM);
     }
     static void l2norm_fwd(void *y, void *rnorm, const void *x, size_t rows, int D, double eps,
                            double scale) {
@@ -401,13 +429,11 @@ struct ops {
     }
     static void rope_fwd(void *y, const void *x, int B, int T, int H, int D, double base,
                          const int32_t *doc_start) {
-        no_docs(doc_start, "rope_fwd");
-        cuda_rope_fwd(DT, y, x, B, T, H, D, base, STREAM);
+        cuda_rope_fwd(DT, y, x, B, T, H, D, base, doc_start, STREAM);
     }
     static void rope_bwd(void *dx, const void *dy, int B, int T, int H, int D, double base,
                          const int32_t *doc_start) {
-        no_docs(doc_start, "rope_bwd");
-        cuda_rope_bwd(DT, dx, dy, B, T, H, D, base, STREAM);
+        cuda_rope_bwd(DT, dx, dy, B, T, H, D, base, doc_start, STREAM);
     }
     static attn_params attn(const void *q, const void *k, const void *v, int B, int T, int H,
                             int D, int window, double scale) {
@@ -429,8 +455,8 @@ struct ops {
     static void attention_fwd(void *o, void *lse, const void *q, const void *k, const void *v,
                               int B, int T, int H, int D, int window, double scale,
                               const int32_t *doc_start) {
-        no_docs(doc_start, "attention_fwd");
         attn_params p = attn(q, k, v, B, T, H, D, window, scale);
+        p.doc_start = doc_start;
         p.o = o;
         p.lse = (float *)lse;
         ::attention_fwd(&p);
@@ -439,8 +465,8 @@ struct ops {
                               const void *k, const void *v, const void *o, const void *lse,
                               int B, int T, int H, int D, int window, double scale,
                               const int32_t *doc_start) {
-        no_docs(doc_start, "attention_bwd");
         attn_params p = attn(q, k, v, B, T, H, D, window, scale);
+        p.doc_start = doc_start;
         p.o = (void *)o;  // read only by the backward
         p.lse = (float *)lse;
         p.dO = dout;
@@ -466,7 +492,6 @@ struct ops {
         return p;
     }
     static void gdn_fwd(const gdn_op *op) {
-        no_docs(op->doc_start, "gdn_fwd");
         gdn_fwd_params p = gdn_fwd_shape(op->B, op->T, op->H, op->Dk, op->Dv);
         p.mode = op->mode;
         p.q = op->q;
@@ -475,9 +500,14 @@ struct ops {
         p.g = (const float *)op->g;
         p.beta = (const float *)op->beta;
         p.o = op->o;
-        p.h_states = (float *)op->hs;  // gdn.bwd_states = saved: for the backward
-        keep_carve(op, &p.keep_g, &p.keep_dt);  // replay: kept for the backward
         p.stream = STREAM;
+        p.docs = gdn_plan(op);
+        if (p.docs) {  // the backward recomputes the states (set_docs)
+            p.docs_buf = docs_buf(gdn_chunk_fwd_docs_bytes(&p));
+        } else {
+            p.h_states = (float *)op->hs;  // gdn.bwd_states = saved: for the backward
+            keep_carve(op, &p.keep_g, &p.keep_dt);  // replay: kept for the backward
+        }
         size_t wsb = gdn_chunk_fwd_workspace_bytes(&p);  // 0: the kernel recomputes per CTA
         p.workspace = wsb ? workspace(wsb) : nullptr;
         gdn_chunk_fwd(&p);
@@ -511,7 +541,6 @@ struct ops {
         *dt = (char *)op->keep + dt_off;
     }
     static void gdn_bwd(const gdn_op *op) {
-        no_docs(op->doc_start, "gdn_bwd");
         // No initial state, no final-state gradient; the chunk-start states are the forward's
         // (gdn.bwd_states = saved), replayed from what it kept (replay) or recomputed by a second
         // forward scan (recompute), inside gdn_chunk_bwd.
@@ -524,9 +553,12 @@ struct ops {
         p.fwd.v = op->v;
         p.fwd.g = (const float *)op->g;
         p.fwd.beta = (const float *)op->beta;
-        p.fwd.h_states = (float *)op->hs;
-        keep_carve(op, &p.fwd.keep_g, &p.fwd.keep_dt);
         p.fwd.stream = STREAM;
+        p.fwd.docs = gdn_plan(op);
+        if (!p.fwd.docs) {  // with documents the states are recomputed (set_docs)
+            p.fwd.h_states = (float *)op->hs;
+            keep_carve(op, &p.fwd.keep_g, &p.fwd.keep_dt);
+        }
         p.dO = op->dO;
         p.dq = op->dq;
         p.dk = op->dk;
@@ -573,7 +605,8 @@ struct ops {
         b.download = download;
         b.upload = upload;
         b.upload_index = upload_index;
-        b.doc_reset = false;  // the ops' doc_start is not wired to the kernels yet
+        b.doc_reset = true;
+        b.set_docs = set_docs;
         b.zero = zero;
         b.add = add;
         b.copy = copy;

@@ -490,6 +490,7 @@ void model_free(model *m) {
 
 void model_set_doc_starts(model *m, const int32_t *doc_start) {
     m->doc_start = NULL;
+    if (m->be->set_docs) m->be->set_docs(NULL, m->B, m->T);
     if (!doc_start || !m->cfg.doc_reset) return;
     char err[256];
     if (!doc_starts_check(doc_start, m->B, m->T, err, sizeof err))
@@ -501,6 +502,7 @@ void model_set_doc_starts(model *m, const int32_t *doc_start) {
     if (!m->doc_mem) m->doc_mem = m->be->alloc((size_t)m->N * sizeof(int32_t));
     m->be->upload_index(m->doc_mem, doc_start, (size_t)m->N);
     m->doc_start = m->doc_mem;
+    if (m->be->set_docs) m->be->set_docs(doc_start, m->B, m->T);
 }
 
 // Element j of a tensor with initialiser `kind` as drawn from its stream: normals take 4 words

@@ -421,7 +421,7 @@ static void test_conv1d(cuda_dtype dt, rng_t *r) {
         conv1d_fwd_cpu(y.data(), x.data(), w.data(), B, T, C, K);
         dten dx_ = dput(x, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt);
         snprintf(op, sizeof op, "conv1d_fwd B%d T%d C%d K%d", B, T, C, K);
-        run_checks(op, dt, [&]() { cuda_conv1d_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, 0); },
+        run_checks(op, dt, [&]() { cuda_conv1d_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, NULL, 0); },
                    {{"y", dy_, y, {}, {}}}, false);
         vec g = randn(r, n, 1.0, dt), dxw(n), init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
         vec dw = plus_twice(init, [&](double *acc) {
@@ -430,7 +430,7 @@ static void test_conv1d(cuda_dtype dt, rng_t *r) {
         dten dg = dput(g, dt), ddx = dempty(n, dt), ddw = dempty((size_t)C * K, CUDA_F32);
         snprintf(op, sizeof op, "conv1d_bwd B%d T%d C%d K%d", B, T, C, K);
         run_checks(op, dt,
-                   [&]() { cuda_conv1d_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, 0); },
+                   [&]() { cuda_conv1d_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, NULL, 0); },
                    {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
     }
 }
@@ -531,10 +531,10 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         conv_silu_fwd_cpu(y.data(), x.data(), w.data(), B, T, C, K, C);
         dten dx_ = dput(x, dt, off), dw_ = dput(w, dt), dy_ = dempty(n, dt, off);
         snprintf(op, sizeof op, "conv_silu_fwd B%d T%d C%d K%d%s", B, T, C, K, off ? " unal" : "");
-        run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
+        run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, NULL, 0); },
                    {{"y", dy_, y, {}, {}}}, false);
         const int cw1[3] = {C, 0, 0};
-        conv_ring_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
+        conv_ring_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, dx_.d, dw_.d, B, T, C, K, C, NULL, 0); },
                      {{"y", dy_, y, {}, {}}}, false);
         vec g = randn(r, n, 1.0, dt), dxw(n), init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
         vec dw = plus_twice(init, [&](double *acc) {
@@ -543,10 +543,10 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         dten dg = dput(g, dt, off), ddx = dempty(n, dt, off), ddw = dempty((size_t)C * K, CUDA_F32);
         snprintf(op, sizeof op, "conv_silu_bwd B%d T%d C%d K%d%s", B, T, C, K, off ? " unal" : "");
         run_checks(op, dt,
-                   [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
+                   [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, NULL, 0); },
                    {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, true);
         conv_ring_row(op, dt,
-                     [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, 0); },
+                     [&]() { cuda_conv_silu_bwd(dt, ddx.d, (float *)ddw.d, dg.d, dx_.d, dw_.d, B, T, C, K, C, NULL, 0); },
                      {{"dx", ddx, dxw, {}, {}}, {"dw", ddw, dw, init, want2}}, conv_ring_bwd(cw1, K, C, 0, off));
     }
     // strided x and dx (the model's fused input projection): columns [col, col + C) of rows of
@@ -566,10 +566,10 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         dten dxw_ = dput(xw, dt), dw_ = dput(w, dt), dy_ = dempty(n, dt);
         const void *xp = (const char *)dxw_.d + col * esz(dt);
         snprintf(op, sizeof op, "conv_silu_fwd B%d T%d C%d K%d ld%zu", B, T, C, K, ld);
-        run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
+        run_checks(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, NULL, 0); },
                    {{"y", dy_, y, {}, {}}}, false);
         const int cw1[3] = {C, 0, 0};
-        conv_ring_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, 0); },
+        conv_ring_row(op, dt, [&]() { cuda_conv_silu_fwd(dt, dy_.d, xp, dw_.d, B, T, C, K, ld, NULL, 0); },
                      {{"y", dy_, y, {}, {}}}, false);
         vec g = randn(r, n, 1.0, dt), dx_init = randn(r, nw, 1.0, dt), dx_want = dx_init;
         vec init = randn(r, (size_t)C * K, 0.1, CUDA_F32), want2;
@@ -581,13 +581,13 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         run_checks(op, dt,
                    [&]() {
                        cuda_conv_silu_bwd(dt, (char *)ddxw.d + col * esz(dt), (float *)ddw.d, dg.d, xp, dw_.d, B, T,
-                                          C, K, ld, 0);
+                                          C, K, ld, NULL, 0);
                    },
                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
         conv_ring_row(op, dt,
                      [&]() {
                          cuda_conv_silu_bwd(dt, (char *)ddxw.d + col * esz(dt), (float *)ddw.d, dg.d, xp, dw_.d, B,
-                                            T, C, K, ld, 0);
+                                            T, C, K, ld, NULL, 0);
                      },
                      {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}},
                      conv_ring_bwd(cw1, K, ld, col, 0));
@@ -614,7 +614,7 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         const char *xp = (const char *)dxw_.d + col * es;
         snprintf(op, sizeof op, "conv_silu3_fwd B%d T%d C%d+%d+%d K%d ld%zu", B, T, cw[0], cw[1], cw[2], K, ld);
         auto fwd3 = [&]() {
-            cuda_conv_silu3_fwd(dt, dy0.d, dy1.d, dy2.d, xp, dw_.d, B, T, cw[0], cw[1], cw[2], K, ld, 0);
+            cuda_conv_silu3_fwd(dt, dy0.d, dy1.d, dy2.d, xp, dw_.d, B, T, cw[0], cw[1], cw[2], K, ld, NULL, 0);
         };
         run_checks(op, dt, fwd3, {{"y0", dy0, y[0], {}, {}}, {"y1", dy1, y[1], {}, {}}, {"y2", dy2, y[2], {}, {}}},
                    false);
@@ -624,7 +624,7 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         dten *es3[3] = {&e0, &e1, &e2}, *ds3[3] = {&dy0, &dy1, &dy2};
         for (int i = 0; i < 3; i++)
             cuda_conv_silu_fwd(dt, es3[i]->d, xp + c0[i] * es, (const char *)dw_.d + (size_t)c0[i] * K * es, B, T,
-                               cw[i], K, ld, 0);
+                               cw[i], K, ld, NULL, 0);
         fwd3();
         CUDA_CHECK(cudaDeviceSynchronize());
         bool same = true;
@@ -640,7 +640,7 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "conv_silu3_bwd B%d T%d C%d+%d+%d K%d ld%zu", B, T, cw[0], cw[1], cw[2], K, ld);
         auto bwd3 = [&](void *dx, float *dwp) {
             cuda_conv_silu3_bwd(dt, (char *)dx + col * es, dwp, dg0.d, dg1.d, dg2.d, xp, dw_.d, B, T, cw[0], cw[1],
-                                cw[2], K, ld, 0);
+                                cw[2], K, ld, NULL, 0);
         };
         run_checks(op, dt, [&]() { bwd3(ddxw.d, (float *)ddw.d); },
                    {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}}, true);
@@ -652,7 +652,7 @@ static void test_conv_silu(cuda_dtype dt, rng_t *r) {
         const void *dg3[3] = {dg0.d, dg1.d, dg2.d};
         for (int i = 0; i < 3; i++)
             cuda_conv_silu_bwd(dt, (char *)ddxw2.d + (col + c0[i]) * es, (float *)ddw2.d + (size_t)c0[i] * K, dg3[i],
-                               xp + c0[i] * es, (const char *)dw_.d + (size_t)c0[i] * K * es, B, T, cw[i], K, ld, 0);
+                               xp + c0[i] * es, (const char *)dw_.d + (size_t)c0[i] * K * es, B, T, cw[i], K, ld, NULL, 0);
         bwd3(ddxw3.d, (float *)ddw3.d);
         CUDA_CHECK(cudaDeviceSynchronize());
         row_bool(op, dtn(dt), "dx, dw = three conv_silu calls", raw(ddxw2) == raw(ddxw3) && raw(ddw2) == raw(ddw3));
@@ -861,7 +861,7 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
                    [&]() {
                        cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d,
                                               (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, nd, eps,
-                                              s0, 1.0, 0);
+                                              s0, 1.0, NULL, 0);
                    },
                    {{"q = y0 normed", dy0, y[0], {}, {}},
                     {"k = y1 normed", dy1, y[1], {}, {}},
@@ -873,7 +873,7 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
                      [&]() {
                          cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d,
                                                 (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, nd,
-                                                eps, s0, 1.0, 0);
+                                                eps, s0, 1.0, NULL, 0);
                      },
                      {{"q = y0 normed", dy0, y[0], {}, {}},
                       {"k = y1 normed", dy1, y[1], {}, {}},
@@ -884,7 +884,7 @@ static void test_conv_silu3_l2(cuda_dtype dt, rng_t *r) {
         if (fused) continue;
         dten e0 = dempty(rows * C0, dt), e1 = dempty(rows * C0, dt), e2 = dempty(rows * C2, dt);
         dten f0 = dempty(nh, CUDA_F32), f1 = dempty(nh, CUDA_F32);
-        cuda_conv_silu3_fwd(dt, e0.d, e1.d, e2.d, (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, 0);
+        cuda_conv_silu3_fwd(dt, e0.d, e1.d, e2.d, (const char *)dxw_.d + col * es, dw_.d, B, T, C0, C0, C2, K, ld, NULL, 0);
         cuda_l2norm_fwd(dt, e0.d, (float *)f0.d, e0.d, nh, nd, eps, s0, 0);
         cuda_l2norm_fwd(dt, e1.d, (float *)f1.d, e1.d, nh, nd, eps, 1.0, 0);
         CUDA_CHECK(cudaDeviceSynchronize());
@@ -935,7 +935,7 @@ static void test_conv_silu_ring(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "conv_silu_ring l2 B%d T%d C%d+%d+%d K%d ld%zu nd%d", B, T, C0, C0, C2, K, ld, nd);
         auto fwd = [&]() {
             cuda_conv_silu3_l2_fwd(dt, dy0.d, dy1.d, dy2.d, (float *)dr0.d, (float *)dr1.d, xp, dw_.d, B, T, C0, C0,
-                                   C2, K, ld, nd, eps, s0, 1.0, 0);
+                                   C2, K, ld, nd, eps, s0, 1.0, NULL, 0);
         };
         const std::vector<out_check> fo = {{"q = y0 normed", dy0, y[0], {}, {}},
                                            {"k = y1 normed", dy1, y[1], {}, {}},
@@ -956,7 +956,7 @@ static void test_conv_silu_ring(cuda_dtype dt, rng_t *r) {
         snprintf(op, sizeof op, "conv_silu_ring bwd B%d T%d C%d+%d+%d K%d ld%zu", B, T, C0, C0, C2, K, ld);
         auto bwd = [&]() {
             cuda_conv_silu3_bwd(dt, (char *)ddxw.d + col * es, (float *)ddw.d, dg0.d, dg1.d, dg2.d, xp, dw_.d, B, T,
-                                C0, C0, C2, K, ld, 0);
+                                C0, C0, C2, K, ld, NULL, 0);
         };
         const std::vector<out_check> bo = {{"dx|rest", ddxw, dx_want, dx_init, dx_want}, {"dw", ddw, dw, init, want2}};
         run_checks(op, dt, bwd, bo, true);
@@ -1362,17 +1362,17 @@ static void test_rope(cuda_dtype dt, rng_t *r) {
         dten dx_ = dput(x, dt), dg = dput(g, dt), dy_ = dempty(n, dt), ddx = dempty(n, dt), dip = dempty(n, dt);
         char op[64];
         snprintf(op, sizeof op, "rope_fwd B%d T%d H%d D%d", B, T, H, D);
-        run_checks(op, dt, [&]() { cuda_rope_fwd(dt, dy_.d, dx_.d, B, T, H, D, base, 0); }, {{"y", dy_, y, {}, {}}},
+        run_checks(op, dt, [&]() { cuda_rope_fwd(dt, dy_.d, dx_.d, B, T, H, D, base, NULL, 0); }, {{"y", dy_, y, {}, {}}},
                    false);
         snprintf(op, sizeof op, "rope_fwd B%d T%d H%d D%d in place", B, T, H, D);
         run_checks(op, dt,
                    [&]() {
                        upload(dip, x);
-                       cuda_rope_fwd(dt, dip.d, dip.d, B, T, H, D, base, 0);
+                       cuda_rope_fwd(dt, dip.d, dip.d, B, T, H, D, base, NULL, 0);
                    },
                    {{"y", dip, y, {}, {}}}, false);
         snprintf(op, sizeof op, "rope_bwd B%d T%d H%d D%d", B, T, H, D);
-        run_checks(op, dt, [&]() { cuda_rope_bwd(dt, ddx.d, dg.d, B, T, H, D, base, 0); }, {{"dx", ddx, dx, {}, {}}},
+        run_checks(op, dt, [&]() { cuda_rope_bwd(dt, ddx.d, dg.d, B, T, H, D, base, NULL, 0); }, {{"dx", ddx, dx, {}, {}}},
                    false);
     }
 }
