@@ -192,7 +192,7 @@ static void test_mc_errors(void) {
         {"\n  \n", ": no items"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char path[256], err[1024] = "", what[512];
+        char path[256], err[1024] = "", what[1100];
         snprintf(path, sizeof path, "%s/bad%zu.jsonl", tmpl, i);
         FILE *f = fopen(path, "w");
         if (!f) gdn_die("cannot write %s", path);

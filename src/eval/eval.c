@@ -249,6 +249,8 @@ static double set_loss(model *m, const data_source *src, const gdn_config *c, di
 int evaluator_run(evaluator *e, model *m, dist *d, eval_value *out) {
     const gdn_config *c = e->c;
     eval_scorer s = eval_scorer_model(m, d);
+    // every row here is one sequence from its first token (issue 31's document starts, once the
+    // model has them: model_set_doc_starts(m, NULL) here, so no training batch's starts apply)
     int n = 0;
     double t0 = gdn_now();
     int32_t *x = gdn_malloc((size_t)m->N * sizeof(int32_t)), *y = gdn_malloc((size_t)m->N * sizeof(int32_t));
