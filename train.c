@@ -83,6 +83,7 @@
 #include "dist/dist.h"
 #include "dist/grad_sync.h"
 #include "dist/zero1.h"
+#include "eval/eval.h"
 #include "fwd/cpu_threads.h"
 #include "fwd/fwd_cpu.h"
 #include "model/backend_gpu.h"
@@ -404,6 +405,7 @@ typedef struct {
     data_source data;         // data.path, or data.mix's sets
     model *m;
     zero1 *z;                 // dist.zero1 with collectives, else NULL
+    evaluator *ev;            // the [eval] section, NULL when it asks for nothing
     int32_t *x, *y;           // (m->N) one micro-batch's inputs and targets
     int32_t *doc;             // (m->N) its document starts (data.sampling = documents)
     train_state st;
@@ -510,6 +512,13 @@ static void open_data(run *r) {
             printf("note: checkpoints will carry no tokenizer: '%s': %s\n", c->data_path, err);
         ckpt_tokenizer_free(&t);
     }
+}
+
+// The [eval] section checked against the run, its sets and files opened (eval.h).
+static void open_eval(run *r) {
+    char err[4096];
+    r->ev = evaluator_open(&r->cfg, &r->data, err, sizeof err);
+    if (!r->ev && err[0]) gdn_die("%s", err);
 }
 
 // The effective config on stdout (write_config puts it in the run directory once the run has
@@ -847,6 +856,12 @@ static int eval_checkpoint(run *r) {
                c->eval_batches, (long long)c->batch_size * c->grad_accum * r->d->world, c->seq_len + 1,
                gdn_now() - t0);
     }
+    if (r->ev) {  // the [eval] section's values too, printed
+        eval_value ev[EVAL_MAX_NAMED * 3 + EVAL_MAX_PROBES];
+        char line[8192];
+        eval_values_line(ev, evaluator_run(r->ev, r->m, r->d, ev), line, sizeof line);
+        printf("eval: %s\n", line);
+    }
     return isfinite(v) ? 0 : 1;
 }
 
@@ -1104,6 +1119,21 @@ static void validate(run *r) {
     if (r->new_best) r->st.best_val = r->last_val;
     metrics_line(r, "{\"step\": %ld, \"tokens\": %llu, \"val_loss\": %.17g, \"time\": %.3f}\n",
                  r->st.step, (unsigned long long)r->st.tokens_seen, r->last_val, gdn_now() - r->t_start);
+}
+
+// The [eval] section's values (every rank takes part), printed and logged as one metrics line;
+// their time is left out of the step times. Changes no bit of the training (eval.h).
+static void run_eval(run *r) {
+    double t_eval = gdn_now();
+    eval_value v[EVAL_MAX_NAMED * 3 + EVAL_MAX_PROBES];
+    int n = evaluator_run(r->ev, r->m, r->d, v);
+    char json[16384], line[8192];
+    eval_values_json(v, n, json, sizeof json);
+    eval_values_line(v, n, line, sizeof line);
+    printf("eval step %ld | %s\n", r->st.step, line);
+    r->t_aside += gdn_now() - t_eval;
+    metrics_line(r, "{\"step\": %ld, \"tokens\": %llu, \"eval\": %s, \"time\": %.3f}\n",
+                 r->st.step, (unsigned long long)r->st.tokens_seen, json, gdn_now() - r->t_start);
 }
 
 // The progress line and its metrics record over the window since the last one.
@@ -1372,6 +1402,7 @@ static int train_loop(run *r) {
         bool last = st->step == c->steps;
         bool do_eval = last || (c->eval_every > 0 && st->step % c->eval_every == 0);
         if (do_eval) validate(r);
+        if (evaluator_due(r->ev, st->step, last)) run_eval(r);
         if (st->step % c->log_every == 0 || last || do_eval) log_progress(r, loss, lr, gnorm, do_eval);
         bool stop_here = st->step == a->stop_after;
         if (r->d->world > 1 && dist_scalar_max_f64(r->d, (double)g_stop) > 0 && !g_stop) g_stop = SIGTERM;
@@ -1424,6 +1455,7 @@ static void close_training(run *r) {
 
 // What the phases before the loop opened, in reverse; the communicator last (collective).
 static void close_run(run *r) {
+    evaluator_free(r->ev);
     data_source_close(&r->data);
     ckpt_tokenizer_free(&r->tok);
     zero1_free(r->z);
@@ -1450,6 +1482,7 @@ int main(int argc, char **argv) {
     setup_dist(&r);         // rank and world, the communicator, CPU or GPU
     setup_backend(&r);      // the ops: float64 CPU or the GPU's (--profile: timed)
     open_data(&r);          // the token file
+    open_eval(&r);          // the [eval] section's sets, tasks and probes
     print_config(&r);       // the effective config on stdout
     agree_config_and_data(&r);  // every rank: the same config and data (before sized collectives)
     check_resume_config(&r);    // --resume: only the resumable keys differ from the checkpoint's

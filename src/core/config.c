@@ -65,7 +65,7 @@ typedef struct {
 #define F(field) offsetof(gdn_config, field), sizeof(((gdn_config *)0)->field)
 #define INF INFINITY
 
-static const char *const cfg_sections[] = {"model", "gdn", "swa", "data", "train", "optim", "dist", "log"};
+static const char *const cfg_sections[] = {"model", "gdn", "swa", "data", "train", "optim", "dist", "log", "eval"};
 #define CFG_NSECTIONS ((int)(sizeof cfg_sections / sizeof cfg_sections[0]))
 
 // Bounds: every numeric key is bounded by what one machine can hold and what a real run uses,
@@ -152,6 +152,15 @@ static const cfg_key cfg_keys[] = {
     {"dist", "timeout_s", CFG_INT, F(timeout_s), 1, 604800, 0, "300", NULL, "collective timeout"},
     {"log", "every", CFG_INT, F(log_every), 1, 1000000000, 0, "10", NULL, "steps between log lines"},
     {"log", "metrics_file", CFG_STRING, F(metrics_file), 0, 0, 0, "metrics.jsonl", NULL, "inside out_dir"},
+    {"eval", "every", CFG_INT, F(ev_every), 0, 1000000000, 0, "0", NULL, "steps between evaluations of the [eval] section; 0 = at the end only"},
+    {"eval", "val", CFG_STRING, F(ev_val), 0, 0, 0, "", NULL, "NAME:PATH, ...: validation loss val/NAME on the val split of each token set"},
+    {"eval", "batches", CFG_INT, F(ev_batches), 0, 65536, 0, "8", NULL, "batches per eval.val set (as train.eval_batches); 0 = the whole split"},
+    {"eval", "mc", CFG_STRING, F(ev_mc), 0, 0, 0, "", NULL, "NAME:FILE.jsonl, ...: multiple-choice tasks, mc/NAME/acc and acc_norm (docs/evaluation.md)"},
+    {"eval", "mc_items", CFG_INT, F(ev_mc_items), 0, 1000000000, 0, "0", NULL, "items per multiple-choice task, the file's first; 0 = all"},
+    {"eval", "mqar", CFG_STRING, F(ev_mqar), 0, 0, 0, "", NULL, "LEN:KEYS, ...: associative-recall probes recall/mqar_L{LEN}_k{KEYS}"},
+    {"eval", "needle", CFG_STRING, F(ev_needle), 0, 0, 0, "", NULL, "LEN, ...: needle-in-a-haystack probes recall/needle_L{LEN}"},
+    {"eval", "probes", CFG_INT, F(ev_probes), 1, 65536, 0, "64", NULL, "sequences per recall probe"},
+    {"eval", "seed", CFG_U64, F(ev_seed), 0, 0, 0, "1234", NULL, "seeds the recall probes' tokens"},
 };
 #define CFG_NKEYS ((int)(sizeof cfg_keys / sizeof cfg_keys[0]))
 #undef F
@@ -1000,7 +1009,7 @@ static const char *const resumable_keys[] = {
     "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.schedule", "optim.decay_frac",
     "optim.grad_clip",
 };
-static const char *const resumable_sections[] = {"dist", "log"};
+static const char *const resumable_sections[] = {"dist", "log", "eval"};
 
 // Every name on the lists is one of the schema's (run by config_defaults, like the defaults).
 static void cfg_check_resumable_keys(void) {

@@ -112,6 +112,16 @@ typedef struct {
     double bucket_mb;        // > 0, all-reduce bucket size                    default 25
     bool overlap;            // sum gradient buckets during the backward       default true
     int timeout_s;           // > 0, collective timeout                        default 300
+    // [eval] (src/eval/eval.h, docs/evaluation.md)
+    int ev_every;            // >= 0: steps between evaluations (0 = at the end only)  default 0
+    char ev_val[1024];       // "NAME:PATH, ...": named token sets, val split   default ""
+    int ev_batches;          // >= 0: batches per named set (0 = whole split)  default 8
+    char ev_mc[1024];        // "NAME:FILE.jsonl, ...": multiple-choice tasks   default ""
+    int ev_mc_items;         // >= 0: items per task (0 = all)                 default 0
+    char ev_mqar[CFG_STR];   // "LEN:KEYS, ...": MQAR probes                   default ""
+    char ev_needle[CFG_STR]; // "LEN, ...": needle-in-a-haystack probes        default ""
+    int ev_probes;           // >= 1: sequences per recall probe               default 64
+    uint64_t ev_seed;        // the recall probes' RNG                         default 1234
     // [log]
     int log_every;           // >= 1                                           default 10
     char metrics_file[CFG_STR]; // file name inside out_dir                   default "metrics.jsonl"

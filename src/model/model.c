@@ -772,6 +772,46 @@ double model_eval_loss(model *m, const int32_t *x, const int32_t *y) {
     return model_loss(m, x, y, false);
 }
 
+// log p(y_i | x_0..i) and the argmax of row i's logits, for the rows i with y[i] >= 0, from the
+// backend's logits (model.h). The logits of each head chunk are brought to the host in pieces
+// of LOGPROB_ROWS rows (float64; the GPU's fp32 or bf16 values converted exactly), where the
+// log-sum-exp is taken in float64: log p = z_y - max - log sum exp(z - max).
+enum { LOGPROB_ROWS = 16 };
+void model_logprobs(model *m, const int32_t *x, const int32_t *y, double *logp, int32_t *argmax) {
+    const backend *be = m->be;
+    const int N = m->N, d = m->d, V = m->V, R = m->head_rows;
+    const size_t e = ELEM(m, BE_ACT);
+    forward(m, x, false);
+    double *z = gdn_malloc((size_t)LOGPROB_ROWS * V * sizeof(double));
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int n = GDN_MIN(R, N - r0);
+        be->linear_fwd(m->logits, (const char *)m->xf + (size_t)r0 * d * e, P(m->lm_head), n, d, V);
+        for (int i = 0; i < n;) {
+            if (y[r0 + i] < 0) {  // a run of wanted rows, at most LOGPROB_ROWS long
+                logp[r0 + i] = 0;
+                if (argmax) argmax[r0 + i] = -1;
+                i++;
+                continue;
+            }
+            int k = 1;
+            while (k < LOGPROB_ROWS && i + k < n && y[r0 + i + k] >= 0) k++;
+            be->download(z, (const char *)m->logits + (size_t)i * V * e, (size_t)k * V, BE_ACT);
+            for (int j = 0; j < k; j++) {
+                const double *zr = z + (size_t)j * V;
+                int best = 0;
+                for (int v = 1; v < V; v++) best = zr[v] > zr[best] ? v : best;
+                double s = 0;
+                for (int v = 0; v < V; v++) s += exp(zr[v] - zr[best]);
+                const int t = y[r0 + i + j];
+                logp[r0 + i + j] = t < V ? zr[t] - zr[best] - log(s) : -INFINITY;
+                if (argmax) argmax[r0 + i + j] = best;
+            }
+            i += k;
+        }
+    }
+    free(z);
+}
+
 #define G(i) model_grad(m, i)
 
 // dbranch = d(drop(branch)) / d branch applied to dx

@@ -177,6 +177,11 @@ void model_set_doc_starts(model *m, const int32_t *doc_start);
 double model_eval_loss(model *m, const int32_t *x, const int32_t *y);
 // The same with dropout as in training when train is true (masks from m->dropout_key).
 double model_loss(model *m, const int32_t *x, const int32_t *y, bool train);
+// Per-position scores (evaluation, src/eval): forward with dropout off, then for each row i
+// (of B*T) with y[i] >= 0, logp[i] = log softmax(logits_i)[y[i]] in float64 and, when argmax is
+// not NULL, argmax[i] = the index of row i's largest logit (the lowest on ties); rows with
+// y[i] < 0: logp 0, argmax -1. No gradient, no loss state: the training's bits do not change.
+void model_logprobs(model *m, const int32_t *x, const int32_t *y, double *logp, int32_t *argmax);
 // Forward, fused loss, backward: grads += d(sum of losses * grad_scale)/dparams.
 // Returns the summed loss over the batch's targets (caller divides). train: dropout on.
 // Calls m->fwd_hook when set and m->grad_hook when armed (see model_grad_hook).
