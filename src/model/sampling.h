@@ -20,6 +20,7 @@
 // batch size, and a run with the same seed, prompt and logits repeats exactly.
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
