@@ -323,6 +323,8 @@ void decoder_cuda_reset(decoder_cuda *d) {
 
 int decoder_cuda_pos(const decoder_cuda *d) { return d->pos; }
 
+void decoder_cuda_sync(decoder_cuda *d) { CUDA_CHECK(cudaStreamSynchronize(d->stream)); }
+
 void decoder_cuda_set_graph(decoder_cuda *d, bool on) {
     CUDA_CHECK(cudaStreamSynchronize(d->stream));
     d->graph_on = on;

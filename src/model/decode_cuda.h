@@ -32,6 +32,8 @@ void decoder_cuda_free(decoder_cuda *d);
 // Back to position 0 with zero states and empty caches.
 void decoder_cuda_reset(decoder_cuda *d);
 int decoder_cuda_pos(const decoder_cuda *d);
+// Wait until the decoder's queued work is done (for timing).
+void decoder_cuda_sync(decoder_cuda *d);
 // Feed tokens (host, batch entries, each in [0, V)) at the next position of every sequence; the
 // logits of the following token stay on the device. More than max_len positions end the program.
 void decoder_cuda_step(decoder_cuda *d, const int32_t *tokens);
