@@ -79,6 +79,7 @@
 #include "fwd/fwd_cpu.h"
 #include "model/backend_gpu.h"
 #include "model/checkpoint.h"
+#include "model/generate.h"
 #include "model/hf.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -1101,6 +1102,8 @@ static int train_loop(run *r) {
         bool last = st->step == c->steps;
         bool do_eval = last || (c->eval_every > 0 && st->step % c->eval_every == 0);
         if (do_eval) validate(r);
+        if (c->sample_every > 0 && st->step % c->sample_every == 0 && r->r0)
+            generate_print_sample(r->m, &r->data.set[0], c->sample_tokens, c->seed, st->step, stdout);
         if (st->step % c->log_every == 0 || last || do_eval) log_progress(r, loss, lr, gnorm, do_eval);
         bool stop_here = st->step == a->stop_after;
         if (r->d->world > 1 && dist_scalar_max_f64(r->d, (double)g_stop) > 0 && !g_stop) g_stop = SIGTERM;

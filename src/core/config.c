@@ -124,6 +124,8 @@ static const cfg_key cfg_keys[] = {
     {"train", "eval_every", CFG_INT, F(eval_every), 0, 1000000000, 0, "100", NULL, "0 = only at the end"},
     {"train", "eval_batches", CFG_INT, F(eval_batches), 0, 65536, 0, "8", NULL, "batches per evaluation (each batch_size x grad_accum x ranks windows); 0 = the whole validation split"},
     {"train", "ckpt_every", CFG_INT, F(ckpt_every), 0, 1000000000, 0, "0", NULL, "0 = only at the end"},
+    {"train", "sample_every", CFG_INT, F(sample_every), 0, 1000000000, 0, "0", NULL, "print a short sample of the model every N steps (temperature 1, seed train.seed, after the data's end-of-text token; on the run's device, rank 0); 0 = off"},
+    {"train", "sample_tokens", CFG_INT, F(sample_tokens), 1, 4096, 0, "64", NULL, "tokens per sample (train.sample_every)"},
     {"train", "out_dir", CFG_STRING, F(out_dir), 0, 0, 0, "runs/default", NULL, "run directory"},
     {"train", "overwrite", CFG_BOOL, F(overwrite), 0, 0, 0, "false", NULL, "a new run may start in an out_dir that holds a checkpoint or metrics, replacing them (false: refused)"},
     {"train", "threads", CFG_INT, F(threads), 0, 4096, 0, "0", NULL, "CPU threads (ops + OpenBLAS), 0 = default"},
@@ -978,7 +980,7 @@ const char *config_key_default(const char *section, const char *key) {
 //   how the run executes: device, precision, threads, recompute, head_chunk_rows, gemm_tune,
 //     gdn.bwd_states, swa.deterministic, every [dist] key;
 //   how long it runs and how it is watched: steps, eval_every, eval_batches, ckpt_every,
-//     out_dir, overwrite, every [log] key;
+//     sample_every, sample_tokens, out_dir, overwrite, every [log] key;
 //   how a step's windows are split: batch_size, grad_accum (the world size may change; a step
 //     keeps its data when batch_size x grad_accum x ranks does, see README);
 //   the step size: lr, min_lr, warmup_steps, schedule, decay_frac, grad_clip (the way on after
@@ -987,6 +989,7 @@ static const char *const resumable_keys[] = {
     "train.device", "train.precision", "train.threads", "train.recompute",
     "train.head_chunk_rows", "train.gemm_tune", "gdn.bwd_states", "swa.deterministic",
     "train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
+    "train.sample_every", "train.sample_tokens",
     "train.out_dir", "train.overwrite", "train.batch_size", "train.grad_accum",
     "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.schedule", "optim.decay_frac",
     "optim.grad_clip",

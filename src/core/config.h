@@ -81,6 +81,8 @@ typedef struct {
     uint64_t seed;           //                                                default 1337
     int eval_every;          // >= 0 (0 = only at the end)                     default 100
     int eval_batches;        // >= 1                                           default 8
+    int sample_every;        // >= 0 (0 = off): a sample printed every N steps default 0
+    int sample_tokens;       // 1..4096 tokens per sample                      default 64
     int ckpt_every;          // >= 0 (0 = only at the end)                     default 0
     char out_dir[CFG_STR];   // run directory                                  default "runs/default"
     bool overwrite;          // a new run may replace the run in out_dir       default false
