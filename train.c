@@ -88,6 +88,7 @@
 #include "fwd/fwd_cpu.h"
 #include "model/backend_gpu.h"
 #include "model/checkpoint.h"
+#include "model/generate.h"
 #include "model/hf.h"
 #include "model/model.h"
 #include "optim/optim.h"
@@ -1403,6 +1404,8 @@ static int train_loop(run *r) {
         bool do_eval = last || (c->eval_every > 0 && st->step % c->eval_every == 0);
         if (do_eval) validate(r);
         if (evaluator_due(r->ev, st->step, last)) run_eval(r);
+        if (c->sample_every > 0 && st->step % c->sample_every == 0 && r->r0)
+            generate_print_sample(r->m, &r->data.set[0], c->sample_tokens, c->seed, st->step, stdout);
         if (st->step % c->log_every == 0 || last || do_eval) log_progress(r, loss, lr, gnorm, do_eval);
         bool stop_here = st->step == a->stop_after;
         if (r->d->world > 1 && dist_scalar_max_f64(r->d, (double)g_stop) > 0 && !g_stop) g_stop = SIGTERM;

@@ -386,7 +386,7 @@ static void test_roundtrip(const gdn_config *valid) {
     check("and writes the same text again", strcmp(text, text2) == 0);
     int nkeys = 0;  // lines that are not blank, a [section] or a comment
     for (const char *q = text; *q; q = strchr(q, '\n') + 1) nkeys += *q != '\n' && *q != '[' && *q != ';';
-    check("every key written (81 key lines)", nkeys == 81);
+    check("every key written (83 key lines)", nkeys == 83);
 
     char *p = tpath("written.ini");
     remember(p);

@@ -21,4 +21,10 @@ head -c 6 "$WORK/s1.txt" | grep -q "ROMEO:" && pass "continues the prompt" || fa
 [ $rc -ne 0 ] && grep -q "d.h5" "$WORK/e2" && pass "a token file is not a checkpoint: exit $rc" || fail "token file as checkpoint"
 "$BIN/gdn-sample" --checkpoint "$ck" --tokens -5 >/dev/null 2>"$WORK/e3"; rc=$?
 [ $rc -ne 0 ] && grep -q -- "--tokens" "$WORK/e3" && pass "bad --tokens: exit $rc, names the flag" || fail "bad --tokens: exit $rc"
+"$BIN/gdn-sample" --checkpoint "$ck" --prompt "ROMEO:" --tokens 40 --top-k 20 --top-p 0.9 --device cpu >"$WORK/s4.txt" 2>/dev/null && pass "top-k + top-p on the CPU" || fail "top-p"
+"$BIN/gdn-sample" --checkpoint "$ck" --top-p 0 >/dev/null 2>"$WORK/e4"; rc=$?
+[ $rc -ne 0 ] && grep -q -- "top-p" "$WORK/e4" && pass "bad --top-p: exit $rc, names the flag" || fail "bad --top-p: exit $rc"
+"$BIN/gdn-train" "$WORK/micro.ini" --set train.steps=4 --set train.sample_every=2 --set train.sample_tokens=16 \
+    --set train.out_dir="$WORK/run2" >"$WORK/t2.txt" 2>&1
+[ "$(grep -c '^step [24] sample: ' "$WORK/t2.txt")" -eq 2 ] && pass "train.sample_every prints at steps 2 and 4" || fail "train.sample_every: $(grep -c sample: "$WORK/t2.txt") sample lines"
 finish test_sample

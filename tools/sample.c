@@ -1,15 +1,18 @@
-// sample.c — gdn-sample: generate text from a checkpoint on the CPU in float64, token by token
-// through the recurrent decoder (src/model/decode.h).
+// sample.c — gdn-sample: generate text from a checkpoint token by token, on the GPU
+// (src/model/decode_cuda.h, the model's dtype: --precision) or on the CPU in float64
+// (src/model/decode.h); --device auto takes the GPU when this build has CUDA and one is present.
 //
 //   gdn-sample --checkpoint CKPT.h5 [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]
-//              [--seed S] [--data FILE.h5]
+//              [--top-p P] [--seed S] [--data FILE.h5] [--device auto|cuda|cpu]
+//              [--precision fp32|bf16]
 //
 // The model shape comes from the config stored in the checkpoint; the tokenizer too when the
 // checkpoint carries one (format 3: /tokenizer, tokenizer.h's blob), else the one of the token
-// file the model was trained on (--data, default the checkpoint's data.path). Sampling: logits
-// / T, restricted to the K most likely tokens (K = 0: all), softmax, one draw from a Philox
-// stream of the seed; T = 0 is greedy (argmax). Generation stops early at the dataset's
-// end-of-text token when it has one. The text (prompt + continuation) goes to stdout, the
+// set the model was trained on (--data, default the checkpoint's data.path). Sampling: the
+// rule of src/model/sampling.h (docs/sampling.md): logits / T over the K most likely tokens
+// (K = 0: all) and the nucleus of mass P, one Philox draw per position from the seed; T = 0 is
+// greedy (argmax). The CPU and the GPU draw the same uniforms. Generation stops at the
+// tokenizer's end-of-text token when it has one. The text (prompt + continuation) goes to stdout, the
 // rest to stderr.
 #include <errno.h>
 #include <math.h>
@@ -19,8 +22,13 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "model/checkpoint.h"
+#include "model/backend_gpu.h"
 #include "model/decode.h"
 #include "model/model.h"
+#include "model/sampling.h"
+#ifdef GDN_HAVE_CUDA
+#include "model/decode_cuda.h"
+#endif
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -29,8 +37,12 @@ static void usage(FILE *f) {
             "  --tokens N           tokens to generate (default 256)\n"
             "  --temperature T      >= 0; 0 = greedy (default 1.0)\n"
             "  --top-k K            sample among the K most likely tokens; 0 = all (default 0)\n"
+            "  --top-p P            sample within the smallest set of most likely tokens holding\n"
+            "                       P of the probability (nucleus); 1 = all (default 1)\n"
             "  --seed S             sampling seed (default 1337)\n"
-            "  --data FILE.h5       token file whose tokenizer to use when the checkpoint carries\n"
+            "  --device D           auto (the GPU when there is one, default), cuda or cpu\n"
+            "  --precision P        GPU parameters and activations: fp32 (default) or bf16\n"
+            "  --data PATH          token set whose tokenizer to use when the checkpoint carries\n"
             "                       none (default: the checkpoint's data.path)\n");
 }
 
@@ -65,8 +77,9 @@ static gdn_tokenizer *set_tokenizer(const token_set *ts, char *err, size_t errle
 int main(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = NULL, *data = NULL;
     long n_tokens = 256, top_k = 0;
-    double temp = 1.0;
+    double temp = 1.0, top_p = 1.0;
     uint64_t seed = 1337;
+    const char *device = "auto", *precision = "fp32";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -86,6 +99,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--tokens")) n_tokens = parse_long(a, v, 0, 1L << 24);
         else if (!strcmp(a, "--top-k")) top_k = parse_long(a, v, 0, 1L << 30);
         else if (!strcmp(a, "--temperature")) temp = parse_double(a, v, 0.0);
+        else if (!strcmp(a, "--top-p")) top_p = parse_double(a, v, 0.0);
+        else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--precision")) precision = v;
         else if (!strcmp(a, "--seed")) seed = (uint64_t)parse_long(a, v, 0, 0x7fffffffffffffffL);
         else {
             fprintf(stderr, "error: unknown option '%s'\n", a);
@@ -139,7 +155,18 @@ int main(int argc, char **argv) {
     if (cfg.vocab_size == 0) cfg.vocab_size = tok_vocab_size(tok);
     const int eot = tok_eot(tok);
 
-    model *m = model_create(&cfg, &backend_cpu, 1, 1);
+    sample_params sp = {temp, (int)top_k, top_p, seed};
+    if (!sample_params_check(&sp, err, sizeof err)) gdn_die("--temperature / --top-p: %s", err);
+    if (strcmp(device, "auto") && strcmp(device, "cuda") && strcmp(device, "cpu"))
+        gdn_die("--device '%s': expected auto, cuda or cpu", device);
+    if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
+        gdn_die("--precision '%s': expected fp32 or bf16", precision);
+    bool gpu = strcmp(device, "cpu") != 0 && backend_gpu_devices() > 0;
+    if (!strcmp(device, "cuda") && !gpu)
+        gdn_die("--device cuda: %s", backend_gpu_built() ? "no usable CUDA device"
+                                                         : "this build has no CUDA backend");
+    model *m = model_create(&cfg, gpu ? backend_gpu_get(!strcmp(precision, "bf16")) : &backend_cpu,
+                            1, 1);
     train_state st;
     if (!checkpoint_load(ckpt, m, &st, err, sizeof err)) gdn_die("%s", err);
     model_print_summary(m, stderr);
@@ -174,20 +201,37 @@ int main(int argc, char **argv) {
     }
     free(pids);
 
-    // generate
-    decoder *dec = decoder_create(m, (int)total);
-    rng_t r;
-    rng_init(&r, seed, 0x53414d50u);  // "SAMP"
-    double t0 = gdn_now();
-    const double *logits = NULL;
-    for (size_t i = 0; i < np; i++) logits = decoder_step(dec, ids[i]);
-    double t1 = gdn_now();
+    // generate: the prompt fed token by token, then the draws (sampling.h: row 0, the drawn
+    // token's position)
+    double t0 = gdn_now(), t1 = t0;
     size_t n = np;
-    for (long i = 0; i < n_tokens; i++) {
-        int32_t next = decoder_sample(dec, logits, temp, (int)top_k, &r);
-        if (next == eot) break;
-        ids[n++] = next;
-        if (i + 1 < n_tokens) logits = decoder_step(dec, next);
+    if (gpu) {
+#ifdef GDN_HAVE_CUDA
+        decoder_cuda *dg = decoder_cuda_create(m, 1, (int)total);
+        for (size_t i = 0; i < np; i++) decoder_cuda_step(dg, &ids[i]);
+        decoder_cuda_sync(dg);
+        t1 = gdn_now();
+        decoder_cuda_generate(dg, &sp, (int)n_tokens, ids + np);
+        while (n < total && ids[n] != eot) n++;
+        decoder_cuda_free(dg);
+#endif
+    } else {
+        decoder *dec = decoder_create(m, (int)total);
+        double *sc = gdn_malloc((size_t)m->V * sizeof(double));
+        int *isc = gdn_malloc((size_t)m->V * sizeof(int));
+        uint64_t key = sample_key(seed);
+        const double *logits = NULL;
+        for (size_t i = 0; i < np; i++) logits = decoder_step(dec, ids[i]);
+        t1 = gdn_now();
+        for (long i = 0; i < n_tokens; i++) {
+            int32_t next = sample_token(logits, m->V, &sp, key, 0, (uint64_t)n, sc, isc);
+            if (next == eot) break;
+            ids[n++] = next;
+            if (i + 1 < n_tokens) logits = decoder_step(dec, next);
+        }
+        free(sc);
+        free(isc);
+        decoder_free(dec);
     }
     double t2 = gdn_now();
 
@@ -201,12 +245,12 @@ int main(int argc, char **argv) {
     fwrite(out, 1, out_len, stdout);
     fputc('\n', stdout);
     if (fflush(stdout) != 0) gdn_die("writing the output: %s", strerror(errno));
-    fprintf(stderr, "prompt %zu tokens (%.1f tok/s), generated %zu tokens (%.1f tok/s)\n", np,
+    fprintf(stderr, "%s: prompt %zu tokens (%.1f tok/s), generated %zu tokens (%.1f tok/s)\n",
+            gpu ? "GPU" : "CPU", np,
             np / GDN_MAX(t1 - t0, 1e-9), n - np, (n - np) / GDN_MAX(t2 - t1, 1e-9));
 
     free(out);
     free(ids);
-    decoder_free(dec);
     model_free(m);
     tok_free(tok);
     return 0;

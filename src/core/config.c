@@ -130,6 +130,8 @@ static const cfg_key cfg_keys[] = {
     {"train", "skip_zscore", CFG_DOUBLE, F(skip_zscore), 0, INF, 0, "0", NULL, "skip the update of a step whose gradient norm is more than this many standard deviations above the mean of the last skip_window updated steps; 0 = off (non-finite norms are skipped always)"},
     {"train", "skip_window", CFG_INT, F(skip_window), 2, 1024, 0, "100", NULL, "updated steps whose gradient norms the z-score is taken over (judged once the window is full)"},
     {"train", "max_skips", CFG_INT, F(max_skips), 1, 1000000, 0, "5", NULL, "skipped steps in a row that stop the run (exit 3, naming the last good checkpoint); 1 = stop at the first bad gradient norm"},
+    {"train", "sample_every", CFG_INT, F(sample_every), 0, 1000000000, 0, "0", NULL, "print a short sample of the model every N steps (temperature 1, seed train.seed, after the data's end-of-text token; on the run's device, rank 0); 0 = off"},
+    {"train", "sample_tokens", CFG_INT, F(sample_tokens), 1, 4096, 0, "64", NULL, "tokens per sample (train.sample_every)"},
     {"train", "out_dir", CFG_STRING, F(out_dir), 0, 0, 0, "runs/default", NULL, "run directory"},
     {"train", "overwrite", CFG_BOOL, F(overwrite), 0, 0, 0, "false", NULL, "a new run may start in an out_dir that holds a checkpoint or metrics, replacing them (false: refused)"},
     {"train", "threads", CFG_INT, F(threads), 0, 4096, 0, "0", NULL, "CPU threads (ops + OpenBLAS), 0 = default"},
@@ -993,7 +995,7 @@ const char *config_key_default(const char *section, const char *key) {
 //   how the run executes: device, precision, threads, recompute, head_chunk_rows, gemm_tune,
 //     gdn.bwd_states, swa.deterministic, every [dist] key;
 //   how long it runs and how it is watched: steps, eval_every, eval_batches, ckpt_every,
-//     keep_checkpoints, out_dir, overwrite, every [log] key;
+//     keep_checkpoints, sample_every, sample_tokens, out_dir, overwrite, every [log] key;
 //   the bad-step policy's thresholds: skip_zscore, max_skips (skip_window is stored state: the
 //     checkpoint holds that many gradient norms);
 //   how a step's windows are split: batch_size, grad_accum (the world size may change; a step
@@ -1005,6 +1007,7 @@ static const char *const resumable_keys[] = {
     "train.head_chunk_rows", "train.gemm_tune", "gdn.bwd_states", "swa.deterministic",
     "train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
     "train.keep_checkpoints", "train.skip_zscore", "train.max_skips",
+    "train.sample_every", "train.sample_tokens",
     "train.out_dir", "train.overwrite", "train.batch_size", "train.grad_accum",
     "optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.schedule", "optim.decay_frac",
     "optim.grad_clip",

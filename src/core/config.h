@@ -83,6 +83,8 @@ typedef struct {
     uint64_t seed;           //                                                default 1337
     int eval_every;          // >= 0 (0 = only at the end)                     default 100
     int eval_batches;        // >= 1                                           default 8
+    int sample_every;        // >= 0 (0 = off): a sample printed every N steps default 0
+    int sample_tokens;       // 1..4096 tokens per sample                      default 64
     int ckpt_every;          // >= 0 (0 = only at the end)                     default 0
     int keep_checkpoints;    // >= 1: the last N checkpoints (+ the best when > 1) default 1
     double skip_zscore;      // >= 0: gradient-norm z-score that skips a step (0 = off) default 0
