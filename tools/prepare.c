@@ -5,6 +5,10 @@
 // thread takes the batches back in input order and writes each document, whole, to the train or
 // val shards (shards.h) by the seeded rule of its ordinal. So the output is a pure function of
 // the inputs and the options, whatever the thread count, and memory is bounded by the ring.
+// With --tokenizer bpe|spm --vocab N a first pass over the first --train-mb of text trains the
+// tokenizer in-process (BPE: the workers count words into bpe_train; SentencePiece: the text is
+// gathered for libsentencepiece_train) into the temporary directory, and the second pass encodes
+// with tok_load of that file.
 // The shards go to a temporary directory inside --out and the index is written last, so a
 // failed run leaves the previous contents of --out as they were.
 // An --out ending in .h5 writes the single version-1 token file instead (all tokens in memory;
