@@ -8,7 +8,8 @@
 //     pre-tokenizer / decoder, the special as an added token, vocab ids 0..V-1 once each, every
 //     merge's halves and result in the vocab);
 //   - a plain BPE encoder here, reading only that tokenizer.json (lowest-rank pair first), gives
-//     the ids `tokenizers` gave for the fixture texts with the same file;
+//     the ids `tokenizers` gave for the fixture texts with the same file, and so does tok_encode
+//     (tokenizer.h, the encoder gdn-prepare uses) with tok_load of that file;
 // and: the same input twice, or documents added by 1 or 2 threads, or as pre-split words with
 // counts, give byte-identical files; on random words 20x the memory cap, the word table's
 // measured peak stays under the cap and frequent words survive the pruning; bad input (vocab
@@ -20,6 +21,7 @@
 //                                                  make_expected.py)
 #include "testutil.h"
 #include "../src/data/bpe_train.h"
+#include "../src/data/tokenizer.h"
 #include <dirent.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -484,6 +486,30 @@ static void fixture_checks(const char *fixdir, int vocab, const char *corpus, si
         check(eq, "text %zu: plain encoder on our json = tokenizers ids (%zu ids)", t, json_array_size(want));
     }
     ref_free(&e);
+
+    // the product's encoder (tokenizer.h) on the trained file: the same ids as `tokenizers`
+    char terr[1024];
+    gdn_tokenizer *tok = tok_load(out, terr, sizeof terr);
+    check(tok != NULL, "tok_load reads the trained file %s", tok ? "" : terr);
+    if (tok) {
+        check(tok_vocab_size(tok) == vocab && tok_eot(tok) == vocab - 1,
+              "tok_load: vocab %d, eot <|endoftext|> = %d (want %d, %d)", tok_vocab_size(tok),
+              tok_eot(tok), vocab, vocab - 1);
+        tok_ids v = {0};
+        for (size_t t = 0; t < json_array_size(texts); t++) {
+            json_t *want = json_array_get(ids, t);
+            const char *text = json_string_value(json_array_get(texts, t));
+            v.n = 0;
+            bool eq = tok_encode(tok, text, strlen(text), true, &v, terr, sizeof terr) &&
+                      v.n == json_array_size(want);
+            for (size_t i = 0; eq && i < v.n; i++)
+                eq = v.ids[i] == (uint32_t)json_integer_value(json_array_get(want, i));
+            check(eq, "text %zu: tok_encode on our json = tokenizers ids (%zu ids)", t,
+                  json_array_size(want));
+        }
+        tok_ids_free(&v);
+        tok_free(tok);
+    }
     json_decref(exp);
     json_decref(got);
 }

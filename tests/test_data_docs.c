@@ -471,6 +471,10 @@ static void error_tests(void) {
                   "\"eot_token\": -1, \"tokenizer_kind\": \"bytes\", \"shards\": [{\"path\": "
                   "\"train-000000.h5\", \"split\": \"train\", \"tokens\": 10, \"documents\": 1}]}");
     expect_fail(p, "", "train-000000.h5", "missing", "a shard listed but missing");
+    write_text(p, "{\"format\": \"gdn-token-index\", \"version\": 1, \"vocab_size\": 2000, "
+                  "\"eot_token\": -1, \"tokenizer_kind\": \"bytes\", \"shards\": [{\"path\": "
+                  "\"../train-000000.h5\", \"split\": \"train\", \"tokens\": 10, \"documents\": 1}]}");
+    expect_fail(p, "", p, "relative path", "a shard path outside the index's directory");
     // the good set's index with another vocab_size than its shards
     snprintf(d, sizeof d, "%s/good/index.json", dir);
     FILE *f = fopen(d, "r");

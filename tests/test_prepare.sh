@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_prepare.sh — gdn-prepare's version-1 output (--out FILE.h5) end to end: tinyshakespeare
 # with bytes gives nanoGPT's split (1,003,854 train / 111,540 val tokens); SentencePiece training
-# and --spm-model (when the build's tokenizer has the spm kind); several inputs; and the user
+# in-process and --spm-model; BPE training's refusals; several inputs; and the user
 # errors (missing input, empty input, bad flag, bad value) exit non-zero with a message naming
 # the problem. --help exits 0. The shard output is tested by test_prepare_shards.c.
 set -u
@@ -50,33 +50,32 @@ ok "bytes: vocab 256" [ "$(summary "$TMP/ts.txt" vocab)" = 256 ]
 ok "no temporary file left" bash -c "! ls '$TMP' | grep -q 'tmp\.'"
 INPUT="$TS"
 
-# SentencePiece: train a model, then reuse it
-if command -v spm_train >/dev/null; then
-    head -c 200000 "$INPUT" >"$TMP/small.txt"
-    "$BIN" --input "$TMP/small.txt" --out "$TMP/sp.h5" --tokenizer spm --vocab 300 --val-frac 0.2 \
-        >"$TMP/sp.txt" 2>&1
-    rc=$?
-fi
-if command -v spm_train >/dev/null && grep -q 'only "bytes" is available' "$TMP/sp.txt"; then
-    echo "  spm checks SKIPPED: this build's tokenizer has no spm kind (src/data/tokenizer.h)"
-elif command -v spm_train >/dev/null; then
-    ok "spm --vocab 300: exit 0" [ $rc -eq 0 ]
-    sed 's/^/    /' "$TMP/sp.txt"
-    ok "spm: model written next to the output" [ -f "$TMP/sp.spm.model" ]
-    ok "spm: vocab >= 300" [ "$(summary "$TMP/sp.txt" vocab)" -ge 300 ]
-    ok "spm: tokenizer attribute spm:<model path>" [ "$(summary "$TMP/sp.txt" tokenizer)" = "spm:$TMP/sp.spm.model" ]
-    tr=$(summary "$TMP/sp.txt" train); va=$(summary "$TMP/sp.txt" val)
-    ok "spm: val is 20% of the tokens ($tr + $va)" [ "$va" -eq $(( (tr + va) - (tr + va) * 8 / 10 )) ]
-    "$BIN" --input "$TMP/small.txt" --out "$TMP/sp2.h5" --spm-model "$TMP/sp.spm.model" --val-frac 0.2 \
-        >"$TMP/sp2.txt" 2>&1
-    ok "--spm-model reuses the model: same token counts" \
-        [ "$(summary "$TMP/sp2.txt" train)" = "$tr" -a "$(summary "$TMP/sp2.txt" val)" = "$va" ]
-    expect_fail "spm --vocab too large for the text" 1 "Vocabulary size too high" \
-        --input "$TMP/small.txt" --out "$TMP/sp3.h5" --tokenizer spm --vocab 100000
-    ok "failed spm run leaves no output file" [ ! -e "$TMP/sp3.h5" ]
-else
-    echo "  spm checks SKIPPED: spm_train not on PATH (apt-get install sentencepiece)"
-fi
+# SentencePiece: train a model in-process (libsentencepiece_train), then reuse it
+head -c 200000 "$INPUT" >"$TMP/small.txt"
+"$BIN" --input "$TMP/small.txt" --out "$TMP/sp.h5" --tokenizer spm --vocab 300 --val-frac 0.2 \
+    >"$TMP/sp.txt" 2>&1
+ok "spm --vocab 300: exit 0" [ $? -eq 0 ]
+sed 's/^/    /' "$TMP/sp.txt"
+ok "spm: model written next to the output" [ -f "$TMP/sp.spm.model" ]
+ok "spm: vocab >= 300" [ "$(summary "$TMP/sp.txt" vocab)" -ge 300 ]
+ok "spm: tokenizer attribute spm:<model path>" [ "$(summary "$TMP/sp.txt" tokenizer)" = "spm:$TMP/sp.spm.model" ]
+tr=$(summary "$TMP/sp.txt" train); va=$(summary "$TMP/sp.txt" val)
+ok "spm: val is 20% of the tokens ($tr + $va)" [ "$va" -eq $(( (tr + va) - (tr + va) * 8 / 10 )) ]
+"$BIN" --input "$TMP/small.txt" --out "$TMP/sp2.h5" --spm-model "$TMP/sp.spm.model" --val-frac 0.2 \
+    >"$TMP/sp2.txt" 2>&1
+ok "--spm-model reuses the model: same token counts" \
+    [ "$(summary "$TMP/sp2.txt" train)" = "$tr" -a "$(summary "$TMP/sp2.txt" val)" = "$va" ]
+expect_fail "spm --vocab too large for the text" 1 "Vocabulary size too high" \
+    --input "$TMP/small.txt" --out "$TMP/sp3.h5" --tokenizer spm --vocab 100000
+ok "failed spm run leaves no output file" [ ! -e "$TMP/sp3.h5" ]
+ok "failed spm run leaves no model file" bash -c "! ls '$TMP' | grep -q 'sp3\.'"
+
+# BPE training needs a shard directory; a vocabulary below 256 + the special is refused
+expect_fail "bpe into a version-1 .h5" 2 "write a shard directory" \
+    --input "$TMP/small.txt" --out "$TMP/bpe.h5" --tokenizer bpe --vocab 300
+expect_fail "bpe --vocab 200 (below 256 bytes + 1 special)" 2 "needs --vocab >= 257" \
+    --input "$TMP/small.txt" --out "$TMP/bpe" --tokenizer bpe --vocab 200
+ok "failed bpe run leaves no output directory" [ ! -e "$TMP/bpe" ]
 
 # two inputs: a newline goes between them when the first lacks one
 printf 'abc' >"$TMP/a.txt"; printf 'de\n' >"$TMP/b.txt"

@@ -5,6 +5,10 @@
 // thread takes the batches back in input order and writes each document, whole, to the train or
 // val shards (shards.h) by the seeded rule of its ordinal. So the output is a pure function of
 // the inputs and the options, whatever the thread count, and memory is bounded by the ring.
+// With --tokenizer bpe|spm --vocab N a first pass over the first --train-mb of text trains the
+// tokenizer in-process (BPE: the workers count words into bpe_train; SentencePiece: the text is
+// gathered for libsentencepiece_train) into the temporary directory, and the second pass encodes
+// with tok_load of that file.
 // The shards go to a temporary directory inside --out and the index is written last, so a
 // failed run leaves the previous contents of --out as they were.
 // An --out ending in .h5 writes the single version-1 token file instead (all tokens in memory;
@@ -12,24 +16,22 @@
 #include "../src/core/common.h"
 #include "../src/data/corpus.h"
 #include "../src/data/dataset.h"
+#include "../src/data/bpe_train.h"
 #include "../src/data/shards.h"
+#include "../src/data/spm_train.h"
 #include "../src/data/tokenizer.h"
 #include <dirent.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
 
 #define MAX_BAD_LISTED 20                // bad documents listed one by one; the rest counted
 #define DEFAULT_BATCH_BYTES (1u << 20)
 #define DEFAULT_SHARD_TOKENS 100000000ull
 #define DEFAULT_TRAIN_BYTES (256ull << 20)
+#define DEFAULT_TRAIN_MEM (1ull << 30)
 #define DEFAULT_MAX_RECORD (64u << 20)
 
 typedef struct {
@@ -40,6 +42,7 @@ typedef struct {
     const char *tokenizer;       // "bytes", a tokenizer file, or a kind to train (bpe, spm)
     int vocab;                   // > 0: train a tokenizer of this size first
     uint64_t train_bytes;        // text the trainer sees (the first documents)
+    size_t train_mem;            // the BPE trainer's word table cap (bpe_train_opts.mem_cap)
     double val_fraction;
     uint64_t seed;
     uint64_t shard_tokens;
@@ -75,7 +78,10 @@ static void usage(FILE *fp) {
         "                      or bpe | spm with --vocab N: train one on the corpus first\n"
         "  --vocab N           the trained tokenizer's vocabulary size\n"
         "  --train-mb MB       text the tokenizer trainer reads, from the first documents\n"
-        "                      (default 256)\n"
+        "                      (default 256); trained on --threads threads\n"
+        "  --train-mem MB      bpe: memory for the trainer's word counts (default 1024; the\n"
+        "                      rarest words are dropped to stay under it; merging takes\n"
+        "                      about 3x this at most)\n"
         "output\n"
         "  --out DIR|FILE.h5   shard directory (created if missing), or a version-1 file\n"
         "  --overwrite         replace the token set already in DIR\n"
@@ -150,95 +156,6 @@ static void fail(const char *fmt, ...) {
     exit(1);
 }
 
-// ---- tokenizer training -----------------------------------------------------------------------
-
-// The first o->train_bytes of document text (documents joined by "\n") into `path`.
-static void write_train_sample(const prep_options *o, const char *path) {
-    char err[1024];
-    corpus *c = corpus_open(o->inputs, o->n_inputs, &o->corpus, err, sizeof err);
-    if (!c) fail("%s", err);
-    FILE *fp = fopen(path, "wb");
-    if (!fp) fail("cannot write %s: %s", path, strerror(errno));
-    uint64_t n = 0;
-    corpus_piece p;
-    corpus_status st;
-    while (n < o->train_bytes && (st = corpus_next(c, &p, err, sizeof err)) != CORPUS_END) {
-        if (st == CORPUS_FAIL) fail("%s", err);
-        if (st == CORPUS_BAD) continue;  // reported by the encoding pass
-        size_t k = (size_t)GDN_MIN((uint64_t)p.len, o->train_bytes - n);
-        if (fwrite(p.text, 1, k, fp) != k || (p.last && fputc('\n', fp) == EOF))
-            fail("cannot write %s: %s", path, strerror(errno));
-        n += k;
-    }
-    corpus_free(c);
-    if (fclose(fp) != 0) fail("cannot write %s: %s", path, strerror(errno));
-    if (n == 0) fail("the inputs hold no text to train a tokenizer on");
-}
-
-// SentencePiece BPE by spm_train (identity normaliser, whitespace kept: decode(encode(x)) == x)
-// into prefix.model; its log is shown when it fails.
-static void train_spm(const char *sample, const char *prefix, int vocab) {
-    char log[1100], a_in[1100], a_prefix[1100], a_vocab[64];
-    snprintf(log, sizeof log, "%s.log", prefix);
-    snprintf(a_in, sizeof a_in, "--input=%s", sample);
-    if (snprintf(a_prefix, sizeof a_prefix, "--model_prefix=%s", prefix) >= (int)sizeof a_prefix)
-        fail("output path too long: %s", prefix);
-    snprintf(a_vocab, sizeof a_vocab, "--vocab_size=%d", vocab);
-    char *argv[] = {"spm_train", a_in, a_prefix, a_vocab, "--model_type=bpe",
-                    "--character_coverage=1.0", "--normalization_rule_name=identity",
-                    "--remove_extra_whitespaces=false", NULL};
-    posix_spawn_file_actions_t fa;
-    int rc = posix_spawn_file_actions_init(&fa);
-    if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (rc == 0)
-        rc = posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (rc == 0) rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    if (rc != 0) fail("posix_spawn_file_actions setup failed: %s", strerror(rc));
-    pid_t pid;
-    rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc == ENOENT) fail("spm_train not found: apt-get install sentencepiece");
-    if (rc != 0) fail("cannot start spm_train: %s", strerror(rc));
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) fail("waitpid(spm_train) failed: %s", strerror(errno));
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        char tail[1024] = "";  // the log's last lines say why
-        FILE *lf = fopen(log, "rb");
-        if (lf) {
-            long sz = fseek(lf, 0, SEEK_END) == 0 ? ftell(lf) : 0;
-            long from = sz > (long)sizeof tail - 1 ? sz - (long)(sizeof tail - 1) : 0;
-            size_t got = fseek(lf, from, SEEK_SET) == 0 ? fread(tail, 1, sizeof tail - 1, lf) : 0;
-            tail[got] = 0;
-            fclose(lf);
-        }
-        fprintf(stderr, "%s\n", tail);
-        unlink(log);
-        fail("spm_train failed (its log is above) for --vocab %d", vocab);
-    }
-    unlink(log);
-}
-
-// Trains a tokenizer of kind o->tokenizer ("bpe" | "spm") with o->vocab entries on the
-// corpus's first o->train_bytes, writes it beside `stem` (stem + ".json" | ".model") and
-// returns its path in spec: tok_load(spec) loads it.
-static void tokenizer_train(const prep_options *o, const char *stem, char *spec, size_t speclen) {
-    char sample[1000];
-    snprintf(sample, sizeof sample, "%s.train-text", stem);
-    fprintf(stderr, "gdn-prepare: training a %s tokenizer (vocab %d) on the first %.0f MB\n",
-            o->tokenizer, o->vocab, o->train_bytes / 1e6);
-    write_train_sample(o, sample);
-    if (!strcmp(o->tokenizer, "spm")) {
-        train_spm(sample, stem, o->vocab);
-        snprintf(spec, speclen, "%s.model", stem);
-    } else {
-        unlink(sample);
-        fail("--tokenizer bpe --vocab N: the BPE trainer is not linked into this build yet; "
-             "pass a tokenizer.json with --tokenizer");
-    }
-    unlink(sample);
-}
-
 // ---- the pipeline -----------------------------------------------------------------------------
 
 typedef struct {
@@ -271,7 +188,9 @@ typedef struct {
 
 typedef struct {
     const prep_options *o;
-    const gdn_tokenizer *tok;
+    const gdn_tokenizer *tok;    // encode the pieces with it, or
+    bpe_trainer *trainer;        // count their words into it, or neither (the text is the result)
+    uint64_t text_limit;         // > 0: stop after the piece that reaches this much text
     corpus *c;
     batch *slots;
     int n_slots;
@@ -341,6 +260,10 @@ static void *reader_main(void *arg) {
                 e->line = pc.line;
                 memcpy(b->text + b->len, pc.text, pc.len);
                 b->len += pc.len;
+                if (p->text_limit && corpus_text_bytes(p->c) >= p->text_limit) {
+                    b->end = done = true;
+                    break;
+                }
             }
             // full: no room for another piece of the largest size, or for another event
             if (b->len + p->o->corpus.piece_bytes > p->o->batch_bytes || b->n_ev == batch_events(p->o))
@@ -360,7 +283,8 @@ static void *reader_main(void *arg) {
     return NULL;
 }
 
-// A worker: encodes filled batches (lowest sequence number first).
+// A worker: encodes filled batches (lowest sequence number first), or counts their words into
+// the BPE trainer.
 static void *worker_main(void *arg) {
     pipeline *p = arg;
     for (;;) {
@@ -378,16 +302,26 @@ static void *worker_main(void *arg) {
         unlock(p);
         if (!b) return NULL;
         b->ids.n = 0;
-        size_t need = b->len + (size_t)b->n_ev + 16;  // ids <= bytes + 1 per piece
-        if (b->ids.cap < need) {
-            b->ids.ids = gdn_realloc(b->ids.ids, need * sizeof *b->ids.ids);
-            b->ids.cap = need;
+        if (p->tok) {
+            size_t need = b->len + (size_t)b->n_ev + 16;  // ids <= bytes + 1 per piece
+            if (b->ids.cap < need) {
+                b->ids.ids = gdn_realloc(b->ids.ids, need * sizeof *b->ids.ids);
+                b->ids.cap = need;
+            }
         }
-        for (int i = 0; i < b->n_ev; i++) {
+        for (int i = 0; i < b->n_ev && (p->tok || p->trainer); i++) {
             event *e = &b->ev[i];
             if (e->bad) continue;
             e->tok_off = b->ids.n;
             char err[900];
+            if (p->trainer) {
+                if (!bpe_train_add(p->trainer, b->text + e->off, e->len, err, sizeof err)) {
+                    snprintf(b->enc_err, sizeof b->enc_err, "%s:%llu: BPE training: %s", e->file,
+                             (unsigned long long)e->line, err);
+                    break;
+                }
+                continue;
+            }
             if (!tok_encode(p->tok, b->text + e->off, e->len, false, &b->ids, err, sizeof err)) {
                 snprintf(b->enc_err, sizeof b->enc_err, "%s:%llu: cannot encode: %s", e->file,
                          (unsigned long long)e->line, err);
@@ -494,35 +428,76 @@ static void progress(const pipeline *p, const sink *s, double t0, bool final) {
 
 // Runs the pipeline over the corpus into the sink. Bad documents: listed (up to
 // MAX_BAD_LISTED) and skipped, or the run stops, per --on-error.
-static void run_pipeline(const prep_options *o, const gdn_tokenizer *tok, sink *s) {
+// Opens the corpus, the batch ring, and starts the reader and o->threads workers.
+static void pipeline_start(pipeline *p, pthread_t *reader, pthread_t *workers) {
     char err[1024];
-    pipeline p = {.o = o, .tok = tok};
-    p.c = corpus_open(o->inputs, o->n_inputs, &o->corpus, err, sizeof err);
-    if (!p.c) fail("%s", err);
-    p.n_slots = 2 * o->threads + 2;
-    p.slots = gdn_malloc((size_t)p.n_slots * sizeof *p.slots);
-    for (int i = 0; i < p.n_slots; i++) {
-        p.slots[i].text = gdn_malloc(o->batch_bytes);
-        p.slots[i].ev = gdn_malloc((size_t)batch_events(o) * sizeof(event));
+    const prep_options *o = p->o;
+    p->c = corpus_open(o->inputs, o->n_inputs, &o->corpus, err, sizeof err);
+    if (!p->c) fail("%s", err);
+    p->n_slots = 2 * o->threads + 2;
+    p->slots = gdn_malloc((size_t)p->n_slots * sizeof *p->slots);
+    for (int i = 0; i < p->n_slots; i++) {
+        p->slots[i].text = gdn_malloc(o->batch_bytes);
+        p->slots[i].ev = gdn_malloc((size_t)batch_events(o) * sizeof(event));
     }
-    if (pthread_mutex_init(&p.mu, NULL) || pthread_cond_init(&p.cv, NULL))
+    if (pthread_mutex_init(&p->mu, NULL) || pthread_cond_init(&p->cv, NULL))
         gdn_die("pthread init failed");
-    pthread_t reader, *workers = gdn_malloc((size_t)o->threads * sizeof *workers);
-    int rc = pthread_create(&reader, NULL, reader_main, &p);
+    int rc = pthread_create(reader, NULL, reader_main, p);
     for (int i = 0; i < o->threads && rc == 0; i++)
-        rc = pthread_create(&workers[i], NULL, worker_main, &p);
+        rc = pthread_create(&workers[i], NULL, worker_main, p);
     if (rc) gdn_die("pthread_create: %s", strerror(rc));
+}
 
+// Batch number seq, once done.
+static batch *pipeline_wait(pipeline *p, uint64_t seq) {
+    batch *b = &p->slots[seq % (uint64_t)p->n_slots];
+    lock(p);
+    while (!(b->state == SLOT_DONE && b->seq == seq)) wait_cv(p);
+    unlock(p);
+    return b;
+}
+
+// Hands batch b back to the reader.
+static void pipeline_release(pipeline *p, batch *b) {
+    for (int i = 0; i < b->n_ev; i++) free(b->ev[i].bad);
+    b->n_ev = 0;
+    lock(p);
+    b->state = SLOT_FREE;
+    wake_all(p);
+    unlock(p);
+}
+
+// Stops the threads and frees the ring and the corpus.
+static void pipeline_stop(pipeline *p, pthread_t reader, pthread_t *workers) {
+    lock(p);
+    p->abort = true;
+    wake_all(p);
+    unlock(p);
+    pthread_join(reader, NULL);
+    for (int i = 0; i < p->o->threads; i++) pthread_join(workers[i], NULL);
+    for (int i = 0; i < p->n_slots; i++) {
+        for (int k = 0; k < p->slots[i].n_ev; k++) free(p->slots[i].ev[k].bad);
+        free(p->slots[i].text);
+        free(p->slots[i].ev);
+        tok_ids_free(&p->slots[i].ids);
+    }
+    free(p->slots);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    corpus_free(p->c);
+}
+
+static void run_pipeline(const prep_options *o, const gdn_tokenizer *tok, sink *s) {
+    pipeline p = {.o = o, .tok = tok};
+    pthread_t reader, *workers = gdn_malloc((size_t)o->threads * sizeof *workers);
+    pipeline_start(&p, &reader, workers);
     double t0 = gdn_now();
     s->split = -1;
     uint64_t doc_tokens = 0;  // the open document's tokens so far (for an abort)
     const char *stop = NULL;
     char why[1200];
     for (uint64_t seq = 0; !stop; seq++) {
-        batch *b = &p.slots[seq % (uint64_t)p.n_slots];
-        lock(&p);
-        while (!(b->state == SLOT_DONE && b->seq == seq)) wait_cv(&p);
-        unlock(&p);
+        batch *b = pipeline_wait(&p, seq);
         if (b->enc_err[0]) {
             snprintf(why, sizeof why, "%s", b->enc_err);
             stop = why;
@@ -559,34 +534,113 @@ static void run_pipeline(const prep_options *o, const gdn_tokenizer *tok, sink *
             stop = why;
         }
         bool end = b->end;
-        for (int i = 0; i < b->n_ev; i++) free(b->ev[i].bad);
-        b->n_ev = 0;
-        lock(&p);
-        b->state = SLOT_FREE;
-        wake_all(&p);
-        unlock(&p);
+        pipeline_release(&p, b);
         progress(&p, s, t0, false);
         if (end) break;
     }
-    lock(&p);
-    p.abort = true;
-    wake_all(&p);
-    unlock(&p);
-    pthread_join(reader, NULL);
-    for (int i = 0; i < o->threads; i++) pthread_join(workers[i], NULL);
     if (!stop) progress(&p, s, t0, true);
-    for (int i = 0; i < p.n_slots; i++) {
-        for (int k = 0; k < p.slots[i].n_ev; k++) free(p.slots[i].ev[k].bad);
-        free(p.slots[i].text);
-        free(p.slots[i].ev);
-        tok_ids_free(&p.slots[i].ids);
-    }
-    free(p.slots);
+    pipeline_stop(&p, reader, workers);
     free(workers);
-    pthread_mutex_destroy(&p.mu);
-    pthread_cond_destroy(&p.cv);
-    corpus_free(p.c);
     if (stop) fail("%s", stop);
+}
+
+// ---- tokenizer training -----------------------------------------------------------------------
+
+typedef struct {
+    char *data;
+    size_t n, cap;
+} text_buf;
+
+static void buf_append(text_buf *b, const char *data, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = GDN_MAX(b->n + n, b->cap ? 2 * b->cap : (size_t)1 << 20);
+        b->data = gdn_realloc(b->data, b->cap);
+    }
+    memcpy(b->data + b->n, data, n);
+    b->n += n;
+}
+
+// The training pass: the first o->train_bytes of document text (whole pieces: up to one piece
+// more), bad documents skipped (the encoding pass reports them). With a trainer the workers
+// count the pieces' words into it; else the text is gathered into *sample, documents joined by
+// "\n" (SentencePiece's sentences are lines).
+static void train_pass(const prep_options *o, bpe_trainer *trainer, text_buf *sample) {
+    pipeline p = {.o = o, .trainer = trainer, .text_limit = o->train_bytes};
+    pthread_t reader, *workers = gdn_malloc((size_t)o->threads * sizeof *workers);
+    pipeline_start(&p, &reader, workers);
+    double t0 = gdn_now(), last = t0;
+    uint64_t limit = GDN_MIN(o->train_bytes, corpus_total_bytes(p.c));
+    char why[1200] = "";
+    for (uint64_t seq = 0;; seq++) {
+        batch *b = pipeline_wait(&p, seq);
+        if (b->enc_err[0]) snprintf(why, sizeof why, "%s", b->enc_err);
+        for (int i = 0; sample && !why[0] && i < b->n_ev; i++) {
+            const event *e = &b->ev[i];
+            if (e->bad) continue;
+            buf_append(sample, b->text + e->off, e->len);
+            if (e->last) buf_append(sample, "\n", 1);
+        }
+        if (!why[0] && b->fail[0]) snprintf(why, sizeof why, "%s", b->fail);
+        bool end = b->end;
+        pipeline_release(&p, b);
+        double now = gdn_now(), text = (double)corpus_text_bytes(p.c);
+        if (why[0] || end || now - last >= (isatty(2) ? 0.5 : 30.0)) {
+            double rate = text / GDN_MAX(now - t0, 1e-9);
+            long eta = rate > 0 && limit > text ? (long)((limit - text) / rate) : 0;
+            fprintf(stderr, "%stokenizer training: read %.1f/%.1f MB  %.1f MB/s  ETA %ld:%02ld%s",
+                    isatty(2) ? "\r" : "", text / 1e6, limit / 1e6, rate / 1e6, eta / 60, eta % 60,
+                    isatty(2) && !end && !why[0] ? "   " : "\n");
+            last = now;
+        }
+        if (end || why[0]) break;
+    }
+    pipeline_stop(&p, reader, workers);
+    free(workers);
+    if (why[0]) fail("%s", why);
+}
+
+// Trains a tokenizer of kind o->tokenizer ("bpe" | "spm") with o->vocab entries on the corpus's
+// first o->train_bytes into `path` (tokenizer.json for bpe, a .model for spm; written to a
+// temporary name, then renamed).
+static void tokenizer_train(const prep_options *o, const char *path) {
+    char err[1024];
+    double t0 = gdn_now();
+    fprintf(stderr, "gdn-prepare: training a %s tokenizer (vocab %d) on up to %.0f MB of text, "
+            "%d threads\n", o->tokenizer, o->vocab, o->train_bytes / 1e6, o->threads);
+    if (!strcmp(o->tokenizer, "bpe")) {
+        const char *specials[] = {"<|endoftext|>"};
+        bpe_train_opts bo = {.mem_cap = o->train_mem, .specials = specials, .n_specials = 1,
+                             .progress = true};
+        bpe_trainer *tr = bpe_train_new(&bo, err, sizeof err);
+        if (!tr) fail("%s", err);
+        train_pass(o, tr, NULL);
+        bpe_train_stats st;
+        bpe_train_get_stats(tr, &st);
+        if (st.words == 0) {
+            bpe_train_free(tr);
+            fail("the inputs hold no text to train a tokenizer on");
+        }
+        uint64_t distinct = st.distinct;
+        if (!bpe_train_finish(tr, o->vocab, path, err, sizeof err)) {
+            bpe_train_free(tr);
+            fail("%s", err);
+        }
+        bpe_train_get_stats(tr, &st);
+        bpe_train_free(tr);
+        fprintf(stderr, "gdn-prepare: BPE of %d tokens (%d merges) from %llu words (%llu "
+                "distinct; word table peak %.1f MiB, %llu prunes) in %.1f s\n", st.vocab_size,
+                st.merges, (unsigned long long)st.words, (unsigned long long)distinct,
+                st.table_peak / 1048576.0, (unsigned long long)st.prunes, gdn_now() - t0);
+    } else {
+        text_buf sample = {0};
+        train_pass(o, NULL, &sample);
+        if (sample.n == 0) fail("the inputs hold no text to train a tokenizer on");
+        bool ok = spm_train_model(sample.data, sample.n, o->vocab, o->threads, path, err,
+                                  sizeof err);
+        free(sample.data);
+        if (!ok) fail("%s", err);
+        fprintf(stderr, "gdn-prepare: SentencePiece model trained in %.1f s\n", gdn_now() - t0);
+    }
 }
 
 // ---- output -----------------------------------------------------------------------------------
@@ -671,6 +725,7 @@ static void parse_options(int argc, char **argv, prep_options *o) {
     const char *v;
     bool val_set = false;
     double max_record_mb = DEFAULT_MAX_RECORD / 1048576.0, train_mb = -1;
+    o->train_mem = DEFAULT_TRAIN_MEM;
     o->inputs = gdn_malloc((size_t)argc * sizeof *o->inputs);
     o->tokenizer = "bytes";
     o->seed = 1;
@@ -701,6 +756,9 @@ static void parse_options(int argc, char **argv, prep_options *o) {
             train_mb = strtod(v, &end);
             if (end == v || *end || errno || !(train_mb > 0))
                 bad_usage("--train-mb must be a number > 0, not", v);
+        } else if ((v = flag_value(argc, argv, &i, "--train-mem"))) {
+            o->train_mem = (size_t)parse_u64(v, 1, 1u << 20,
+                                             "--train-mem must be an integer of MB in [1, 1048576], not") << 20;
         } else if ((v = flag_value(argc, argv, &i, "--val-fraction")) ||
                    (v = flag_value(argc, argv, &i, "--val-frac"))) {
             errno = 0;
@@ -751,6 +809,14 @@ static void parse_options(int argc, char **argv, prep_options *o) {
                   "one, pass its file:", o->tokenizer);
     if (!kind && o->vocab)
         bad_usage("--vocab N trains a tokenizer: it needs --tokenizer bpe or spm, not", o->tokenizer);
+    if (!strcmp(o->tokenizer, "bpe") && o->vocab && o->vocab < 257) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", o->vocab);
+        bad_usage("--tokenizer bpe needs --vocab >= 257 (256 byte tokens + <|endoftext|>), not", n);
+    }
+    if (o->v1 && !strcmp(o->tokenizer, "bpe"))
+        bad_usage("a version-1 .h5 file holds bytes or SentencePiece tokens only; write a shard "
+                  "directory (an --out without .h5) for a BPE tokenizer:", o->out);
     if (!kind && strcmp(o->tokenizer, "bytes") && access(o->tokenizer, R_OK) != 0)
         bad_usage("--tokenizer must be bytes, bpe or spm (with --vocab N), or a readable "
                   "tokenizer file (tokenizer.json, vocab.json, *.model), not", o->tokenizer);
@@ -796,10 +862,11 @@ int main(int argc, char **argv) {
     char spec[1000];
     snprintf(spec, sizeof spec, "%s", o.tokenizer);
     if (o.vocab) {
-        char stem[800];
-        if (o.v1) snprintf(stem, sizeof stem, "%.*s.%s", (int)strlen(o.out) - 3, o.out, o.tokenizer);
-        else snprintf(stem, sizeof stem, "%s/trained", cleanup.tmp_dir);
-        tokenizer_train(&o, stem, spec, sizeof spec);
+        // shards: the tokenizer file of the token set, published with it; .h5: beside the file
+        if (o.v1) snprintf(spec, sizeof spec, "%.*s.spm.model", (int)strlen(o.out) - 3, o.out);
+        else snprintf(spec, sizeof spec, "%s/%s", cleanup.tmp_dir,
+                      !strcmp(o.tokenizer, "spm") ? "tokenizer.model" : "tokenizer.json");
+        tokenizer_train(&o, spec);
     }
     gdn_tokenizer *tok = tok_load(spec, err, sizeof err);
     if (!tok) fail("%s", err);
@@ -847,19 +914,11 @@ int main(int argc, char **argv) {
         for (int sp = 0; sp < 2; sp++)
             if (!shard_writer_finish(s.w[sp], err, sizeof err)) fail("%s", err);
         snprintf(ix.tokenizer_kind, sizeof ix.tokenizer_kind, "%s", kind);
-        if (blob_len) {
+        if (blob_len) {  // a trained tokenizer is already there: the file the blob was read from
             snprintf(ix.tokenizer_file, sizeof ix.tokenizer_file, "%s",
                      !strcmp(kind, "spm") ? "tokenizer.model" : "tokenizer.json");
             snprintf(tmp, sizeof tmp, "%s/%s", cleanup.tmp_dir, ix.tokenizer_file);
-            write_file(tmp, blob, blob_len);
-        }
-        if (o.vocab) {  // the trained tokenizer's own file is the copy above
-            char trained[800];
-            snprintf(trained, sizeof trained, "%s/trained.%s", cleanup.tmp_dir,
-                     !strcmp(o.tokenizer, "spm") ? "model" : "json");
-            unlink(trained);
-            snprintf(trained, sizeof trained, "%s/trained.vocab", cleanup.tmp_dir);
-            unlink(trained);
+            if (!o.vocab) write_file(tmp, blob, blob_len);
         }
         ix.n_shards = shard_writer_n_shards(s.w[0]) + shard_writer_n_shards(s.w[1]);
         ix.shards = gdn_malloc((size_t)GDN_MAX(ix.n_shards, 1) * sizeof *ix.shards);

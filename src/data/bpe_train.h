@@ -1,5 +1,5 @@
 // bpe_train.h — learn a byte-level BPE (GPT-2 family) from text, in bounded memory, and write
-// it as a Hugging Face tokenizer.json (docs/bpe_training.md).
+// it as a Hugging Face tokenizer.json (docs/tokenizers.md, "Training a BPE").
 //
 // Use: bpe_train_new -> bpe_train_add (documents, from any number of threads) or
 // bpe_train_add_word (pre-split words with counts) -> bpe_train_finish (merges, then the file)

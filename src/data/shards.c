@@ -432,26 +432,76 @@ void shard_index_free(shard_index *ix) {
 }
 
 // An integer field >= 0 (or >= lo), else a message.
-static bool get_int(json_t *o, const char *key, long long lo, long long hi, long long *out,
-                    const char *path, const char *where, char *err, size_t errlen) {
-    json_t *v = json_object_get(o, key);
-    if (!v || !json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        snprintf(err, errlen, "%s: %s\"%s\" must be an integer in [%lld, %lld]", path, where, key,
-                 lo, hi);
+// An integer member of obj into *v; false + message naming the index and the key.
+static bool json_int(const json_t *obj, const char *index, const char *where, const char *key,
+                     long long *v, char *err, size_t errlen) {
+    const json_t *j = json_object_get(obj, key);
+    if (!json_is_integer(j)) {
+        snprintf(err, errlen, "%s: %s'%s' is %s, expected an integer", index, where, key,
+                 j ? "not an integer" : "missing");
         return false;
     }
-    *out = json_integer_value(v);
+    *v = (long long)json_integer_value(j);
+    return true;
+}
+
+static bool json_str(const json_t *obj, const char *index, const char *where, const char *key,
+                     const char **v, char *err, size_t errlen) {
+    const json_t *j = json_object_get(obj, key);
+    if (!json_is_string(j)) {
+        snprintf(err, errlen, "%s: %s'%s' is %s, expected a string", index, where, key,
+                 j ? "not a string" : "missing");
+        return false;
+    }
+    *v = json_string_value(j);
+    return true;
+}
+
+// The checks of one shard entry (shards[i]) into *d.
+static bool index_entry(const json_t *e, size_t i, const char *file, shard_entry *d, char *err,
+                        size_t errlen) {
+    char where[48];
+    snprintf(where, sizeof where, "shards[%zu].", i);
+    const char *p = NULL, *sp = NULL;
+    long long tok, doc;
+    if (!json_is_object(e)) {
+        snprintf(err, errlen, "%s: shards[%zu] is not an object", file, i);
+        return false;
+    }
+    if (!json_str(e, file, where, "path", &p, err, errlen) ||
+        !json_str(e, file, where, "split", &sp, err, errlen) ||
+        !json_int(e, file, where, "tokens", &tok, err, errlen) ||
+        !json_int(e, file, where, "documents", &doc, err, errlen))
+        return false;
+    d->split = !strcmp(sp, "train") ? SHARD_SPLIT_TRAIN : !strcmp(sp, "val") ? SHARD_SPLIT_VAL : -1;
+    if (d->split < 0 || tok < 0 || doc < 0 || (doc == 0 && tok > 0) || !p[0]) {
+        snprintf(err, errlen, "%s: shards[%zu] (\"%s\") has split \"%s\", %lld tokens, %lld "
+                 "documents: expected train or val, a path, and counts >= 0 (no tokens "
+                 "without documents)", file, i, p, sp, tok, doc);
+        return false;
+    }
+    if (p[0] == '/' || strstr(p, "..") || strlen(p) >= sizeof d->path) {
+        snprintf(err, errlen, "%s: %s'path' (\"%s\") must be a relative path without \"..\", "
+                 "shorter than %zu characters", file, where, p, sizeof d->path);
+        return false;
+    }
+    snprintf(d->path, sizeof d->path, "%s", p);
+    d->tokens = (uint64_t)tok;
+    d->documents = (uint64_t)doc;
     return true;
 }
 
 bool shard_index_read(const char *path, shard_index *ix, char *dir_out, size_t dir_len,
                       char *err, size_t errlen) {
     memset(ix, 0, sizeof *ix);
-    char file[600];
+    char file[1200];
     struct stat st;
+    size_t len = strlen(path);
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(file, sizeof file, "%s/%s", path, SHARD_INDEX_NAME);
-        snprintf(dir_out, dir_len, "%s", path);
+        snprintf(file, sizeof file, "%s%s%s", path, len && path[len - 1] == '/' ? "" : "/",
+                 SHARD_INDEX_NAME);
+        snprintf(dir_out, dir_len, "%.*s", (int)(len > 1 && path[len - 1] == '/' ? len - 1 : len),
+                 path);
     } else {
         snprintf(file, sizeof file, "%s", path);
         const char *slash = strrchr(path, '/');
@@ -461,101 +511,101 @@ bool shard_index_read(const char *path, shard_index *ix, char *dir_out, size_t d
     json_error_t je;
     json_t *root = json_load_file(file, 0, &je);
     if (!root) {
-        snprintf(err, errlen, "%s:%d: cannot read the index: %s", file, je.line, je.text);
+        snprintf(err, errlen, "%s:%d: cannot read the shard index: %s", file, je.line, je.text);
         return false;
     }
-    bool ok = false;
-    long long v;
-    const char *s;
-    json_t *fmt = json_object_get(root, "format");
-    if (!json_is_object(root) || !json_is_string(fmt) ||
-        strcmp(json_string_value(fmt), SHARD_INDEX_FORMAT) != 0) {
-        snprintf(err, errlen, "%s: \"format\" is not \"%s\": not a gdn token index", file,
+    bool ok = true;
+    const char *fmt = NULL, *kind = NULL;
+    long long version = 0, vocab = 0, eot = 0;
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, "%s: the shard index is not a JSON object", file);
+        ok = false;
+    }
+    ok = ok && json_str(root, file, "", "format", &fmt, err, errlen);
+    if (ok && strcmp(fmt, SHARD_INDEX_FORMAT) != 0) {
+        snprintf(err, errlen, "%s: 'format' is \"%s\", expected \"%s\"", file, fmt,
                  SHARD_INDEX_FORMAT);
-        goto done;
+        ok = false;
     }
-    if (!get_int(root, "version", 0, 1LL << 30, &v, file, "", err, errlen)) goto done;
-    if (v != SHARD_INDEX_VERSION) {
-        snprintf(err, errlen, "%s: \"version\" is %lld; this build reads version %d", file, v,
+    ok = ok && json_int(root, file, "", "version", &version, err, errlen);
+    if (ok && version != SHARD_INDEX_VERSION) {
+        snprintf(err, errlen, "%s: 'version' is %lld, this build reads version %d", file, version,
                  SHARD_INDEX_VERSION);
-        goto done;
+        ok = false;
     }
-    if (!get_int(root, "vocab_size", VOCAB_MIN, VOCAB_MAX, &v, file, "", err, errlen)) goto done;
-    ix->vocab_size = (int)v;
-    if (!get_int(root, "eot_token", -1, ix->vocab_size - 1, &v, file, "", err, errlen)) goto done;
-    ix->eot_token = (int)v;
-    json_t *k = json_object_get(root, "tokenizer_kind");
-    s = json_is_string(k) ? json_string_value(k) : "";
-    if (strcmp(s, "bytes") && strcmp(s, "bpe") && strcmp(s, "spm")) {
-        snprintf(err, errlen, "%s: \"tokenizer_kind\" must be \"bytes\", \"bpe\" or \"spm\"", file);
-        goto done;
+    ok = ok && json_int(root, file, "", "vocab_size", &vocab, err, errlen);
+    if (ok && (vocab < VOCAB_MIN || vocab > VOCAB_MAX)) {
+        snprintf(err, errlen, "%s: 'vocab_size' is %lld, outside [%d, %d]", file, vocab,
+                 VOCAB_MIN, VOCAB_MAX);
+        ok = false;
     }
-    snprintf(ix->tokenizer_kind, sizeof ix->tokenizer_kind, "%s", s);
-    json_t *tf = json_object_get(root, "tokenizer_file");
+    ok = ok && json_int(root, file, "", "eot_token", &eot, err, errlen);
+    if (ok && (eot < -1 || eot >= vocab)) {
+        snprintf(err, errlen, "%s: 'eot_token' is %lld, expected -1 (none) or a token in [0, %lld)",
+                 file, eot, vocab);
+        ok = false;
+    }
+    ok = ok && json_str(root, file, "", "tokenizer_kind", &kind, err, errlen);
+    if (ok && strcmp(kind, "bytes") && strcmp(kind, "bpe") && strcmp(kind, "spm")) {
+        snprintf(err, errlen, "%s: 'tokenizer_kind' is \"%s\", expected bytes, bpe or spm", file,
+                 kind);
+        ok = false;
+    }
+    if (ok) {
+        ix->vocab_size = (int)vocab;
+        ix->eot_token = (int)eot;
+        snprintf(ix->tokenizer_kind, sizeof ix->tokenizer_kind, "%s", kind);
+    }
+    const json_t *tf = ok ? json_object_get(root, "tokenizer_file") : NULL;
     if (tf) {
-        s = json_is_string(tf) ? json_string_value(tf) : NULL;
-        if (!s || !s[0] || strchr(s, '/') || strlen(s) >= sizeof ix->tokenizer_file) {
-            snprintf(err, errlen, "%s: \"tokenizer_file\" must be a file name beside the index",
+        const char *t = json_is_string(tf) ? json_string_value(tf) : NULL;
+        if (!t || !t[0] || strchr(t, '/') || strlen(t) >= sizeof ix->tokenizer_file) {
+            snprintf(err, errlen, "%s: 'tokenizer_file' must be a file name beside the index",
                      file);
-            goto done;
+            ok = false;
+        } else {
+            snprintf(ix->tokenizer_file, sizeof ix->tokenizer_file, "%s", t);
         }
-        snprintf(ix->tokenizer_file, sizeof ix->tokenizer_file, "%s", s);
     }
-    json_t *arr = json_object_get(root, "shards");
-    if (!json_is_array(arr) || json_array_size(arr) > (1u << 24)) {
-        snprintf(err, errlen, "%s: \"shards\" must be an array", file);
-        goto done;
+    const json_t *arr = ok ? json_object_get(root, "shards") : NULL;
+    if (ok && (!json_is_array(arr) || json_array_size(arr) > (1u << 24))) {
+        snprintf(err, errlen, "%s: 'shards' is %s, expected an array (of at most 2^24 shards)",
+                 file, arr ? (json_is_array(arr) ? "too long" : "not an array") : "missing");
+        ok = false;
     }
-    ix->n_shards = (int)json_array_size(arr);
-    ix->shards = gdn_malloc((size_t)GDN_MAX(ix->n_shards, 1) * sizeof *ix->shards);
-    for (int i = 0; i < ix->n_shards; i++) {
-        json_t *e = json_array_get(arr, (size_t)i);
-        char where[64];
-        snprintf(where, sizeof where, "shards[%d].", i);
+    if (ok) {
+        ix->n_shards = (int)json_array_size(arr);
+        ix->shards = gdn_malloc((size_t)GDN_MAX(ix->n_shards, 1) * sizeof *ix->shards);
+    }
+    for (int i = 0; ok && i < ix->n_shards; i++) {
         shard_entry *d = &ix->shards[i];
-        json_t *p = json_is_object(e) ? json_object_get(e, "path") : NULL;
-        json_t *sp = json_is_object(e) ? json_object_get(e, "split") : NULL;
-        const char *ps = json_is_string(p) ? json_string_value(p) : NULL;
-        if (!ps || !ps[0] || ps[0] == '/' || strstr(ps, "..") || strlen(ps) >= sizeof d->path) {
-            snprintf(err, errlen, "%s: %s\"path\" must be a relative path without \"..\"", file,
-                     where);
-            goto done;
+        ok = index_entry(json_array_get(arr, (size_t)i), (size_t)i, file, d, err, errlen);
+        if (ok) {
+            ix->tokens[d->split] += d->tokens;
+            ix->documents[d->split] += d->documents;
         }
-        snprintf(d->path, sizeof d->path, "%s", ps);
-        const char *ss = json_is_string(sp) ? json_string_value(sp) : "";
-        if (!strcmp(ss, "train")) d->split = SHARD_SPLIT_TRAIN;
-        else if (!strcmp(ss, "val")) d->split = SHARD_SPLIT_VAL;
-        else {
-            snprintf(err, errlen, "%s: %s\"split\" must be \"train\" or \"val\"", file, where);
-            goto done;
-        }
-        if (!get_int(e, "tokens", 0, INT64_MAX, &v, file, where, err, errlen)) goto done;
-        d->tokens = (uint64_t)v;
-        if (!get_int(e, "documents", 0, INT64_MAX, &v, file, where, err, errlen)) goto done;
-        d->documents = (uint64_t)v;
-        ix->tokens[d->split] += d->tokens;
-        ix->documents[d->split] += d->documents;
     }
-    json_t *tot = json_object_get(root, "totals");
-    for (int sp = 0; sp < 2; sp++) {
-        json_t *t = json_is_object(tot) ? json_object_get(tot, shard_split_name[sp]) : NULL;
-        char where[64];
+    // totals (gdn-prepare writes them; optional for a hand-written index) agree with the shards
+    const json_t *tot = ok ? json_object_get(root, "totals") : NULL;
+    if (tot && !json_is_object(tot)) {
+        snprintf(err, errlen, "%s: 'totals' is not an object", file);
+        ok = false;
+    }
+    for (int sp = 0; ok && tot && sp < 2; sp++) {
+        const json_t *t = json_object_get(tot, shard_split_name[sp]);
+        if (!t) continue;
+        char where[48];
         snprintf(where, sizeof where, "totals.%s.", shard_split_name[sp]);
         long long tk, dc;
-        if (!json_is_object(t)) {
-            snprintf(err, errlen, "%s: \"totals\" must hold \"%s\"", file, shard_split_name[sp]);
-            goto done;
-        }
-        if (!get_int(t, "tokens", 0, INT64_MAX, &tk, file, where, err, errlen) ||
-            !get_int(t, "documents", 0, INT64_MAX, &dc, file, where, err, errlen))
-            goto done;
-        if ((uint64_t)tk != ix->tokens[sp] || (uint64_t)dc != ix->documents[sp]) {
-            snprintf(err, errlen, "%s: %s does not match the sum over its shards", file, where);
-            goto done;
+        ok = json_int(t, file, where, "tokens", &tk, err, errlen) &&
+             json_int(t, file, where, "documents", &dc, err, errlen);
+        if (ok && ((uint64_t)tk != ix->tokens[sp] || (uint64_t)dc != ix->documents[sp])) {
+            snprintf(err, errlen, "%s: totals.%s says %lld tokens, %lld documents; its shards add "
+                     "up to %llu, %llu", file, shard_split_name[sp], tk, dc,
+                     (unsigned long long)ix->tokens[sp], (unsigned long long)ix->documents[sp]);
+            ok = false;
         }
     }
-    ok = true;
-done:
     json_decref(root);
     if (!ok) shard_index_free(ix);
     return ok;

@@ -88,9 +88,10 @@ typedef struct {
 // are computed from the shards.
 bool shard_index_write(const char *dir, const shard_index *ix, char *err, size_t errlen);
 // Reads and checks an index (path: the index.json or its directory): format, version, every
-// field's type and range, shard paths (relative, no ".."), totals equal to the shards' sums.
-// dir_out receives the directory that shard paths are relative to. False + message naming the
-// file and the field.
+// field's type and range, shard paths (relative, no ".."), no tokens without documents, and the
+// totals, when present (gdn-prepare always writes them), equal to the shards' sums. The one
+// index.json reader: gdn-prepare and the data reader (tokset.c) both use it. dir_out receives
+// the directory that shard paths are relative to. False + message naming the file and the key.
 bool shard_index_read(const char *path, shard_index *ix, char *dir_out, size_t dir_len,
                       char *err, size_t errlen);
 void shard_index_free(shard_index *ix);

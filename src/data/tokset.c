@@ -8,48 +8,13 @@
 // or the shard file and the field; HDF5's error-stack printing is off while a set is opened.
 #include "dataset.h"
 #include "h5_read.h"
+#include "shards.h"
 #include "../core/common.h"
 #include <hdf5.h>
-#include <jansson.h>
 #include <math.h>
 #include <sys/stat.h>
 
-#define INDEX_FORMAT "gdn-token-index"
-#define INDEX_VERSION 1
-#define SHARD_FORMAT "gdn-tokens"
-#define SHARD_VERSION 2
-#define VOCAB_MIN 2
-#define VOCAB_MAX (1 << 24)                // as dataset.c: ids are int32 downstream
 #define SHARD_CACHE_BYTES (4u << 20)       // raw-data chunk cache per shard (many shards open)
-
-static const char *const split_word[2] = {"train", "val"};
-
-// ---- index.json ---------------------------------------------------------------------------
-
-// An integer member of obj into *v; false + message naming the index and the key.
-static bool json_int(const json_t *obj, const char *index, const char *where, const char *key,
-                     long long *v, char *err, size_t errlen) {
-    const json_t *j = json_object_get(obj, key);
-    if (!json_is_integer(j)) {
-        snprintf(err, errlen, "%s: %s'%s' is %s, expected an integer", index, where, key,
-                 j ? "not an integer" : "missing");
-        return false;
-    }
-    *v = (long long)json_integer_value(j);
-    return true;
-}
-
-static bool json_str(const json_t *obj, const char *index, const char *where, const char *key,
-                     const char **v, char *err, size_t errlen) {
-    const json_t *j = json_object_get(obj, key);
-    if (!json_is_string(j)) {
-        snprintf(err, errlen, "%s: %s'%s' is %s, expected a string", index, where, key,
-                 j ? "not a string" : "missing");
-        return false;
-    }
-    *v = json_string_value(j);
-    return true;
-}
 
 // ---- one shard ----------------------------------------------------------------------------
 
@@ -161,9 +126,9 @@ static bool shard_open(token_set *s, token_shard *sh, int split, int ordinal, ui
         ok = false;
     }
     ok = ok && h5_attr_str(f, path, "split", sp, sizeof sp, err, errlen);
-    if (ok && strcmp(sp, split_word[split]) != 0) {
+    if (ok && strcmp(sp, shard_split_name[split]) != 0) {
         snprintf(err, errlen, "%s: attribute 'split' is \"%s\" but %s lists it as a %s shard",
-                 path, sp, s->index, split_word[split]);
+                 path, sp, s->index, shard_split_name[split]);
         ok = false;
     }
     ok = ok && h5_attr_int(f, path, "vocab_size", &vocab, err, errlen);
@@ -187,7 +152,7 @@ static bool shard_open(token_set *s, token_shard *sh, int split, int ordinal, ui
     ok = ok && h5_attr_int(f, path, "shard", &shard, err, errlen);
     if (ok && shard != ordinal) {
         snprintf(err, errlen, "%s: attribute 'shard' is %lld but it is %s shard %d in %s", path,
-                 shard, split_word[split], ordinal, s->index);
+                 shard, shard_split_name[split], ordinal, s->index);
         ok = false;
     }
     if (!ok) return false;
@@ -252,147 +217,46 @@ static bool shard_open(token_set *s, token_shard *sh, int split, int ordinal, ui
 // ---- a shard set --------------------------------------------------------------------------
 
 static bool shards_open(token_set *s, char *err, size_t errlen) {
-    json_error_t je;
-    json_t *root = json_load_file(s->index, 0, &je);
-    if (!root) {
-        snprintf(err, errlen, "%s:%d: cannot read the shard index: %s", s->index, je.line, je.text);
-        return false;
-    }
-    bool ok = true;
-    const char *fmt = NULL, *kind = NULL;
-    long long version = 0, vocab = 0, eot = 0;
-    if (!json_is_object(root)) {
-        snprintf(err, errlen, "%s: the shard index is not a JSON object", s->index);
-        ok = false;
-    }
-    ok = ok && json_str(root, s->index, "", "format", &fmt, err, errlen);
-    if (ok && strcmp(fmt, INDEX_FORMAT) != 0) {
-        snprintf(err, errlen, "%s: 'format' is \"%s\", expected \"%s\"", s->index, fmt, INDEX_FORMAT);
-        ok = false;
-    }
-    ok = ok && json_int(root, s->index, "", "version", &version, err, errlen);
-    if (ok && version != INDEX_VERSION) {
-        snprintf(err, errlen, "%s: 'version' is %lld, this build reads version %d", s->index,
-                 version, INDEX_VERSION);
-        ok = false;
-    }
-    ok = ok && json_int(root, s->index, "", "vocab_size", &vocab, err, errlen);
-    if (ok && (vocab < VOCAB_MIN || vocab > VOCAB_MAX)) {
-        snprintf(err, errlen, "%s: 'vocab_size' is %lld, outside [%d, %d]", s->index, vocab,
-                 VOCAB_MIN, VOCAB_MAX);
-        ok = false;
-    }
-    ok = ok && json_int(root, s->index, "", "eot_token", &eot, err, errlen);
-    if (ok && (eot < -1 || eot >= vocab)) {
-        snprintf(err, errlen, "%s: 'eot_token' is %lld, expected -1 (none) or a token in [0, %lld)",
-                 s->index, eot, vocab);
-        ok = false;
-    }
-    ok = ok && json_str(root, s->index, "", "tokenizer_kind", &kind, err, errlen);
-    if (ok && strcmp(kind, "bytes") && strcmp(kind, "bpe") && strcmp(kind, "spm")) {
-        snprintf(err, errlen, "%s: 'tokenizer_kind' is \"%s\", expected bytes, bpe or spm",
-                 s->index, kind);
-        ok = false;
-    }
-    const json_t *shards = ok ? json_object_get(root, "shards") : NULL;
-    if (ok && !json_is_array(shards)) {
-        snprintf(err, errlen, "%s: 'shards' is %s, expected an array", s->index,
-                 shards ? "not an array" : "missing");
-        ok = false;
-    }
-    if (!ok) {
-        json_decref(root);
-        return false;
-    }
-    s->vocab_size = (int)vocab;
-    s->eot_token = (int)eot;
-    snprintf(s->tokenizer_kind, sizeof s->tokenizer_kind, "%s", kind);
-    snprintf(s->tokenizer, sizeof s->tokenizer, "%s", kind);
+    shard_index ix;
+    char dir[1200];
+    if (!shard_index_read(s->index, &ix, dir, sizeof dir, err, errlen)) return false;
+    s->vocab_size = ix.vocab_size;
+    s->eot_token = ix.eot_token;
+    snprintf(s->tokenizer_kind, sizeof s->tokenizer_kind, "%s", ix.tokenizer_kind);
+    snprintf(s->tokenizer, sizeof s->tokenizer, "%s", ix.tokenizer_kind);
 
-    // first pass: the entries, their counts per split
-    const size_t n = json_array_size(shards);
-    long long *tok = gdn_malloc(sizeof(long long) * (n ? n : 1));
-    long long *doc = gdn_malloc(sizeof(long long) * (n ? n : 1));
-    int *spl = gdn_malloc(sizeof(int) * (n ? n : 1));
-    uint64_t ndocs[2] = {0, 0};
-    char dirpart[1200];
-    snprintf(dirpart, sizeof dirpart, "%s", s->index);
-    char *slash = strrchr(dirpart, '/');
-    if (slash) slash[1] = 0;
-    else dirpart[0] = 0;
+    // the shard tables per split, in index order
+    bool ok = true;
+    const size_t n = (size_t)ix.n_shards;
+    for (int k = 0; k < 2; k++)
+        s->shards[k] = gdn_malloc(sizeof(token_shard) * (size_t)GDN_MAX(ix.n_shards, 1));
     for (size_t i = 0; ok && i < n; i++) {
-        const json_t *e = json_array_get(shards, i);
-        char where[48];
-        snprintf(where, sizeof where, "shards[%zu].", i);
-        const char *p = NULL, *sp = NULL;
-        if (!json_is_object(e)) {
-            snprintf(err, errlen, "%s: shards[%zu] is not an object", s->index, i);
-            ok = false;
-            break;
-        }
-        ok = json_str(e, s->index, where, "path", &p, err, errlen) &&
-             json_str(e, s->index, where, "split", &sp, err, errlen) &&
-             json_int(e, s->index, where, "tokens", &tok[i], err, errlen) &&
-             json_int(e, s->index, where, "documents", &doc[i], err, errlen);
-        if (!ok) break;
-        spl[i] = !strcmp(sp, "train") ? DATA_SPLIT_TRAIN : !strcmp(sp, "val") ? DATA_SPLIT_VAL : -1;
-        if (spl[i] < 0 || tok[i] < 0 || doc[i] < 0 || (doc[i] == 0 && tok[i] > 0) ||
-            !p[0]) {
-            snprintf(err, errlen, "%s: shards[%zu] (\"%s\") has split \"%s\", %lld tokens, %lld "
-                     "documents: expected train or val, a path, and counts >= 0 (no tokens "
-                     "without documents)", s->index, i, p, sp, tok[i], doc[i]);
-            ok = false;
-            break;
-        }
-        int k = spl[i];
-        token_shard *sh;
-        s->shards[k] = realloc(s->shards[k], sizeof(token_shard) * (size_t)(s->n_shards[k] + 1));
-        if (!s->shards[k]) gdn_die("out of memory for the shard table of %s", s->index);
-        sh = &s->shards[k][s->n_shards[k]++];
-        memset(sh, 0, sizeof *sh);
+        const shard_entry *e = &ix.shards[i];
+        int k = e->split;
+        token_shard *sh = &s->shards[k][s->n_shards[k]++];
         sh->file = sh->tokens = H5I_INVALID_HID;
-        if (snprintf(sh->path, sizeof sh->path, "%s%s", p[0] == '/' ? "" : dirpart, p) >=
-            (int)sizeof sh->path) {
+        if (snprintf(sh->path, sizeof sh->path, "%s/%s", dir, e->path) >= (int)sizeof sh->path) {
             snprintf(err, errlen, "%s: shards[%zu].path is too long", s->index, i);
             ok = false;
             break;
         }
         sh->start = s->n_tokens[k];
-        sh->n_tokens = (uint64_t)tok[i];
-        s->n_tokens[k] += (uint64_t)tok[i];
-        ndocs[k] += (uint64_t)doc[i];
+        sh->n_tokens = e->tokens;
+        s->n_tokens[k] += e->tokens;
     }
-    // totals, when given, agree with the shards
-    const json_t *totals = ok ? json_object_get(root, "totals") : NULL;
-    for (int k = 0; ok && totals && k < 2; k++) {
-        const json_t *t = json_object_get(totals, split_word[k]);
-        if (!t) continue;
-        long long tt, td;
-        char where[48];
-        snprintf(where, sizeof where, "totals.%s.", split_word[k]);
-        ok = json_int(t, s->index, where, "tokens", &tt, err, errlen) &&
-             json_int(t, s->index, where, "documents", &td, err, errlen);
-        if (ok && ((uint64_t)tt != s->n_tokens[k] || (uint64_t)td != ndocs[k])) {
-            snprintf(err, errlen, "%s: totals.%s says %lld tokens, %lld documents; its shards add "
-                     "up to %llu, %llu", s->index, split_word[k], tt, td,
-                     (unsigned long long)s->n_tokens[k], (unsigned long long)ndocs[k]);
-            ok = false;
-        }
-    }
-    json_decref(root);
 
-    // second pass: open the shards, gather the document offsets
+    // open the shards, gather the document offsets
     h5_quiet q;
     h5_quiet_begin(&q);
     s->tokenizer_blob_len = SIZE_MAX;  // "not read yet" for shard_open
     for (int k = 0; ok && k < 2; k++) {
-        s->doc_offsets[k] = gdn_malloc(sizeof(uint64_t) * (size_t)(ndocs[k] + 1));
+        s->doc_offsets[k] = gdn_malloc(sizeof(uint64_t) * (size_t)(ix.documents[k] + 1));
         uint64_t nd = 0;
         int ord = 0;
         for (size_t i = 0; ok && i < n; i++) {
-            if (spl[i] != k) continue;
-            ok = shard_open(s, &s->shards[k][ord], k, ord, (uint64_t)tok[i], (uint64_t)doc[i],
-                            s->doc_offsets[k], &nd, err, errlen);
+            if (ix.shards[i].split != k) continue;
+            ok = shard_open(s, &s->shards[k][ord], k, ord, ix.shards[i].tokens,
+                            ix.shards[i].documents, s->doc_offsets[k], &nd, err, errlen);
             ord++;
         }
         s->doc_offsets[k][nd] = s->n_tokens[k];
@@ -400,9 +264,7 @@ static bool shards_open(token_set *s, char *err, size_t errlen) {
     }
     if (s->tokenizer_blob_len == SIZE_MAX) s->tokenizer_blob_len = 0;  // no shards
     h5_quiet_end(&q);
-    free(tok);
-    free(doc);
-    free(spl);
+    shard_index_free(&ix);
     return ok;
 }
 
@@ -476,8 +338,8 @@ void tokset_close(token_set *s) {
 
 // Tokens [start, start + n) of one shard; dies naming the shard when it fails to read (a damaged
 // chunk: Fletcher32) or holds a token >= vocab_size.
-static void shard_read(const token_set *s, const token_shard *sh, uint64_t start, size_t n,
-                       int32_t *out) {
+static void shard_read_tokens(const token_set *s, const token_shard *sh, uint64_t start, size_t n,
+                              int32_t *out) {
     hsize_t hs = start, hn = n;
     hid_t fs = H5Dget_space(sh->tokens);
     CHECK_HDF5(fs);
@@ -507,7 +369,7 @@ void tokset_read(const token_set *s, int split, uint64_t start, size_t n, int32_
     uint64_t len = s->n_tokens[split];
     if (start > len || n > len - start)
         gdn_die("tokset_read: %s %s tokens [%llu, %llu) out of bounds (length %llu)", s->path,
-                split_word[split], (unsigned long long)start, (unsigned long long)(start + n),
+                shard_split_name[split], (unsigned long long)start, (unsigned long long)(start + n),
                 (unsigned long long)len);
     if (!s->sharded) {
         tokfile_read((token_file *)&s->v1, split, start, n, out);
@@ -524,7 +386,7 @@ void tokset_read(const token_set *s, int split, uint64_t start, size_t n, int32_
     for (int i = lo; n > 0; i++) {
         if (start >= sh[i].start + sh[i].n_tokens) continue;  // empty shards
         size_t take = (size_t)GDN_MIN((uint64_t)n, sh[i].start + sh[i].n_tokens - start);
-        shard_read(s, &sh[i], start - sh[i].start, take, out);
+        shard_read_tokens(s, &sh[i], start - sh[i].start, take, out);
         out += take;
         start += take;
         n -= take;
