@@ -19,30 +19,17 @@
 // usage: test_bpe_train [FIXTURE_DIR]              the checks (default $GDN_SOURCE_DIR/tests/...)
 //        test_bpe_train --train CORPUS VOCAB OUT   train as the checks do, write OUT (for
 //                                                  make_expected.py)
-#include "testutil.h"
+#include "check.h"
 #include "../src/data/bpe_train.h"
 #include "../src/data/tokenizer.h"
 #include <dirent.h>
 #include <jansson.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[512];
 static const char *const SPECIALS[] = {"<|endoftext|>"};
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-    char line[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    printf("  %-86s %s\n", line, ok ? "pass" : "FAIL");
-    gc_checks++;
-    if (!ok) gc_failures++;
-}
 
 static char *read_all(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");

@@ -7,10 +7,9 @@
 // at the starts of the seeded formula (the same since the format began),
 // y = x shifted by one, deterministic, identical with and without prefetch, identical for
 // 2 ranks x B/2 and 1 rank x B, resumable from pos. (Tokenizers: test_tokenizer.c.)
-#include "testutil.h"
+#include "check.h"
 #include "../src/data/dataset.h"
 #include <dirent.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <signal.h>
@@ -21,18 +20,6 @@
 
 
 static char dir[512];
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-    char line[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    printf("  %-86s %s\n", line, ok ? "pass" : "FAIL");
-    gc_checks++;
-    if (!ok) gc_failures++;
-}
 
 static void path_in(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
 

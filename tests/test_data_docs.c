@@ -11,26 +11,14 @@
 // prefetch; whole-split tiling; a mix's proportions and per-set streams; malformed index.json,
 // a missing shard, a vocabulary mismatch (shard vs index, set vs set) and bad data.mix text give
 // a message naming the file.
-#include "testutil.h"
+#define CHECK_WIDTH 92  // the width of the described column
+#include "check.h"
 #include "shard_fixture.h"
 #include "../src/data/dataset.h"
-#include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[512];
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-    char line[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    printf("  %-92s %s\n", line, ok ? "pass" : "FAIL");
-    gc_checks++;
-    if (!ok) gc_failures++;
-}
 
 #define VOCAB 2000
 #define MARK 1000  // tokens >= MARK open a document

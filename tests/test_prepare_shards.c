@@ -11,28 +11,15 @@
 // by a failed --overwrite run.
 // Usage: test_prepare_shards [BINARY_DIR SOURCE_DIR] (default: $GDN_BINARY_DIR, $GDN_SOURCE_DIR
 // as ctest sets them).
-#include "testutil.h"
+#include "check.h"
 #include "../src/data/shards.h"
 #include "../src/data/tokenizer.h"
 #include <dirent.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static char bin[600], fix[700], tmp[512];
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-    char line[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    printf("  %-86s %s\n", line, ok ? "pass" : "FAIL");
-    gc_checks++;
-    if (!ok) gc_failures++;
-}
 
 // Runs gdn-prepare with `args`; stdout + stderr into tmp/log.txt; the exit status.
 static int prepare(const char *args) {

@@ -11,28 +11,16 @@
 // once gives the single-thread ids; bad input (unparsable or unsupported tokenizer.json,
 // missing file, id >= vocab) gives false and a message naming the file and the problem.
 // Fixtures: argv[1], else tests/fixtures/tokenizers beside this file.
-#include "testutil.h"
+#define CHECK_WIDTH 90  // the width of the described column
+#include "check.h"
 #include "../src/data/tokenizer.h"
 #include <jansson.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static char fixtures[1024];
 static char tmpdir[512];
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-    char line[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    printf("  %-90s %s\n", line, ok ? "pass" : "FAIL");
-    gc_checks++;
-    if (!ok) gc_failures++;
-}
 
 static gdn_tokenizer *load_fixture(const char *name) {
     char path[1200], err[1024];
