@@ -1,6 +1,7 @@
-// h5_read.h — HDF5 helpers the token readers share (dataset.c defines them; tokset.c uses them):
-// quiet error stacks, HDF5's own reason for a failure, and checked root attributes. Each reader
-// turns a failure a user can cause into one message naming the file and the field.
+// h5_read.h — HDF5 helpers the token files' code shares (dataset.c defines them; tokset.c and
+// shards.c use them): quiet error stacks, HDF5's own reason for a failure, and checked root
+// attributes. Each reader turns a failure a user can cause into one message naming the file and
+// the field.
 #pragma once
 #include <hdf5.h>
 #include <stdbool.h>

@@ -3,6 +3,7 @@
 #include "shards.h"
 #include "../core/common.h"
 #include "../core/rng.h"
+#include "h5_read.h"
 #include <fcntl.h>
 #include <hdf5.h>
 #include <jansson.h>
@@ -24,39 +25,9 @@ bool shard_doc_is_val(uint64_t seed, uint64_t ordinal, double val_fraction) {
     return rng_uniform_at(seed, ordinal) < val_fraction;
 }
 
-// ---- HDF5 errors ------------------------------------------------------------------------------
+// ---- HDF5 errors (quiet stacks and HDF5's reason: h5_read.h) --------------------------------
 
-// Silence HDF5's error-stack printing around calls whose failure is reported through err.
-typedef struct {
-    H5E_auto2_t fn;
-    void *data;
-} h5_quiet;
-static void quiet_begin(h5_quiet *q) {
-    CHECK_HDF5(H5Eget_auto2(H5E_DEFAULT, &q->fn, &q->data));
-    CHECK_HDF5(H5Eset_auto2(H5E_DEFAULT, NULL, NULL));
-}
-static void quiet_end(const h5_quiet *q) { CHECK_HDF5(H5Eset_auto2(H5E_DEFAULT, q->fn, q->data)); }
-
-static herr_t walk_innermost(unsigned n, const H5E_error2_t *e, void *out) {
-    if (n == 0 && e->desc) snprintf((char *)out, 256, "%s", e->desc);
-    return 0;
-}
-// The innermost HDF5 error message, reduced to the OS error text when there is one.
-static void h5_why(char *out, size_t outlen) {
-    char desc[256] = "";
-    if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_innermost, desc) < 0 || !desc[0])
-        snprintf(desc, sizeof desc, "unknown HDF5 error");
-    const char *key = "error message = '";
-    const char *m = strstr(desc, key);
-    if (m) {
-        m += strlen(key);
-        const char *end = strchr(m, '\'');
-        snprintf(out, outlen, "%.*s", end ? (int)(end - m) : (int)strlen(m), m);
-    } else {
-        snprintf(out, outlen, "%s", desc);
-    }
-}
-
+// A failing writer call: `what` into step, then to the cleanup.
 #define H5TRY(stmt, what)                                                                          \
     do {                                                                                           \
         if ((long long)(stmt) < 0) {                                                               \
@@ -165,7 +136,7 @@ static void close_handles(shard_writer *w) {
 
 static bool writer_fail(shard_writer *w, const char *step, char *err, size_t errlen) {
     char why[256];
-    h5_why(why, sizeof why);
+    h5_error_text(why, sizeof why);
     snprintf(err, errlen, "%s: cannot write (%s): %s", w->path, step, why);
     return false;
 }
@@ -293,7 +264,7 @@ static bool push_tokens(shard_writer *w, const uint32_t *ids, size_t n, char *er
 
 bool shard_writer_doc_begin(shard_writer *w, char *err, size_t errlen) {
     h5_quiet q;
-    quiet_begin(&q);
+    h5_quiet_begin(&q);
     bool ok = w->open || shard_create(w, err, errlen);
     if (ok) {
         w->doc_start = w->n_tok;
@@ -302,29 +273,29 @@ bool shard_writer_doc_begin(shard_writer *w, char *err, size_t errlen) {
             ok = push_tokens(w, &eot, 1, err, errlen);
         }
     }
-    quiet_end(&q);
+    h5_quiet_end(&q);
     return ok;
 }
 
 bool shard_writer_append(shard_writer *w, const uint32_t *ids, size_t n, char *err,
                          size_t errlen) {
     h5_quiet q;
-    quiet_begin(&q);
+    h5_quiet_begin(&q);
     bool ok = push_tokens(w, ids, n, err, errlen);
-    quiet_end(&q);
+    h5_quiet_end(&q);
     return ok;
 }
 
 bool shard_writer_doc_end(shard_writer *w, char *err, size_t errlen) {
     h5_quiet q;
-    quiet_begin(&q);
+    h5_quiet_begin(&q);
     bool ok = true;
     w->n_docs++;
     w->offs[w->n_offs++] = w->n_tok;
     if (w->n_offs == OFFSET_BUF && !flush_offsets(w))
         ok = writer_fail(w, "writing /doc_offsets", err, errlen);
     if (ok && w->n_tok >= w->c.shard_tokens) ok = shard_close(w, err, errlen);
-    quiet_end(&q);
+    h5_quiet_end(&q);
     return ok;
 }
 
@@ -333,11 +304,11 @@ bool shard_writer_doc_abort(shard_writer *w, char *err, size_t errlen) {
     bool ok = true;
     if (w->doc_start < w->flushed) {  // part of the document is in the file: shrink it
         h5_quiet q;
-        quiet_begin(&q);
+        h5_quiet_begin(&q);
         hsize_t size = w->doc_start;
         if (H5Dset_extent(w->ds_tok, &size) < 0)
             ok = writer_fail(w, "shrinking /tokens", err, errlen);
-        quiet_end(&q);
+        h5_quiet_end(&q);
         w->flushed = w->doc_start;
     }
     w->n_tok = w->doc_start;
@@ -347,9 +318,9 @@ bool shard_writer_doc_abort(shard_writer *w, char *err, size_t errlen) {
 bool shard_writer_finish(shard_writer *w, char *err, size_t errlen) {
     if (!w->open) return true;
     h5_quiet q;
-    quiet_begin(&q);
+    h5_quiet_begin(&q);
     bool ok = shard_close(w, err, errlen);
-    quiet_end(&q);
+    h5_quiet_end(&q);
     return ok;
 }
 
@@ -360,9 +331,9 @@ void shard_writer_free(shard_writer *w) {
     if (!w) return;
     if (w->open) {
         h5_quiet q;
-        quiet_begin(&q);
+        h5_quiet_begin(&q);
         close_handles(w);
-        quiet_end(&q);
+        h5_quiet_end(&q);
         unlink(w->tmp);
     }
     free(w->closed);
@@ -667,13 +638,13 @@ void shard_data_free(shard_data *d) {
 bool shard_read(const char *path, shard_data *d, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
     h5_quiet q;
-    quiet_begin(&q);
+    h5_quiet_begin(&q);
     bool ok = false;
     char fmt[32] = "", split[16] = "", why[256];
     int version = 0;
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
-        h5_why(why, sizeof why);
+        h5_error_text(why, sizeof why);
         snprintf(err, errlen, "%s: cannot open: %s", path, why);
         goto done;
     }
@@ -701,7 +672,7 @@ bool shard_read(const char *path, shard_data *d, char *err, size_t errlen) {
     d->blob = read_all(f, "/tokenizer", H5T_NATIVE_UINT8, 1, &n_blob);
     d->blob_len = (size_t)n_blob;
     if (!d->tokens || !d->doc_offsets || !d->blob) {
-        h5_why(why, sizeof why);
+        h5_error_text(why, sizeof why);
         snprintf(err, errlen, "%s: cannot read /tokens, /doc_offsets or /tokenizer: %s", path, why);
         goto done;
     }
@@ -726,7 +697,7 @@ bool shard_read(const char *path, shard_data *d, char *err, size_t errlen) {
     ok = true;
 done:
     if (f >= 0) H5Fclose(f);
-    quiet_end(&q);
+    h5_quiet_end(&q);
     if (!ok) shard_data_free(d);
     return ok;
 }
