@@ -1,5 +1,6 @@
-// tiny_model.h — the tiny model the CPU model tests share: d 16, vocab 23, SwiGLU 24, GDN 2 heads
-// of dk 8 / dv 16, attention 2 heads of 8 with window 4, the given pattern and layer count.
+// tiny_model.h — the tiny model the model tests share (C, and C++ for the CUDA tests): d 16, vocab
+// 23, SwiGLU 24, GDN 2 heads of dk 8 / dv 16, attention 2 heads of 8 with window 4, the given
+// pattern and layer count.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -57,7 +58,7 @@ static inline double tiny_train2(model *m, const int32_t *x, const int32_t *y, i
 // AdamW moments of every tensor (the alignment padding stays 0) filled from r: m ~ 1e-3 N(0, 1),
 // v ~ 1e-6 U(0, 1) (v >= 0), element by element in that order.
 static inline void tiny_fill_moments(model *m, rng_t *r) {
-    double *mm = m->opt_m, *vv = m->opt_v;
+    double *mm = (double *)m->opt_m, *vv = (double *)m->opt_v;
     for (int t = 0; t < m->n_params; t++)
         for (size_t i = m->params[t].offset; i < m->params[t].offset + m->params[t].numel; i++) {
             mm[i] = 1e-3 * rng_normal(r);
@@ -68,7 +69,8 @@ static inline void tiny_fill_moments(model *m, rng_t *r) {
 // Every parameter and AdamW moment of a and b bitwise equal.
 static inline bool tiny_same_state(const model *a, const model *b) {
     size_t n = a->n_elems;
-    double *x = gdn_malloc(n * sizeof(double)), *y = gdn_malloc(n * sizeof(double));
+    double *x = (double *)gdn_malloc(n * sizeof(double));
+    double *y = (double *)gdn_malloc(n * sizeof(double));
     bool same = true;
     for (int i = 0; i < a->n_params; i++) {
         model_param_download(a, i, x);

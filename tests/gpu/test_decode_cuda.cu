@@ -29,38 +29,9 @@ extern "C" {
 #include "../../src/model/decode_cuda.h"
 #include "../../src/model/sampling.h"
 #include "../../src/model/sampling_cuda.h"
+#include "../tiny_model.h"
 
 enum { NB = 3, NP = 5 };
-
-// tests/tiny_model.h's tiny model (that header is C): d 16, SwiGLU 24, GDN 2 heads of dk 8 /
-// dv 16, attention 2 heads of 8 with window 4; and its GDN switches by index.
-static gdn_config tiny_config(const char *pattern, int layers) {
-    gdn_config c;
-    config_defaults(&c);
-    snprintf(c.pattern, sizeof c.pattern, "%s", pattern);
-    c.n_layers = layers;
-    c.d_model = 16;
-    c.vocab_size = 23;
-    c.mlp_hidden = 24;
-    c.gdn_n_heads = 2;
-    c.gdn_head_dim = 8;
-    c.gdn_expand_v = 2;
-    c.swa_n_heads = 2;
-    c.swa_head_dim = 8;
-    c.swa_window = 4;
-    return c;
-}
-static void tiny_ablate(gdn_config *c, int v) {
-    switch (v) {
-    case 0: c->gdn_gate = false; break;
-    case 1: c->gdn_delta = false; break;
-    case 2: c->gdn_short_conv = false; break;
-    case 3: c->gdn_output_gate = false; break;
-    case 4: c->gdn_allow_neg_eigval = true; break;
-    case 5: c->tie_embeddings = false; break;
-    case 6: c->gdn_expand_v = 1; break;
-    }
-}
 
 static int argmax(const double *x, int n) {
     int b = 0;
