@@ -31,8 +31,7 @@ extern "C" {
 #include "../../src/cuda/ops_testing.h"
 #include "../../src/fwd/attention_cuda.h"
 #include "../../src/fwd/attention_testing.h"
-
-typedef std::vector<double> vec;
+#include "op_buffers.h"
 
 // ---- documents ------------------------------------------------------------------------------------
 struct docs {
@@ -64,75 +63,6 @@ static void each_doc(const docs &d, const std::function<void(int, int, int)> &fn
         for (size_t i = 0; i + 1 < d.rows[b].size(); i++) fn(b, d.rows[b][i], d.rows[b][i + 1] - d.rows[b][i]);
 }
 
-// ---- device buffers ---------------------------------------------------------------------------------
-static size_t esz(cuda_dtype dt) { return dt == CUDA_BF16 ? 2 : 4; }
-static const char *dtn(cuda_dtype dt) { return dt == CUDA_BF16 ? "bf16" : "fp32"; }
-static double tol_of(cuda_dtype dt) { return dt == CUDA_BF16 ? 1e-2 : 1e-5; }
-static double round_to(double x, cuda_dtype dt) {
-    return dt == CUDA_BF16 ? (double)__bfloat162float(__float2bfloat16((float)x)) : (double)(float)x;
-}
-static vec randn(rng_t *r, size_t n, double scale, cuda_dtype dt) {
-    vec x(n);
-    for (auto &e : x) {
-        e = round_to(scale * rng_normal(r), dt);
-        if (e == 0.0) e = round_to(0.5 * scale, dt);
-    }
-    return x;
-}
-struct dten {
-    void *d;
-    size_t n;
-    cuda_dtype dt;
-};
-static std::vector<void *> g_allocs;
-static dten dempty(size_t n, cuda_dtype dt) {
-    void *p;
-    CUDA_CHECK(cudaMalloc(&p, GDN_MAX(n, (size_t)1) * esz(dt)));
-    g_allocs.push_back(p);
-    return {p, n, dt};
-}
-static void upload(const dten &t, const vec &x) {
-    if (t.dt == CUDA_BF16) {
-        std::vector<__nv_bfloat16> h(t.n);
-        for (size_t i = 0; i < t.n; i++) h[i] = __float2bfloat16((float)x[i]);
-        CUDA_CHECK(cudaMemcpy(t.d, h.data(), t.n * 2, cudaMemcpyHostToDevice));
-    } else {
-        std::vector<float> h(t.n);
-        for (size_t i = 0; i < t.n; i++) h[i] = (float)x[i];
-        CUDA_CHECK(cudaMemcpy(t.d, h.data(), t.n * 4, cudaMemcpyHostToDevice));
-    }
-}
-static dten dput(const vec &x, cuda_dtype dt) {
-    dten t = dempty(x.size(), dt);
-    upload(t, x);
-    return t;
-}
-static vec download(const dten &t) {
-    vec x(t.n);
-    if (t.dt == CUDA_BF16) {
-        std::vector<__nv_bfloat16> h(t.n);
-        CUDA_CHECK(cudaMemcpy(h.data(), t.d, t.n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < t.n; i++) x[i] = __bfloat162float(h[i]);
-    } else {
-        std::vector<float> h(t.n);
-        CUDA_CHECK(cudaMemcpy(h.data(), t.d, t.n * 4, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < t.n; i++) x[i] = h[i];
-    }
-    return x;
-}
-static std::vector<unsigned char> raw(const dten &t) {
-    std::vector<unsigned char> b(t.n * esz(t.dt));
-    CUDA_CHECK(cudaMemcpy(b.data(), t.d, b.size(), cudaMemcpyDeviceToHost));
-    return b;
-}
-static void poison(const dten &t) { CUDA_CHECK(cudaMemset(t.d, 0xff, t.n * esz(t.dt))); }  // NaN
-static int32_t *dints(const std::vector<int32_t> &x) {
-    void *p;
-    CUDA_CHECK(cudaMalloc(&p, GDN_MAX(x.size(), (size_t)1) * 4));
-    g_allocs.push_back(p);
-    CUDA_CHECK(cudaMemcpy(p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-    return (int32_t *)p;
-}
 static double norm2(const vec &x) {
     double s = 0;
     for (double v : x) s += v * v;
