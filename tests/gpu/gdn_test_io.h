@@ -1,5 +1,6 @@
-// gdn_test_io.h — what the GDN kernel tests (test_gdn_fwd, test_gdn_bwd) share: inputs rounded
-// to the kernel's dtype and moved to the device, outputs back as doubles, row L2 normalisation.
+// gdn_test_io.h — what the GDN kernel tests (test_gdn_fwd, test_gdn_bwd, test_gdn_docs) share:
+// inputs rounded to the kernel's dtype and moved to the device, outputs back as doubles (or as
+// bytes, for bitwise comparisons), row L2 normalisation, per-head relative errors.
 #pragma once
 #include <math.h>
 #include "gputest.h"
@@ -60,3 +61,26 @@ static void l2norm_rows(double *x, size_t rows, int D) {
     }
 }
 
+// the first `bytes` bytes of device buffer d, on the host (free it)
+static inline unsigned char *snapshot(const void *d, size_t bytes) {
+    unsigned char *h = (unsigned char *)gdn_malloc(bytes + 1);
+    if (bytes) CUDA_CHECK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// worst relative L2 over the (b, h) slices of a (B,T,H) array
+static inline double rel_per_head(const double *got, const double *want, int B, int T, int H) {
+    double worst = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            double num = 0, den = 0;
+            for (int t = 0; t < T; t++) {
+                const size_t n = ((size_t)b * T + t) * H + h;
+                num += (got[n] - want[n]) * (got[n] - want[n]);
+                den += want[n] * want[n];
+            }
+            const double e = den > 0 ? sqrt(num / den) : (num == 0 ? 0 : INFINITY);
+            if (!(e <= worst)) worst = e;  // NaN propagates
+        }
+    return worst;
+}

@@ -135,27 +135,23 @@ static bool tail_intact(const void *d, size_t bytes) {
         if (tail[i] != 0xff) return false;
     return true;
 }
-static unsigned char *snapshot(const void *d, size_t bytes) {
-    unsigned char *h = (unsigned char *)gdn_malloc(bytes + 1);
-    if (bytes) CUDA_CHECK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-    return h;
-}
-
-// worst relative L2 over the (b, h) slices of a (B,T,H) array
-static double rel_per_head(const double *got, const double *want, int B, int T, int H) {
-    double worst = 0;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            double num = 0, den = 0;
-            for (int t = 0; t < T; t++) {
-                const size_t n = ((size_t)b * T + t) * H + h;
-                num += (got[n] - want[n]) * (got[n] - want[n]);
-                den += want[n] * want[n];
-            }
-            const double e = den > 0 ? sqrt(num / den) : (num == 0 ? 0 : INFINITY);
-            if (!(e <= worst)) worst = e;  // NaN propagates
-        }
-    return worst;
+// The backward p again, its outputs poisoned and its workspace (the first wsb bytes) too: true
+// when every output the case computes (dg with the gate, dbeta with delta) has the bits of snap.
+static bool bwd_same_bits(const gdn_bwd_params *p, const tcase *c, void *const outs[6],
+                          const size_t obytes[6], unsigned char *const snap[6], size_t wsb) {
+    for (int i = 0; i < 6; i++) poison(outs[i], obytes[i]);
+    if (wsb) CUDA_CHECK(cudaMemset(p->workspace, 0xff, wsb));
+    gdn_chunk_bwd(p);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    bool same = true;
+    for (int i = 0; i < 6; i++) {
+        const bool used = (i != 3 || c->gate) && (i != 4 || c->delta);
+        if (!used) continue;
+        unsigned char *s2 = snapshot(outs[i], obytes[i]);
+        same &= memcmp(snap[i], s2, obytes[i]) == 0;
+        free(s2);
+    }
+    return same;
 }
 
 static int n_cases = 0, n_fail = 0;
@@ -302,17 +298,7 @@ static void run_case(const tcase *c, uint64_t seed) {
             const size_t wsb2 = gdn_chunk_bwd_workspace_bytes(&p2);
             if (wsb2 > wsb) gdn_die("workspace with kept states (%zu) larger than without (%zu)", wsb2, wsb);
             p2.workspace_bytes = wsb2;
-            for (int i = 0; i < 6; i++) poison(outs[i], obytes[i]);
-            if (wsb) CUDA_CHECK(cudaMemset(ws, 0xff, wsb));
-            gdn_chunk_bwd(&p2);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            for (int i = 0; i < 6; i++) {
-                const bool used = (i != 3 || c->gate) && (i != 4 || c->delta);
-                if (!used) continue;
-                unsigned char *s2 = snapshot(outs[i], obytes[i]);
-                states_bitwise &= memcmp(snap[i], s2, obytes[i]) == 0;
-                free(s2);
-            }
+            states_bitwise &= bwd_same_bits(&p2, c, outs, obytes, snap, wsb);
         }
         CUDA_CHECK(cudaFree(hs));
         CUDA_CHECK(cudaFree(o_tmp));
@@ -372,17 +358,7 @@ static void run_case(const tcase *c, uint64_t seed) {
                 if (p2.workspace_bytes > wsb)
                     gdn_die("workspace with kept Linv (%zu) larger than without (%zu)",
                             p2.workspace_bytes, wsb);
-                for (int i = 0; i < 6; i++) poison(outs[i], obytes[i]);
-                if (wsb) CUDA_CHECK(cudaMemset(ws, 0xff, wsb));
-                gdn_chunk_bwd(&p2);
-                CUDA_CHECK(cudaDeviceSynchronize());
-                for (int i = 0; i < 6; i++) {
-                    const bool used = (i != 3 || c->gate) && (i != 4 || c->delta);
-                    if (!used) continue;
-                    unsigned char *s2 = snapshot(outs[i], obytes[i]);
-                    linv_bitwise &= memcmp(snap[i], s2, obytes[i]) == 0;
-                    free(s2);
-                }
+                linv_bitwise &= bwd_same_bits(&p2, c, outs, obytes, snap, wsb);
             }
             void *fr[] = {lv, hs, kg, kd, fws, o1, o2};
             for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) CUDA_CHECK(cudaFree(fr[i]));

@@ -63,27 +63,6 @@ static void *dev_out(size_t bytes) {
     CUDA_CHECK(cudaMemset(d, 0xff, bytes + 16));  // NaN in bf16 and fp32
     return d;
 }
-static unsigned char *snapshot(const void *d, size_t bytes) {
-    unsigned char *h = (unsigned char *)gdn_malloc(bytes + 1);
-    CUDA_CHECK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-    return h;
-}
-static double rel_per_head(const double *got, const double *want) {
-    double worst = 0;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            double num = 0, den = 0;
-            for (int t = 0; t < T; t++) {
-                const size_t n = ((size_t)b * T + t) * H + h;
-                num += (got[n] - want[n]) * (got[n] - want[n]);
-                den += want[n] * want[n];
-            }
-            const double e = den > 0 ? sqrt(num / den) : (num == 0 ? 0 : INFINITY);
-            if (!(e <= worst)) worst = e;
-        }
-    return worst;
-}
-
 // the reference on each document alone: forward (o, ht) when dq is NULL, else the backward;
 // one job per document, run by a pool of threads
 typedef struct {
@@ -338,8 +317,9 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
                                  count_nonfinite(gv, nv) + count_nonfinite(gg, N) +
                                  count_nonfinite(gb, N) + count_nonfinite(gh, ns) == 0;
             const double e[8] = {rel_l2(gq, rq, nk), rel_l2(gk, rk, nk), rel_l2(gv, rv, nv),
-                                 rel_l2(gg, rg, N),  rel_per_head(gg, rg), rel_l2(gb, rb, N),
-                                 rel_per_head(gb, rb), rel_l2(gh, rh, ns)};
+                                 rel_l2(gg, rg, N),  rel_per_head(gg, rg, B, T, H),
+                                 rel_l2(gb, rb, N),  rel_per_head(gb, rb, B, T, H),
+                                 rel_l2(gh, rh, ns)};
             char what[64];
             snprintf(what, sizeof what, "bwd docs, states %s%s",
                      st == 0 ? "recomputed" : st == 1 ? "saved" : st == 2 ? "replayed"
