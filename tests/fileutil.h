@@ -1,6 +1,7 @@
-// fileutil.h — the file helpers the reader tests share (header-only, static functions): copying a
-// fixture, comparing two files, reading a small file whole, changing bytes in place. Each dies
-// through gdn_die on an I/O error, naming the file.
+// fileutil.h — the file helpers the reader and writer tests share (header-only, static
+// functions): copying a fixture, comparing two files, reading a file whole, changing bytes in
+// place. Each dies through gdn_die on an I/O error, naming the file (file_read_all returns NULL
+// for a file it cannot open).
 #pragma once
 #include <fcntl.h>
 #include <stdbool.h>
@@ -52,6 +53,22 @@ static inline char *slurp(const char *path) {
     buf[n] = '\0';
     fclose(f);
     return buf;
+}
+
+// The whole of path, NUL-terminated (*n: its length in bytes, when n is not NULL); NULL when it
+// cannot be opened. The caller frees it.
+static inline char *file_read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = gdn_malloc((size_t)sz + 1);
+    size_t got = fread(b, 1, (size_t)sz, f);
+    fclose(f);
+    b[got] = 0;
+    if (n) *n = got;
+    return b;
 }
 
 // Bytes [at, at + n) of path XORed in place with x[0..n) (n <= 64).

@@ -20,6 +20,7 @@
 //        test_bpe_train --train CORPUS VOCAB OUT   train as the checks do, write OUT (for
 //                                                  make_expected.py)
 #include "check.h"
+#include "fileutil.h"
 #include "../src/data/bpe_train.h"
 #include "../src/data/tokenizer.h"
 #include <dirent.h>
@@ -32,20 +33,13 @@ static char dir[512];
 static const char *const SPECIALS[] = {"<|endoftext|>"};
 
 static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) gdn_die("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = gdn_malloc((size_t)sz + 1);
-    if (fread(s, 1, (size_t)sz, f) != (size_t)sz) gdn_die("cannot read %s", path);
-    fclose(f);
-    *n = (size_t)sz;
+    char *s = file_read_all(path, n);
+    if (!s) gdn_die("cannot open %s", path);
     return s;
 }
 
 static bool same_file(const char *a, const char *b) {
-    size_t na, nb;
+    size_t na = 0, nb = 0;
     char *x = read_all(a, &na), *y = read_all(b, &nb);
     bool same = na == nb && memcmp(x, y, na) == 0;
     free(x);

@@ -22,6 +22,7 @@
 #include "../src/model/hf.h"
 #include "../src/model/model.h"
 #include "../src/model/safetensors.h"
+#include "fileutil.h"
 
 static int fails = 0, checks = 0;
 #define CHECK(cond, ...)                                                                          \
@@ -98,18 +99,6 @@ static int compare(const model *a, const model *b, double (*f)(double), const ch
 static double to_f32(double x) { return (double)(float)x; }
 static double to_bf16(double x) { return st_bf16_to_double(st_bf16_from_double(x)); }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = gdn_malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    fclose(f);
-    return b;
-}
-
 static void round_trip(const char *pattern, bool tied, uint64_t seed) {
     gdn_config c = tiny(pattern, tied);
     char err[2048], note[512], d1[300], d2[300], d3[300];
@@ -130,7 +119,7 @@ static void round_trip(const char *pattern, bool tied, uint64_t seed) {
     snprintf(p1, sizeof p1, "%s/model.safetensors", d1);
     snprintf(p2, sizeof p2, "%s/model.safetensors", d2);
     size_t n1 = 0, n2 = 0;
-    char *f1 = slurp(p1, &n1), *f2 = slurp(p2, &n2);
+    char *f1 = file_read_all(p1, &n1), *f2 = file_read_all(p2, &n2);
     CHECK(ok && f1 && f2 && n1 == n2 && memcmp(f1, f2, n1) == 0,
           "%s: export -> import -> export: model.safetensors identical (%zu bytes)", pattern, n1);
     free(f1);

@@ -12,6 +12,7 @@
 // Usage: test_prepare_shards [BINARY_DIR SOURCE_DIR] (default: $GDN_BINARY_DIR, $GDN_SOURCE_DIR
 // as ctest sets them).
 #include "check.h"
+#include "fileutil.h"
 #include "../src/data/shards.h"
 #include "../src/data/tokenizer.h"
 #include <dirent.h>
@@ -29,24 +30,10 @@ static int prepare(const char *args) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *b = gdn_malloc((size_t)sz + 1);
-    size_t got = fread(b, 1, (size_t)sz, fp);
-    fclose(fp);
-    b[got] = 0;
-    if (n) *n = got;
-    return b;
-}
-
 static bool log_has_quiet(const char *s, bool quiet) {
     char p[600];
     snprintf(p, sizeof p, "%s/log.txt", tmp);
-    char *t = slurp(p, NULL);
+    char *t = file_read_all(p, NULL);
     bool ok = t && strstr(t, s);
     if (!ok && t && !quiet) printf("    log: %.600s\n", t);
     free(t);
@@ -58,7 +45,7 @@ static bool log_has(const char *s) { return log_has_quiet(s, false); }
 static double log_number(const char *key) {
     char p[600];
     snprintf(p, sizeof p, "%s/log.txt", tmp);
-    char *t = slurp(p, NULL);
+    char *t = file_read_all(p, NULL);
     const char *at = t ? strstr(t, key) : NULL;
     double v = at ? atof(at + strlen(key)) : -1;
     free(t);
@@ -177,8 +164,8 @@ static void expected_set(const char *jsonl, uint64_t seed, double frac, stream o
 }
 
 static bool files_equal(const char *a, const char *b) {
-    size_t na, nb;
-    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    size_t na = 0, nb = 0;
+    char *x = file_read_all(a, &na), *y = file_read_all(b, &nb);
     bool eq = x && y && na == nb && !memcmp(x, y, na);
     free(x);
     free(y);
@@ -273,7 +260,7 @@ static void test_big_document(void) {
     stream got[2];
     read_set(out, got, NULL, 0);
     size_t n;
-    char *text = slurp(in, &n);
+    char *text = file_read_all(in, &n);
     bool same = got[0].n_docs == 1 && got[0].n == n;
     for (size_t i = 0; same && i < n; i++) same = got[0].tok[i] == (unsigned char)text[i];
     check(same, "one document, its %zu bytes as tokens", n);

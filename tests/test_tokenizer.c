@@ -280,21 +280,24 @@ static void bad_input(gdn_tokenizer *gpt2, gdn_tokenizer *spm) {
     printf("\n== bad input\n");
     bad_file("trunc.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0,", "not valid JSON",
              "a truncated tokenizer.json (names the file, line and column)");
-    char *s = edited_fixture("\"type\": \"BPE\"", "\"type\": \"WordPiece\"");
-    bad_file("wordpiece.json", s, "model.type", "a WordPiece model (names model.type)");
-    free(s);
-    s = edited_fixture("\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}");
-    bad_file("nfc.json", s, "normalizer", "an NFC normalizer (names normalizer)");
-    free(s);
-    s = edited_fixture("\"pre_tokenizer\": {", "\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"x\": {");
-    bad_file("whitespace.json", s, "pre_tokenizer.type", "a Whitespace pre-tokenizer");
-    free(s);
-    s = edited_fixture("\"merges\": [", "\"merges\": [\"zzzq zzzr\", ");
-    bad_file("badmerge.json", s, "model.merges[0]", "a merge of tokens not in the vocabulary");
-    free(s);
-    s = edited_fixture("\"id\": 0,", "\"id\": 99999999,");
-    bad_file("bigid.json", s, "added_tokens[0]", "an added token id of 99999999");
-    free(s);
+    // gpt2_bpe.json with one edit: from, to, the file, what the message must name, the row
+    static const char *const edits[][5] = {
+        {"\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "wordpiece.json", "model.type",
+         "a WordPiece model (names model.type)"},
+        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}", "nfc.json", "normalizer",
+         "an NFC normalizer (names normalizer)"},
+        {"\"pre_tokenizer\": {", "\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"x\": {",
+         "whitespace.json", "pre_tokenizer.type", "a Whitespace pre-tokenizer"},
+        {"\"merges\": [", "\"merges\": [\"zzzq zzzr\", ", "badmerge.json", "model.merges[0]",
+         "a merge of tokens not in the vocabulary"},
+        {"\"id\": 0,", "\"id\": 99999999,", "bigid.json", "added_tokens[0]",
+         "an added token id of 99999999"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        char *s = edited_fixture(edits[i][0], edits[i][1]);
+        bad_file(edits[i][2], s, edits[i][3], edits[i][4]);
+        free(s);
+    }
     bad_file("vocab.json", "{\"a\": 0, \"b\": 1}", "merges.txt", "a vocab.json without merges.txt");
     bad_file("garbage.model", "\x01\x02not a model at all", "not a tokenizer.json",
              "a file that is no tokenizer");
