@@ -242,6 +242,16 @@ static gdn_cpu_params gdn_set_params(const gdn_set *S, const int32_t *ds) {
     };
     return p;
 }
+// Forward then backward of p, by chunks or token by token.
+static void gdn_fwd_bwd(gdn_cpu_params *p, bool chunked) {
+    if (chunked) {
+        gdn_chunk_fwd_cpu(p);
+        gdn_chunk_bwd_cpu(p);
+    } else {
+        gdn_token_fwd_cpu(p);
+        gdn_token_bwd_cpu(p);
+    }
+}
 // The outputs of a set: o, ht, dq, dk, dv, dg, dbeta, dh0 with their sizes.
 enum { GDN_NOUT = 8 };
 static const char *gdn_out_name[GDN_NOUT] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
@@ -294,25 +304,13 @@ static void test_gdn(const int32_t *ds, int B, int T, double glo, double ghi, co
            "%d, %s, h0 and dht)\n", H, Dk, Dv, C, gname);
     for (int chunked = 1; chunked >= 0; chunked--) {
         gdn_cpu_params p = gdn_set_params(&S, ds);
-        if (chunked) {
-            gdn_chunk_fwd_cpu(&p);
-            gdn_chunk_bwd_cpu(&p);
-        } else {
-            gdn_token_fwd_cpu(&p);
-            gdn_token_bwd_cpu(&p);
-        }
+        gdn_fwd_bwd(&p, chunked);
         FOR_DOCS(ds, B, T) {
             gdn_doc_get(&D, &S, b, s, len);
             gdn_cpu_params pd = gdn_set_params(&D, NULL);
             if (s != 0) pd.h0 = NULL, pd.dh0 = NULL;
             if (e != T) pd.ht = NULL, pd.dht = NULL;
-            if (chunked) {
-                gdn_chunk_fwd_cpu(&pd);
-                gdn_chunk_bwd_cpu(&pd);
-            } else {
-                gdn_token_fwd_cpu(&pd);
-                gdn_token_bwd_cpu(&pd);
-            }
+            gdn_fwd_bwd(&pd, chunked);
             gdn_doc_put(&R, &D, b, s, len, s == 0, e == T);
         }
         gdn_outs(&S, out, n);
@@ -684,13 +682,7 @@ static void test_ops_zero_starts(rng_t *r) {
             hs[i] = tok ? NULL : dalloc(nhs);
             gdn_cpu_params p = gdn_set_params(&S[i], i ? z : NULL);
             p.hs = hs[i];
-            if (tok) {
-                gdn_token_fwd_cpu(&p);
-                gdn_token_bwd_cpu(&p);
-            } else {
-                gdn_chunk_fwd_cpu(&p);
-                gdn_chunk_bwd_cpu(&p);
-            }
+            gdn_fwd_bwd(&p, !tok);
         }
         double *a[GDN_NOUT], *bb[GDN_NOUT];
         size_t n[GDN_NOUT];
