@@ -116,7 +116,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gdn_docs_bench: --mean must be >= 0\n");
         return 2;
     }
-    bench_start("gdn_docs_bench", argc, argv);
     const int B = bench_shapes[3][0], T = bench_shapes[3][1], H = bench_shapes[3][2],
               Dk = bench_shapes[3][3], Dv = bench_shapes[3][4];
     const size_t N = (size_t)B * T * H;
@@ -137,6 +136,7 @@ int main(int argc, char **argv) {
         }
     }
 
+    bench_start("gdn_docs_bench", argc, argv);
     inset in[2];
     for (int s = 0; s < 2; s++) {
         CUDA_CHECK(cudaMalloc(&in[s].dO, N * Dv * 2));
