@@ -24,6 +24,8 @@
 // finite everywhere. Prints
 //   RESULT_DOCS <variant> mean_doc <L> docs <n> Tp <Tp> fwd_ms <f> bwd_ms <b> fwdbwd_ms <r1> <r2>
 //       plan_ms <host ms> pad_pct <padded tokens %> <check-pass|CHECK-FAIL>
+// (docs = the segments fla's varlen path sees: documents, cut where rows start; Tp = the plan's
+// padded row length; plan_ms = gdn_docs_padded_len + gdn_docs_init on the host, not its malloc).
 // Built and run by run_gdn_docs.sh.
 #include <algorithm>
 #include <chrono>
