@@ -1,18 +1,16 @@
 // gdn_bwd_bench.cu — times the CUDA GDN chunk forward + backward (gdn_chunk_fwd, gdn_chunk_bwd)
 // at the shapes of BENCHMARKS.md and of one fla-220m layer (shape 3), bf16, inputs drawn as there (q, k L2-normalised rows,
 // g = logsigmoid(N(0,1) + 3), beta = sigmoid(U(0,1))), dO ~ N(0,1), d(final state) ~ N(0,1).
-// Variants, one per gdn.bwd_states as the model runs it: "recompute" = forward (o, ht) + backward
-// that recomputes the chunk-start states and solves Linv, "replay" = forward (with its workspace)
-// that also keeps the gate cumsums, Δ~ rows and each chunk's Linv + backward that replays the
-// states from them and reads Linv (the default), and "states" = forward that also stores the
-// states (saved) and keeps Linv + backward that reads both; and "replay-solve" = replay without
-// the kept Linv (the backward's prep solves it), the same bits as replay: the kept Linv's gain. Before timing, each variant's gradients (NaN-poisoned first) are
+// Three variants, one per gdn.bwd_states: "recompute" = forward (o, ht) + backward that
+// recomputes the chunk-start states, "replay" = forward (with its workspace) that also keeps the
+// gate cumsums and Δ~ rows + backward that replays the states from them (the default), and
+// "states" = forward that also stores them (saved) + backward that reads them. Before timing, each variant's gradients (NaN-poisoned first) are
 // checked on one head against the float64 token-level backward (gdn_token_bwd_cpu, run on a CPU
 // thread while the GPU is timed). Timing: CUDA events around fwd+bwd, 3 warm-up runs, two
 // rounds of 20 runs alternating between two input sets (each > 10x the L2), median per round.
 // Memory: what the fwd+bwd allocates beyond its inputs (q, k, v, g, beta, dO, dht): o, ht,
 // the gradients, the backward's workspace, (replay) the forward's workspace and the kept G and
-// Δ~, (states) the saved states and the forward's workspace, and the kept Linv (replay, states). Prints one "RESULT"
+// Δ~, (states) the saved states. Prints one "RESULT"
 // line per (shape, variant); run_gdn_bwd.sh joins them with fla's. Built by run_gdn_bwd.sh.
 #include <algorithm>
 #include <stdint.h>
@@ -87,10 +85,8 @@ int main(int argc, char **argv) {
         size_t keep_g_bytes, keep_dt_bytes;
         const size_t keep_bytes = gdn_chunk_fwd_keep_bytes(&f, &keep_g_bytes, &keep_dt_bytes);
         const size_t fws_bytes = gdn_chunk_fwd_workspace_bytes(&f);
-        const size_t linv_bytes = gdn_chunk_fwd_keep_linv_bytes(&f);  // 0: not kept
-        float *keep_g, *keep_linv = NULL;
+        float *keep_g;
         void *keep_dt, *fws;
-        if (linv_bytes) CUDA_CHECK(cudaMalloc(&keep_linv, linv_bytes));
         CUDA_CHECK(cudaMalloc(&keep_g, keep_g_bytes));
         CUDA_CHECK(cudaMalloc(&keep_dt, keep_dt_bytes));
         CUDA_CHECK(cudaMalloc(&fws, fws_bytes));
@@ -107,19 +103,16 @@ int main(int argc, char **argv) {
             p.dO = s.dO; p.dht = s.dht;
         };
 
-        // variant 0 recompute, 1 replay, 2 states (saved), 3 replay without the kept Linv
-        enum { NVAR = 4 };
+        // variant 0 recompute, 1 replay, 2 states (saved)
+        enum { NVAR = 3 };
         auto set_variant = [&](int var) {
-            const bool replay = var == 1 || var == 3;
             f.h_states = var == 2 ? hs : NULL;
-            f.workspace = var != 0 ? fws : NULL;  // states: Linv is kept on the prep path
-            f.keep_g = replay ? keep_g : NULL;
-            f.keep_dt = replay ? keep_dt : NULL;
-            f.keep_linv = var == 1 || var == 2 ? keep_linv : NULL;
+            f.workspace = var == 1 ? fws : NULL;
+            f.keep_g = var == 1 ? keep_g : NULL;
+            f.keep_dt = var == 1 ? keep_dt : NULL;
             p.fwd.h_states = f.h_states;
             p.fwd.keep_g = f.keep_g;
             p.fwd.keep_dt = f.keep_dt;
-            p.fwd.keep_linv = f.keep_linv;
             p.workspace_bytes = var == 2 ? ws_st : ws_re;
         };
         if (quick) {
@@ -162,7 +155,7 @@ int main(int argc, char **argv) {
         std::thread th([&R] { gdn_token_bwd_cpu(&R.p); });
 
         // per variant: a checked run (poisoned outputs, input set 0), then the timing
-        const char *vname[NVAR] = {"recompute", "replay", "states", "replay-solve"};
+        const char *vname[NVAR] = {"recompute", "replay", "states"};
         std::vector<std::vector<double>> got[NVAR];
         double times[NVAR][2];
         for (int var = 0; var < NVAR; var++) {
@@ -215,10 +208,7 @@ int main(int argc, char **argv) {
             const bool ok = worst <= 1e-2;
             fails += !ok;
             const double ws_mib = (double)(var == 2 ? ws_st : ws_re) / 1048576.0;
-            const double linv = var == 1 || var == 2 ? (double)linv_bytes : 0.0;
-            const double kept = var == 2   ? (double)(hs_bytes + fws_bytes) + linv
-                                : var != 0 ? (double)(keep_bytes + fws_bytes) + linv
-                                           : 0.0;
+            const double kept = var == 2 ? (double)hs_bytes : var == 1 ? (double)(keep_bytes + fws_bytes) : 0.0;
             const double extra = outs_mib + ws_mib + kept / 1048576.0;
             const double best = std::min(times[var][0], times[var][1]);
             printf("RESULT B%d_T%d_H%d_dk%d_dv%d %s dvb %d ms %.4f %.4f fwd_ms %.4f bwd_ms %.4f "
@@ -235,7 +225,6 @@ int main(int argc, char **argv) {
         for (void *x : {(void *)o, (void *)ht, (void *)dq, (void *)dk, (void *)dv, (void *)dg,
                         (void *)db, (void *)dh0, (void *)hs, ws, (void *)keep_g, keep_dt, fws})
             CUDA_CHECK(cudaFree(x));
-        if (keep_linv) CUDA_CHECK(cudaFree(keep_linv));
     }
     printf("gdn_bwd_bench: %d check failures\n", fails);
     return fails ? 1 : 0;

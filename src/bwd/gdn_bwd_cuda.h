@@ -13,9 +13,7 @@
 //                         dH = gamma_C dH' + (diag(gamma) Q)^T dO - W^T dΔ  -> dΔ, dH' per chunk
 //   final  per chunk      Δ = T (V - KHg), dV = T^T dΔ, dq, dk, dbeta, dg (cancellation-free)
 // With bf16 inputs and Dk <= 128 the final kernel forms P, Gam ⊙ K K^T, KHg and dΔ itself
-// (prep stores only Linv, W and P's bf16 plane, the scan no dΔ): a smaller workspace. There, when
-// the forward kept Linv (fwd.keep_linv), prep reads it instead of forming K K^T, A and solving:
-// the same bits (the forward's prep ran prep's own arithmetic for it).
+// (prep stores only Linv, W and P's bf16 plane, the scan no dΔ): a smaller workspace.
 // Deterministic: no atomics; every sum has a fixed order, so equal inputs give equal bits.
 //
 // Layout as gdn_fwd_params (gdn_cuda.h): q, k, dq, dk (B,T,H,Dk); v, dO, dv (B,T,H,Dv) in
@@ -37,11 +35,9 @@ typedef struct {
                               // q, k, v, g, beta, h0 (NULL = zero), stream, and what it saved or
                               // kept for the backward: h_states (saved chunk-start states) or
                               // keep_g and keep_dt (the replay's; their keep_ready is implied),
-                              // NULL = recompute the states into the workspace; keep_linv (bf16,
-                              // Dk <= 128: each chunk's Linv, read by prep instead of solving;
-                              // NULL = solved by prep); docs (the same plan the forward ran with:
-                              // h_states, keep_g, keep_dt, keep_linv are then in its padded
-                              // layout; gdn_cuda.h, gdn_docs) or chunk_reset. Not read:
+                              // NULL = recompute the states into the workspace; docs (the same
+                              // plan the forward ran with: h_states, keep_g, keep_dt are then in
+                              // its padded layout; gdn_cuda.h, gdn_docs) or chunk_reset. Not read:
                               // o, ht, workspace, docs_buf, dv_block, p_from_prep, keep_ready.
     const void *dO;           // (B,T,H,Dv) gradient of o
     const float *dht;         // (B,H,Dk,Dv) gradient of the final state, NULL = zero

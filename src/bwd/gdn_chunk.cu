@@ -47,9 +47,7 @@
 //                     Z = dT T^T, dA, X, dbeta, the dg cross sums); then dq, dk of the pass's
 //                     columns.
 // Recompute path (bf16 inputs, Dk <= 128: recompute_path): gdn_bwd_prep_rc_kernel (prep's
-//   arithmetic in less shared memory; with fwd.keep_linv it copies the forward's Linv, solved by
-//   this arithmetic in the forward's prep kernel, instead of forming K K^T, A and solving: the
-//   same bits) writes only Linv, W and P's bf16 plane (the A operand of
+//   arithmetic in less shared memory) writes only Linv, W and P's bf16 plane (the A operand of
 //   P^T dO as the mma reads it; workspace PA region), never reads H or dO; the scan forms dΔ_loc
 //   = P^T dO for its value columns from that plane with prep's wmm call (bitwise the values prep
 //   writes in fp32) and does not write dΔ; the final kernel forms P = Gam ⊙ QK^T (setup; one
@@ -99,32 +97,27 @@ void set_smem(K kern, int bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-// gdn_bwd_prep_rc_kernel, KEPT: reading the forward's Linv (fwd.keep_linv)
-template <int DK, int NP, bool KEPT>
-void gdn_bwd_prep_rc_launch(const bwd_args &a, dim3 grid) {
-    using L2 = prep_rc_layout<DK, NP>;
-    auto kern = gdn_bwd_prep_rc_kernel<DK, NP, KEPT>;
-    static bool attr2_done = false;
-    if (!attr2_done) {  // the most shared memory per SM (4 CTAs of 55 KB at Dk 128)
-        set_smem(kern, L2::BYTES);
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        (int)cudaSharedmemCarveoutMaxShared));
-        int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, 128, L2::BYTES));
-        if (DK == 128 && per_sm < 4)
-            fprintf(stderr, "gdn_chunk_bwd: gdn_bwd_prep_rc_kernel runs %d CTAs per SM, not 4 "
-                            "(registers or shared memory): slower than planned\n", per_sm);
-        attr2_done = true;
-    }
-    kern<<<grid, 128, L2::BYTES, a.p.fwd.stream>>>(a);
-}
 // gdn_bwd_prep_rc_kernel on the recompute path (bf16, Dk <= 128), gdn_bwd_prep_kernel off it
 template <int DK, int NP>
 void gdn_bwd_prep_launch(const bwd_args &a) {
     const dim3 grid(a.NC, a.p.fwd.H, a.p.fwd.B);
     if constexpr (recompute_path(DK, NP)) {
-        if (a.p.fwd.keep_linv && a.p.fwd.mode.delta) gdn_bwd_prep_rc_launch<DK, NP, true>(a, grid);
-        else gdn_bwd_prep_rc_launch<DK, NP, false>(a, grid);
+        using L2 = prep_rc_layout<DK, NP>;
+        static bool attr2_done = false;
+        if (!attr2_done) {  // the most shared memory per SM (4 CTAs of 55 KB at Dk 128)
+            set_smem(gdn_bwd_prep_rc_kernel<DK, NP>, L2::BYTES);
+            CUDA_CHECK(cudaFuncSetAttribute(gdn_bwd_prep_rc_kernel<DK, NP>,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            (int)cudaSharedmemCarveoutMaxShared));
+            int per_sm = 0;
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &per_sm, gdn_bwd_prep_rc_kernel<DK, NP>, 128, L2::BYTES));
+            if (DK == 128 && per_sm < 4)
+                fprintf(stderr, "gdn_chunk_bwd: gdn_bwd_prep_rc_kernel runs %d CTAs per SM, not 4 "
+                                "(registers or shared memory): slower than planned\n", per_sm);
+            attr2_done = true;
+        }
+        gdn_bwd_prep_rc_kernel<DK, NP><<<grid, 128, L2::BYTES, a.p.fwd.stream>>>(a);
     } else {
         using L = prep_layout<DK, NP>;
         static bool attr_done = false;  // one attribute call per instance
@@ -248,7 +241,6 @@ gdn_fwd_params states_fwd_params(const gdn_bwd_params *p, float *hs) {
     f.workspace = NULL;
     f.dv_block = 0;
     f.p_from_prep = 0;
-    f.keep_linv = NULL;  // the backward's prep reads it; this forward writes none of it
     f.keep_ready = f.keep_g && f.keep_dt;
     if (!f.keep_ready) {  // nothing to replay from: recompute, writing none of the caller's buffers
         f.keep_g = NULL;
@@ -412,13 +404,6 @@ static void gdn_chunk_bwd_rows(const gdn_bwd_params *p) {
     if (p->dht) gdn_bwd_check_ptr(p->dht, 8, "dht");
     if (p->dh0) gdn_bwd_check_ptr(p->dh0, 8, "dh0");
     if (p->fwd.h_states) gdn_bwd_check_ptr(p->fwd.h_states, 16, "h_states");
-    if (p->fwd.keep_linv) {
-        if (!gdn_bwd_rc(p))
-            gdn_die("gdn_chunk_bwd: fwd.keep_linv with %s, Dk %d\nHINT: the forward keeps Linv only "
-                    "for bf16 with Dk <= 128 (gdn_chunk_fwd_keep_linv_bytes() > 0)",
-                    f32 ? "fp32" : "bf16", p->fwd.Dk);
-        gdn_bwd_check_ptr(p->fwd.keep_linv, 16, "fwd.keep_linv");
-    }
     if (!p->fwd.h_states) {
         if (p->fwd.keep_g) gdn_bwd_check_ptr(p->fwd.keep_g, 16, "fwd.keep_g");
         if (p->fwd.keep_dt) gdn_bwd_check_ptr(p->fwd.keep_dt, 16, "fwd.keep_dt");

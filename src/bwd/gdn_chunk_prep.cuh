@@ -7,8 +7,7 @@
 //   gdn_bwd_prep_kernel     fp32 or Dk 256: also KHg = diag(gamma) K H and dΔ_loc = P^T dO per
 //                           value block; writes Linv, W, KHg, P | Gam ⊙ KK^T (fp32), dΔ_loc
 //   gdn_bwd_prep_rc_kernel  bf16 with Dk <= 128: writes Linv, W and P's bf16 plane only (the scan
-//                           and the final kernel form the rest on chip); with the forward's kept
-//                           Linv (fwd.keep_linv) it reads Linv instead of K K^T, A and the solve
+//                           and the final kernel form the rest on chip)
 // Readers: W -> the scan; Linv, KHg, P | Gam ⊙ KK^T -> the final kernel; dΔ_loc -> the scan
 // (which writes dΔ over it); P's plane -> the scan (dΔ_loc = P^T dO).
 #pragma once
@@ -65,6 +64,38 @@ __device__ __forceinline__ void qk_kk_products(float (&aq)[8][4], float (&ak)[8]
             }
         }
     }
+}
+
+// Asm (C x C fp32, row pitch PA, strictly lower A, read by rows) -> Linv = (I + A)^{-1} in place:
+// thread c < C solves column c by forward substitution in fp32; the CTA's barriers order the
+// reads of A before the write-back and the write-back before any later reader (both prep kernels).
+template <int PA>
+__device__ __forceinline__ void invert_unit_lower(float *Asm, int tid) {
+    float x[C];
+    if (tid < C) {
+#pragma unroll
+        for (int r = 0; r < C; ++r) {
+            const float *Ar = Asm + r * PA;
+            float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+            for (int j = 0; j + 3 < r; j += 4) {
+                const float4 av = *(const float4 *)(Ar + j);
+                s0 += av.x * x[j];
+                s1 += av.y * x[j + 1];
+                s2 += av.z * x[j + 2];
+                s3 += av.w * x[j + 3];
+            }
+#pragma unroll
+            for (int j = r & ~3; j < r; ++j) s0 += Ar[j] * x[j];
+            x[r] = (r == tid ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
+        }
+    }
+    __syncthreads();  // every read of A is done
+    if (tid < C) {
+#pragma unroll
+        for (int r = 0; r < C; ++r) Asm[r * PA + tid] = x[r];
+    }
+    __syncthreads();
 }
 
 template <int DK, int NP>
@@ -225,11 +256,7 @@ struct prep_rc_layout {
     static_assert(DK > 128 || BYTES + 1024 <= SMEM_SM / 4, "prep_rc: 4 CTAs per SM");
 };
 
-// KEPT (fwd.keep_linv, delta on): Linv is the forward's (its prep kernel ran this kernel's
-// gates, A and solve on the same inputs: the same bits), copied into region 0 once every warp has
-// read Q, instead of K K^T, A and the solve; diag(gamma) K is formed while it travels. Everything
-// else as without it: the same Linv planes, T, W and P plane, bit for bit.
-template <int DK, int NP, bool KEPT>
+template <int DK, int NP>
 __global__ void __launch_bounds__(128, 4) gdn_bwd_prep_rc_kernel(const __grid_constant__ bwd_args a) {
     using L = prep_rc_layout<DK, NP>;
     extern __shared__ __align__(128) unsigned char sm[];
@@ -269,12 +296,12 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep_rc_kernel(const __grid_co
     // ---- P = Gam ⊙ Q K^T (lower), A = strictLower(beta_i Gam ⊙ K K^T) ------------------------
     {
         float aq[8][4] = {}, ak[8][4] = {};
-        qk_kk_products<DK, NP>(aq, ak, sQ, sK, m0, warp, lane, delta && !KEPT);
+        qk_kk_products<DK, NP>(aq, ak, sQ, sK, m0, warp, lane, delta);
         frag_each<8>(aq, m0, 0, lane, [&](int i, int j, float x0, float x1) {
             const float p0 = x0 * gam_ij(Gh, Gl, i, j), p1 = x1 * gam_ij(Gh, Gl, i, j + 1);
             st_pair<NP>(sm, L::P + i * L::PBC + j * 2, L::CC_PL, p0, p1);
         });
-        if (delta && !KEPT) {
+        if (delta) {
             __syncthreads();  // every warp has read Q: A takes region 0
             frag_each<8>(ak, m0, 0, lane, [&](int i, int j, float x0, float x1) {
                 const float a0 = j < i ? x0 * gam_ij(Gh, Gl, i, j) : 0.f;
@@ -283,20 +310,7 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep_rc_kernel(const __grid_co
             });
         }
     }
-    __syncthreads();  // (KEPT: every warp has read Q and K)
-    if (KEPT && delta) {  // the kept Linv -> region 0 (fp32, pitch PA); diag(gamma) K over K
-        const float *Lk = p.keep_linv + cix * C * C;
-        for (int e = tid; e < C * C / 4; e += 128) {
-            const int r = e / (C / 4), c = (e % (C / 4)) * 4;
-            cp_async16(smem_u32(Asm + r * L::PA + c), Lk + r * C + c, 16);
-        }
-        cp_async_commit();
-        for (int e = tid; e < C * DK / 2; e += 128) {
-            const int i = e / (DK / 2), j = (e % (DK / 2)) * 2;
-            const float2 kv = ld_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL);
-            st_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL, gam[i] * kv.x, gam[i] * kv.y);
-        }
-    }
+    __syncthreads();
     {  // P's plane (C rows of C bf16) -> a.Pp, 16 bytes a store
         static_assert(NP == 1, "prep_rc: one P plane");
         bf16 *Pg = a.Pp + cix * C * C;
@@ -307,12 +321,7 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep_rc_kernel(const __grid_co
     }
 
     if (delta) {
-        if constexpr (KEPT) {
-            cp_async_wait_all();
-            __syncthreads();  // the kept Linv and diag(gamma) K are in
-        } else {
-            invert_unit_lower<L::PA>(Asm, tid);  // Asm: A -> Linv = (I + A)^{-1}
-        }
+        invert_unit_lower<L::PA>(Asm, tid);  // Asm: A -> Linv = (I + A)^{-1}
         // Linv -> global (hi + lo); T = Linv diag(beta) -> smem; diag(gamma) K over K
         bf16 *Lg = a.Lv + cix * 2 * C * C;
         for (int e = tid; e < C * C / 2; e += 128) {
@@ -321,13 +330,10 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep_rc_kernel(const __grid_co
             stg_pair<2>(Lg, (size_t)C * C, (size_t)i * C + j, l.x, l.y);
             st_pair<NP>(sm, L::T + i * L::PBC + j * 2, L::CC_PL, l.x * bsm[j], l.y * bsm[j + 1]);
         }
-        if constexpr (!KEPT) {
-            for (int e = tid; e < C * DK / 2; e += 128) {
-                const int i = e / (DK / 2), j = (e % (DK / 2)) * 2;
-                const float2 kv = ld_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL);
-                st_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL, gam[i] * kv.x,
-                            gam[i] * kv.y);
-            }
+        for (int e = tid; e < C * DK / 2; e += 128) {
+            const int i = e / (DK / 2), j = (e % (DK / 2)) * 2;
+            const float2 kv = ld_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL);
+            st_pair<NP>(sm, L::K + i * L::PBK + j * 2, L::QK_PL, gam[i] * kv.x, gam[i] * kv.y);
         }
         __syncthreads();  // T and diag(gamma) K are in; A is no longer read
         // ---- W = T diag(gamma) K -> global planes --------------------------------------------

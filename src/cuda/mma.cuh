@@ -4,9 +4,7 @@
 // too): PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> fp32),
 // fragment loads from shared memory with run-time pitches, the bf16 hi + lo split that lets
 // fp32 operands run on bf16 tensor cores (3 products per mma, ~1e-5 relative), tile copies
-// global -> shared, the per-chunk gate prefix sums in double-float log2 form, and the fp32
-// unit lower-triangular solve Linv = (I + A)^{-1} (the backward's, which the forward's prep
-// kernel also runs when it keeps Linv for the backward).
+// global -> shared, and the per-chunk gate prefix sums in double-float log2 form.
 //
 // Operand matrices live in shared memory as NP planes of bf16 (NP = 1: bf16; NP = 2: hi, lo with
 // x = hi + lo to ~2^-17 relative), described by smat {base, row pitch in bytes, plane
@@ -297,42 +295,6 @@ __device__ __forceinline__ void gates_warp(const float *g, float *Gh, float *Gl,
 __device__ __forceinline__ float gam_ij(const float *Gh, const float *Gl, int i, int j) {
     const float e = exp2f((Gh[i] - Gh[j]) + (Gl[i] - Gl[j]));
     return j <= i ? e : 0.f;
-}
-
-// ---- the unit lower-triangular solve -----------------------------------------------------------
-// Asm (C x C fp32, row pitch PA, strictly lower A, read by rows) -> Linv = (I + A)^{-1} in place,
-// every element of the C x C written (zeros above the diagonal): thread c < C solves column c
-// by forward substitution in fp32; the CTA's barriers (every thread calls it) order the reads of
-// A before the write-back and the write-back before any later reader. The backward's prep
-// kernels solve with it, and the forward's prep kernel when it keeps Linv for the backward
-// (gdn_fwd_params.keep_linv): one function, so both give the same bits from the same A.
-template <int PA>
-__device__ __forceinline__ void invert_unit_lower(float *Asm, int tid) {
-    float x[C];
-    if (tid < C) {
-#pragma unroll
-        for (int r = 0; r < C; ++r) {
-            const float *Ar = Asm + r * PA;
-            float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-#pragma unroll
-            for (int j = 0; j + 3 < r; j += 4) {
-                const float4 av = *(const float4 *)(Ar + j);
-                s0 += av.x * x[j];
-                s1 += av.y * x[j + 1];
-                s2 += av.z * x[j + 2];
-                s3 += av.w * x[j + 3];
-            }
-#pragma unroll
-            for (int j = r & ~3; j < r; ++j) s0 += Ar[j] * x[j];
-            x[r] = (r == tid ? 1.f : 0.f) - ((s0 + s1) + (s2 + s3));
-        }
-    }
-    __syncthreads();  // every read of A is done
-    if (tid < C) {
-#pragma unroll
-        for (int r = 0; r < C; ++r) Asm[r * PA + tid] = x[r];
-    }
-    __syncthreads();
 }
 
 }  // namespace gdnk

@@ -105,19 +105,13 @@ struct gdn_fwd_layout {
 };
 
 // Shared-memory layout of gdn_chunk_prep_kernel: T is written over K, P over Q, once P1 has
-// read them (54 KB at Dk = 128: 4 CTAs per SM). KL (keep_linv): also the backward's A, then its
-// Linv (fp32, pitch PL), and the backward's gates Gh, Gl, gam, hdec (72 KB at Dk = 128: 3 CTAs)
-template <int DK, bool KL = false>
+// read them (54 KB at Dk = 128: 4 CTAs per SM)
+template <int DK>
 struct gdn_prep_layout {
     static constexpr int PQK = DK + 8, QK_PL = C * PQK * 2, CC_PL = C * PCC * 2;
     static constexpr int K = 0, T = K, Q = K + QK_PL, P = Q, A = Q + QK_PL;
-    static constexpr int GB = A + C * PA * 4, GW = GB + 2 * C * 4;
-    static constexpr int PL = C + 4;                       // fp32 pitch of LA (the backward's)
-    static constexpr int LA = GW + 4 * C * 4;              // KL: A, then Linv in place
-    static constexpr int LG = LA + (KL ? C * PL * 4 : 0);  // KL: Gh, Gl, gam, hdec [C]
-    static constexpr int BYTES = LG + (KL ? 4 * C * 4 : 0);
+    static constexpr int GB = A + C * PA * 4, GW = GB + 2 * C * 4, BYTES = GW + 4 * C * 4;
     static_assert(CC_PL <= QK_PL, "T, P fit in K's and Q's buffers");
-    static_assert(LA % 16 == 0 && PL % 4 == 0, "LA rows: 16-byte aligned");
 };
 
 // ---- PTX wrappers: shared with the backward (cuda/mma.cuh; the cp.async group
@@ -267,20 +261,11 @@ __device__ __forceinline__ void p1_tiles(float (&ca)[2 * (MA + 1)][4], float (&c
         }
     }
 }
-// The backward's A (gdn_bwd_prep_rc_kernel's expression on the same K K^T accumulator bits, its
-// double-float gates Gh, Gl at sm + offG): where the kept Linv is solved (gdn_prep_layout KL)
-struct bwd_a_dst {
-    int off;  // fp32 A at sm + off (pitch PL), or -1: not kept
-    int pl;
-    int offG;  // Gh[C], Gl[C] at sm + offG
-};
-// P1 epilogue of row block M: A (fp32, strictly lower, times beta_i) or P (bf16, lower); with
-// ba.off >= 0 also the backward's A
+// P1 epilogue of row block M: A (fp32, strictly lower, times beta_i) or P (bf16, lower)
 template <int M, int NP, int PL>
 __device__ __forceinline__ void p1_store(const float (&c)[2 * (M + 1)][4], bool is_a,
                                          unsigned char *sm, int offA, int offP,
-                                         const float *G, const float *beta, int lane,
-                                         bwd_a_dst ba) {
+                                         const float *G, const float *beta, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
@@ -296,13 +281,6 @@ __device__ __forceinline__ void p1_store(const float (&c)[2 * (M + 1)][4], bool 
                 v.x = c0 < i ? bi * e0 * x0 : 0.f;
                 v.y = c0 + 1 < i ? bi * e1 * x1 : 0.f;
                 *(float2 *)(sm + offA + (i * PA + c0) * 4) = v;
-                if (ba.off >= 0) {
-                    const float *Gh = (const float *)(sm + ba.offG), *Gl = Gh + C;
-                    const float a0 = c0 < i ? x0 * gdnk::gam_ij(Gh, Gl, i, c0) : 0.f;
-                    const float a1 = c0 + 1 < i ? x1 * gdnk::gam_ij(Gh, Gl, i, c0 + 1) : 0.f;
-                    *(float2 *)(sm + ba.off + (i * ba.pl + c0) * 4) =
-                        make_float2(bi * a0, bi * a1);
-                }
             } else {
                 st_pair<NP, PL>(sm, offP + (i * PCC + c0) * 2, c0 <= i ? e0 * x0 : 0.f,
                                 c0 + 1 <= i ? e1 * x1 : 0.f);
@@ -359,23 +337,22 @@ __device__ __forceinline__ void cta_barrier_any() {
 template <int DK, int NP, int PBQ, int QPL, int CPL, bool MID_SYNC = false>
 __device__ __forceinline__ void p1_pair(int pair, bool is_a, bool active, uint32_t xs,
                                         uint32_t ks, unsigned char *sm, int offA, int offP,
-                                        const float *G, const float *beta, int lane,
-                                        bwd_a_dst ba = {-1, 0, 0}) {
+                                        const float *G, const float *beta, int lane) {
     if (pair) {
         float ca[4][4] = {}, cb[6][4] = {};
         if (active) p1_tiles<1, 2, DK, NP, PBQ, QPL>(ca, cb, xs, ks, lane);
         if (MID_SYNC) cta_barrier_any();
         if (active) {
-            p1_store<1, NP, CPL>(ca, is_a, sm, offA, offP, G, beta, lane, ba);
-            p1_store<2, NP, CPL>(cb, is_a, sm, offA, offP, G, beta, lane, ba);
+            p1_store<1, NP, CPL>(ca, is_a, sm, offA, offP, G, beta, lane);
+            p1_store<2, NP, CPL>(cb, is_a, sm, offA, offP, G, beta, lane);
         }
     } else {
         float ca[2][4] = {}, cb[8][4] = {};
         if (active) p1_tiles<0, 3, DK, NP, PBQ, QPL>(ca, cb, xs, ks, lane);
         if (MID_SYNC) cta_barrier_any();
         if (active) {
-            p1_store<0, NP, CPL>(ca, is_a, sm, offA, offP, G, beta, lane, ba);
-            p1_store<3, NP, CPL>(cb, is_a, sm, offA, offP, G, beta, lane, ba);
+            p1_store<0, NP, CPL>(ca, is_a, sm, offA, offP, G, beta, lane);
+            p1_store<3, NP, CPL>(cb, is_a, sm, offA, offP, G, beta, lane);
         }
     }
 }
@@ -473,14 +450,10 @@ __host__ __device__ inline __nv_bfloat16 *gdn_ws_T(const gdn_fwd_params &p) {
 __host__ __device__ inline float *gdn_ws_G(const gdn_fwd_params &p) {
     return p.keep_g ? p.keep_g : (float *)((__nv_bfloat16 *)p.workspace + 2 * gdn_ws_cc(p));
 }
-// KL (keep_linv, delta on): also the backward's Linv = (I + A)^{-1} -> keep_linv (fp32, C x C a
-// chunk), by gdn_bwd_prep_rc_kernel's arithmetic: its A from the same K K^T accumulators (the
-// same mma sequence) with its double-float gates (gates_warp), its fp32 forward substitution
-// (invert_unit_lower), so that the backward's prep reads the bits it would solve
-template <int DK, bool KL>
+template <int DK>
 __global__ void __launch_bounds__(128)
 gdn_chunk_prep_kernel(const __grid_constant__ gdn_fwd_params p) {
-    using L = gdn_prep_layout<DK, KL>;
+    using L = gdn_prep_layout<DK>;
     constexpr int PBQ = L::PQK * 2;
     extern __shared__ __align__(128) unsigned char sm[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -508,32 +481,16 @@ gdn_chunk_prep_kernel(const __grid_constant__ gdn_fwd_params p) {
         wsG[lane] = G[lane];
         wsG[lane + 32] = G[lane + 32];
     }
-    // the backward's gates (warp 3; read after p1_pair's mid barrier)
-    if (KL && want_t && warp == 3) {
-        float *Gh = (float *)(sm + L::LG);
-        gdnk::gates_warp(gb, Gh, Gh + C, Gh + 2 * C, Gh + 3 * C, lane);
-    }
-    // A (warps 0,1) -> fp32 A; P (warps 2,3) -> over Q once every warp has read Q and K; KL:
-    // the backward's A -> LA
+    // A (warps 0,1) -> fp32 A; P (warps 2,3) -> over Q once every warp has read Q and K
     p1_pair<DK, 1, PBQ, L::QK_PL, L::CC_PL, true>(
         warp & 1, warp < 2, warp < 2 ? want_t : want_p, smem_u32(sm + (warp < 2 ? L::K : L::Q)),
-        smem_u32(sm + L::K), sm, L::A, L::P, G, beta, lane,
-        bwd_a_dst{KL ? L::LA : -1, L::PL, L::LG});
+        smem_u32(sm + L::K), sm, L::A, L::P, G, beta, lane);
     __syncthreads();
     if (want_t) solve_T<1, L::CC_PL>(sm, L::A, L::T, beta, warp, lane);  // T over K
     for (int i = tid; i < C * C / 8; i += 128) {
         const int r = i / (C / 8), c = (i % (C / 8)) * 8;
         if (want_t) *(uint4 *)(wsT + r * C + c) = *(const uint4 *)(sm + L::T + (r * PCC + c) * 2);
         if (want_p) *(uint4 *)(wsP + r * C + c) = *(const uint4 *)(sm + L::P + (r * PCC + c) * 2);
-    }
-    if (KL && want_t) {  // the backward's Linv, in place in LA -> keep_linv (every element)
-        float *LAs = (float *)(sm + L::LA);
-        gdnk::invert_unit_lower<L::PL>(LAs, tid);
-        float *Lk = p.keep_linv + chunk * cc;
-        for (int i = tid; i < C * C / 4; i += 128) {
-            const int r = i / (C / 4), c = (i % (C / 4)) * 4;
-            *(float4 *)(Lk + r * C + c) = *(const float4 *)(LAs + r * L::PL + c);
-        }
     }
 }
 
@@ -992,10 +949,10 @@ void gdn_chunk_fwd_run(const gdn_fwd_params *p) {
     else gdn_chunk_fwd_launch<DK, DVB, NWG, F32, PRE, false>(p);
 }
 
-template <int DK, bool KL>
-void gdn_chunk_prep_launch_kl(const gdn_fwd_params *p) {
-    using L = gdn_prep_layout<DK, KL>;
-    auto kern = gdn_chunk_prep_kernel<DK, KL>;
+template <int DK>
+void gdn_chunk_prep_launch(const gdn_fwd_params *p) {
+    using L = gdn_prep_layout<DK>;
+    auto kern = gdn_chunk_prep_kernel<DK>;
     static bool attr_done = false;
     if (!attr_done) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1005,18 +962,6 @@ void gdn_chunk_prep_launch_kl(const gdn_fwd_params *p) {
     const dim3 grid((p->T + C - 1) / C, p->H, p->B);
     kern<<<grid, 128, L::BYTES, p->stream>>>(*p);
     CUDA_CHECK_LAUNCH();
-}
-// the keep_linv instance when it is set and there is an A to solve (delta on; Dk <= 128, checked
-// by the entry)
-template <int DK>
-void gdn_chunk_prep_launch(const gdn_fwd_params *p) {
-    if constexpr (DK <= 128) {
-        if (p->keep_linv && p->mode.delta) {
-            gdn_chunk_prep_launch_kl<DK, true>(p);
-            return;
-        }
-    }
-    gdn_chunk_prep_launch_kl<DK, false>(p);
 }
 
 // 64 value columns a CTA (4 warps)
@@ -1080,13 +1025,6 @@ extern "C" size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *pin, size_t *g,
     if (g) *g = bg;
     if (dt) *dt = bd;
     return bg + bd;
-}
-
-extern "C" size_t gdn_chunk_fwd_keep_linv_bytes(const gdn_fwd_params *pin) {
-    const gdn_fwd_params pp = gdn_fwd_padded(pin), *p = &pp;
-    if (p->dtype == GDN_DTYPE_FP32 || p->Dk > 128 || !p->mode.delta) return 0;
-    const size_t nc = (size_t)(p->T + C - 1) / C;
-    return (size_t)p->B * p->H * nc * C * C * sizeof(float);
 }
 
 extern "C" size_t gdn_chunk_fwd_h_states_bytes(const gdn_fwd_params *pin) {
@@ -1166,14 +1104,6 @@ static void gdn_chunk_fwd_rows(const gdn_fwd_params *pin) {
     }
     if (p->keep_g) gdn_check_ptr(p->keep_g, 16, "keep_g");
     if (p->keep_dt) gdn_check_ptr(p->keep_dt, 16, "keep_dt");
-    if (p->keep_linv) {  // written by the prep kernel: bf16 with a workspace, Dk <= 128
-        if (f32 || p->Dk > 128 || !p->workspace || replay)
-            gdn_die("gdn_chunk_fwd: keep_linv with %s, Dk %d, workspace %p%s\nHINT: keep Linv "
-                    "only where gdn_chunk_fwd_keep_linv_bytes() > 0, with a workspace (the prep "
-                    "path), in a forward that is not the replay", f32 ? "fp32" : "bf16", p->Dk,
-                    p->workspace, replay ? " (the replay)" : "");
-        gdn_check_ptr(p->keep_linv, 16, "keep_linv");
-    }
     if (p->keep_ready && !(p->keep_g && replay))
         gdn_die("gdn_chunk_fwd: keep_ready needs keep_g and keep_dt with o = NULL and h_states or "
                 "ht (the replay)\nHINT: a forward that keeps them runs with keep_ready = 0");

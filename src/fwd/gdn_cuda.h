@@ -112,13 +112,6 @@ typedef struct {
     // the backward's replay (gdn_bwd_params.fwd.keep_g, keep_dt).
     float *keep_g;
     void *keep_dt;
-    // What the backward's prep reads instead of solving (gdn.bwd_states = replay or saved; bf16,
-    // Dk <= 128, delta on, the prep path: a workspace, not the replay), NULL = not kept: the prep
-    // kernel also writes each chunk's Linv = (I + A)^{-1} as the backward's prep would solve it
-    // (its gates, its A, its fp32 forward substitution: the same bits) there, (B,H,NC,C,C) fp32
-    // row-major with the zeros above the diagonal; 16-byte aligned, size from
-    // gdn_chunk_fwd_keep_linv_bytes. Read by gdn_bwd_prep_rc_kernel (gdn_bwd_params.fwd.keep_linv).
-    float *keep_linv;
     int keep_ready;          // 1: keep_g and keep_dt already hold an earlier call's on the same k,
                              // v, g, beta, shape and mode, and o is NULL with h_states or ht set:
                              // the states are replayed, S = gamma_C S + Δ~^T K a chunk (the
@@ -126,10 +119,9 @@ typedef struct {
                              // workspace, no prep kernel)
     // Document starts: NULL (or docs->any == 0) = none, today's path. Else the plan for (B, T);
     // the op gathers q, k, v, g, beta into docs_buf in the padded layout, runs there with the
-    // plan's reset flags and scatters o back. h_states, keep_g, keep_dt and keep_linv are then in
-    // the padded layout (T -> docs->Tp: NC = ceil(Tp/64) chunks; size them with this p through
-    // gdn_chunk_fwd_h_states_bytes, gdn_chunk_fwd_keep_bytes, gdn_chunk_fwd_keep_linv_bytes);
-    // ht is the last document's end.
+    // plan's reset flags and scatters o back. h_states, keep_g and keep_dt are then in the padded
+    // layout (T -> docs->Tp: NC = ceil(Tp/64) chunk-start states; size them with this p through
+    // gdn_chunk_fwd_h_states_bytes, gdn_chunk_fwd_keep_bytes); ht is the last document's end.
     const gdn_docs *docs;
     void *docs_buf;          // with docs->any: gdn_chunk_fwd_docs_bytes(p) bytes of device memory
                              // (256-byte aligned), else ignored
@@ -150,9 +142,6 @@ size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *p);
 // Bytes of gdn_fwd_params.keep_g and keep_dt (*g, *dt) for p's shape, their sum returned (0 for
 // fp32: not used). With docs: of the padded layout.
 size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *p, size_t *g, size_t *dt);
-// Bytes of gdn_fwd_params.keep_linv for p's shape: B H NC C C fp32 for bf16 with Dk <= 128 and
-// delta on, else 0 (not kept there). With docs: of the padded layout.
-size_t gdn_chunk_fwd_keep_linv_bytes(const gdn_fwd_params *p);
 // Bytes of gdn_fwd_params.h_states: B H NC Dk Dv fp32, NC = ceil(T/64) (with docs: ceil(Tp/64)).
 size_t gdn_chunk_fwd_h_states_bytes(const gdn_fwd_params *p);
 // Bytes of gdn_fwd_params.docs_buf (0 without docs or with docs->any == 0).

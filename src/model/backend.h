@@ -27,12 +27,10 @@ typedef struct {
     void *hs;  // stat class, (B,H,NC,Dk,Dv) chunk-start states, NC = ceil(T / backend
                // gdn_state_chunk (0: chunk)); NULL = none. gdn_fwd writes them, gdn_bwd reads them
                // instead of recomputing (gdn.bwd_states = saved: memory for a faster backward)
-    void *keep;  // stat class, backend gdn_fwd_keep elements (replay = hs NULL): what the
-                 // backend's gdn_fwd keeps for gdn_bwd: with hs NULL for its replay of the states
-                 // (gdn.bwd_states = replay; CUDA bf16: each chunk's gate cumsums and Δ~ rows),
-                 // and (replay or saved; CUDA bf16, Dk <= 128, delta) each chunk's Linv, which
-                 // gdn_bwd then reads instead of solving; NULL = none: gdn_bwd recomputes the
-                 // states (or reads hs) and solves
+    void *keep;  // stat class, backend gdn_fwd_keep elements: what the backend's gdn_fwd keeps
+                 // for gdn_bwd's replay of the states (gdn.bwd_states = replay; CUDA bf16: each
+                 // chunk's gate cumsums and Δ~ rows); NULL = none: gdn_bwd recomputes the states
+                 // (or reads hs)
     const int32_t *doc_start;  // (B*T) backend memory, or NULL: the state restarts from zero at
                                // each document start (fwd_cpu.h "documents"; hs / keep then
                                // as the backend decides, its fwd and bwd alike)
@@ -63,13 +61,9 @@ typedef struct backend {
                                                        // (GDN's q..z, the MLP's gate and up)
                                                        // where their weights allow (model.c)
     int gdn_state_chunk;                               // tokens per chunk of gdn_op.hs (0: op's chunk)
-    size_t (*gdn_fwd_keep)(int B, int T, int H, int Dk, int Dv, gdn_mode mode, bool replay);
-                                                       // elements of gdn_op.keep (stat class):
-                                                       // replay true (gdn.bwd_states = replay)
-                                                       // what the backward replays the states
-                                                       // from and the rest it reads, false (saved:
-                                                       // gdn_op.hs set) the rest only; NULL or 0:
-                                                       // nothing kept
+    size_t (*gdn_fwd_keep)(int B, int T, int H, int Dk, int Dv);  // elements of gdn_op.keep
+                                                       // (stat class); NULL or 0: no replay, the
+                                                       // backward recomputes the states
     bool doc_reset;                                    // the ops honour doc_start (false: they
                                                        // may not be given one; model.c refuses)
     void *(*alloc)(size_t bytes);                      // zero-filled

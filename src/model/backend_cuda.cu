@@ -506,57 +506,39 @@ struct ops {
             p.docs_buf = docs_buf(gdn_chunk_fwd_docs_bytes(&p));
         } else {
             p.h_states = (float *)op->hs;  // gdn.bwd_states = saved: for the backward
-            keep_carve(op, &p.keep_g, &p.keep_dt, &p.keep_linv);  // replay, saved: for the backward
+            keep_carve(op, &p.keep_g, &p.keep_dt);  // replay: kept for the backward
         }
         size_t wsb = gdn_chunk_fwd_workspace_bytes(&p);  // 0: the kernel recomputes per CTA
         p.workspace = wsb ? workspace(wsb) : nullptr;
         gdn_chunk_fwd(&p);
     }
-    // gdn_op.keep (bf16): what the GDN forward keeps for the backward. Replay (gdn.bwd_states =
-    // replay, op->hs NULL): keep_g (each chunk's gate cumsums, fp32) then keep_dt (each chunk's
-    // Δ~ rows, bf16 (B,T,H,Dv)), from which the backward replays the states (S = gamma_C S +
-    // Δ~^T K, no dependent products: the same bits as a recompute); then, replay or saved,
-    // keep_linv (each chunk's Linv, fp32 C x C; Dk <= 128 with delta on), which the backward's
-    // prep reads instead of solving (the same bits). Offsets 256-aligned; one place for
-    // gdn_fwd_keep (the size) and keep_carve (the pointers).
-    struct keep_plan {
-        size_t g, dt, linv;  // byte offsets; SIZE_MAX = not kept
-        size_t total;
-    };
-    static keep_plan keep_layout(int B, int T, int H, int Dk, int Dv, gdn_mode mode, bool replay) {
-        gdn_fwd_params p = gdn_fwd_shape(B, T, H, Dk, Dv);
-        p.mode = mode;
+    // gdn_op.keep (bf16, gdn.bwd_states = replay): what the GDN forward keeps for the backward's
+    // replay of the chunk states, carved as keep_g (each chunk's gate cumsums, fp32) then keep_dt
+    // (each chunk's Δ~ rows, bf16 (B,T,H,Dv)): the backward replays the states from them
+    // (S = gamma_C S + Δ~^T K, no dependent products), the same bits as a recompute. Returns its
+    // bytes, *dt_off the offset of keep_dt. One place for gdn_fwd_keep (the size) and keep_carve
+    // (the pointers).
+    static size_t keep_layout(int B, int T, int H, int Dk, int Dv, size_t *dt_off) {
+        const gdn_fwd_params p = gdn_fwd_shape(B, T, H, Dk, Dv);
         size_t g, dt;
         gdn_chunk_fwd_keep_bytes(&p, &g, &dt);
-        const size_t linv = gdn_chunk_fwd_keep_linv_bytes(&p);
-        keep_plan k = {SIZE_MAX, SIZE_MAX, SIZE_MAX, 0};
-        if (replay && g && dt) {
-            k.g = 0;
-            k.dt = GDN_CDIV(g, 256) * 256;
-            k.total = k.dt + GDN_CDIV(dt, 256) * 256;
-        }
-        if (linv) {
-            k.linv = k.total;
-            k.total += linv;
-        }
-        return k;
+        *dt_off = GDN_CDIV(g, 256) * 256;
+        return *dt_off + dt;
     }
-    static size_t gdn_fwd_keep(int B, int T, int H, int Dk, int Dv, gdn_mode mode, bool replay) {
+    static size_t gdn_fwd_keep(int B, int T, int H, int Dk, int Dv) {
         if (!BF) return 0;
-        return GDN_CDIV(keep_layout(B, T, H, Dk, Dv, mode, replay).total, elem(BE_STAT));
+        size_t dt_off;
+        return GDN_CDIV(keep_layout(B, T, H, Dk, Dv, &dt_off), elem(BE_STAT));
     }
-    // op->keep carved as gdn_fwd_keep sized it (replay: op->hs NULL): G, Δ~, Linv (NULL where not
-    // kept)
-    static void keep_carve(const gdn_op *op, float **g, void **dt, float **linv) {
+    // op->keep carved as gdn_fwd_keep sized it: G, then Δ~ (NULL where not kept)
+    static void keep_carve(const gdn_op *op, float **g, void **dt) {
         *g = NULL;
         *dt = NULL;
-        *linv = NULL;
         if (!op->keep) return;
-        const keep_plan k = keep_layout(op->B, op->T, op->H, op->Dk, op->Dv, op->mode, !op->hs);
-        char *base = (char *)op->keep;
-        if (k.g != SIZE_MAX) *g = (float *)(base + k.g);
-        if (k.dt != SIZE_MAX) *dt = base + k.dt;
-        if (k.linv != SIZE_MAX) *linv = (float *)(base + k.linv);
+        size_t dt_off;
+        keep_layout(op->B, op->T, op->H, op->Dk, op->Dv, &dt_off);
+        *g = (float *)op->keep;
+        *dt = (char *)op->keep + dt_off;
     }
     static void gdn_bwd(const gdn_op *op) {
         // No initial state, no final-state gradient; the chunk-start states are the forward's
@@ -575,7 +557,7 @@ struct ops {
         p.fwd.docs = gdn_plan(op);
         if (!p.fwd.docs) {  // with documents the states are recomputed (set_docs)
             p.fwd.h_states = (float *)op->hs;
-            keep_carve(op, &p.fwd.keep_g, &p.fwd.keep_dt, &p.fwd.keep_linv);
+            keep_carve(op, &p.fwd.keep_g, &p.fwd.keep_dt);
         }
         p.dO = op->dO;
         p.dq = op->dq;

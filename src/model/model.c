@@ -294,13 +294,9 @@ static void carve(model *m) {
             if (m->cfg.gdn_bwd_states == GDN_BWD_STATES_SAVED) {  // the chunk-start states
                 const int C = m->be->gdn_state_chunk ? m->be->gdn_state_chunk : m->cfg.gdn_chunk_size;
                 a->hs = STAT((size_t)m->B * m->H * GDN_CDIV(m->T, C) * m->dk * m->dv);
-            }
-            if (m->cfg.gdn_bwd_states != GDN_BWD_STATES_RECOMPUTE && m->be->gdn_fwd_keep) {
-                // what the backend's backward reads instead of recomputing: replay, the states'
-                // replay inputs (and both modes, the backend's other kept parts, e.g. Linv)
-                const gdn_mode mode = {m->cfg.gdn_gate, m->cfg.gdn_delta, m->cfg.gdn_allow_neg_eigval};
-                const size_t n = m->be->gdn_fwd_keep(m->B, m->T, m->H, m->dk, m->dv, mode,
-                                                     m->cfg.gdn_bwd_states == GDN_BWD_STATES_REPLAY);
+            } else if (m->cfg.gdn_bwd_states == GDN_BWD_STATES_REPLAY && m->be->gdn_fwd_keep) {
+                // what the backend's backward replays the states from (none: it recomputes)
+                const size_t n = m->be->gdn_fwd_keep(m->B, m->T, m->H, m->dk, m->dv);
                 if (n) a->gkeep = STAT(n);
             }
             a->rstd_o = STAT(N * m->H);
@@ -1110,16 +1106,6 @@ void model_print_summary(const model *m, FILE *f) {
         fprintf(f, "model: gdn.bwd_states = saved keeps the GDN chunk-start states for the backward\n");
     else if (m->cfg.gdn_bwd_states == GDN_BWD_STATES_RECOMPUTE)
         fprintf(f, "model: gdn.bwd_states = recompute: the GDN backward recomputes its chunk-start states\n");
-    if (m->cfg.gdn_bwd_states != GDN_BWD_STATES_RECOMPUTE && m->be->gdn_fwd_keep) {
-        const gdn_mode mode = {m->cfg.gdn_gate, m->cfg.gdn_delta, m->cfg.gdn_allow_neg_eigval};
-        const bool replay = m->cfg.gdn_bwd_states == GDN_BWD_STATES_REPLAY;
-        const size_t n = m->be->gdn_fwd_keep(m->B, m->T, m->H, m->dk, m->dv, mode, replay);
-        if (n)  // in the activations below (model.c, the gkeep of each GDN layer)
-            fprintf(f, "model: the GDN forward keeps %.1f MiB a GDN layer for the backward (%s)\n",
-                    (double)n * ELEM(m, BE_STAT) / 1048576.0,
-                    replay ? "the states' replay inputs, each chunk's Linv where kept"
-                           : "each chunk's Linv where kept");
-    }
     if (m->be->fuse_projections && !mlp_fused(m, 0))  // padded weights, or F rows not 16-byte multiples
         fprintf(f, "model: the MLP's gate and up projections as two GEMMs\n");
     if (m->cfg.recompute == RECOMPUTE_FULL)

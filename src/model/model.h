@@ -60,9 +60,9 @@ typedef struct {
                                                  // rule output, norm
     void *hs;                                    // gdn.bwd_states = saved: the rule's chunk-
                                                  // start states (gdn_op.hs), else NULL
-    void *gkeep;                                 // gdn.bwd_states = replay or saved: the
-                                                 // backend's gdn_op.keep (what its backward
-                                                 // reads instead of recomputing), else NULL
+    void *gkeep;                                 // gdn.bwd_states = replay: the backend's
+                                                 // gdn_op.keep (what its backward replays the
+                                                 // states from), else NULL
     void *inproj;                                // the fused input projection's (N, w) output
                                                  // (model.c, gdn_inproj): q_lin .. z are its
                                                  // columns; NULL when not fused

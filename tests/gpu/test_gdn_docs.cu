@@ -9,8 +9,8 @@
 // to 20 in one head), weak (-g <= 0.02: near 0) and strong (-g in [5, 20]: near -20). Head dims
 // (64, 64), (64, 128), (128, 128), (256, 256); bf16 (fused and prep-path forwards) and fp32.
 // Backward: the chunk-start states recomputed, saved by the forward (fwd.h_states) and, bf16,
-// replayed from what the forward kept (keep_g, keep_dt), and bf16 Dk <= 128 saved and replayed
-// with the forward's kept Linv (keep_linv): each against the reference, and all bitwise equal; bf16 Dk 128 also with the mma.sync final kernel (final_mma_sync).
+// replayed from what the forward kept (keep_g, keep_dt): each against the reference, and the
+// three bitwise equal; bf16 Dk 128 also with the mma.sync final kernel (final_mma_sync).
 // Pass: relative L2 <= 5e-3 (bf16) / 1e-4 (fp32) for o and ht; <= 1e-2 / 1e-4 for dq, dk, dv,
 // dg, dbeta, dh0 and per (b, h) for dg and dbeta; nothing non-finite (outputs NaN-poisoned before
 // each run). Exit 77 without a GPU. Usage: test_gdn_docs [--seed N]
@@ -211,8 +211,6 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
     gdn_chunk_fwd_keep_bytes(&f, &bkg, &bkd);
     float *hs = (float *)dev_out(bhs), *kg = bkg ? (float *)dev_out(bkg) : NULL;
     void *kd = bkd ? dev_out(bkd) : NULL, *fws = bws ? dev_out(bws) : NULL;
-    const size_t blv = bf ? gdn_chunk_fwd_keep_linv_bytes(&f) : 0;  // padded layout (Tp)
-    float *lv = blv ? (float *)dev_out(blv) : NULL;
     void *o = dev_out(bv);
     float *ht = (float *)dev_out(bs);
     double *go = dalloc(nv), *ght = dalloc(ns);
@@ -226,7 +224,6 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
         fp.workspace = path ? fws : NULL;
         fp.keep_g = path ? kg : NULL;
         fp.keep_dt = path ? kd : NULL;
-        fp.keep_linv = path ? lv : NULL;
         fp.h_states = path == (bf ? 1 : 0) ? hs : NULL;
         CUDA_CHECK(cudaMemset(o, 0xff, bv));
         CUDA_CHECK(cudaMemset(ht, 0xff, bs));
@@ -236,7 +233,7 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
         download(ght, ht, ns, GDN_DTYPE_FP32);
         const double e[2] = {rel_l2(go, ro, nv), rel_l2(ght, rht, ns)};
         const bool fin = count_nonfinite(go, nv) + count_nonfinite(ght, ns) == 0;
-        report(path ? "fwd docs, prep path (keep G, Δ~, Linv)" : "fwd docs, fused", e, fnames, 2, ftol,
+        report(path ? "fwd docs, prep path (keep G, Δ~)" : "fwd docs, fused", e, fnames, 2, ftol,
                fin, fin ? "" : "  NONFINITE");
     }
     // bitwise: a plan of one document per row (all starts 0) against no plan
@@ -280,18 +277,16 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
     double *gq = dalloc(nk), *gk = dalloc(nk), *gv = dalloc(nv), *gg = dalloc(N), *gb = dalloc(N);
     double *gh = dalloc(ns);
     unsigned char *first[6] = {NULL};
-    // states: 0 recompute, 1 saved, 2 replay (bf16), 3 saved and 4 replay with the forward's kept
-    // Linv (bf16, Dk <= 128); mma: the mma.sync final kernel (bf16 Dk 128)
-    const int nmodes = bf ? (lv ? 5 : 3) : 2;
+    // states: 0 recompute, 1 saved, 2 replay (bf16); mma: the mma.sync final kernel (bf16 Dk 128)
+    const int nmodes = bf ? 3 : 2;
     const bool mma_too = bf && Dk == 128;
     for (int mma = 0; mma < (mma_too ? 2 : 1); mma++)
         for (int st = 0; st < nmodes; st++) {
             gdn_bwd_params pp = p;
             pp.final_mma_sync = mma != 0;
-            pp.fwd.h_states = st == 1 || st == 3 ? hs : NULL;
-            pp.fwd.keep_g = st == 2 || st == 4 ? kg : NULL;
-            pp.fwd.keep_dt = st == 2 || st == 4 ? kd : NULL;
-            pp.fwd.keep_linv = st >= 3 ? lv : NULL;
+            pp.fwd.h_states = st == 1 ? hs : NULL;
+            pp.fwd.keep_g = st == 2 ? kg : NULL;
+            pp.fwd.keep_dt = st == 2 ? kd : NULL;
             for (int i = 0; i < 6; i++) CUDA_CHECK(cudaMemset(outs[i], 0xff, ob[i]));
             CUDA_CHECK(cudaMemset(ws, 0xff, wsb));
             gdn_chunk_bwd(&pp);
@@ -322,8 +317,7 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
                                  rel_l2(gh, rh, ns)};
             char what[64];
             snprintf(what, sizeof what, "bwd docs, states %s%s",
-                     st == 0 ? "recomputed" : st == 1 ? "saved" : st == 2 ? "replayed"
-                     : st == 3 ? "saved, kept Linv" : "replayed, kept Linv",
+                     st == 0 ? "recomputed" : st == 1 ? "saved" : "replayed",
                      mma ? ", mma.sync final" : "");
             char extra[64];
             snprintf(extra, sizeof extra, "%s%s", fin ? "" : "  NONFINITE",
@@ -357,7 +351,7 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
     }
 
     for (int i = 0; i < 6; i++) free(first[i]);
-    void *frees[] = {d_q, d_k, d_v, d_dO, d_g, d_beta, d_h0, d_dht, docs_buf, hs, lv, o, ht,
+    void *frees[] = {d_q, d_k, d_v, d_dO, d_g, d_beta, d_h0, d_dht, docs_buf, hs, o, ht,
                      dq, dk, dv, dg, db, dh0, ws, kg, kd, fws};
     for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
         if (frees[i]) CUDA_CHECK(cudaFree(frees[i]));
