@@ -4,7 +4,7 @@
 // no dh0; the forward's workspace. Inputs drawn as in gdn_bwd_bench.cu (gdn_bench_common.cuh),
 // dO ~ N(0,1).
 //   --mean 0 (no documents): two lines, "none" = the model's default path without documents
-//     (gdn.bwd_states = replay: the forward keeps G, Δ~ and Linv) and "none-recompute" (the
+//     (gdn.bwd_states = replay: the forward keeps G and Δ~) and "none-recompute" (the
 //     backward recomputes the chunk-start states: what the model does with documents, without
 //     them: the documents' own cost is docsL against this line).
 //   --mean L (L > 0): document lengths drawn from an exponential of mean L tokens (seeded by
@@ -190,15 +190,13 @@ int main(int argc, char **argv) {
     if (fws_bytes) CUDA_CHECK(cudaMalloc(&fws, fws_bytes));
     f.workspace = fws;
     // the no-documents default (replay): what the forward keeps for the backward
-    float *keep_g = NULL, *keep_linv = NULL;
+    float *keep_g = NULL;
     void *keep_dt = NULL;
     if (mean == 0) {
         size_t gb, dtb;
         gdn_chunk_fwd_keep_bytes(&f, &gb, &dtb);
-        const size_t lb = gdn_chunk_fwd_keep_linv_bytes(&f);
         if (gb) CUDA_CHECK(cudaMalloc(&keep_g, gb));
         if (dtb) CUDA_CHECK(cudaMalloc(&keep_dt, dtb));
-        if (lb) CUDA_CHECK(cudaMalloc(&keep_linv, lb));
     }
     p.fwd = f;
     p.fwd.o = NULL;
@@ -206,7 +204,7 @@ int main(int argc, char **argv) {
     p.fwd.docs_buf = NULL;
     // the backward's workspace: the largest of the variants' (with keeps or without)
     size_t ws_bytes = gdn_chunk_bwd_workspace_bytes(&p);
-    p.fwd.keep_g = keep_g; p.fwd.keep_dt = keep_dt; p.fwd.keep_linv = keep_linv;
+    p.fwd.keep_g = keep_g; p.fwd.keep_dt = keep_dt;
     ws_bytes = std::max(ws_bytes, gdn_chunk_bwd_workspace_bytes(&p));
     void *ws;
     CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
@@ -220,8 +218,7 @@ int main(int argc, char **argv) {
     auto set_keeps = [&](bool keep) {
         f.keep_g = keep ? keep_g : NULL;
         f.keep_dt = keep ? keep_dt : NULL;
-        f.keep_linv = keep ? keep_linv : NULL;
-        p.fwd.keep_g = f.keep_g; p.fwd.keep_dt = f.keep_dt; p.fwd.keep_linv = f.keep_linv;
+        p.fwd.keep_g = f.keep_g; p.fwd.keep_dt = f.keep_dt;
         p.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&p);
     };
     char vname_docs[32];
@@ -273,7 +270,7 @@ int main(int argc, char **argv) {
             CUDA_CHECK(cudaFree(x));
     for (void *x : {(void *)o, (void *)dq, (void *)dk, (void *)dv, (void *)dg, (void *)db, ws})
         CUDA_CHECK(cudaFree(x));
-    for (void *x : {plan_mem, docs_buf, fws, (void *)keep_g, keep_dt, (void *)keep_linv})
+    for (void *x : {plan_mem, docs_buf, fws, (void *)keep_g, keep_dt})
         if (x) CUDA_CHECK(cudaFree(x));
     printf("gdn_docs_bench: %d check failures\n", fails);
     return fails ? 1 : 0;
