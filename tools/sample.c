@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "  --top-p P            sample within the smallest set of most likely tokens holding\n"
             "                       P of the probability (nucleus); 1 = all (default 1)\n"
             "  --seed S             sampling seed (default 1337)\n"
-            "  --device D           auto (the GPU when there is one, default), cuda or cpu\n"
+            "  --device D           cpu (default), cuda, or auto (the GPU when there is one)\n"
             "  --precision P        GPU parameters and activations: fp32 (default) or bf16\n"
             "  --data PATH          token set whose tokenizer to use when the checkpoint carries\n"
             "                       none (default: the checkpoint's data.path)\n");
@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
     long n_tokens = 256, top_k = 0;
     double temp = 1.0, top_p = 1.0;
     uint64_t seed = 1337;
-    const char *device = "auto", *precision = "fp32";
+    const char *device = "cpu", *precision = "fp32";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
