@@ -1,0 +1,265 @@
+# tests/fla_export_check_cpu.py — tests/gpu/fla_export_check.py on the CPU: checks the export's
+# mapping and config against fla's model definition (not fla's GPU kernels).
+# fla's GatedDeltaNetForCausalLM runs on the CPU with each Triton-backed op replaced (monkeypatched,
+# here only; fla's source untouched) by plain torch code of the same maths:
+#   gated delta rule   -> fla.ops.gated_delta_rule.naive.naive_recurrent_gated_delta_rule, after the
+#                         in-kernel prologue of ChunkGatedDeltaRuleFunction.forward done in torch:
+#                         q,k l2norm (x / sqrt(sum x^2 + 1e-6), fla/modules/l2norm.py), beta =
+#                         sigmoid(b) * (2 if allow_neg_eigval), g = fla's naive_gdn_gate
+#                         (-exp(A_log) softplus(a + dt_bias)), scale = K^-1/2 (chunk.py default)
+#   causal_conv1d      -> F.conv1d depthwise, left pad W-1, then SiLU (triton kernel:
+#                         y[t] = sum_j w[d, j] x[t - W + 1 + j])
+#   fla RMSNorm        -> fla.modules.layernorm.rms_norm_ref (residual add, prenorm), upcast fp32
+#   FusedRMSNormGated  -> x * rsqrt(mean(x^2) + eps) * w * g * sigmoid(g)  (swish, as the kernel)
+#   GatedMLP swiglu    -> down(silu(gate) * up)  (swiglu_fwd_kernel: x * sigmoid(x) * y)
+#   rotary_embedding   -> fla.modules.rotary.rotary_embedding_ref on cos/sin[offset:offset+T]
+#   flash_attn_func    -> torch SDPA with keys t - window < j <= t (repo script's sdpa_window)
+# Needs triton <= 3.8 only so that fla imports (3.9 rejects an autotune key in fla/ops/cp).
+#   PYTHONPATH=<dir holding fla/> python3 tests/fla_export_check_cpu.py --bin BUILD --work DIR \
+#       [--patterns G GGGS GSGA] [--layers]      (BUILD: gdn-train, gdn-prepare, gdn-export)
+import argparse
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(os.cpu_count())
+
+import fla  # noqa: E402
+import fla.layers.attn as fla_attn  # noqa: E402
+import fla.layers.gated_deltanet as fla_gdn  # noqa: E402
+import fla.modules.conv.causal_conv1d as fla_cc  # noqa: E402
+import fla.modules.layernorm as fla_ln  # noqa: E402
+import fla.modules.mlp as fla_mlp  # noqa: E402
+import fla.modules.rotary as fla_rot  # noqa: E402
+from fla.modules import FusedRMSNormGated, RMSNorm  # noqa: E402
+from fla.ops.gated_delta_rule.gate import naive_gdn_gate  # noqa: E402
+from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule  # noqa: E402
+
+CONFIG = """[model]
+pattern = {pattern}
+n_layers = 4
+d_model = 256
+mlp_hidden = 512
+tie_embeddings = false
+[gdn]
+n_heads = 2
+head_dim = 64
+expand_v = 2
+conv_size = 4
+[swa]
+n_heads = 4
+head_dim = 64
+window = 64
+[data]
+path = {data}
+seq_len = 128
+[train]
+device = cpu
+batch_size = 4
+steps = {steps}
+eval_every = 0
+eval_batches = 1
+out_dir = {out}
+seed = 5
+[optim]
+lr = 1e-2
+min_lr = 1e-3
+warmup_steps = 2
+weight_decay = 0
+[log]
+every = 10
+"""
+B, T = 4, 512
+
+
+# ---------------------------------------------------------------- CPU replacements
+def l2norm(x, eps=1e-6):
+    x = x.float()
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def gdr_ref(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+            use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+            allow_neg_eigval=False, A_log=None, dt_bias=None, cu_seqlens=None, **_):
+    assert cu_seqlens is None and initial_state is None
+    if use_qk_l2norm_in_kernel:
+        q, k = l2norm(q), l2norm(k)
+    if use_beta_sigmoid_in_kernel:
+        beta = torch.sigmoid(beta.float()) * (2.0 if allow_neg_eigval else 1.0)
+    if use_gate_in_kernel:
+        g = naive_gdn_gate(g, A_log, dt_bias)
+    if scale is None:
+        scale = k.shape[-1] ** -0.5
+    o, _ = naive_recurrent_gated_delta_rule(q, k, v, beta, g, scale=scale)
+    return o.to(v.dtype), None
+
+
+def conv_ref(x, weight=None, bias=None, residual=None, initial_state=None, output_final_state=False,
+             activation=None, cu_seqlens=None, **_):
+    assert residual is None and initial_state is None and cu_seqlens is None
+    D, W = weight.shape
+    y = F.conv1d(F.pad(x.transpose(1, 2).float(), (W - 1, 0)), weight.float().unsqueeze(1), bias, groups=D)
+    y = y.transpose(1, 2)
+    if activation in ("silu", "swish"):
+        y = F.silu(y)
+    return y.to(x.dtype), None
+
+
+def rmsnorm_fwd(self, x, residual=None, prenorm=False, residual_in_fp32=False):
+    out = fla_ln.rms_norm_ref(x, self.weight, self.bias, residual=residual, eps=self.eps,
+                              prenorm=prenorm, upcast=True)
+    # the ref with upcast hands back the fp32 sum as residual; the kernel stores it in x's dtype
+    return (out[0], out[1].to(x.dtype if not residual_in_fp32 else torch.float32)) if prenorm else out
+
+
+def rmsnorm_gated_fwd(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
+    assert residual is None and self.activation in ("swish", "silu") and self.bias is None
+    xf, gf = x.float(), g.float()
+    y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps) * self.weight.float()
+    return (y * gf * torch.sigmoid(gf)).to(x.dtype)
+
+
+def mlp_fwd(self, x, **_):
+    assert self.hidden_act == "swish"
+    gate, up = self.gate_proj(x), self.up_proj(x)
+    return self.down_proj(F.silu(gate.float()).mul(up.float()).to(x.dtype))
+
+
+def rotary_ref(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets=0, cu_seqlens=None, **_):
+    assert isinstance(seqlen_offsets, int) and cu_seqlens is None
+    t = x.shape[1]
+    return fla_rot.rotary_embedding_ref(x, cos[seqlen_offsets:seqlen_offsets + t],
+                                        sin[seqlen_offsets:seqlen_offsets + t], interleaved)
+
+
+def sdpa_window(q, k, v, causal=True, window_size=(-1, -1), **_):
+    Tq, Tk = q.shape[1], k.shape[1]
+    i = torch.arange(Tq, device=q.device)[:, None] + (Tk - Tq)
+    j = torch.arange(Tk, device=q.device)[None, :]
+    allow = j <= i
+    if window_size[0] >= 0:
+        allow &= j >= i - window_size[0]
+    o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=allow)
+    return o.transpose(1, 2).contiguous()
+
+
+fla_gdn.chunk_gated_delta_rule = gdr_ref
+fla_gdn.fused_recurrent_gated_delta_rule = gdr_ref
+fla_gdn.causal_conv1d = conv_ref
+fla_cc.causal_conv1d = conv_ref          # ShortConvolution.forward imports it from here
+RMSNorm.forward = rmsnorm_fwd
+FusedRMSNormGated.forward = rmsnorm_gated_fwd
+fla_mlp.GatedMLP.forward = mlp_fwd
+fla_rot.rotary_embedding = rotary_ref
+fla_attn.flash_attn_func = sdpa_window
+
+
+# ---------------------------------------------------------------- the check
+def run(cmd):
+    print("$ " + " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    sys.stdout.write(r.stdout[-600:])
+    if r.returncode != 0:
+        sys.stdout.write(r.stderr[-4000:])
+        sys.exit(f"FAIL ({cmd[0]} exit {r.returncode})")
+
+
+def rel_l2(a, ref):
+    a, ref = np.asarray(a, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
+    return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--patterns", nargs="+", default=["G", "GGGS"])
+    ap.add_argument("--no-b", action="store_true")
+    a = ap.parse_args()
+    from fla.models import GatedDeltaNetConfig, GatedDeltaNetForCausalLM
+    from transformers import AutoModelForCausalLM
+    import transformers
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, fla {fla.__version__}, CPU",
+          flush=True)
+    w = os.path.abspath(a.work)
+    os.makedirs(w, exist_ok=True)
+    b = os.path.abspath(a.bin)
+    rng = random.Random(a.seed)
+    words = ["the", "gated", "delta", "rule", "state", "decays", "and", "writes", "keys", "values",
+             "of", "a", "model", "learns", "text", "slowly", "while", "attention", "looks", "back"]
+    if not os.path.exists(f"{w}/data.h5"):
+        with open(f"{w}/text.txt", "w") as f:
+            for _ in range(4000):
+                f.write(" ".join(rng.choice(words) for _ in range(12)) + ".\n")
+        run([f"{b}/gdn-prepare", "--input", f"{w}/text.txt", "--out", f"{w}/data.h5"])
+    g = torch.Generator().manual_seed(a.seed)
+    ids = torch.randint(0, 256, (B, T), generator=g, dtype=torch.int64)
+    ids.numpy().astype("<i4").tofile(f"{w}/tokens.bin")
+
+    def ours(src):
+        out = f"{src}.logits.bin"
+        run([f"{b}/gdn-export", "--dump-logits", src, f"{w}/tokens.bin", out, "--batch", str(B)])
+        return np.fromfile(out, dtype="<f8").reshape(B, T, -1)
+
+    def fla_logits(model):
+        model.eval()
+        with torch.no_grad():
+            return model(input_ids=ids, use_cache=False).logits.double().numpy()
+
+    results = []
+    for pat in a.patterns:
+        d = f"{w}/{pat}"
+        os.makedirs(d, exist_ok=True)
+        with open(f"{d}/run.ini", "w") as f:
+            f.write(CONFIG.format(pattern=pat, data=f"{w}/data.h5", out=f"{d}/run", steps=a.steps))
+        run([f"{b}/gdn-train", f"{d}/run.ini", "--set", "train.overwrite=true"])
+        run([f"{b}/gdn-export", f"{d}/run/checkpoint.h5", f"{d}/hf32", "--dtype", "fp32"])
+        m, info = AutoModelForCausalLM.from_pretrained(f"{d}/hf32", dtype=torch.float32,
+                                                       output_loading_info=True)
+        print(f"[{pat}] loaded {type(m).__name__}; loading info: {info}", flush=True)
+        print(f"[{pat}] layers: " + ", ".join(type(layer.attn).__name__ for layer in m.model.layers))
+        r = rel_l2(fla_logits(m), ours(f"{d}/hf32"))
+        results.append((f"A export pattern {pat} fp32", r, info))
+        print(f"[{pat}] A: rel L2 fla(CPU fp32) vs gdn.c float64 = {r:.3e}", flush=True)
+        if a.no_b:
+            continue
+        cfg = GatedDeltaNetConfig.from_pretrained(f"{d}/hf32")
+        torch.manual_seed(a.seed + 1)
+        m = GatedDeltaNetForCausalLM(cfg).float()
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                if name.endswith("A_log"):
+                    p.copy_(torch.log(torch.empty_like(p).uniform_(1, 16)))
+                elif name.endswith("dt_bias"):
+                    p.copy_(torch.empty_like(p).uniform_(-4, 0))
+                elif p.dim() == 1:
+                    p.copy_(1 + 0.3 * torch.randn_like(p))
+                else:
+                    p.normal_(0, 0.3 / p.shape[-1] ** 0.5)
+        # transformers 5 reads _tied_weights_keys as a dict {target: source}; fla declares the v4 list
+        # ["lm_head.weight"] and save_pretrained raises on it. Same meaning in v5 form (untied here, so
+        # nothing is dropped: only tensors sharing storage are):
+        m._tied_weights_keys = {"lm_head.weight": "model.embeddings.weight"}
+        m.save_pretrained(f"{d}/fla_random", safe_serialization=True)
+        r = rel_l2(fla_logits(m), ours(f"{d}/fla_random"))
+        results.append((f"B import pattern {pat} fla_random", r, None))
+        print(f"[{pat}] B: rel L2 fla(CPU fp32) vs gdn.c float64 import = {r:.3e}", flush=True)
+        # also gdn-train --init-from the fla directory (the import path of a run), 1 step, to show it loads
+        run([f"{b}/gdn-train", f"{d}/run.ini", "--init-from", f"{d}/fla_random", "--set", "train.overwrite=true",
+             "--set", "train.steps=1", "--set", f"train.out_dir={d}/run_init"])
+    print("\nsummary")
+    for what, r, info in results:
+        print(f"{'ok  ' if r <= 1e-4 else 'FAIL'}  {what}: rel L2 {r:.3e}"
+              + (f"  missing={info['missing_keys']} unexpected={info['unexpected_keys']} "
+                 f"mismatched={info['mismatched_keys']} errors={info['error_msgs']}" if info else ""))
+
+
+if __name__ == "__main__":
+    main()
