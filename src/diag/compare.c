@@ -38,8 +38,13 @@ static void cmp_gates_bwd(void *da, void *db, void *dA_log, void *ddt_bias, cons
     free(adg);
 }
 
-int model_compare_backends(const gdn_config *cin, const backend *test, int B, int T, double tol,
+int model_compare_backends(const gdn_config *c, const backend *test, int B, int T, double tol,
                            uint64_t seed, FILE *out) {
+    return model_compare_backends_docs(c, test, B, T, tol, seed, NULL, out);
+}
+
+int model_compare_backends_docs(const gdn_config *cin, const backend *test, int B, int T,
+                                double tol, uint64_t seed, const int32_t *doc_start, FILE *out) {
     gdn_config c = *cin;
     if (c.vocab_size < 2) c.vocab_size = 300;
     model *mt = model_create(&c, test, B, T);
@@ -72,14 +77,20 @@ int model_compare_backends(const gdn_config *cin, const backend *test, int B, in
         valid = 1;
     }
     mt->dropout_key = mc->dropout_key = seed * 31 + 7;
+    model_set_doc_starts(mt, doc_start);
+    model_set_doc_starts(mc, doc_start);
     model_zero_grads(mt);
     model_zero_grads(mc);
     double lt = model_forward_backward(mt, x, y, 1.0 / valid, true) / valid;
     double lc = model_forward_backward(mc, x, y, 1.0 / valid, true) / valid;
     double lerr = fabs(lt - lc) / fmax(fabs(lc), 1e-300);
     int fails = !(lerr <= tol);
-    fprintf(out, "compare %s vs cpu: pattern %s, %d layers, d %d, B %d, T %d, vocab %d, tol %.0e\n",
-            test->name, c.pattern, c.n_layers, c.d_model, B, T, c.vocab_size, tol);
+    int ndocs = 0;
+    for (int i = 0; doc_start && i < N; i++) ndocs += doc_start[i] == i % T;
+    fprintf(out, "compare %s vs cpu: pattern %s, %d layers, d %d, B %d, T %d, vocab %d, tol %.0e%s",
+            test->name, c.pattern, c.n_layers, c.d_model, B, T, c.vocab_size, tol,
+            doc_start ? "" : "\n");
+    if (doc_start) fprintf(out, ", %d documents (doc_reset %s)\n", ndocs, c.doc_reset ? "on" : "off");
     fprintf(out, "  loss %s %.10f  cpu %.10f  rel %.3e  %s\n", test->name, lt, lc, lerr,
             lerr <= tol ? "pass" : "FAIL");
     fprintf(out, "  %-28s %9s %11s %11s %11s %11s %8s  %s\n", "tensor", "numel", "|g_cpu|",

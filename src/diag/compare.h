@@ -21,6 +21,10 @@ extern "C" {
 // Returns the number of failures (0: all pass).
 int model_compare_backends(const gdn_config *c, const backend *test, int B, int T, double tol,
                            uint64_t seed, FILE *out);
+// The same with the batch cut into documents: doc_start (B*T, model_set_doc_starts' form; NULL:
+// none) is set on both models before the forward.
+int model_compare_backends_docs(const gdn_config *c, const backend *test, int B, int T,
+                                double tol, uint64_t seed, const int32_t *doc_start, FILE *out);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,10 @@
 //       every plan with a certified candidate leaves the heuristic's first choice, whatever the
 //       timing), each bitwise (tuning picks only among cuBLASLt algorithms that compute the same
 //       bits).
+//   (1b) the same comparison with the batch cut into packed documents (model.doc_reset: starts
+//       inside and on chunk boundaries, one-token documents; G, GS, GSA, every
+//       gdn.bwd_states; fp32 at 1e-4, bf16 at 5e-2), and rows of one document each give the
+//       bits of no documents.
 //   (5) the CUDA backend without projection fusion (fuse_projections = false: the GDN input
 //       projections and the MLP's gate and up as a GEMM per weight, the path of weights that are
 //       not contiguous): fp32 against float64 as (1); 200 bf16 steps against the fused run,
@@ -182,6 +186,86 @@ int main(int argc, char **argv) {
         int f = model_compare_backends(&c, backend_cuda_get(true), 2, 128, 5e-2, cmp_seed, stdout);
         gc_checks++;
         if (f) gc_failures++;
+    }
+
+    // ---- (1b) packed documents (model.doc_reset): the same comparison with the batch cut into
+    // documents at offsets 0, 1, 63, 64, 65 of a 64-token chunk, one-token documents (at the
+    // row start, at a chunk start, at the row end) and a document across the chunk boundary;
+    // fp32 at 1e-4 (G, GS, GSA: full attention too; every gdn.bwd_states, which documents
+    // reduce to recomputing the states), bf16 at 5e-2 (GS); then rows that each hold one
+    // document give the bits of the batch without documents (loss and every gradient).
+    {
+        const int B = 2, T = 128;
+        std::vector<int32_t> ds((size_t)B * T);
+        const std::vector<std::vector<int>> starts = {{0, 1, 64, 65, 100, 127}, {0, 63, 90}};
+        for (int b = 0; b < B; b++)
+            for (int t = 0, cur = 0; t < T; t++) {
+                for (int s0 : starts[b]) if (s0 == t) cur = t;
+                ds[(size_t)b * T + t] = cur;
+            }
+        const char *doc_patterns[] = {"G", "GS", "GSA"};
+        for (const char *pat : doc_patterns) {
+            gdn_config c = tiny_config(pat);
+            if (!strcmp(pat, "GSA")) c.n_layers = 3;
+            printf("\n== fp32, %s, documents\n", pat);
+            int f = model_compare_backends_docs(&c, backend_cuda_get(false), B, T, 1e-4, cmp_seed,
+                                                ds.data(), stdout);
+            gc_checks++;
+            if (f) gc_failures++;
+        }
+        const gdn_bwd_states_mode modes[] = {GDN_BWD_STATES_SAVED, GDN_BWD_STATES_RECOMPUTE};
+        for (gdn_bwd_states_mode mode : modes) {
+            gdn_config c = tiny_config("GS");
+            c.gdn_bwd_states = mode;
+            printf("\n== fp32, GS, documents, gdn.bwd_states %s\n",
+                   mode == GDN_BWD_STATES_SAVED ? "saved" : "recompute");
+            int f = model_compare_backends_docs(&c, backend_cuda_get(false), B, T, 1e-4, cmp_seed,
+                                                ds.data(), stdout);
+            gc_checks++;
+            if (f) gc_failures++;
+        }
+        {
+            gdn_config c = tiny_config("GS");
+            printf("\n== bf16, GS, documents\n");
+            int f = model_compare_backends_docs(&c, backend_cuda_get(true), B, T, 5e-2, cmp_seed,
+                                                ds.data(), stdout);
+            gc_checks++;
+            if (f) gc_failures++;
+        }
+        for (bool bf16 : {false, true}) {  // one document a row: the bits of no documents
+            gdn_config c = tiny_config("GSA");
+            c.n_layers = 3;
+            std::vector<int32_t> one((size_t)B * T, 0);
+            const backend *be = backend_cuda_get(bf16);
+            std::vector<double> loss(2), g[2];
+            rng_t r;
+            rng_init(&r, cmp_seed, 77);
+            std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
+            for (size_t i = 0; i < x.size(); i++) {
+                x[i] = (int32_t)rng_below(&r, (uint64_t)c.vocab_size);
+                y[i] = (int32_t)rng_below(&r, (uint64_t)c.vocab_size);
+            }
+            for (int run = 0; run < 2; run++) {
+                model *m = model_create(&c, be, B, T);
+                model_init_params(m, cmp_seed);
+                model_set_doc_starts(m, run ? one.data() : NULL);
+                model_zero_grads(m);
+                loss[run] = model_forward_backward(m, x.data(), y.data(), 1.0 / (B * T), true);
+                for (int i = 0; i < m->n_params; i++) {
+                    size_t n = m->params[i].numel, o = g[run].size();
+                    g[run].resize(o + n);
+                    be->download(g[run].data() + o, model_grad(m, i), n, BE_GRAD);
+                }
+                model_free(m);
+            }
+            bool same = loss[0] == loss[1] && g[0].size() == g[1].size() &&
+                        !memcmp(g[0].data(), g[1].data(), g[0].size() * sizeof(double));
+            printf("\n== %s, GSA, one document a row against no documents: loss %.10f / %.10f, "
+                   "%zu gradient elements %s\n", bf16 ? "bf16" : "fp32", loss[0], loss[1],
+                   g[0].size(), same ? "bitwise equal: pass" : "DIFFER: FAIL");
+            gc_checks++;
+            if (!same) gc_failures++;
+        }
     }
 
     if (compare_only) {  // a seed sweep of (1): the training parts are not run
