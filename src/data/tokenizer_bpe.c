@@ -183,7 +183,8 @@ static bool add_stage(bpe_model *m, const char *pattern, size_t len, bool litera
     }
     int code;
     PCRE2_SIZE off;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2_LITERAL takes no PCRE2_UCP (a literal has no classes to widen)
+    uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, opts, &code, &off, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
