@@ -6,7 +6,8 @@
 // model) are split out of the text before the kind sees it, as the `tokenizers` package does:
 // at the leftmost position where one matches, the longest one matching there wins; the text
 // between them is encoded on its own. Encoding without specials still splits out the added
-// tokens that are not special (as the package does with encode_special_tokens).
+// tokens that are not special (as the package does with encode_special_tokens). Added tokens
+// marked `normalized` are left to the kind, which matches them in its normalized text.
 #include "tokenizer_kinds.h"
 #include "../core/common.h"
 #include <ctype.h>
@@ -20,8 +21,7 @@ struct gdn_tokenizer {
     spm_model *spm;
     const tok_special *specials;   // owned by the kind's model
     size_t n_specials;
-    bool first[2][256];            // [specials]: some token split out then starts with this byte
-    size_t n_plain;                // non-special added tokens (split out with specials off too)
+    tok_added_set raw;             // the added tokens matched in the raw text
 };
 
 void tok_ids_reserve(tok_ids *v, size_t extra) {
@@ -62,12 +62,7 @@ static const char *EOT_NAMES[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<
 static void set_specials(gdn_tokenizer *t, const tok_special *list, size_t n) {
     t->specials = list;
     t->n_specials = n;
-    for (size_t i = 0; i < n; i++) {
-        if (list[i].len == 0) continue;
-        t->first[1][(unsigned char)list[i].text[0]] = true;
-        if (!list[i].special) t->first[0][(unsigned char)list[i].text[0]] = true;
-        t->n_plain += !list[i].special;
-    }
+    tok_added_set_init(&t->raw, list, n, false);
 }
 
 gdn_tokenizer *tok_load_blob(const char *kind, const void *blob, size_t n, const char *what,
@@ -224,44 +219,74 @@ int tok_special_id(const gdn_tokenizer *t, const char *text) {
 
 // ---- encode / decode ----------------------------------------------------------------------
 
-static bool encode_plain(const gdn_tokenizer *t, const char *text, size_t len, tok_ids *out,
-                         char *err, size_t errlen) {
+static bool encode_plain(const gdn_tokenizer *t, const char *text, size_t len, bool specials,
+                         tok_ids *out, char *err, size_t errlen) {
     if (len == 0) return true;
-    if (t->bpe) return bpe_encode(t->bpe, text, len, out, err, errlen);
+    if (t->bpe) return bpe_encode(t->bpe, text, len, specials, out, err, errlen);
     if (t->spm) return spm_encode(t->spm, text, len, out, err, errlen);
     bytes_encode(text, len, out);
     return true;
 }
 
-// The longest added token (special ones only when `specials`) that starts at text[0], or NULL.
-static const tok_special *special_at(const gdn_tokenizer *t, const char *text, size_t len,
-                                     bool specials) {
+// ---- added-token sets ---------------------------------------------------------------------
+
+void tok_added_set_init(tok_added_set *s, const tok_special *list, size_t n, bool normalized) {
+    memset(s, 0, sizeof *s);
+    s->list = list;
+    s->n = n;
+    s->normalized = normalized;
+    for (size_t i = 0; i < n; i++) {
+        if (list[i].len == 0 || list[i].normalized != normalized) continue;
+        s->first[(unsigned char)list[i].text[0]] = true;
+        s->n_tokens++;
+        s->n_plain += !list[i].special;
+    }
+}
+
+// The longest token of s that starts at text[0], or NULL.
+static const tok_special *added_at(const tok_added_set *s, const char *text, size_t len) {
     const tok_special *best = NULL;
-    for (size_t i = 0; i < t->n_specials; i++) {
-        const tok_special *s = &t->specials[i];
-        if ((specials || !s->special) && s->len > 0 && s->len <= len &&
-            (!best || s->len > best->len) &&
-            !memcmp(s->text, text, s->len))
-            best = s;
+    for (size_t i = 0; i < s->n; i++) {
+        const tok_special *a = &s->list[i];
+        if (a->normalized == s->normalized && a->len > 0 && a->len <= len &&
+            (!best || a->len > best->len) && !memcmp(a->text, text, a->len))
+            best = a;
     }
     return best;
 }
 
+const tok_special *tok_added_next(const tok_added_set *s, const char *text, size_t len,
+                                  bool specials, size_t *pos, size_t *at) {
+    if (!(specials ? s->n_tokens : s->n_plain)) {   // nothing can be split out
+        *pos = len;
+        return NULL;
+    }
+    for (size_t i = *pos; i < len; i++) {
+        if (!s->first[(unsigned char)text[i]]) continue;
+        const tok_special *a = added_at(s, text + i, len - i);
+        if (!a) continue;
+        if (a->special && !specials) {   // text, and no token starts inside it
+            i += a->len - 1;
+            continue;
+        }
+        *at = i;
+        *pos = i + a->len;
+        return a;
+    }
+    *pos = len;
+    return NULL;
+}
+
 bool tok_encode(const gdn_tokenizer *t, const char *text, size_t len, bool specials,
                 tok_ids *out, char *err, size_t errlen) {
-    if (specials ? t->n_specials == 0 : t->n_plain == 0)
-        return encode_plain(t, text, len, out, err, errlen);
-    size_t start = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (!t->first[specials][(unsigned char)text[i]]) continue;
-        const tok_special *s = special_at(t, text + i, len - i, specials);
-        if (!s) continue;
-        if (!encode_plain(t, text + start, i - start, out, err, errlen)) return false;
+    size_t start = 0, pos = 0, at = 0;
+    const tok_special *s;
+    while ((s = tok_added_next(&t->raw, text, len, specials, &pos, &at))) {
+        if (!encode_plain(t, text + start, at - start, specials, out, err, errlen)) return false;
         tok_ids_push(out, s->id);
-        i += s->len - 1;
-        start = i + 1;
+        start = pos;
     }
-    return encode_plain(t, text + start, len - start, out, err, errlen);
+    return encode_plain(t, text + start, len - start, specials, out, err, errlen);
 }
 
 bool tok_decode(const gdn_tokenizer *t, const uint32_t *ids, size_t n, char **text, size_t *len,

@@ -1,7 +1,11 @@
 // tokenizer_bpe.c — byte-level BPE of the GPT-2 family (the "bpe" kind of tokenizer.h), read
 // from a Hugging Face tokenizer.json, encoding and decoding as the `tokenizers` package does.
 //
-// Encode, for a segment of text without special tokens (tokenizer.c splits those out):
+// Encode, for a segment of text between the added tokens matched in the raw text (tokenizer.c
+// splits those out):
+//   0. normalize (tokenizer_norm.c), when the file has a normalizer; then split out the added
+//      tokens marked "normalized", matched as their own normalized text in the normalized
+//      segment, and go on with each piece between them;
 //   1. pre-tokenize: each regex stage (the Split pre-tokenizers of the file, then the GPT-2
 //      pattern when ByteLevel has use_regex) cuts every piece into its matches and the gaps
 //      between them ("Isolated"); with ByteLevel's add_prefix_space a " " is put before the
@@ -17,9 +21,12 @@
 // `tokenizers` cannot take such input; for valid UTF-8 the pieces are the package's.)
 // Decode: each token's string is mapped back to bytes through the inverse byte map (a token
 // with a character outside the map, such as a special token's, decodes to its UTF-8 bytes as a
-// whole, as the ByteLevel decoder does), and the bytes are returned as they are (the package
-// replaces invalid UTF-8 with U+FFFD; here decode(encode(x)) == x for every byte string).
+// whole, as the ByteLevel decoder does; a "normalized" added token's string is its normalized
+// text, as in `tokenizers` 0.23), and the bytes are returned as they are (the package replaces
+// invalid UTF-8 with U+FFFD; here decode(encode(x)) == x for every byte string when there is no
+// normalizer, and x normalized when there is).
 #include "tokenizer_kinds.h"
+#include "tokenizer_norm.h"
 #include "../core/common.h"
 #include <jansson.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -55,8 +62,12 @@ struct bpe_model {
     bool ignore_merges, add_prefix_space;
     pcre2_code *re[BPE_MAX_STAGES];
     int n_stages;
-    tok_special *specials;         // the added tokens
+    tok_special *specials;         // the added tokens, as written in the file
     size_t n_specials;
+    tok_norm *norm;                // the normalizer, NULL for none
+    tok_special *norm_tokens;      // the "normalized" added tokens: their normalized text
+    size_t n_norm_tokens;
+    tok_added_set norm_set;        // over norm_tokens
 };
 
 // ---- GPT-2's byte <-> unicode map ---------------------------------------------------------
@@ -154,6 +165,9 @@ void bpe_free(bpe_model *m) {
     for (int i = 0; i < m->n_stages; i++) pcre2_code_free(m->re[i]);
     for (size_t i = 0; i < m->n_specials; i++) free(m->specials[i].text);
     free(m->specials);
+    for (size_t i = 0; i < m->n_norm_tokens; i++) free(m->norm_tokens[i].text);
+    free(m->norm_tokens);
+    tok_norm_free(m->norm);
     free(m->dec_off);
     free(m->dec_data);
     free(m->dec_has);
@@ -284,12 +298,6 @@ static bool load_pre_tokenizer(bpe_model *m, json_t *pt, const char *what, char 
 // Checks of the parts of a tokenizer.json that this file does not implement.
 static bool check_unsupported(json_t *root, json_t *model, const char *what, char *err,
                               size_t errlen) {
-    json_t *norm = json_object_get(root, "normalizer");
-    if (norm && !json_is_null(norm)) {
-        snprintf(err, errlen, "%s: normalizer.type is \"%s\": normalizers are not supported "
-                 "(only null)", what, str_or(norm, "type", "(none)"));
-        return false;
-    }
     json_t *dec = json_object_get(root, "decoder");
     const char *dtype = str_or(dec, "type", "(none)");
     if (strcmp(dtype, "ByteLevel")) {
@@ -355,6 +363,9 @@ bpe_model *bpe_load_json(const char *text, size_t n, const char *what, char *err
     json_t *added = json_object_get(root, "added_tokens");
     if (!json_is_object(model)) FAIL("%s: no \"model\" object", what);
     if (!check_unsupported(root, model, what, err, errlen)) goto fail;
+    json_t *norm = json_object_get(root, "normalizer");
+    if (norm && !json_is_null(norm) && !(m->norm = tok_norm_load(norm, what, err, errlen)))
+        goto fail;
     if (!json_is_object(vocab)) FAIL("%s: model.vocab is missing or not an object", what);
     if (!json_is_array(merges)) FAIL("%s: model.merges is missing or not an array", what);
     if (added && !json_is_array(added)) FAIL("%s: added_tokens is not an array", what);
@@ -394,7 +405,39 @@ bpe_model *bpe_load_json(const char *text, size_t n, const char *what, char *err
     if (max_id < 0) FAIL("%s: model.vocab is empty", what);
     m->vocab = (int)max_id + 1;
 
-    // decode table: vocabulary, then added tokens (an added token's content wins for its id)
+    // the added tokens; the "normalized" ones also as their normalized text
+    m->n_specials = json_array_size(added);
+    m->specials = gdn_malloc((m->n_specials + 1) * sizeof *m->specials);
+    m->norm_tokens = gdn_malloc((m->n_specials + 1) * sizeof *m->norm_tokens);
+    for (size_t i = 0; i < m->n_specials; i++) {
+        json_t *a = json_array_get(added, i), *c = json_object_get(a, "content");
+        tok_special *sp = &m->specials[i];
+        sp->len = json_string_length(c);
+        sp->text = gdn_malloc(sp->len + 1);
+        memcpy(sp->text, json_string_value(c), sp->len);
+        sp->id = (uint32_t)json_integer_value(json_object_get(a, "id"));
+        sp->special = json_flag(a, "special");
+        sp->normalized = json_flag(a, "normalized");
+        if (!sp->normalized) continue;
+        tok_special *nt = &m->norm_tokens[m->n_norm_tokens++];
+        *nt = *sp;
+        tok_bytes nb = {0};
+        if (m->norm) {
+            if (!tok_norm_apply(m->norm, sp->text, sp->len, &nb, err, errlen)) {
+                free(nb.p);
+                nt->text = NULL;
+                goto fail;
+            }
+        } else {
+            tok_bytes_append(&nb, sp->text, sp->len);
+        }
+        nt->text = nb.p;   // "" (once normalized) never matches, and decodes to nothing
+        nt->len = nb.n;
+    }
+    tok_added_set_init(&m->norm_set, m->norm_tokens, m->n_norm_tokens, true);
+
+    // decode table: vocabulary, then added tokens (an added token's text wins for its id: its
+    // normalized text when it is a "normalized" one)
     uint32_t cp[256];
     int16_t inv[512];
     bytes_to_unicode(cp);
@@ -407,10 +450,11 @@ bpe_model *bpe_load_json(const char *text, size_t n, const char *what, char *err
         str[json_integer_value(val)] = key;
         slen[json_integer_value(val)] = strlen(key);
     }
-    for (size_t i = 0; i < json_array_size(added); i++) {
-        json_t *a = json_array_get(added, i), *c = json_object_get(a, "content");
-        str[json_integer_value(json_object_get(a, "id"))] = json_string_value(c);
-        slen[json_integer_value(json_object_get(a, "id"))] = json_string_length(c);
+    for (size_t i = 0, k = 0; i < m->n_specials; i++) {
+        const tok_special *a = m->specials[i].normalized ? &m->norm_tokens[k++] : &m->specials[i];
+        str[a->id] = a->text;
+        slen[a->id] = a->len;
+        total_len += a->len;   // a normalized text can be longer than the content
     }
     m->dec_off = gdn_malloc((nv + 1) * sizeof *m->dec_off);
     m->dec_data = gdn_malloc(total_len + 1);
@@ -487,17 +531,6 @@ bpe_model *bpe_load_json(const char *text, size_t n, const char *what, char *err
         m->word_slots[h] = id + 1;
     }
 
-    // specials: the added tokens
-    m->n_specials = json_array_size(added);
-    m->specials = gdn_malloc((m->n_specials + 1) * sizeof *m->specials);
-    for (size_t i = 0; i < m->n_specials; i++) {
-        json_t *a = json_array_get(added, i), *c = json_object_get(a, "content");
-        m->specials[i].len = json_string_length(c);
-        m->specials[i].text = gdn_malloc(m->specials[i].len + 1);
-        memcpy(m->specials[i].text, json_string_value(c), m->specials[i].len);
-        m->specials[i].id = (uint32_t)json_integer_value(json_object_get(a, "id"));
-        m->specials[i].special = json_flag(a, "special");
-    }
     free(concat);
     json_decref(root);
     return m;
@@ -779,23 +812,46 @@ static void pretokenize(enc_ctx *c, int stage, const char *s, size_t n) {
     if (pos < n && !c->failed) pretokenize(c, stage + 1, s + pos, n - pos);
 }
 
-bool bpe_encode(const bpe_model *m, const char *text, size_t len, tok_ids *out, char *err,
-                size_t errlen) {
-    enc_ctx c = {.m = m, .out = out, .err = err, .errlen = errlen};
-    for (int i = 0; i < m->n_stages; i++) {
-        c.md[i] = pcre2_match_data_create_from_pattern(m->re[i], NULL);
-        if (!c.md[i]) gdn_die("pcre2_match_data_create_from_pattern: out of memory");
-    }
+// A piece of text between added tokens: ByteLevel's prefix space, then the pre-tokenizer.
+static void encode_segment(enc_ctx *c, const char *text, size_t len) {
+    if (len == 0) return;   // `tokenizers` drops empty splits
     char *prefixed = NULL;
-    if (m->add_prefix_space && len > 0 && text[0] != ' ') {
+    if (c->m->add_prefix_space && text[0] != ' ') {
         prefixed = gdn_malloc(len + 1);
         prefixed[0] = ' ';
         memcpy(prefixed + 1, text, len);
         text = prefixed;
         len++;
     }
-    pretokenize(&c, 0, text, len);
+    pretokenize(c, 0, text, len);
     free(prefixed);
+}
+
+bool bpe_encode(const bpe_model *m, const char *text, size_t len, bool specials, tok_ids *out,
+                char *err, size_t errlen) {
+    tok_bytes normalized = {0};
+    if (m->norm) {
+        if (!tok_norm_apply(m->norm, text, len, &normalized, err, errlen)) {
+            free(normalized.p);
+            return false;
+        }
+        text = normalized.p;
+        len = normalized.n;
+    }
+    enc_ctx c = {.m = m, .out = out, .err = err, .errlen = errlen};
+    for (int i = 0; i < m->n_stages; i++) {
+        c.md[i] = pcre2_match_data_create_from_pattern(m->re[i], NULL);
+        if (!c.md[i]) gdn_die("pcre2_match_data_create_from_pattern: out of memory");
+    }
+    size_t start = 0, pos = 0, at = 0;
+    const tok_special *s;
+    while (!c.failed && (s = tok_added_next(&m->norm_set, text, len, specials, &pos, &at))) {
+        encode_segment(&c, text + start, at - start);
+        tok_ids_push(out, s->id);
+        start = pos;
+    }
+    if (!c.failed) encode_segment(&c, text + start, len - start);
+    free(normalized.p);
     for (int i = 0; i < m->n_stages; i++) pcre2_match_data_free(c.md[i]);
     free(c.id);
     free(c.rank);

@@ -7,15 +7,36 @@
 extern "C" {
 #endif
 
-// An added token: its text as written in a document, its id, and whether it is special (split
-// out only when encoding with specials; a non-special added token always is, as in
-// `tokenizers`).
+// An added token: its text as written in a document, its id, whether it is special (split out
+// only when encoding with specials; a non-special added token always is, as in `tokenizers`),
+// and whether it is matched in the normalized text (by the kind, after its normalizer) rather
+// than in the raw text (by tokenizer.c, before the kind sees the text).
 typedef struct {
     char *text;
     size_t len;
     uint32_t id;
     bool special;
+    bool normalized;
 } tok_special;
+
+// A set of added tokens to split out of a text as the `tokenizers` package does (an
+// Aho-Corasick automaton, leftmost-longest): at the leftmost position where one matches, the
+// longest one there; the search goes on after it. A special token met when encoding without
+// specials is text, and the search goes on after it all the same.
+typedef struct {
+    const tok_special *list;   // the set: the tokens of list[0 .. n) with this `normalized`
+    size_t n;
+    bool normalized;
+    bool first[256];           // some token of the set starts with this byte
+    size_t n_tokens, n_plain;  // tokens in the set; those not special
+} tok_added_set;
+
+// The set of list's tokens whose `normalized` flag is `normalized`.
+void tok_added_set_init(tok_added_set *s, const tok_special *list, size_t n, bool normalized);
+// The next token split out of text[*pos .. len): returns it with *at = its offset and
+// *pos = its end; NULL (and *pos = len) when none is left.
+const tok_special *tok_added_next(const tok_added_set *s, const char *text, size_t len,
+                                  bool specials, size_t *pos, size_t *at);
 
 // A growable byte buffer (decode output).
 typedef struct {
@@ -40,8 +61,10 @@ char *bpe_json_from_files(const char *vocab_path, const char *merges_path, size_
 void bpe_free(bpe_model *m);
 int bpe_vocab_size(const bpe_model *m);
 void bpe_specials(const bpe_model *m, const tok_special **list, size_t *n);
-bool bpe_encode(const bpe_model *m, const char *text, size_t len, tok_ids *out, char *err,
-                size_t errlen);
+// A segment of text between raw-matched added tokens: normalized, its normalized added tokens
+// split out (the special ones only with `specials`), and the rest pre-tokenized and merged.
+bool bpe_encode(const bpe_model *m, const char *text, size_t len, bool specials, tok_ids *out,
+                char *err, size_t errlen);
 bool bpe_decode(const bpe_model *m, const uint32_t *ids, size_t n, tok_bytes *out, char *err,
                 size_t errlen);
 

@@ -56,7 +56,8 @@ extern "C" spm_model *spm_load(const void *blob, size_t n, const char *what, cha
         for (int id = 0; id < m->pieces; id++) {
             if (!m->is_control[id]) continue;
             std::string &s = m->special_text[k++];
-            m->specials.push_back(tok_special{s.data(), s.size(), static_cast<uint32_t>(id), true});
+            m->specials.push_back(
+                tok_special{s.data(), s.size(), static_cast<uint32_t>(id), true, false});
         }
         return m;
     } catch (const std::exception &e) {

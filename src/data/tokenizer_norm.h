@@ -1,0 +1,21 @@
+// tokenizer_norm.h — the normalizer of a Hugging Face tokenizer.json (internal to src/data; the
+// bpe kind runs it on each segment of text between added tokens, as the `tokenizers` package
+// does). Supported: NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace and Sequence of
+// them; tokenizer_norm.c says how each one works.
+#pragma once
+#include "tokenizer_kinds.h"
+#include <jansson.h>
+
+typedef struct tok_norm tok_norm;
+
+// The "normalizer" object of a tokenizer.json (not null). NULL + a message naming `what`, the
+// JSON path and the type when a part of it is not supported.
+tok_norm *tok_norm_load(json_t *normalizer, const char *what, char *err, size_t errlen);
+void tok_norm_free(tok_norm *n);
+
+// out = text[0 .. len) normalized (out's content is replaced; text must not lie in out). Any
+// bytes: the Unicode steps work on each maximal run of valid UTF-8 and copy every invalid byte
+// as it is. False + a message only when a library call fails (out of memory in utf8proc, a
+// regex match limit). Thread-safe: n is only read.
+bool tok_norm_apply(const tok_norm *n, const char *text, size_t len, tok_bytes *out, char *err,
+                    size_t errlen);
