@@ -19,6 +19,13 @@
 // the listed code points where libutf8proc's Unicode data differ; invalid UTF-8 (each valid run
 // normalized on its own, invalid bytes kept); unsupported normalizers refused naming the type.
 // And a Split pre-tokenizer with a String (literal) pattern.
+// Post-processors (tests/fixtures/tokenizers/post_processors.json, from make_expected.py
+// --post-processors): tok_encode_template gives the package's encode(text,
+// add_special_tokens=True) and tok_encode its add_special_tokens=False, for Llama 3's
+// TemplateProcessing (<|begin_of_text|>) alone and in Sequence[ByteLevel, TemplateProcessing],
+// BertProcessing, RobertaProcessing, and a Sequence whose template leaves three encodings for
+// Roberta; no template for files without a post_processor, bytes and SentencePiece; unsupported
+// post-processors refused naming the JSON path and the type.
 // Fixtures: argv[1], else tests/fixtures/tokenizers beside this file.
 #define CHECK_WIDTH 90  // the width of the described column
 #include "check.h"
@@ -44,6 +51,15 @@ static bool encode(const gdn_tokenizer *t, const char *s, size_t n, bool special
     v->n = 0;
     bool ok = tok_encode(t, s, n, specials, v, err, sizeof err);
     if (!ok) printf("    encode: %s\n", err);
+    return ok;
+}
+
+static bool encode_template(const gdn_tokenizer *t, const char *s, size_t n, bool specials,
+                            tok_ids *v) {
+    char err[1024];
+    v->n = 0;
+    bool ok = tok_encode_template(t, s, n, specials, v, err, sizeof err);
+    if (!ok) printf("    encode_template: %s\n", err);
     return ok;
 }
 
@@ -80,11 +96,14 @@ static void parity(gdn_tokenizer *t, json_t *spec, const char *label) {
         const char *text = json_string_value(jt);
         size_t len = json_string_length(jt), at = 0;
         bool specials = json_is_true(json_object_get(cs, "specials"));
-        if (encode(t, text, len, specials, &v) && ids_equal_json(&v, jids, &at)) {
+        bool tpl = json_is_true(json_object_get(cs, "add_special_tokens"));
+        bool enc_ok = tpl ? encode_template(t, text, len, specials, &v)
+                          : encode(t, text, len, specials, &v);
+        if (enc_ok && ids_equal_json(&v, jids, &at)) {
             ids_ok++;
         } else {
-            printf("    case %zu (specials %d): ids differ at %zu (ours %zu ids, expected %zu)\n",
-                   c, specials, at, v.n, json_array_size(jids));
+            printf("    case %zu (specials %d, template %d): ids differ at %zu (ours %zu ids, "
+                   "expected %zu)\n", c, specials, tpl, at, v.n, json_array_size(jids));
             show_text(text, len);
         }
         if (!round_trip) continue;
@@ -567,12 +586,38 @@ static void split_string(void) {
     free(text);
 }
 
+// Tokenizers without a template: tok_encode_template is tok_encode.
+static void no_template(gdn_tokenizer *gpt2, gdn_tokenizer *spm) {
+    char err[1024];
+    gdn_tokenizer *bytes = tok_load("bytes", err, sizeof err);
+    gdn_tokenizer *kinds[3] = {bytes, gpt2, spm};
+    const char *text = "Hello world<|endoftext|></s>";
+    for (int k = 0; k < 3; k++) {
+        if (!kinds[k]) continue;
+        tok_template tp = tok_get_template(kinds[k]);
+        tok_ids a = {0}, b = {0};
+        bool ok = tp.n_prefix == 0 && tp.n_suffix == 0 &&
+                  encode(kinds[k], text, strlen(text), true, &a) &&
+                  encode_template(kinds[k], text, strlen(text), true, &b) && a.n == b.n &&
+                  !memcmp(a.ids, b.ids, a.n * sizeof *a.ids);
+        check(ok, "%s%s: no template; tok_encode_template == tok_encode", tok_kind(kinds[k]),
+              k == 1 ? " (post_processor null)" : "");
+        tok_ids_free(&a);
+        tok_ids_free(&b);
+    }
+    tok_free(bytes);
+}
+
 static void bad_input(gdn_tokenizer *gpt2, gdn_tokenizer *spm) {
     printf("\n== bad input\n");
     bad_file("trunc.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0,", "not valid JSON",
              "a truncated tokenizer.json (names the file, line and column)");
     // gpt2_bpe.json with one edit: from, to, the file, what the message must name, the row
 #define NORM(x) "\"normalizer\": " x
+#define POST(x) "\"post_processor\": " x
+#define SEQ(x) "{\"Sequence\": {\"id\": \"" x "\", \"type_id\": 0}}"
+#define SPECIAL(x) "{\"SpecialToken\": {\"id\": \"" x "\", \"type_id\": 0}}"
+#define ETOK(id) "{\"E\": {\"id\": \"E\", \"ids\": [" id "], \"tokens\": [\"E\"]}}"
     static const char *const edits[][5] = {
         {"\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "wordpiece.json", "model.type",
          "a WordPiece model (names model.type)"},
@@ -598,8 +643,43 @@ static void bad_input(gdn_tokenizer *gpt2, gdn_tokenizer *spm) {
          "a merge of tokens not in the vocabulary"},
         {"\"id\": 0,", "\"id\": 99999999,", "bigid.json", "added_tokens[0]",
          "an added token id of 99999999"},
+        {POST("null"), POST("{\"type\": \"WordPieceProcessing\"}"), "post_unknown.json",
+         "post_processor.type is \"WordPieceProcessing\"",
+         "an unknown post_processor type (names post_processor.type and the type)"},
+        {POST("null"), POST("{\"type\": \"Sequence\", \"processors\": [{\"type\": "
+                            "\"ByteLevel\"}, {\"type\": \"Precompiled\"}]}"),
+         "post_seq.json", "post_processor.processors[1].type is \"Precompiled\"",
+         "Sequence[ByteLevel, Precompiled] (names processors[1] and the type)"},
+        {POST("null"), POST("{\"type\": \"TemplateProcessing\", \"single\": [" SEQ("B") "], "
+                            "\"pair\": [], \"special_tokens\": {}}"),
+         "post_b.json", "post_processor.single[0] is Sequence B",
+         "a single template of Sequence B (the package panics)"},
+        {POST("null"), POST("{\"type\": \"TemplateProcessing\", \"single\": [" SPECIAL("<s>")
+                            ", " SEQ("A") "], \"pair\": [], \"special_tokens\": {}}"),
+         "post_undefined.json", "SpecialToken \"<s>\"",
+         "a template's SpecialToken missing from special_tokens (names it)"},
+        {POST("null"), POST("{\"type\": \"TemplateProcessing\", \"single\": [" SEQ("A") ", "
+                            SEQ("A") "], \"pair\": [], \"special_tokens\": {}}"),
+         "post_twice.json", "gives the text 2 times", "a template holding $A twice"},
+        {POST("null"), POST("{\"type\": \"TemplateProcessing\", \"single\": [" SPECIAL("E")
+                            "], \"pair\": [], \"special_tokens\": " ETOK("5000") "}"),
+         "post_bigid.json", "post_processor.special_tokens[\"E\"].ids[0] is 5000",
+         "a template id outside the vocabulary (names the path and the id)"},
+        {POST("null"), POST("{\"type\": \"Sequence\", \"processors\": [{\"type\": "
+                            "\"TemplateProcessing\", \"single\": [" SPECIAL("E") ", " SEQ("A") ", "
+                            SPECIAL("E") "], \"pair\": [], \"special_tokens\": " ETOK("0") "}, "
+                            "{\"type\": \"TemplateProcessing\", \"single\": [" SEQ("A") "], "
+                            "\"pair\": [], \"special_tokens\": {}}]}"),
+         "post_three.json", "processors[1] (TemplateProcessing) comes after processors that "
+         "leave 3", "a template after one that leaves 3 encodings (the package panics)"},
+        {POST("null"), POST("{\"type\": \"BertProcessing\", \"cls\": [\"<|endoftext|>\", 0]}"),
+         "post_nosep.json", "post_processor.sep is not [token, id]", "a BertProcessing without sep"},
     };
 #undef NORM
+#undef POST
+#undef SEQ
+#undef SPECIAL
+#undef ETOK
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
         char *s = edited_fixture(edits[i][0], edits[i][1]);
         bad_file(edits[i][2], s, edits[i][3], edits[i][4]);
@@ -776,6 +856,22 @@ int main(int argc, char **argv) {
     printf("\n== a literal Split pattern\n");
     split_string();
     json_decref(nroot);
+
+    snprintf(path, sizeof path, "%s/post_processors.json", fixtures);
+    json_t *proot = json_load_file(path, 0, &je);
+    if (!proot) {
+        fprintf(stderr, "test_tokenizer: cannot read %s: %s\n", path, je.text);
+        return 1;
+    }
+    printf("\n== post-processors: parity with the reference (%s; tokenizers %s)\n", path,
+           json_string_value(json_object_get(proot, "tokenizers_version")));
+    toks = json_object_get(proot, "tokenizers");
+    for (size_t i = 0; i < json_array_size(toks); i++) {
+        gdn_tokenizer *t = parity_one(json_array_get(toks, i));
+        tok_free(t);
+    }
+    no_template(gpt2, spm);
+    json_decref(proot);
     free(text);
 
     bad_input(gpt2, spm);

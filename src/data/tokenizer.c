@@ -289,6 +289,23 @@ bool tok_encode(const gdn_tokenizer *t, const char *text, size_t len, bool speci
     return encode_plain(t, text + start, len - start, specials, out, err, errlen);
 }
 
+tok_template tok_get_template(const gdn_tokenizer *t) {
+    // SentencePiece: a .model carries no rule to add <s> (spm_encode adds it only when asked,
+    // --extra_options=bos; Hugging Face's add_bos_token lives in tokenizer_config.json)
+    if (t->bpe) return bpe_template(t->bpe);
+    return (tok_template){0};
+}
+
+bool tok_encode_template(const gdn_tokenizer *t, const char *text, size_t len, bool specials,
+                         tok_ids *out, char *err, size_t errlen) {
+    tok_template tp = tok_get_template(t);
+    tok_ids_reserve(out, tp.n_prefix + tp.n_suffix);
+    for (size_t i = 0; i < tp.n_prefix; i++) tok_ids_push(out, tp.prefix[i]);
+    if (!tok_encode(t, text, len, specials, out, err, errlen)) return false;
+    for (size_t i = 0; i < tp.n_suffix; i++) tok_ids_push(out, tp.suffix[i]);
+    return true;
+}
+
 bool tok_decode(const gdn_tokenizer *t, const uint32_t *ids, size_t n, char **text, size_t *len,
                 char *err, size_t errlen) {
     tok_bytes b = {0};

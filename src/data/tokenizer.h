@@ -48,6 +48,20 @@ void tok_ids_free(tok_ids *v);
 // its added tokens); false: they are encoded as ordinary text. False + message on failure.
 bool tok_encode(const gdn_tokenizer *t, const char *text, size_t len, bool specials,
                 tok_ids *out, char *err, size_t errlen);
+// The post-processor's single-sequence template: the ids the `tokenizers` package puts before
+// and after a text when it encodes with add_special_tokens = True (a tokenizer.json's
+// "post_processor": Llama 3's TemplateProcessing gives prefix <|begin_of_text|>, BertProcessing
+// [CLS] / [SEP]). Owned by t. Empty for bytes, SentencePiece and a file without one.
+typedef struct {
+    const uint32_t *prefix, *suffix;
+    size_t n_prefix, n_suffix;
+} tok_template;
+tok_template tok_get_template(const gdn_tokenizer *t);
+// One text with the template: prefix ++ tok_encode(text) ++ suffix, the ids of the package's
+// encode(text, add_special_tokens = True) (`specials` as for tok_encode). tok_encode is the
+// add_special_tokens = False form.
+bool tok_encode_template(const gdn_tokenizer *t, const char *text, size_t len, bool specials,
+                         tok_ids *out, char *err, size_t errlen);
 // Decode ids to malloc'd bytes (*text, *len; NUL-terminated as well). An id >= vocab is an
 // error naming it.
 bool tok_decode(const gdn_tokenizer *t, const uint32_t *ids, size_t n, char **text, size_t *len,

@@ -27,6 +27,7 @@
 // normalizer, and x normalized when there is).
 #include "tokenizer_kinds.h"
 #include "tokenizer_norm.h"
+#include "tokenizer_post.h"
 #include "../core/common.h"
 #include <jansson.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -68,6 +69,7 @@ struct bpe_model {
     tok_special *norm_tokens;      // the "normalized" added tokens: their normalized text
     size_t n_norm_tokens;
     tok_added_set norm_set;        // over norm_tokens
+    tok_ids tpl_prefix, tpl_suffix;  // the post_processor's ids around a text (tokenizer_post.h)
 };
 
 // ---- GPT-2's byte <-> unicode map ---------------------------------------------------------
@@ -168,6 +170,8 @@ void bpe_free(bpe_model *m) {
     for (size_t i = 0; i < m->n_norm_tokens; i++) free(m->norm_tokens[i].text);
     free(m->norm_tokens);
     tok_norm_free(m->norm);
+    tok_ids_free(&m->tpl_prefix);
+    tok_ids_free(&m->tpl_suffix);
     free(m->dec_off);
     free(m->dec_data);
     free(m->dec_has);
@@ -180,6 +184,10 @@ int bpe_vocab_size(const bpe_model *m) { return m->vocab; }
 void bpe_specials(const bpe_model *m, const tok_special **list, size_t *n) {
     *list = m->specials;
     *n = m->n_specials;
+}
+tok_template bpe_template(const bpe_model *m) {
+    return (tok_template){.prefix = m->tpl_prefix.ids, .suffix = m->tpl_suffix.ids,
+                          .n_prefix = m->tpl_prefix.n, .n_suffix = m->tpl_suffix.n};
 }
 
 #define FAIL(...)                                  \
@@ -471,6 +479,13 @@ bpe_model *bpe_load_json(const char *text, size_t n, const char *what, char *err
     m->dec_off[nv] = off;
     free(str);
     free(slen);
+
+    // the post-processor's template: ids of the vocabulary and the added tokens
+    json_t *post = json_object_get(root, "post_processor");
+    if (post && !json_is_null(post) &&
+        !tok_post_load(post, m->dec_has, m->vocab, what, &m->tpl_prefix, &m->tpl_suffix, err,
+                       errlen))
+        goto fail;
 
     // encode: single bytes, merges, and (ignore_merges) whole words
     char u[4];

@@ -61,6 +61,8 @@ char *bpe_json_from_files(const char *vocab_path, const char *merges_path, size_
 void bpe_free(bpe_model *m);
 int bpe_vocab_size(const bpe_model *m);
 void bpe_specials(const bpe_model *m, const tok_special **list, size_t *n);
+// The post_processor's template (tokenizer_post.h); empty when the file has none.
+tok_template bpe_template(const bpe_model *m);
 // A segment of text between raw-matched added tokens: normalized, its normalized added tokens
 // split out (the special ones only with `specials`), and the rest pre-tokenized and merged.
 bool bpe_encode(const bpe_model *m, const char *text, size_t len, bool specials, tok_ids *out,
