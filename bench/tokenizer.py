@@ -88,7 +88,7 @@ def main():
     print("| tokenizer | threads | gdn.c MB/s | reference | reference MB/s | gdn.c / ref |")
     print("|---|---|---|---|---|---|")
     try:
-        for name in ("gpt2_bpe.json", "llama3_bpe.json"):
+        for name in ("gpt2_bpe.json", "llama3_bpe.json", "nfc_bpe.json", "seq_bpe.json"):
             tok = os.path.join(FIX, name)
             for threads in (1, 2):
                 mb, ids = ours(a.bin, tok, text, threads, a.repeat)
