@@ -9,10 +9,18 @@
 // bound on an input 20x the bound; bad inputs stop with a message naming file and line, or are
 // skipped and counted; an existing token set is refused without --overwrite and is left intact
 // by a failed --overwrite run.
+// --specials (tokenizer.json post-processors, tests/fixtures/tokenizers): with Llama 3's
+// TemplateProcessing and with BertProcessing each document is stored as the package's
+// encode(text, add_special_tokens=True) (tok_encode_template, checked against the package by
+// test_tokenizer) + [eot], a 12 kB document cut into pieces included; every document offset
+// points at a BOS and the sampler's document starts are the BOSes; the index and shards record
+// "specials" and the frame; --specials none stores [eot] + encode(text) as before, and so does
+// the default with a tokenizer without a template; a mix of sets framed differently is refused.
 // Usage: test_prepare_shards [BINARY_DIR SOURCE_DIR] (default: $GDN_BINARY_DIR, $GDN_SOURCE_DIR
 // as ctest sets them).
 #include "check.h"
 #include "fileutil.h"
+#include "../src/data/dataset.h"
 #include "../src/data/shards.h"
 #include "../src/data/tokenizer.h"
 #include <dirent.h>
@@ -107,7 +115,8 @@ static bool read_set(const char *dir, stream out[2], int *n_shards, uint64_t max
         }
         ok = d.n_tokens == ix.shards[i].tokens && d.n_docs == ix.shards[i].documents &&
              d.split == ix.shards[i].split && d.vocab_size == ix.vocab_size &&
-             d.eot_token == ix.eot_token && !strcmp(d.tokenizer_kind, ix.tokenizer_kind);
+             d.eot_token == ix.eot_token && !strcmp(d.tokenizer_kind, ix.tokenizer_kind) &&
+             !strcmp(d.specials, ix.specials);
         if (!ok) printf("    %s: index and shard disagree\n", p);
         // a shard closes at the first document end at or past --shard-tokens: only its last
         // document may cross the size
@@ -161,6 +170,62 @@ static void expected_set(const char *jsonl, uint64_t seed, double frac, stream o
     free(line);
     fclose(fp);
     tok_free(tok);
+}
+
+// How gdn-prepare frames a document, computed here from the tokenizer alone.
+enum { FRAME_NONE, FRAME_TEMPLATE };
+
+// The expected streams for `tok`: the documents of jsonl, then the text file `extra` (one
+// document; NULL: none), each encoded whole, split by the rule: FRAME_NONE: [eot] +
+// tok_encode(text); FRAME_TEMPLATE with a template that adds ids: tok_encode_template(text) +
+// [eot], else as FRAME_NONE.
+static void expected_docs(const char *jsonl, const char *extra, const gdn_tokenizer *tok,
+                          int mode, uint64_t seed, double frac, stream out[2]) {
+    char err[512];
+    memset(out, 0, 2 * sizeof *out);
+    FILE *fp = fopen(jsonl, "rb");
+    if (!fp) gdn_die("cannot read %s", jsonl);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    uint64_t ordinal = 0;
+    tok_template tp = tok_get_template(tok);
+    bool tpl = mode == FRAME_TEMPLATE && tp.n_prefix + tp.n_suffix > 0;
+    int eot = tok_eot(tok);
+    for (;;) {
+        char *text = NULL;
+        size_t n = 0;
+        json_t *j = NULL;
+        if ((len = getline(&line, &cap, fp)) > 0) {
+            json_error_t je;
+            j = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &je);
+            if (!j) gdn_die("%s: %s", jsonl, je.text);
+            json_t *t = json_object_get(j, "text");
+            text = gdn_malloc(json_string_length(t) + 1);
+            n = json_string_length(t);
+            memcpy(text, json_string_value(t), n);
+        } else if (extra) {
+            text = file_read_all(extra, &n);
+            if (!text) gdn_die("cannot read %s", extra);
+            extra = NULL;
+        } else {
+            break;
+        }
+        tok_ids ids = {0};
+        uint32_t e = (uint32_t)eot;
+        bool ok = tpl ? tok_encode_template(tok, text, n, false, &ids, err, sizeof err)
+                      : tok_encode(tok, text, n, false, &ids, err, sizeof err);
+        if (!ok) gdn_die("%s", err);
+        int split = shard_doc_is_val(seed, ordinal++, frac) ? 1 : 0;
+        if (eot >= 0 && !tpl) stream_push(&out[split], &e, 1, false);
+        stream_push(&out[split], ids.ids, ids.n, !(eot >= 0 && tpl));
+        if (eot >= 0 && tpl) stream_push(&out[split], &e, 1, true);
+        tok_ids_free(&ids);
+        json_decref(j);
+        free(text);
+    }
+    free(line);
+    fclose(fp);
 }
 
 static bool files_equal(const char *a, const char *b) {
@@ -356,6 +421,154 @@ static void test_bad_inputs(void) {
     for (int s = 0; s < 2; s++) stream_free(&got[s]);
 }
 
+// The index's specials and frame.
+static bool index_frame_is(const char *dir, const char *specials, const uint32_t *prefix,
+                           size_t np, const uint32_t *suffix, size_t ns) {
+    char err[1024], base[600];
+    shard_index ix;
+    if (!shard_index_read(dir, &ix, base, sizeof base, err, sizeof err)) {
+        printf("    %s\n", err);
+        return false;
+    }
+    bool ok = !strcmp(ix.specials, specials) && ix.frame.n_prefix == np &&
+              ix.frame.n_suffix == ns &&
+              (!np || !memcmp(ix.frame.prefix, prefix, np * sizeof *prefix)) &&
+              (!ns || !memcmp(ix.frame.suffix, suffix, ns * sizeof *suffix));
+    if (!ok) printf("    index: specials \"%s\", %zu + %zu frame ids\n", ix.specials,
+                    ix.frame.n_prefix, ix.frame.n_suffix);
+    shard_index_free(&ix);
+    return ok;
+}
+
+// Documents sampling over the set: every document start the sampler reports (doc_start[t] == t,
+// t > 0) holds `bos`, and every `bos` in a row is a document start.
+static bool starts_at_bos(const char *dir, uint32_t bos, int *starts) {
+    char err[1024];
+    data_source src;
+    if (!data_source_open(&src, dir, "", err, sizeof err)) {
+        printf("    %s\n", err);
+        return false;
+    }
+    enum { B = 4, T = 48 };
+    sampler_params p = {.src = &src, .split = DATA_SPLIT_TRAIN, .documents = true, .B = B,
+                        .T = T, .seed = 3, .rank = 0, .world = 1, .n_mb = 1};
+    batch_sampler sm;
+    bool ok = sampler_init(&sm, &p, err, sizeof err);
+    if (!ok) printf("    %s\n", err);
+    int32_t x[B * T], y[B * T], ds[B * T];
+    *starts = 0;
+    for (int step = 0; ok && step < 100; step++) {
+        sampler_next(&sm, x, y, ds);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                bool start = ds[b * T + t] == t, is_bos = x[b * T + t] == (int32_t)bos;
+                if (t > 0 && start != is_bos) ok = false;
+                *starts += t > 0 && start;
+            }
+    }
+    if (ok || sm.row) sampler_free(&sm);
+    data_source_close(&src);
+    return ok;
+}
+
+static void test_specials(void) {
+    printf("== --specials: the tokenizer.json post-processor's template around each document\n");
+    char args[6144], exp[800], tokdir[800], tokpath[900], big[600], out[3][600];
+    snprintf(exp, sizeof exp, "%s/expected-file.jsonl", fix);
+    snprintf(tokdir, sizeof tokdir, "%s/../tokenizers", fix);
+    snprintf(big, sizeof big, "%s/specials-long.txt", tmp);
+    write_big(big, 12000, true);   // 12 kB: pieces of 1 KiB at --batch-bytes 4096
+    const char *common = "--val-fraction 0.3 --seed 7 --shard-tokens 300 --batch-bytes 4096";
+    static const struct {
+        const char *file, *what;
+    } toks[] = {{"llama3_post_bpe.json", "Llama 3: Sequence[ByteLevel, TemplateProcessing]"},
+                {"bert_bpe.json", "BertProcessing"},
+                {"gpt2_bpe.json", "no post_processor"}};
+    for (int k = 0; k < 3; k++) {
+        char err[1024];
+        snprintf(tokpath, sizeof tokpath, "%s/%s", tokdir, toks[k].file);
+        gdn_tokenizer *tok = tok_load(tokpath, err, sizeof err);
+        if (!tok) gdn_die("%s", err);
+        tok_template tp = tok_get_template(tok);
+        uint32_t eot = (uint32_t)tok_eot(tok);
+        printf("  -- %s (%s): template %zu + %zu ids, eot %u\n", toks[k].file, toks[k].what,
+               tp.n_prefix, tp.n_suffix, eot);
+        const char *modes[3] = {"", "--specials template --threads 2", "--specials none"};
+        for (int m = 0; m < 3; m++) {
+            snprintf(out[m], sizeof out[m], "%s/specials-%d-%d", tmp, k, m);
+            snprintf(args, sizeof args, "--input '%s/corpus' --input '%s' --tokenizer '%s' "
+                     "--out '%s' %s %s", fix, big, tokpath, out[m], common, modes[m]);
+            check(prepare(args) == 0, "%s: exit 0", m == 0 ? "default" : modes[m]);
+        }
+        stream got[3][2], want[2][2];
+        for (int m = 0; m < 3; m++) read_set(out[m], got[m], NULL, 0);
+        expected_docs(exp, big, tok, FRAME_TEMPLATE, 7, 0.3, want[0]);
+        expected_docs(exp, big, tok, FRAME_NONE, 7, 0.3, want[1]);
+        bool tpl = tp.n_prefix + tp.n_suffix > 0;
+        check(stream_eq(&got[0][0], &want[0][0]) && stream_eq(&got[0][1], &want[0][1]),
+              "default: each document = %s (%zu + %zu docs, %zu tokens)",
+              tpl ? "encode(text, add_special_tokens=True) + [eot]" : "[eot] + encode(text)",
+              got[0][0].n_docs, got[0][1].n_docs, got[0][0].n + got[0][1].n);
+        check(stream_eq(&got[1][0], &got[0][0]) && stream_eq(&got[1][1], &got[0][1]),
+              "--specials template, 2 threads: the same tokens and offsets");
+        check(stream_eq(&got[2][0], &want[1][0]) && stream_eq(&got[2][1], &want[1][1]),
+              "--specials none: [eot] + encode(text), the layout without templates");
+        // offsets at each BOS: the first id of every document is the template's first, and it
+        // appears nowhere else
+        if (tpl) {
+            size_t at_start = 0, docs = 0, elsewhere = 0, ends = 0;
+            for (int sp = 0; sp < 2; sp++) {
+                const stream *g = &got[0][sp];
+                docs += g->n_docs;
+                for (size_t d = 0; d < g->n_docs; d++) {
+                    uint64_t a = d ? g->off[d] : 0, b = g->off[d + 1];   // (off[0] is unset)
+                    at_start += b > a && g->tok[a] == tp.prefix[0];
+                    ends += b > a && g->tok[b - 1] == eot;
+                    for (uint64_t i = a + 1; i < b; i++) elsewhere += g->tok[i] == tp.prefix[0];
+                }
+            }
+            check(docs > 0 && at_start == docs && ends == docs && elsewhere == 0,
+                  "every offset points at its document's %u (%zu/%zu), the eot ends each "
+                  "(%zu), %zu elsewhere", tp.prefix[0], at_start, docs, ends, elsewhere);
+            int starts = 0;
+            bool bos_ok = starts_at_bos(out[0], tp.prefix[0], &starts);
+            check(bos_ok && starts >= 10, "documents sampling: the %d document starts in 100 "
+                  "batches of 4 x 48 are the %u tokens", starts, tp.prefix[0]);
+        }
+        uint32_t suffix[8];
+        if (tp.n_suffix) memcpy(suffix, tp.suffix, tp.n_suffix * sizeof *suffix);
+        suffix[tp.n_suffix] = eot;
+        check(tpl ? index_frame_is(out[0], "template", tp.prefix, tp.n_prefix, suffix,
+                                   tp.n_suffix + 1)
+                  : index_frame_is(out[0], "template", &eot, 1, NULL, 0),
+              "index.json: specials \"template\", doc_prefix / doc_suffix the frame "
+              "(shards: attribute specials too)");
+        check(index_frame_is(out[2], "none", &eot, 1, NULL, 0),
+              "--specials none: index.json specials \"none\", doc_prefix [eot], doc_suffix []");
+        // a mix must frame its documents alike
+        char mix[4200];
+        data_source src;
+        snprintf(mix, sizeof mix, "%s:1, %s:1", out[0], out[2]);
+        bool opened = data_source_open(&src, out[0], mix, err, sizeof err);
+        if (opened) data_source_close(&src);
+        if (tpl)
+            check(!opened && strstr(err, "frame its documents alike") && strstr(err, out[2]),
+                  "data.mix of the template set and the none set: refused, naming the set");
+        else
+            check(opened, "data.mix of the template and none sets (the same frame): opens");
+        if (!opened) printf("    message: %s\n", err);
+        for (int m = 0; m < 3; m++)
+            for (int sp = 0; sp < 2; sp++) stream_free(&got[m][sp]);
+        for (int m = 0; m < 2; m++)
+            for (int sp = 0; sp < 2; sp++) stream_free(&want[m][sp]);
+        tok_free(tok);
+    }
+    snprintf(args, sizeof args, "--input '%s/corpus' --out '%s/specials-bad' --specials bos", fix,
+             tmp);
+    check(prepare(args) == 2 && log_has("--specials must be template or none"),
+          "--specials bos: usage error naming the choices");
+}
+
 static void remove_all(const char *dir) {
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -375,6 +588,7 @@ int main(int argc, char **argv) {
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmp)) gdn_die("mkdtemp failed");
     test_parity();
+    test_specials();
     test_big_document();
     test_bad_inputs();
     test_memory();

@@ -50,6 +50,7 @@ typedef struct {
     size_t batch_bytes;
     corpus_options corpus;
     bool skip_bad, overwrite;
+    bool template_specials;      // --specials template: the tokenizer's template around documents
 } prep_options;
 
 static void usage(FILE *fp) {
@@ -77,6 +78,10 @@ static void usage(FILE *fp) {
         "                      (tokenizer.json, vocab.json + merges.txt, SentencePiece .model),\n"
         "                      or bpe | spm with --vocab N: train one on the corpus first\n"
         "  --vocab N           the trained tokenizer's vocabulary size\n"
+        "  --specials MODE     template (default): each document as Hugging Face's\n"
+        "                      encode(text) makes it, with the tokenizer.json post-processor's\n"
+        "                      ids (Llama 3: <|begin_of_text|> first), then the eot; none: the\n"
+        "                      eot, then the text's ids alone (add_special_tokens=False)\n"
         "  --train-mb MB       text the tokenizer trainer reads, from the first documents\n"
         "                      (default 256); trained on --threads threads\n"
         "  --train-mem MB      bpe: memory for the trainer's word counts (default 1024; the\n"
@@ -345,7 +350,8 @@ typedef struct {
     tok_ids newline;             // .h5 output: the ids of "\n" put between documents
     char v1_last;                // .h5 output: the last byte of the previous document
     int split;                   // the open document's split, -1 when none is open
-    uint64_t docs[2], tokens[2];
+    const shard_frame *frame;    // shards output: the ids the writer puts around each document
+    uint64_t docs[2], tokens[2];  // tokens: as written (frames included)
     uint64_t bad, unsafe_cuts;
 } sink;
 
@@ -368,6 +374,7 @@ static void sink_begin(sink *s, uint64_t ordinal) {
         return;
     }
     if (!shard_writer_doc_begin(s->w[s->split], err, sizeof err)) fail("%s", err);
+    s->tokens[s->split] += s->frame->n_prefix;
 }
 
 static void sink_append(sink *s, const uint32_t *ids, size_t n) {
@@ -389,8 +396,12 @@ static void sink_append(sink *s, const uint32_t *ids, size_t n) {
 static void sink_end(sink *s, char last_byte) {
     char err[1024];
     s->docs[s->split]++;
-    if (s->o->v1) s->v1_last = last_byte;
-    else if (!shard_writer_doc_end(s->w[s->split], err, sizeof err)) fail("%s", err);
+    if (s->o->v1) {
+        s->v1_last = last_byte;
+    } else {
+        if (!shard_writer_doc_end(s->w[s->split], err, sizeof err)) fail("%s", err);
+        s->tokens[s->split] += s->frame->n_suffix;
+    }
     s->split = -1;
 }
 
@@ -399,6 +410,7 @@ static void sink_abort(sink *s, uint64_t n_tok) {
     s->tokens[s->split] -= n_tok;
     if (s->o->v1) s->v1[0].n -= n_tok;
     else if (!shard_writer_doc_abort(s->w[s->split], err, sizeof err)) fail("%s", err);
+    else s->tokens[s->split] -= s->frame->n_prefix;
     s->split = -1;
 }
 
@@ -736,6 +748,7 @@ static void parse_options(int argc, char **argv, prep_options *o) {
     o->corpus.split = CORPUS_SPLIT_FILE;
     o->corpus.text_field = "text";
     o->train_bytes = DEFAULT_TRAIN_BYTES;
+    o->template_specials = true;
     for (int i = 1; i < argc; i++) {
         char *end;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -792,6 +805,10 @@ static void parse_options(int argc, char **argv, prep_options *o) {
             if (!strcmp(v, "skip")) o->skip_bad = true;
             else if (!strcmp(v, "stop")) o->skip_bad = false;
             else bad_usage("--on-error must be stop or skip, not", v);
+        } else if ((v = flag_value(argc, argv, &i, "--specials"))) {
+            if (!strcmp(v, "template")) o->template_specials = true;
+            else if (!strcmp(v, "none")) o->template_specials = false;
+            else bad_usage("--specials must be template or none, not", v);
         } else if (!strcmp(argv[i], "--overwrite")) {
             o->overwrite = true;
         } else {
@@ -876,7 +893,13 @@ int main(int argc, char **argv) {
     size_t blob_len;
     tok_blob(tok, &blob, &blob_len);
 
-    sink s = {.o = &o, .split = -1};
+    // the ids around each document (shards.h): the tokenizer's template with --specials template
+    tok_template tpl = o.template_specials ? tok_get_template(tok) : (tok_template){0};
+    shard_frame frame;
+    shard_frame_make(&frame, eot, tpl.prefix, tpl.n_prefix, tpl.suffix, tpl.n_suffix);
+    const char *specials = o.template_specials ? SHARD_SPECIALS_TEMPLATE : SHARD_SPECIALS_NONE;
+
+    sink s = {.o = &o, .split = -1, .frame = &frame};
     shard_writer_config wc[2];
     if (o.v1) {
         if (!strcmp(kind, "bpe"))
@@ -887,7 +910,8 @@ int main(int argc, char **argv) {
         for (int sp = 0; sp < 2; sp++) {
             wc[sp] = (shard_writer_config){.dir = cleanup.tmp_dir, .split = sp, .vocab_size = vocab,
                                           .eot_token = eot, .tokenizer_kind = kind, .blob = blob,
-                                          .blob_len = blob_len, .shard_tokens = o.shard_tokens};
+                                          .blob_len = blob_len, .shard_tokens = o.shard_tokens,
+                                          .specials = specials, .frame = &frame};
             s.w[sp] = cleanup.w[sp] = shard_writer_open(&wc[sp]);
         }
     }
@@ -895,7 +919,8 @@ int main(int argc, char **argv) {
     run_pipeline(&o, tok, &s);
     if (s.docs[0] + s.docs[1] == 0) fail("the inputs hold no documents");
 
-    shard_index ix = {.vocab_size = vocab, .eot_token = eot};
+    shard_index ix = {.vocab_size = vocab, .eot_token = eot, .frame = frame};
+    snprintf(ix.specials, sizeof ix.specials, "%s", specials);
     if (o.v1) {
         size_t n = s.v1[0].n, n_train = (size_t)((double)n * (1.0 - o.val_fraction));
         if (n_train > n) n_train = n;
@@ -929,7 +954,10 @@ int main(int argc, char **argv) {
         publish(&o, &ix);
         printf("gdn-prepare: wrote %s (%d shards)\n", o.out, ix.n_shards);
         printf("  tokenizer  %s%s%s\n", kind, blob_len ? " " : "", blob_len ? ix.tokenizer_file : "");
+        char fr[200];
+        shard_frame_describe(&frame, fr, sizeof fr);
         printf("  eot        %d\n", eot);
+        printf("  specials   %s: each document stored as %s\n", specials, fr);
         free(ix.shards);
         for (int sp = 0; sp < 2; sp++) {
             shard_writer_free(s.w[sp]);
@@ -956,6 +984,7 @@ int main(int argc, char **argv) {
     printf("  time       %.2f s\n", gdn_now() - t0);
     tok_ids_free(&s.v1[0]);
     tok_ids_free(&s.newline);
+    shard_frame_free(&frame);
     tok_free(tok);
     free(o.inputs);
     return 0;

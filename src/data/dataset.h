@@ -15,6 +15,7 @@ extern "C" {
 #include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
+#include "shards.h"
 
 enum { DATA_SPLIT_TRAIN = 0, DATA_SPLIT_VAL = 1 };
 
@@ -46,13 +47,16 @@ bool tokfile_write(const char *path, int vocab_size, const char *tokenizer, int 
 // A token set is what data.path names: a version-1 file (above), or a directory of shards written
 // by gdn-prepare with its index.json (or the index.json itself). Shard file: root attributes
 // format = "gdn-tokens", version = 2, split = "train" | "val", vocab_size, eot_token (-1 none),
-// tokenizer_kind ("bytes" | "bpe" | "spm"), shard (index within its split); /tokens (1-D uint16,
-// uint32 when vocab_size > 65536), /doc_offsets (1-D uint64, n_docs + 1 entries: document i is
-// tokens [doc_offsets[i], doc_offsets[i+1])), /tokenizer (1-D uint8, the tokenizer blob).
+// tokenizer_kind ("bytes" | "bpe" | "spm"), shard (index within its split), specials ("template"
+// | "none"; absent: "none"); /tokens (1-D uint16, uint32 when vocab_size > 65536), /doc_offsets
+// (1-D uint64, n_docs + 1 entries: document i is tokens [doc_offsets[i], doc_offsets[i+1])),
+// /tokenizer (1-D uint8, the tokenizer blob).
 // index.json: {"format": "gdn-token-index", "version": 1, "vocab_size", "eot_token",
-// "tokenizer_kind", "tokenizer_file", "shards": [{"path", "split", "tokens", "documents"}, ...],
-// "totals": {...}}; shard paths are relative to the index's directory. A split of a set is the
-// concatenation of its shards in index order (token offsets run on across shards).
+// "tokenizer_kind", "specials", "doc_prefix", "doc_suffix", "tokenizer_file", "shards": [{"path",
+// "split", "tokens", "documents"}, ...], "totals": {...}}; shard paths are relative to the
+// index's directory; doc_prefix / doc_suffix are the ids around every document (shards.h's
+// shard_frame). A split of a set is the concatenation of its shards in index order (token
+// offsets run on across shards).
 typedef struct {
     char path[1024];          // the shard file
     int64_t file, tokens;     // hid_t of the file and of /tokens
@@ -68,6 +72,8 @@ typedef struct {
     int vocab_size, eot_token;
     char tokenizer_kind[16];  // "bytes" | "bpe" | "spm"
     char tokenizer[512];      // v1: its tokenizer attribute ("bytes", "spm:<model>"); shards: the kind
+    char specials[16];        // shards: the index's specials ("none" for v1 files)
+    shard_frame frame;        // shards: the ids around every document (empty for v1 files)
     uint8_t *tokenizer_blob;  // shards: the first shard's /tokenizer (NULL for v1 files and empty blobs)
     size_t tokenizer_blob_len;
     uint64_t n_tokens[2];     // per split
@@ -79,7 +85,8 @@ typedef struct {
 
 // Open and validate a set. Shards: the index parses and names format/version 1; every shard
 // exists, its attributes agree with the index (vocab_size, eot_token, tokenizer_kind, split,
-// shard number), its /tokens and /doc_offsets have the index's lengths and consistent offsets.
+// shard number, specials), its /tokens and /doc_offsets have the index's lengths and consistent
+// offsets.
 // Tokens are checked < vocab_size as they are read (a v1 file checks them all at open). False +
 // a message naming the file (index.json or the shard) and the field on failure.
 bool tokset_open(token_set *s, const char *path, char *err, size_t errlen);
@@ -98,7 +105,8 @@ typedef struct {
 
 // mix = "" (data.path alone) or "PATH:WEIGHT, PATH:WEIGHT, ..." (weights > 0, normalised here;
 // the last ':' of an entry separates its weight). Every set of a mix has the same vocab_size,
-// eot_token and tokenizer (kind and blob) as the first. False + message naming the file.
+// eot_token and tokenizer (kind and blob) as the first, and every shard set the same document
+// frame (doc_prefix, doc_suffix). False + message naming the file.
 bool data_source_open(data_source *d, const char *path, const char *mix, char *err, size_t errlen);
 void data_source_close(data_source *d);
 
@@ -117,8 +125,8 @@ void data_source_close(data_source *d);
 // of seed, split and epoch), concatenated into one stream over the epochs; global row R = s G + j
 // is stream tokens [R T, R T + T + 1); a document longer than the rest of its row continues in
 // the next row. doc_start[b*T + t] = the index within row b of the first token of the document
-// that token t belongs to (0 when that document began before the row); with an eot id the
-// document's first token is its eot.
+// that token t belongs to (0 when that document began before the row); the document's first
+// token is the first id of its frame (the eot, or the template's BOS: shards.h's shard_frame).
 // mix (data_source.n > 1): global row number R = s G + j goes to set k by a deterministic
 // interleave (set 0 takes R iff floor((R+1) w0) > floor(R w0), the others share the rest the
 // same way, with integer weights); the set's own row count before R is its row in its stream

@@ -25,6 +25,64 @@ bool shard_doc_is_val(uint64_t seed, uint64_t ordinal, double val_fraction) {
     return rng_uniform_at(seed, ordinal) < val_fraction;
 }
 
+// ---- document frames ------------------------------------------------------------------------
+
+static uint32_t *ids_dup(const uint32_t *ids, size_t n) {
+    if (n == 0) return NULL;
+    uint32_t *d = gdn_malloc(n * sizeof *d);
+    memcpy(d, ids, n * sizeof *d);
+    return d;
+}
+
+void shard_frame_make(shard_frame *f, int eot, const uint32_t *tpl_prefix, size_t n_tpl_prefix,
+                      const uint32_t *tpl_suffix, size_t n_tpl_suffix) {
+    memset(f, 0, sizeof *f);
+    uint32_t e = (uint32_t)eot;
+    size_t ne = eot >= 0;
+    if (n_tpl_prefix + n_tpl_suffix == 0) {   // [eot] + text
+        f->prefix = ids_dup(&e, ne);
+        f->n_prefix = ne;
+        return;
+    }
+    f->prefix = ids_dup(tpl_prefix, n_tpl_prefix);
+    f->n_prefix = n_tpl_prefix;
+    f->n_suffix = n_tpl_suffix + ne;          // template prefix + text + template suffix + [eot]
+    f->suffix = gdn_malloc(f->n_suffix * sizeof *f->suffix);
+    if (n_tpl_suffix) memcpy(f->suffix, tpl_suffix, n_tpl_suffix * sizeof *f->suffix);
+    if (ne) f->suffix[n_tpl_suffix] = e;
+}
+
+void shard_frame_free(shard_frame *f) {
+    free(f->prefix);
+    free(f->suffix);
+    memset(f, 0, sizeof *f);
+}
+
+bool shard_frame_equal(const shard_frame *a, const shard_frame *b) {
+    return a->n_prefix == b->n_prefix && a->n_suffix == b->n_suffix &&
+           (!a->n_prefix || !memcmp(a->prefix, b->prefix, a->n_prefix * sizeof *a->prefix)) &&
+           (!a->n_suffix || !memcmp(a->suffix, b->suffix, a->n_suffix * sizeof *a->suffix));
+}
+
+static size_t describe_ids(const uint32_t *ids, size_t n, char *out, size_t outlen) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 1 < outlen; i++) {
+        int w = snprintf(out + k, outlen - k, "%s%u", i ? ", " : "[", ids[i]);
+        k = w < 0 ? k : GDN_MIN(outlen - 1, k + (size_t)w);
+    }
+    if (n && k + 1 < outlen) out[k++] = ']';
+    out[k < outlen ? k : outlen - 1] = 0;
+    return k;
+}
+
+void shard_frame_describe(const shard_frame *f, char *out, size_t outlen) {
+    if (outlen == 0) return;
+    size_t k = describe_ids(f->prefix, f->n_prefix, out, outlen);
+    snprintf(out + k, outlen - k, "%stext%s", f->n_prefix ? " " : "", f->n_suffix ? " " : "");
+    k = strlen(out);
+    describe_ids(f->suffix, f->n_suffix, out + k, outlen - k);
+}
+
 // ---- HDF5 errors (quiet stacks and HDF5's reason: h5_read.h) --------------------------------
 
 // A failing writer call: `what` into step, then to the cleanup.
@@ -160,7 +218,9 @@ static bool shard_create(shard_writer *w, char *err, size_t errlen) {
                  attr_int(w->file, "vocab_size", w->c.vocab_size) &&
                  attr_int(w->file, "eot_token", w->c.eot_token) &&
                  attr_str(w->file, "tokenizer_kind", w->c.tokenizer_kind) &&
-                 attr_int(w->file, "shard", index);
+                 attr_int(w->file, "shard", index) &&
+                 attr_str(w->file, "specials",
+                          w->c.specials ? w->c.specials : SHARD_SPECIALS_NONE);
     H5TRY(attrs ? 0 : -1, "writing attributes");
     hid_t tok_type = w->c.vocab_size <= 65536 ? H5T_STD_U16LE : H5T_STD_U32LE;
     w->ds_tok = make_dataset(w->file, "/tokens", tok_type, TOKEN_CHUNK, H5T_NATIVE_UINT32, NULL, 0);
@@ -268,10 +328,8 @@ bool shard_writer_doc_begin(shard_writer *w, char *err, size_t errlen) {
     bool ok = w->open || shard_create(w, err, errlen);
     if (ok) {
         w->doc_start = w->n_tok;
-        if (w->c.eot_token >= 0) {
-            uint32_t eot = (uint32_t)w->c.eot_token;
-            ok = push_tokens(w, &eot, 1, err, errlen);
-        }
+        if (w->c.frame && w->c.frame->n_prefix)
+            ok = push_tokens(w, w->c.frame->prefix, w->c.frame->n_prefix, err, errlen);
     }
     h5_quiet_end(&q);
     return ok;
@@ -290,6 +348,12 @@ bool shard_writer_doc_end(shard_writer *w, char *err, size_t errlen) {
     h5_quiet q;
     h5_quiet_begin(&q);
     bool ok = true;
+    if (w->c.frame && w->c.frame->n_suffix)
+        ok = push_tokens(w, w->c.frame->suffix, w->c.frame->n_suffix, err, errlen);
+    if (!ok) {
+        h5_quiet_end(&q);
+        return false;
+    }
     w->n_docs++;
     w->offs[w->n_offs++] = w->n_tok;
     if (w->n_offs == OFFSET_BUF && !flush_offsets(w))
@@ -360,9 +424,18 @@ bool shard_index_write(const char *dir, const shard_index *ix, char *err, size_t
         json_object_set_new(tot, shard_split_name[s],
                             json_pack("{s:I, s:I}", "tokens", (json_int_t)tokens[s], "documents",
                                       (json_int_t)docs[s]));
-    json_t *root = json_pack("{s:s, s:i, s:i, s:i, s:s}", "format", SHARD_INDEX_FORMAT, "version",
-                             SHARD_INDEX_VERSION, "vocab_size", ix->vocab_size, "eot_token",
-                             ix->eot_token, "tokenizer_kind", ix->tokenizer_kind);
+    json_t *root = json_pack("{s:s, s:i, s:i, s:i, s:s, s:s}", "format", SHARD_INDEX_FORMAT,
+                             "version", SHARD_INDEX_VERSION, "vocab_size", ix->vocab_size,
+                             "eot_token", ix->eot_token, "tokenizer_kind", ix->tokenizer_kind,
+                             "specials", ix->specials[0] ? ix->specials : SHARD_SPECIALS_NONE);
+    const uint32_t *frame_ids[2] = {ix->frame.prefix, ix->frame.suffix};
+    const size_t frame_n[2] = {ix->frame.n_prefix, ix->frame.n_suffix};
+    for (int k = 0; k < 2; k++) {
+        json_t *a = json_array();
+        for (size_t i = 0; i < frame_n[k]; i++)
+            json_array_append_new(a, json_integer((json_int_t)frame_ids[k][i]));
+        json_object_set_new(root, k ? "doc_suffix" : "doc_prefix", a);
+    }
     if (ix->tokenizer_file[0])
         json_object_set_new(root, "tokenizer_file", json_string(ix->tokenizer_file));
     json_object_set_new(root, "shards", shards);
@@ -399,6 +472,7 @@ bool shard_index_write(const char *dir, const shard_index *ix, char *err, size_t
 
 void shard_index_free(shard_index *ix) {
     free(ix->shards);
+    shard_frame_free(&ix->frame);
     memset(ix, 0, sizeof *ix);
 }
 
@@ -459,6 +533,51 @@ static bool index_entry(const json_t *e, size_t i, const char *file, shard_entry
     snprintf(d->path, sizeof d->path, "%s", p);
     d->tokens = (uint64_t)tok;
     d->documents = (uint64_t)doc;
+    return true;
+}
+
+// "specials", "doc_prefix", "doc_suffix" into ix (vocab_size and eot_token read): absent (an
+// index of an older gdn-prepare), "none" and the frame [eot] + text.
+static bool index_frame(const json_t *root, const char *file, shard_index *ix, char *err,
+                        size_t errlen) {
+    const json_t *sp = json_object_get(root, "specials");
+    const char *v = SHARD_SPECIALS_NONE;
+    if (sp && !json_str(root, file, "", "specials", &v, err, errlen)) return false;
+    if (strcmp(v, SHARD_SPECIALS_NONE) && strcmp(v, SHARD_SPECIALS_TEMPLATE)) {
+        snprintf(err, errlen, "%s: 'specials' is \"%s\", expected \"template\" or \"none\"", file,
+                 v);
+        return false;
+    }
+    snprintf(ix->specials, sizeof ix->specials, "%s", v);
+    const json_t *a[2] = {json_object_get(root, "doc_prefix"), json_object_get(root, "doc_suffix")};
+    if (!a[0] && !a[1]) {
+        shard_frame_make(&ix->frame, ix->eot_token, NULL, 0, NULL, 0);
+        return true;
+    }
+    uint32_t **ids[2] = {&ix->frame.prefix, &ix->frame.suffix};
+    size_t *n[2] = {&ix->frame.n_prefix, &ix->frame.n_suffix};
+    for (int k = 0; k < 2; k++) {
+        const char *key = k ? "doc_suffix" : "doc_prefix";
+        size_t len = json_array_size(a[k]);
+        if (!json_is_array(a[k]) || len > 4096) {
+            snprintf(err, errlen, "%s: '%s' is %s, expected an array of token ids (with '%s')",
+                     file, key, a[k] ? "not an array of at most 4096" : "missing",
+                     k ? "doc_prefix" : "doc_suffix");
+            return false;
+        }
+        *ids[k] = len ? gdn_malloc(len * sizeof **ids[k]) : NULL;
+        *n[k] = len;
+        for (size_t i = 0; i < len; i++) {
+            const json_t *e = json_array_get(a[k], i);
+            json_int_t id = json_is_integer(e) ? json_integer_value(e) : -1;
+            if (id < 0 || id >= ix->vocab_size) {
+                snprintf(err, errlen, "%s: '%s'[%zu] is not a token id in [0, %d)", file, key, i,
+                         ix->vocab_size);
+                return false;
+            }
+            (*ids[k])[i] = (uint32_t)id;
+        }
+    }
     return true;
 }
 
@@ -527,6 +646,7 @@ bool shard_index_read(const char *path, shard_index *ix, char *dir_out, size_t d
         ix->eot_token = (int)eot;
         snprintf(ix->tokenizer_kind, sizeof ix->tokenizer_kind, "%s", kind);
     }
+    ok = ok && index_frame(root, file, ix, err, errlen);
     const json_t *tf = ok ? json_object_get(root, "tokenizer_file") : NULL;
     if (tf) {
         const char *t = json_is_string(tf) ? json_string_value(tf) : NULL;
@@ -666,6 +786,13 @@ bool shard_read(const char *path, shard_data *d, char *err, size_t errlen) {
         goto done;
     }
     d->split = !strcmp(split, "val");
+    htri_t has_sp = H5Aexists(f, "specials");
+    if (has_sp <= 0) snprintf(d->specials, sizeof d->specials, "%s", SHARD_SPECIALS_NONE);
+    if (has_sp < 0 || (has_sp > 0 && !read_attr_str(f, "specials", d->specials,
+                                                    sizeof d->specials))) {
+        snprintf(err, errlen, "%s: bad attribute specials", path);
+        goto done;
+    }
     uint64_t n_off = 0, n_blob = 0;
     d->tokens = read_all(f, "/tokens", H5T_NATIVE_UINT32, 4, &d->n_tokens);
     d->doc_offsets = read_all(f, "/doc_offsets", H5T_NATIVE_UINT64, 8, &n_off);

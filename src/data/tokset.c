@@ -155,6 +155,16 @@ static bool shard_open(token_set *s, token_shard *sh, int split, int ordinal, ui
                  shard, shard_split_name[split], ordinal, s->index);
         ok = false;
     }
+    char specials[16] = SHARD_SPECIALS_NONE;   // absent in shards of an older gdn-prepare
+    htri_t has_sp = ok ? H5Aexists(f, "specials") : 0;
+    if (has_sp < 0) ok = h5_damaged(path, "attribute 'specials'", err, errlen);
+    ok = ok && (has_sp == 0 || h5_attr_str(f, path, "specials", specials, sizeof specials, err,
+                                           errlen));
+    if (ok && strcmp(specials, s->specials) != 0) {
+        snprintf(err, errlen, "%s: attribute 'specials' is \"%s\" but %s says \"%s\"", path,
+                 specials, s->index, s->specials);
+        ok = false;
+    }
     if (!ok) return false;
 
     hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
@@ -224,6 +234,9 @@ static bool shards_open(token_set *s, char *err, size_t errlen) {
     s->eot_token = ix.eot_token;
     snprintf(s->tokenizer_kind, sizeof s->tokenizer_kind, "%s", ix.tokenizer_kind);
     snprintf(s->tokenizer, sizeof s->tokenizer, "%s", ix.tokenizer_kind);
+    snprintf(s->specials, sizeof s->specials, "%s", ix.specials);
+    s->frame = ix.frame;   // the set owns it now
+    memset(&ix.frame, 0, sizeof ix.frame);
 
     // the shard tables per split, in index order
     bool ok = true;
@@ -301,6 +314,7 @@ bool tokset_open(token_set *s, const char *path, char *err, size_t errlen) {
         if (!tokfile_open(&s->v1, path, err, errlen)) return false;
         s->vocab_size = s->v1.vocab_size;
         s->eot_token = s->v1.eot_token;
+        snprintf(s->specials, sizeof s->specials, "%s", SHARD_SPECIALS_NONE);
         snprintf(s->tokenizer, sizeof s->tokenizer, "%s", s->v1.tokenizer);
         snprintf(s->tokenizer_kind, sizeof s->tokenizer_kind, "%s",
                  !strncmp(s->v1.tokenizer, "spm:", 4) ? "spm" : "bytes");
@@ -334,6 +348,7 @@ void tokset_close(token_set *s) {
     }
     free(s->tokenizer_blob);
     s->tokenizer_blob = NULL;
+    shard_frame_free(&s->frame);
 }
 
 // Tokens [start, start + n) of one shard; dies naming the shard when it fails to read (a damaged
@@ -424,6 +439,20 @@ static bool same_tokenizer(const token_set *a, const token_set *b, char *err, si
     return false;
 }
 
+// The documents of shard sets a and b are framed alike (gdn-prepare --specials with this
+// tokenizer: a template's BOS in one set and not in the other would teach two conventions).
+static bool same_frame(const token_set *a, const token_set *b, char *err, size_t errlen) {
+    if (!a->sharded || !b->sharded || shard_frame_equal(&a->frame, &b->frame)) return true;
+    char av[200], bv[200];
+    shard_frame_describe(&a->frame, av, sizeof av);
+    shard_frame_describe(&b->frame, bv, sizeof bv);
+    snprintf(err, errlen, "data.mix: %s stores each document as %s (specials %s) but %s as %s "
+             "(specials %s): every set of a mix must frame its documents alike\nHINT: prepare "
+             "them with the same gdn-prepare --specials", b->index, bv, b->specials, a->index, av,
+             a->specials);
+    return false;
+}
+
 bool data_source_open(data_source *d, const char *path, const char *mix, char *err,
                       size_t errlen) {
     memset(d, 0, sizeof *d);
@@ -476,7 +505,8 @@ bool data_source_open(data_source *d, const char *path, const char *mix, char *e
     d->set = gdn_malloc(sizeof(token_set) * (size_t)n);
     for (int i = 0; i < n; i++) {
         bool opened = tokset_open(&d->set[i], paths[i], err, errlen);
-        if (!opened || (i > 0 && !same_tokenizer(&d->set[0], &d->set[i], err, errlen))) {
+        if (!opened || (i > 0 && (!same_tokenizer(&d->set[0], &d->set[i], err, errlen) ||
+                                  !same_frame(&d->set[0], &d->set[i], err, errlen)))) {
             if (opened) tokset_close(&d->set[i]);
             for (int k = 0; k < i; k++) tokset_close(&d->set[k]);
             free(d->set);
