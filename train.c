@@ -913,13 +913,13 @@ static void open_training(run *r) {
                          .B = c->batch_size, .T = c->seq_len, .seed = c->seed, .rank = d->rank,
                          .world = d->world, .n_mb = c->grad_accum,
                          .pos = r->st.sampler_pos * (uint64_t)c->grad_accum, .prefetch = true};
-    if (!sampler_init(&r->ts, &sp, err, sizeof err)) gdn_die("training data: %s", err);
     batch_sampler vcheck;  // fail early when the validation split is too short
-    sp = (sampler_params){.src = &r->data, .split = DATA_SPLIT_VAL, .documents = sp.documents,
-                          .B = c->batch_size, .T = c->seq_len, .seed = c->seed, .rank = 0,
-                          .world = 1, .n_mb = 1};
-    if (!sampler_init(&vcheck, &sp, err, sizeof err)) gdn_die("validation data: %s", err);
+    sampler_params vp = {.src = &r->data, .split = DATA_SPLIT_VAL, .documents = sp.documents,
+                         .B = c->batch_size, .T = c->seq_len, .seed = c->seed, .rank = 0,
+                         .world = 1, .n_mb = 1};
+    if (!sampler_init(&vcheck, &vp, err, sizeof err)) gdn_die("validation data: %s", err);
     sampler_free(&vcheck);
+    if (!sampler_init(&r->ts, &sp, err, sizeof err)) gdn_die("training data: %s", err);
 
     if (r->r0) snprintf(r->metrics_path, sizeof r->metrics_path, "%s/%s", c->out_dir, c->metrics_file);
     else snprintf(r->metrics_path, sizeof r->metrics_path, "/dev/null");

@@ -58,4 +58,15 @@ rc=$?
   && pass "full disk: exit $rc, \"$(head -1 "$WORK/full.err" | cut -c1-100)\"" || { fail "full disk: exit $rc"; cat "$WORK/full.err"; }
 [ "$(cksum <"$WORK/run/checkpoint.h5")" = "$sum_before" ] && pass "full disk: previous checkpoint intact" || fail "full disk damaged the checkpoint"
 ls "$WORK/run/" | grep -q "\.tmp\." && fail "temporary checkpoint left behind" || pass "no temporary file left"
+# a shard set whose val split is shorter than one window: the message, exit 1 every time, no
+# crash of the training sampler's prefetch thread (it used to start first and die in HDF5)
+printf 'one two three four five six seven eight nine ten\n\n' >"$WORK/tiny.txt"
+"$BIN/gdn-prepare" --input "$WORK/text.txt" --input "$WORK/tiny.txt" --out "$WORK/shortval" >/dev/null 2>&1
+bad=0
+for i in 1 2 3 4 5; do
+  "$BIN/gdn-train" "$WORK/micro.ini" --set data.path="$WORK/shortval" --set train.out_dir="$WORK/sv$i" >/dev/null 2>"$WORK/sv.err"
+  rc=$?
+  { [ $rc -eq 1 ] && grep -q "validation data: .*shortval.*val split has" "$WORK/sv.err" && ! grep -q HDF5 "$WORK/sv.err"; } || { bad=1; echo "    run $i: exit $rc: $(head -c 300 "$WORK/sv.err")"; }
+done
+[ $bad -eq 0 ] && pass "val split shorter than a window: exit 1 with the message, 5 runs of 5" || fail "val split shorter than a window"
 finish test_cli_errors

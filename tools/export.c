@@ -82,13 +82,15 @@ static int do_export(const char *ckpt, const char *dir, st_dtype dtype) {
     if (!checkpoint_load(ckpt, m, &st, err, sizeof err)) gdn_die("%s", err);
     char kind[16] = "";
     void *blob = NULL;
-    hf_tokenizer tok = {.kind = NULL, .eot = -1};
+    hf_tokenizer tok = {.kind = NULL, .eot = -1, .bos = -1};
     if (read_ckpt_tokenizer(ckpt, kind, sizeof kind, &blob, &tok.n)) {
         tok.kind = kind;
         tok.blob = blob;
         gdn_tokenizer *t = tok_load_blob(kind, blob, tok.n, ckpt, err, sizeof err);
         if (t) {
             tok.eot = tok_eot(t);
+            tok_template tp = tok_get_template(t);  // Llama 3: BOS before each text
+            tok.bos = tp.n_prefix ? (int)tp.prefix[0] : tok.eot;
             tok_free(t);
         } else {
             fprintf(stderr, "note: %s (config.json gets no bos/eos id)\n", err);

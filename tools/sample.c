@@ -4,7 +4,7 @@
 //
 //   gdn-sample --checkpoint CKPT.h5 [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]
 //              [--top-p P] [--seed S] [--data FILE.h5] [--device auto|cuda|cpu]
-//              [--precision fp32|bf16]
+//              [--precision fp32|bf16] [--specials template|none]
 //
 // The model shape comes from the config stored in the checkpoint; the tokenizer too when the
 // checkpoint carries one (format 3: /tokenizer, tokenizer.h's blob), else the one of the token
@@ -12,7 +12,9 @@
 // rule of src/model/sampling.h (docs/sampling.md): logits / T over the K most likely tokens
 // (K = 0: all) and the nucleus of mass P, one Philox draw per position from the seed; T = 0 is
 // greedy (argmax). The CPU and the GPU draw the same uniforms. Generation stops at the
-// tokenizer's end-of-text token when it has one. The text (prompt + continuation) goes to stdout, the
+// tokenizer's end-of-text token when it has one. --specials template (default, as gdn-prepare):
+// the ids the tokenizer.json post-processor puts before a text (Llama 3: <|begin_of_text|>) go
+// before the prompt, as before every training document. The text (prompt + continuation) goes to stdout, the
 // rest to stderr.
 #include <errno.h>
 #include <math.h>
@@ -33,7 +35,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: gdn-sample --checkpoint CKPT.h5 [options]\n"
-            "  --prompt TEXT        text to continue (default: end-of-text token, or a newline)\n"
+            "  --prompt TEXT        text to continue (default: the template's prefix, else the\n"
+            "                       end-of-text token, else a newline)\n"
             "  --tokens N           tokens to generate (default 256)\n"
             "  --temperature T      >= 0; 0 = greedy (default 1.0)\n"
             "  --top-k K            sample among the K most likely tokens; 0 = all (default 0)\n"
@@ -42,6 +45,9 @@ static void usage(FILE *f) {
             "  --seed S             sampling seed (default 1337)\n"
             "  --device D           cpu (default), cuda, or auto (the GPU when there is one)\n"
             "  --precision P        GPU parameters and activations: fp32 (default) or bf16\n"
+            "  --specials S         template (default): the tokenizer's post-processor prefix\n"
+            "                       (e.g. BOS) before the prompt, as gdn-prepare frames each\n"
+            "                       document; none: the prompt's ids alone\n"
             "  --data PATH          token set whose tokenizer to use when the checkpoint carries\n"
             "                       none (default: the checkpoint's data.path)\n");
 }
@@ -79,7 +85,7 @@ int main(int argc, char **argv) {
     long n_tokens = 256, top_k = 0;
     double temp = 1.0, top_p = 1.0;
     uint64_t seed = 1337;
-    const char *device = "cpu", *precision = "fp32";
+    const char *device = "cpu", *precision = "fp32", *specials = "template";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -102,6 +108,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--top-p")) top_p = parse_double(a, v, 0.0);
         else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--precision")) precision = v;
+        else if (!strcmp(a, "--specials")) specials = v;
         else if (!strcmp(a, "--seed")) seed = (uint64_t)parse_long(a, v, 0, 0x7fffffffffffffffL);
         else {
             fprintf(stderr, "error: unknown option '%s'\n", a);
@@ -159,6 +166,8 @@ int main(int argc, char **argv) {
     if (!sample_params_check(&sp, err, sizeof err)) gdn_die("--temperature / --top-p: %s", err);
     if (strcmp(device, "auto") && strcmp(device, "cuda") && strcmp(device, "cpu"))
         gdn_die("--device '%s': expected auto, cuda or cpu", device);
+    if (strcmp(specials, "template") && strcmp(specials, "none"))
+        gdn_die("--specials '%s': expected template or none", specials);
     if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
         gdn_die("--precision '%s': expected fp32 or bf16", precision);
     bool gpu = strcmp(device, "cpu") != 0 && backend_gpu_devices() > 0;
@@ -173,18 +182,25 @@ int main(int argc, char **argv) {
     fprintf(stderr, "checkpoint %s: step %ld, %llu tokens seen; tokenizer %s from %s\n", ckpt,
             st.step, (unsigned long long)st.tokens_seen, tok_kind(tok), tok_from);
 
-    // prompt -> ids (no prompt: start from end-of-text, or a newline)
+    // start ids: the template's prefix (--specials template), then the prompt; no prompt and
+    // no prefix: end-of-text, else a newline. The prefix and the end-of-text start are not
+    // printed.
     tok_ids pv = {0};
-    bool show_start = true;   // whether the start ids are part of the printed text
+    size_t hidden = 0;
+    const tok_template tp = tok_get_template(tok);
+    if (!strcmp(specials, "template") && tp.n_prefix) {
+        pv.ids = gdn_malloc(tp.n_prefix * sizeof *pv.ids);
+        memcpy(pv.ids, tp.prefix, tp.n_prefix * sizeof *pv.ids);
+        pv.n = pv.cap = hidden = tp.n_prefix;
+    }
     if (prompt && prompt[0]) {
         if (!tok_encode(tok, prompt, strlen(prompt), true, &pv, err, sizeof err))
             gdn_die("encoding the prompt: %s", err);
-    } else if (eot >= 0) {
+    } else if (hidden == 0 && eot >= 0) {
         pv.ids = gdn_malloc(sizeof *pv.ids);
         pv.ids[0] = (uint32_t)eot;
-        pv.n = pv.cap = 1;
-        show_start = false;
-    } else if (!tok_encode(tok, "\n", 1, false, &pv, err, sizeof err)) {
+        pv.n = pv.cap = hidden = 1;
+    } else if (hidden == 0 && !tok_encode(tok, "\n", 1, false, &pv, err, sizeof err)) {
         gdn_die("encoding the start token: %s", err);
     }
     uint32_t *pids = pv.ids;
@@ -236,7 +252,7 @@ int main(int argc, char **argv) {
     double t2 = gdn_now();
 
     char *out;
-    size_t skip = show_start ? 0 : np, out_len;
+    size_t skip = hidden, out_len;
     uint32_t *gen = gdn_malloc((n - skip + 1) * sizeof *gen);
     for (size_t i = skip; i < n; i++) gen[i - skip] = (uint32_t)ids[i];
     if (!tok_decode(tok, gen, n - skip, &out, &out_len, err, sizeof err))

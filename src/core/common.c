@@ -3,6 +3,16 @@
 #include "common.h"
 #include <stdarg.h>
 #include <time.h>
+#include <unistd.h>
+
+// Ends the process after a fatal error: every stdio stream flushed (logs, metrics.jsonl), then
+// _exit, not exit. Another thread (the sampler's prefetch) may be inside HDF5, and the library's
+// exit handler would tear HDF5 down under it (seen: a crash instead of the message). Files
+// being written at that point are temporary ones that only a rename would have published.
+__attribute__((noreturn)) static void die_exit(void) {
+    fflush(NULL);
+    _exit(1);
+}
 
 void gdn_die(const char *fmt, ...) {
     va_list ap;
@@ -12,7 +22,7 @@ void gdn_die(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    exit(1);
+    die_exit();
 }
 
 void gdn_die_at(const char *what, const char *stmt, const char *msg, const char *func,
@@ -20,7 +30,7 @@ void gdn_die_at(const char *what, const char *stmt, const char *msg, const char 
     fflush(stdout);
     fprintf(stderr, "error: %s call failed: %s\n  statement: %s\n  at %s (%s:%d)\n", what,
             msg ? msg : "", stmt, func, file, line);
-    exit(1);
+    die_exit();
 }
 
 void *gdn_malloc(size_t n) {

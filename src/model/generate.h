@@ -51,16 +51,33 @@ static inline void generate_tokens(const model *m, const int32_t *prompt, int np
     decoder_free(d);
 }
 
-// train.sample_every: n tokens after the set's end-of-text token (token 0 without one), at
+// train.sample_every: n tokens after the ids every document of the set starts with (its frame's
+// prefix: the template's BOS, or the end-of-text token; token 0 without either), at
 // temperature 1 with the run's seed, decoded with the set's tokenizer and printed as one line
 // "step S sample: TEXT" (newlines written \n); a tokenizer that does not load is reported on the
 // line instead, the run goes on.
 static inline void generate_print_sample(const model *m, const token_set *ts, int n, uint64_t seed,
                                          long step, FILE *f) {
-    int32_t start = ts->eot_token >= 0 && ts->eot_token < m->V ? ts->eot_token : 0;
+    int32_t eot_start = ts->eot_token >= 0 && ts->eot_token < m->V ? ts->eot_token : 0;
+    const int32_t *start = &eot_start;  // the ids every document of the set starts with
+    int n_start = 1;
+    int32_t *pre = NULL;
+    if (ts->frame.n_prefix > 0 && ts->frame.n_prefix < 64) {
+        pre = (int32_t *)gdn_malloc(ts->frame.n_prefix * sizeof(int32_t));
+        bool ok = true;
+        for (size_t i = 0; i < ts->frame.n_prefix; i++) {
+            pre[i] = (int32_t)ts->frame.prefix[i];
+            ok = ok && ts->frame.prefix[i] < (uint32_t)m->V;
+        }
+        if (ok) {
+            start = pre;
+            n_start = (int)ts->frame.n_prefix;
+        }
+    }
     int32_t *ids = (int32_t *)gdn_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
     const sample_params p = {1.0, 0, 1.0, seed};
-    generate_tokens(m, &start, 1, n, &p, ids);
+    generate_tokens(m, start, n_start, n, &p, ids);
+    free(pre);
     char err[512];
     gdn_tokenizer *t;
     if (ts->tokenizer_blob)

@@ -106,15 +106,16 @@ static json_t *attn_spec(const gdn_config *c, char k) {
                      c->swa_rope_base);
 }
 
-char *hf_config_json(const gdn_config *c, const char *torch_dtype, int eot) {
+char *hf_config_json(const gdn_config *c, const char *torch_dtype, int bos, int eot) {
     json_t *attn = json_null();
     const bool s = has_kind(c, 'S'), a = has_kind(c, 'A');
     if (s && a) attn = json_pack("[o, o]", attn_spec(c, 'S'), attn_spec(c, 'A'));
     else if (s || a) attn = attn_spec(c, s ? 'S' : 'A');
     json_t *eot_j = eot >= 0 ? json_integer(eot) : json_null();
+    json_t *bos_j = bos >= 0 ? json_integer(bos) : json_null();
     json_t *root = json_pack(
         "{s:[s], s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:n, s:f, s:b, s:b, s:i, s:b, s:i, s:i, s:s,"
-        " s:f, s:i, s:o, s:b, s:f, s:b, s:b, s:b, s:b, s:b, s:n, s:b, s:O, s:o, s:n, s:s}",
+        " s:f, s:i, s:o, s:b, s:f, s:b, s:b, s:b, s:b, s:b, s:n, s:b, s:o, s:o, s:n, s:s}",
         "architectures", "GatedDeltaNetForCausalLM", "model_type", "gated_deltanet", "attn_mode",
         "chunk", "hidden_size", c->d_model, "num_hidden_layers", c->n_layers, "vocab_size",
         c->vocab_size, "head_dim", c->gdn_head_dim, "num_heads", c->gdn_n_heads, "num_v_heads",
@@ -124,7 +125,7 @@ char *hf_config_json(const gdn_config *c, const char *torch_dtype, int eot) {
         "hidden_act", "swish", "norm_eps", c->norm_eps, "max_position_embeddings", c->seq_len,
         "attn", attn, "tie_word_embeddings", c->tie_embeddings, "initializer_range", c->init_std,
         "fuse_norm", 1, "fuse_swiglu", 1, "fuse_cross_entropy", 1, "fuse_linear_cross_entropy", 0,
-        "use_l2warp", 0, "attnres_block_size", "use_cache", 1, "bos_token_id", eot_j,
+        "use_l2warp", 0, "attnres_block_size", "use_cache", 1, "bos_token_id", bos_j,
         "eos_token_id", eot_j, "pad_token_id", "torch_dtype", torch_dtype);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(root);
@@ -207,7 +208,7 @@ bool hf_export(const model *m, const char *dir, st_dtype dtype, const hf_tokeniz
         return false;
     }
     char *cj = hf_config_json(&m->cfg, dtype == ST_BF16 ? "bfloat16" : "float32",
-                              tok && tok->kind ? tok->eot : -1);
+                              tok && tok->kind ? tok->bos : -1, tok && tok->kind ? tok->eot : -1);
     bool ok = write_text(dir, "config.json", cj, strlen(cj), err, errlen);
     free(cj);
     if (!ok) return false;

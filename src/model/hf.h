@@ -28,7 +28,7 @@ bool hf_check_config(const gdn_config *c, char *err, size_t errlen);
 
 // The config.json text (malloc'd) of c; torch_dtype "float32" | "bfloat16"; eot: the
 // tokenizer's end-of-text id (config's bos and eos), -1 none. Call hf_check_config first.
-char *hf_config_json(const gdn_config *c, const char *torch_dtype, int eot);
+char *hf_config_json(const gdn_config *c, const char *torch_dtype, int bos, int eot);
 
 // fla's name and shape of parameter i of m.
 typedef struct {
@@ -44,6 +44,8 @@ typedef struct {
     const void *blob;
     size_t n;
     int eot;                 // end-of-text id, -1 none
+    int bos;                 // beginning-of-text id: the post-processor template's first id
+                             // (Llama 3: <|begin_of_text|>), else eot; -1 none
 } hf_tokenizer;
 
 // Writes dir/config.json, dir/model.safetensors (dtype) and the tokenizer (bpe: tokenizer.json
