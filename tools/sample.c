@@ -43,7 +43,7 @@ static void usage(FILE *f) {
             "  --top-p P            sample within the smallest set of most likely tokens holding\n"
             "                       P of the probability (nucleus); 1 = all (default 1)\n"
             "  --seed S             sampling seed (default 1337)\n"
-            "  --device D           cpu (default), cuda, or auto (the GPU when there is one)\n"
+            "  --device D           auto (default: the GPU when there is one), cuda or cpu\n"
             "  --precision P        GPU parameters and activations: fp32 (default) or bf16\n"
             "  --specials S         template (default): the tokenizer's post-processor prefix\n"
             "                       (e.g. BOS) before the prompt, as gdn-prepare frames each\n"
@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
     long n_tokens = 256, top_k = 0;
     double temp = 1.0, top_p = 1.0;
     uint64_t seed = 1337;
-    const char *device = "cpu", *precision = "fp32", *specials = "template";
+    const char *device = "auto", *precision = "fp32", *specials = "template";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
