@@ -203,19 +203,8 @@ static bool add_stage(bpe_model *m, const char *pattern, size_t len, bool litera
                  BPE_MAX_STAGES);
         return false;
     }
-    int code;
-    PCRE2_SIZE off;
-    // PCRE2_LITERAL takes no PCRE2_UCP (a literal has no classes to widen)
-    uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, opts, &code, &off, NULL);
-    if (!re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(code, msg, sizeof msg);
-        snprintf(err, errlen, "%s: %s: the regex does not compile at offset %zu: %s", what, path,
-                 (size_t)off, (const char *)msg);
-        return false;
-    }
-    (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);   // falls back to the interpreter
+    pcre2_code *re = tok_regex_compile(pattern, len, literal, what, path, err, errlen);
+    if (!re) return false;
     m->re[m->n_stages++] = re;
     return true;
 }

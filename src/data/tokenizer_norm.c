@@ -69,8 +69,8 @@ void tok_norm_free(tok_norm *n) {
 
 // ---- loading ------------------------------------------------------------------------------
 
-static pcre2_code *compile(const char *pattern, size_t len, bool literal, const char *what,
-                           const char *path, char *err, size_t errlen) {
+void *tok_regex_compile(const char *pattern, size_t len, bool literal, const char *what,
+                        const char *path, char *err, size_t errlen) {
     int code;
     PCRE2_SIZE off;
     // PCRE2_LITERAL takes no PCRE2_UCP (a literal has no classes to widen)
@@ -157,7 +157,7 @@ static bool load_step(tok_norm *n, json_t *j, const char *path, int depth, const
         json_t *p = json_is_string(re) ? re : str;
         char ppath[256];
         snprintf(ppath, sizeof ppath, "%s.pattern", path);
-        pcre2_code *code = compile(json_string_value(p), json_string_length(p), p == str, what,
+        pcre2_code *code = tok_regex_compile(json_string_value(p), json_string_length(p), p == str, what,
                                    ppath, err, errlen);
         if (!code) return false;
         norm_step *s = add_step(n, NORM_REPLACE);
@@ -195,7 +195,7 @@ tok_norm *tok_norm_load(json_t *normalizer, const char *what, char *err, size_t 
         tok_norm_free(n);
         return NULL;
     }
-    n->ws = compile("\\p{White_Space}", PCRE2_ZERO_TERMINATED, false, what, "normalizer", err,
+    n->ws = tok_regex_compile("\\p{White_Space}", PCRE2_ZERO_TERMINATED, false, what, "normalizer", err,
                     errlen);
     if (!n->ws) {
         tok_norm_free(n);

@@ -19,3 +19,10 @@ void tok_norm_free(tok_norm *n);
 // regex match limit). Thread-safe: n is only read.
 bool tok_norm_apply(const tok_norm *n, const char *text, size_t len, tok_bytes *out, char *err,
                     size_t errlen);
+
+// A tokenizer.json regex (or, literal, a plain string) compiled by PCRE2 for UTF-8 input, with
+// Unicode classes and invalid bytes matched as non-characters, JIT-compiled where possible; the
+// pre-tokenizers and the normalizers both use it. Returns a pcre2_code * (8-bit), or NULL + a
+// message naming `what`, `path` and the offset.
+void *tok_regex_compile(const char *pattern, size_t len, bool literal, const char *what,
+                        const char *path, char *err, size_t errlen);
