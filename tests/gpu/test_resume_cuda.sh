@@ -14,7 +14,9 @@ make_text "$WORK/text.txt"
 "$BIN/gdn-prepare" --input "$WORK/text.txt" --doc-split blank-lines --val-fraction 0.05 --out "$WORK/docs" >/dev/null ||
   { fail "gdn-prepare (documents)"; finish test_resume_cuda; }
 write_micro "$WORK/micro.ini" "$WORK/d.h5" "$WORK/unused"
-base=(--set train.device=cuda --set train.steps=60 --set train.eval_every=20)
+# the micro model at head dims the GPU kernels are built for, rows over two GDN chunks
+base=(--set train.device=cuda --set train.steps=60 --set train.eval_every=20 --set gdn.head_dim=64
+      --set gdn.chunk_size=64 --set swa.head_dim=64 --set swa.window=64 --set data.seq_len=130)
 
 # run NAME ARGS...: gdn-train on the micro config; the log in $WORK/NAME.log
 run() {
