@@ -6,7 +6,11 @@
 #     parameter has moved from its init) -> gdn-export --dtype fp32 and bf16 -> fla's
 #     GatedDeltaNetForCausalLM through transformers' AutoModelForCausalLM (fla registers it) ->
 #     its logits against `gdn-export --dump-logits` of the same directory (gdn.c's forward,
-#     CPU float64, on exactly the exported weights). fp32 <= 1e-4, bf16 <= 2e-2.
+#     CPU float64, on exactly the exported weights). fp32 <= 1e-4 with fla's GDN op as fla's own
+#     torch reference (fla's fp32 chunk kernel is itself about 1e-4 from exact on a trained
+#     model: 9.9e-5 on one, 2.2e-4 on another, where putting fla's reference in its place alone
+#     gives 1.1e-6), and with all of fla's kernels within 1e-4 of what fla's kernel alone
+#     differs by; bf16 (all of fla's kernels) <= 2e-2.
 #  B. import: fla's model built from the same config.json with every parameter drawn at random
 #     (norms, A_log, dt_bias, conv included), saved by save_pretrained (fp32 safetensors) ->
 #     `gdn-export --dump-logits` of that directory (gdn.c's import) against fla's fp32 logits.
@@ -105,6 +109,8 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     import fla  # noqa: F401  (registers GatedDeltaNetConfig / ForCausalLM with transformers)
     import fla.layers.attn as fla_attn
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import fla_refs  # tests/fla_refs.py: torch references of fla's Triton ops
     from fla.models import GatedDeltaNetConfig, GatedDeltaNetForCausalLM
     from transformers import AutoModelForCausalLM
 
@@ -165,9 +171,28 @@ def main():
         ok &= loaded
         if not loaded:
             continue
-        r = rel_l2(fla_logits(m), ours(d))
-        checks.append((f"A export {os.path.basename(d)}: fla {str(dtype)[6:]} logits vs gdn.c float64", r, tol))
-        print(f"A export {os.path.basename(d)}: rel L2 {r:.3e} (<= {tol:g})", flush=True)
+        fla_all, ref = fla_logits(m), ours(d)
+        r = rel_l2(fla_all, ref)
+        name = os.path.basename(d)
+        if dtype == torch.float32:
+            # fla's fp32 GDN kernel (chunk_gated_delta_rule) is itself about 1e-4 from exact on
+            # a trained model; the mapping is checked with that op as fla's torch reference
+            # (every other op fla's GPU kernel), and the whole of fla's kernels against gdn.c
+            # within 1e-4 of fla's kernel against fla's reference
+            fla_refs.use({"gdr"})
+            fla_ref = fla_logits(m)
+            fla_refs.use(set())
+            r_map, r_kernel = rel_l2(fla_ref, ref), rel_l2(fla_all, fla_ref)
+            checks.append((f"A export {name}: fla fp32 logits, its GDN op as fla's torch reference, vs gdn.c float64",
+                           r_map, tol))
+            checks.append((f"A export {name}: fla fp32 logits, all of fla's kernels, vs gdn.c float64 "
+                           f"(fla's own GDN kernel against its reference: {r_kernel:.3e}; bound {r_kernel:.3e} + {tol:g})",
+                           r, r_kernel + tol))
+            print(f"A export {name}: mapping rel L2 {r_map:.3e}, all fla kernels {r:.3e}, "
+                  f"fla GDN kernel vs fla reference {r_kernel:.3e}", flush=True)
+        else:
+            checks.append((f"A export {name}: fla {str(dtype)[6:]} logits vs gdn.c float64", r, tol))
+            print(f"A export {name}: rel L2 {r:.3e} (<= {tol:g})", flush=True)
         del m
         torch.cuda.empty_cache()
 
@@ -198,8 +223,8 @@ def main():
         good = r <= tol
         ok &= good
         print(f"{'ok  ' if good else 'FAIL'}  {what}: rel L2 {r:.3e} (<= {tol:g})")
-    print(f"fla_export_check: {'PASS' if ok and len(checks) == 3 else 'FAIL'}")
-    sys.exit(0 if ok and len(checks) == 3 else 1)
+    print(f"fla_export_check: {'PASS' if ok and len(checks) == 4 else 'FAIL'}")
+    sys.exit(0 if ok and len(checks) == 4 else 1)
 
 
 if __name__ == "__main__":
