@@ -375,6 +375,10 @@ static int run_gradcheck(gdn_config *cfg, const char *device) {
     }
     if (!backend_gpu_built())
         gdn_die("--device cuda: this build has no CUDA backend (configure where nvcc is found)");
+    char why[256];
+    if (!model_gpu_check(cfg, why, sizeof why))
+        gdn_die("--gradcheck --device cuda: %s\nHINT: set the key to a value the GPU kernels are built "
+                "for, or --device cpu", why);
     if (cfg->vocab_size == 0) {  // the tokens of the check are random: any vocabulary works
         char err[1024];
         token_set probe;
@@ -443,9 +447,20 @@ static void setup_dist(run *r) {
     if (!dist_env_read(&env, err, sizeof err)) gdn_die("%s", err);
     if (!strcmp(c->device, "cuda") && !backend_gpu_built())
         gdn_die("train.device = cuda: this build has no CUDA backend (configure where nvcc is found)");
-    // auto picks the GPU when this build has CUDA and a device is there
+    // cuda refuses a model the GPU kernels do not cover; auto picks the GPU when this build has
+    // CUDA, a device is there and the kernels cover the model (else the CPU, saying why)
+    char why[256];
+    const bool gpu_ok = model_gpu_check(c, why, sizeof why);
+    if (!strcmp(c->device, "cuda") && !gpu_ok)
+        gdn_die("%s: train.device = cuda: %s\nHINT: set the key to a value the GPU kernels are "
+                "built for, or train.device = cpu", cfg_name, why);
     r->on_gpu = backend_gpu_built() &&
                 (!strcmp(c->device, "cuda") || (!strcmp(c->device, "auto") && backend_gpu_devices() > 0));
+    if (r->on_gpu && !gpu_ok) {
+        r->on_gpu = false;
+        if (env.rank == 0)
+            printf("note: train.device = auto: %s; running on the CPU\n", why);
+    }
     // dist.backend: auto = NCCL across GPUs, MPI across CPU ranks; nccl or mpi at world 1 runs
     // the whole data-parallel path (buckets, collectives, ZeRO-1) over one rank, as a check
     const char *want = r->on_gpu && env.world > 1 ? "nccl" : env.mpi_launcher ? "mpi" : "none";

@@ -35,6 +35,19 @@ cfg "[train]" "device = tpu"
 expect "bad enum" 2 "device" "auto" "cpu" "cuda" -- "$WORK/bad.ini"
 expect "bad --set" 2 "--set" "n_layer" -- "$WORK/micro.ini" --set model.n_layer=3
 expect "missing config" 2 "nope.ini" -- "$WORK/nope.ini"
+# a model the GPU kernels do not cover is refused on train.device = cuda before any device is
+# opened, naming the key (the micro model: head dims 16); a CPU-only build says it has no CUDA
+if [ -e "$BIN/libgdn_cuda.a" ]; then
+  expect "GPU: gdn head dim" 1 "micro.ini: train.device = cuda" "[gdn] head_dim = 16" "64, 128 and 256" -- \
+    "$WORK/micro.ini" --set train.device=cuda
+  expect "GPU: gdn expand_v" 1 "[gdn] expand_v = 1.5" "expand_v 1 and 2" -- \
+    "$WORK/micro.ini" --set train.device=cuda --set gdn.head_dim=64 --set gdn.expand_v=1.5
+  expect "GPU: swa head dim" 1 "[swa] head_dim = 16" "64 and 128" -- \
+    "$WORK/micro.ini" --set train.device=cuda --set gdn.head_dim=64
+else
+  expect "no CUDA backend" 1 "train.device = cuda: this build has no CUDA backend" -- \
+    "$WORK/micro.ini" --set train.device=cuda
+fi
 expect "missing dataset" 1 "$WORK/none.h5" -- "$WORK/micro.ini" --set data.path="$WORK/none.h5"
 echo "not hdf5" >"$WORK/plain.h5"
 expect "not HDF5" 1 "plain.h5" "HDF5" -- "$WORK/micro.ini" --set data.path="$WORK/plain.h5"

@@ -114,7 +114,7 @@ static const cfg_key cfg_keys[] = {
     {"data", "seq_len", CFG_INT, F(seq_len), 1, 16777216, 0, "128", NULL, "tokens per sequence"},
     {"data", "mix", CFG_STRING, F(data_mix), 0, 0, 0, "", NULL, "PATH:WEIGHT, ...: a weighted mix of token sets (empty: data.path)"},
     {"data", "sampling", CFG_ENUM, F(data_sampling), 0, 0, 0, "windows", "windows|documents", "rows: random windows, or packed documents with their starts"},
-    {"train", "device", CFG_ENUM, F(device), 0, 0, 0, "auto", "auto|cpu|cuda", "where to run"},
+    {"train", "device", CFG_ENUM, F(device), 0, 0, 0, "auto", "auto|cpu|cuda", "auto: the GPU when there is one and its kernels cover the model (gdn.head_dim 64, 128, 256; expand_v 1, 2; swa.head_dim 64, 128), else the CPU"},
     {"train", "precision", CFG_ENUM, F(precision), 0, 0, 0, "bf16", "fp32|bf16", "GPU storage; CPU is float64"},
     {"train", "batch_size", CFG_INT, F(batch_size), 1, 65536, 0, "8", NULL, "sequences per micro-batch per rank"},
     {"train", "recompute", CFG_MODE, F(recompute), 0, 0, 0, "off", "off|full|light", "full: redo the cheap activations before each layer's backward; light: only the norm and SwiGLU outputs, inside the backward kernels"},

@@ -370,6 +370,29 @@ static double flops_per_token(const model *m) {
     return 6.0 * mm + mix;
 }
 
+bool model_gpu_check(const gdn_config *c, char *err, size_t errlen) {
+    const bool gdn = strchr(c->pattern, 'G') != NULL;
+    const bool attn = strchr(c->pattern, 'S') != NULL || strchr(c->pattern, 'A') != NULL;
+    const int dk = c->gdn_head_dim;
+    const double dv = c->gdn_expand_v * dk;
+    if (gdn && dk != 64 && dk != 128 && dk != 256) {
+        snprintf(err, errlen, "[gdn] head_dim = %d: the GPU's GDN kernels are built for 64, 128 and 256",
+                 dk);
+        return false;
+    }
+    if (gdn && dv != dk && dv != 2.0 * dk) {
+        snprintf(err, errlen, "[gdn] expand_v = %g (dv %g): the GPU's GDN kernels are built for "
+                 "expand_v 1 and 2", c->gdn_expand_v, dv);
+        return false;
+    }
+    if (attn && c->swa_head_dim != 64 && c->swa_head_dim != 128) {
+        snprintf(err, errlen, "[swa] head_dim = %d: the GPU's attention kernels are built for 64 and "
+                 "128", c->swa_head_dim);
+        return false;
+    }
+    return true;
+}
+
 // Every size model_create computes is a product of at most these (each < 2^31): N = B T tokens,
 // a width W (d, V, the MLP's 2F, the GDN input projection's 2 H dk + 3 H dv + 2 H, H Da), or
 // B H T dk dv (the GDN states). Bounding (L + 2) x 64 tensors of N W, MAX_PARAMS tensors of

@@ -149,6 +149,12 @@ model *model_create(const gdn_config *c, const backend *be, int B, int T);
 // an int, and an upper bound of every arena's bytes fits a 64-bit size, so that no size below
 // wraps. False + a message naming the keys and the values.
 bool model_check_sizes(const gdn_config *c, int B, int T, char *err, size_t errlen);
+// Whether the CUDA backend's kernels cover the model's shapes: the GDN chunk kernels are built for
+// gdn.head_dim 64, 128, 256 with dv = head_dim or 2 head_dim (src/fwd/gdn_chunk.cu), attention for
+// swa.head_dim 64 and 128 (src/cuda/attention.cuh). False + a message naming the first key outside
+// them, its value and the values built. Programs check it before they pick the GPU: train.device =
+// cuda (or --device cuda) refuses the config, auto runs on the CPU and says why.
+bool model_gpu_check(const gdn_config *c, char *err, size_t errlen);
 void model_free(model *m);
 void model_init_params(model *m, uint64_t seed);
 // ZeRO-1: keep the AdamW moments m, v only for the flat elements [lo, hi) (this rank's shard);
