@@ -78,19 +78,6 @@ def run(cmd):
         sys.exit(f"fla_export_check: FAIL ({cmd[0]} exit {r.returncode})")
 
 
-def sdpa_window(q, k, v, causal=True, window_size=(-1, -1), **_):
-    """flash_attn_func's (B, T, H, D) interface on torch SDPA: causal, keys j > t - window."""
-    Tq, Tk = q.shape[1], k.shape[1]
-    i = torch.arange(Tq, device=q.device)[:, None] + (Tk - Tq)
-    j = torch.arange(Tk, device=q.device)[None, :]
-    allow = j <= i
-    if window_size[0] >= 0:
-        allow &= j >= i - window_size[0]
-    o = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=allow)
-    return o.transpose(1, 2).contiguous()
-
-
 def rel_l2(a, ref):
     a, ref = np.asarray(a, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
     return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))
@@ -116,7 +103,7 @@ def main():
 
     attn_impl = "flash_attn"
     if fla_attn.flash_attn_func is None:
-        fla_attn.flash_attn_func = sdpa_window
+        fla_attn.flash_attn_func = fla_refs.sdpa_window
         attn_impl = "torch SDPA stand-in (flash_attn absent)"
     print(f"torch {torch.__version__}, fla {getattr(fla, '__version__', '?')}, "
           f"{torch.cuda.get_device_name()}, attention: {attn_impl}, "
