@@ -170,15 +170,7 @@ int main(int argc, char **argv) {
         gdn_die("--specials '%s': expected template or none", specials);
     if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
         gdn_die("--precision '%s': expected fp32 or bf16", precision);
-    char why[256];
-    const bool gpu_ok = model_gpu_check(&cfg, why, sizeof why);
-    if (!strcmp(device, "cuda") && !gpu_ok)
-        gdn_die("%s: --device cuda: %s\nHINT: --device cpu", ckpt, why);
     bool gpu = strcmp(device, "cpu") != 0 && backend_gpu_devices() > 0;
-    if (gpu && !gpu_ok) {
-        gpu = false;
-        fprintf(stderr, "note: --device auto: %s; sampling on the CPU\n", why);
-    }
     if (!strcmp(device, "cuda") && !gpu)
         gdn_die("--device cuda: %s", backend_gpu_built() ? "no usable CUDA device"
                                                          : "this build has no CUDA backend");
