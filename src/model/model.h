@@ -152,8 +152,9 @@ bool model_check_sizes(const gdn_config *c, int B, int T, char *err, size_t errl
 // Whether the CUDA backend's kernels cover the model's shapes: the GDN chunk kernels are built for
 // gdn.head_dim 64, 128, 256 with dv = head_dim or 2 head_dim (src/fwd/gdn_chunk.cu), attention for
 // swa.head_dim 64 and 128 (src/cuda/attention.cuh). False + a message naming the first key outside
-// them, its value and the values built. Programs check it before they pick the GPU: train.device =
-// cuda (or --device cuda) refuses the config, auto runs on the CPU and says why.
+// them, its value and the values built. gdn-train checks it before it picks the GPU: train.device
+// = cuda (and --gradcheck --device cuda) refuses the config, auto runs on the CPU and says why.
+// (The GPU decoder of gdn-sample has its own, wider limits: src/fwd/decode_step.cu.)
 bool model_gpu_check(const gdn_config *c, char *err, size_t errlen);
 void model_free(model *m);
 void model_init_params(model *m, uint64_t seed);
