@@ -136,42 +136,6 @@ static bool read_set(const char *dir, stream out[2], int *n_shards, uint64_t max
     return ok;
 }
 
-// The expected streams: expected-*.jsonl's documents encoded one by one, split by the rule.
-static void expected_set(const char *jsonl, uint64_t seed, double frac, stream out[2]) {
-    char err[512];
-    gdn_tokenizer *tok = tok_load("bytes", err, sizeof err);
-    if (!tok) gdn_die("%s", err);
-    memset(out, 0, 2 * sizeof *out);
-    FILE *fp = fopen(jsonl, "rb");
-    if (!fp) gdn_die("cannot read %s", jsonl);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    uint64_t ordinal = 0;
-    while ((len = getline(&line, &cap, fp)) > 0) {
-        json_error_t je;
-        json_t *j = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &je);
-        if (!j) gdn_die("%s: %s", jsonl, je.text);
-        json_t *t = json_object_get(j, "text");
-        tok_ids ids = {0};
-        int eot = tok_eot(tok);
-        if (eot >= 0) {
-            uint32_t e = (uint32_t)eot;
-            stream_push(&out[0], &e, 0, false);  // (no eot for bytes; kept for BPE later)
-        }
-        if (!tok_encode(tok, json_string_value(t), json_string_length(t), false, &ids, err,
-                        sizeof err))
-            gdn_die("%s", err);
-        int split = shard_doc_is_val(seed, ordinal++, frac) ? 1 : 0;
-        stream_push(&out[split], ids.ids, ids.n, true);
-        tok_ids_free(&ids);
-        json_decref(j);
-    }
-    free(line);
-    fclose(fp);
-    tok_free(tok);
-}
-
 // How gdn-prepare frames a document, computed here from the tokenizer alone.
 enum { FRAME_NONE, FRAME_TEMPLATE };
 
@@ -226,6 +190,16 @@ static void expected_docs(const char *jsonl, const char *extra, const gdn_tokeni
     }
     free(line);
     fclose(fp);
+}
+
+// The expected streams of the bytes tokenizer (no eot, no template): expected-*.jsonl's
+// documents encoded one by one, split by the rule.
+static void expected_set(const char *jsonl, uint64_t seed, double frac, stream out[2]) {
+    char err[512];
+    gdn_tokenizer *tok = tok_load("bytes", err, sizeof err);
+    if (!tok) gdn_die("%s", err);
+    expected_docs(jsonl, NULL, tok, FRAME_NONE, seed, frac, out);
+    tok_free(tok);
 }
 
 static bool files_equal(const char *a, const char *b) {
