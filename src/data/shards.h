@@ -84,8 +84,9 @@ typedef struct shard_writer shard_writer;
 shard_writer *shard_writer_open(const shard_writer_config *cfg);
 // A document: doc_begin (opens a shard when none is open; writes the frame's prefix), append
 // its ids any number of times, then doc_end (writes the frame's suffix; may close the shard), or
-// doc_abort (drops the document's tokens, written or not). Each writes a shard as NAME.tmp and renames it to NAME when it
-// closes. False + message (naming the file) on failure, e.g. disk full or an id >= vocab_size.
+// doc_abort (drops the document's tokens, written or not). Each writes a shard as NAME.tmp and
+// renames it to NAME when it closes. False + message (naming the file) on failure, e.g. disk
+// full or an id >= vocab_size.
 bool shard_writer_doc_begin(shard_writer *w, char *err, size_t errlen);
 bool shard_writer_append(shard_writer *w, const uint32_t *ids, size_t n, char *err,
                          size_t errlen);

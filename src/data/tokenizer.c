@@ -37,6 +37,12 @@ void tok_ids_push(tok_ids *v, uint32_t id) {
     v->ids[v->n++] = id;
 }
 
+void tok_ids_append(tok_ids *v, const uint32_t *ids, size_t n) {
+    tok_ids_reserve(v, n);
+    if (n) memcpy(v->ids + v->n, ids, n * sizeof *ids);
+    v->n += n;
+}
+
 void tok_ids_free(tok_ids *v) {
     free(v->ids);
     v->ids = NULL;
@@ -299,10 +305,9 @@ tok_template tok_get_template(const gdn_tokenizer *t) {
 bool tok_encode_template(const gdn_tokenizer *t, const char *text, size_t len, bool specials,
                          tok_ids *out, char *err, size_t errlen) {
     tok_template tp = tok_get_template(t);
-    tok_ids_reserve(out, tp.n_prefix + tp.n_suffix);
-    for (size_t i = 0; i < tp.n_prefix; i++) tok_ids_push(out, tp.prefix[i]);
+    tok_ids_append(out, tp.prefix, tp.n_prefix);
     if (!tok_encode(t, text, len, specials, out, err, errlen)) return false;
-    for (size_t i = 0; i < tp.n_suffix; i++) tok_ids_push(out, tp.suffix[i]);
+    tok_ids_append(out, tp.suffix, tp.n_suffix);
     return true;
 }
 

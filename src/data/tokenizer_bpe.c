@@ -784,9 +784,7 @@ static void encode_piece(enc_ctx *c, const char *s, size_t n) {
         c->id[i] = (uint32_t)b;
     }
     size_t k = n <= BPE_SHORT ? merge_short(c, n) : merge_long(c, n);
-    tok_ids_reserve(c->out, k);
-    memcpy(c->out->ids + c->out->n, c->id, k * sizeof *c->id);
-    c->out->n += k;
+    tok_ids_append(c->out, c->id, k);
 }
 
 // Stage `stage` cuts s into matches and the gaps between them, each handed to the next stage.

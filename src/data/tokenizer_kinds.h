@@ -46,6 +46,7 @@ typedef struct {
 
 void tok_ids_reserve(tok_ids *v, size_t extra);
 void tok_ids_push(tok_ids *v, uint32_t id);
+void tok_ids_append(tok_ids *v, const uint32_t *ids, size_t n);
 void tok_bytes_append(tok_bytes *b, const void *data, size_t n);
 
 // bytes: id = byte value.

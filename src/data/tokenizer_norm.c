@@ -157,8 +157,8 @@ static bool load_step(tok_norm *n, json_t *j, const char *path, int depth, const
         json_t *p = json_is_string(re) ? re : str;
         char ppath[256];
         snprintf(ppath, sizeof ppath, "%s.pattern", path);
-        pcre2_code *code = tok_regex_compile(json_string_value(p), json_string_length(p), p == str, what,
-                                   ppath, err, errlen);
+        pcre2_code *code = tok_regex_compile(json_string_value(p), json_string_length(p),
+                                             p == str, what, ppath, err, errlen);
         if (!code) return false;
         norm_step *s = add_step(n, NORM_REPLACE);
         s->re = code;
@@ -195,8 +195,8 @@ tok_norm *tok_norm_load(json_t *normalizer, const char *what, char *err, size_t 
         tok_norm_free(n);
         return NULL;
     }
-    n->ws = tok_regex_compile("\\p{White_Space}", PCRE2_ZERO_TERMINATED, false, what, "normalizer", err,
-                    errlen);
+    n->ws = tok_regex_compile("\\p{White_Space}", PCRE2_ZERO_TERMINATED, false, what, "normalizer",
+                              err, errlen);
     if (!n->ws) {
         tok_norm_free(n);
         return NULL;

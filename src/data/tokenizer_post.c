@@ -51,12 +51,6 @@ static tok_ids *list_push(post_list *l) {
     return &l->e[l->n++];
 }
 
-static void ids_append(tok_ids *v, const uint32_t *ids, size_t n) {
-    tok_ids_reserve(v, n);
-    if (n) memcpy(v->ids + v->n, ids, n * sizeof *ids);
-    v->n += n;
-}
-
 static size_t list_atoms(const post_list *l) {
     size_t n = 0;
     for (size_t i = 0; i < l->n; i++) n += l->e[i].n;
@@ -99,10 +93,10 @@ static bool post_bert(const post_ctx *c, json_t *pp, const char *path, bool robe
     if (!c->add) return true;
     for (size_t i = 0; i < l->n; i++) {
         tok_ids e = {0};
-        if (i == 0) ids_append(&e, &cls, 1);
-        else if (roberta) ids_append(&e, &sep, 1);
-        ids_append(&e, l->e[i].ids, l->e[i].n);
-        ids_append(&e, &sep, 1);
+        if (i == 0) tok_ids_append(&e, &cls, 1);
+        else if (roberta) tok_ids_append(&e, &sep, 1);
+        tok_ids_append(&e, l->e[i].ids, l->e[i].n);
+        tok_ids_append(&e, &sep, 1);
         tok_ids_free(&l->e[i]);
         l->e[i] = e;
     }
@@ -137,7 +131,7 @@ static bool post_template(const post_ctx *c, json_t *pp, const char *path, post_
                           "supported (the tokenizers package panics)", c->what, sub, id, key, l->n);
             }
             tok_ids *e = list_push(&out);
-            ids_append(e, l->e[k].ids, l->e[k].n);
+            tok_ids_append(e, l->e[k].ids, l->e[k].n);
         } else if (json_is_object(sp)) {
             if (!c->add) continue;
             const char *name = json_string_value(json_object_get(sp, "id"));
@@ -206,7 +200,7 @@ static bool post_run(const post_ctx *c, json_t *pp, tok_ids *out) {
     post_list l = {0};
     tok_ids_push(list_push(&l), POST_TEXT);
     bool ok = post_apply(c, pp, "post_processor", 0, &l);
-    for (size_t i = 0; ok && i < l.n; i++) ids_append(out, l.e[i].ids, l.e[i].n);
+    for (size_t i = 0; ok && i < l.n; i++) tok_ids_append(out, l.e[i].ids, l.e[i].n);
     list_free(&l);
     return ok;
 }
@@ -233,8 +227,8 @@ bool tok_post_load(json_t *post_processor, const uint8_t *has, int vocab, const 
         ok = false;
     }
     if (ok) {
-        ids_append(prefix, with.ids, at);
-        ids_append(suffix, with.ids + at + 1, with.n - at - 1);
+        tok_ids_append(prefix, with.ids, at);
+        tok_ids_append(suffix, with.ids + at + 1, with.n - at - 1);
     }
     tok_ids_free(&with);
     tok_ids_free(&without);
