@@ -12,9 +12,9 @@
 //     at a uniform offset inside the first document and is cut into B rows of T tokens, as
 //     data.sampling = documents packs them (a document longer than the rest of its row goes on
 //     in the next row; each row's doc_start counts from its own token 0). The GDN plan
-//     (gdn_docs_padded_len + gdn_docs_init, timed on the host) is handed to the forward (docs,
-//     docs_buf) and to the backward (fwd.docs), the states recomputed (no h_states, no keeps), as
-//     the model does under documents. One line "docsL".
+//     (gdn_docs_padded_len + gdn_docs_init, timed on the host) is handed to the forward (docs)
+//     and to the backward (fwd.docs), the states recomputed (no h_states, no keeps), as the model
+//     does under documents. One line "docsL".
 //   --docs-out FILE: the segments fla's varlen path should see, as cu_seqlens over the flattened
 //     B*T tokens (int32 little-endian, 0 first, B*T last, every row start and document start
 //     in between, increasing).
@@ -181,10 +181,6 @@ int main(int argc, char **argv) {
     memset(&p, 0, sizeof p);
     p.dq = dq; p.dk = dk; p.dv = dv; p.dg = dg; p.dbeta = db;  // dh0 not wanted, dht zero
     if (mean > 0) f.docs = &plan;
-    void *docs_buf = NULL;
-    const size_t docs_buf_bytes = gdn_chunk_fwd_docs_bytes(&f);
-    if (docs_buf_bytes) CUDA_CHECK(cudaMalloc(&docs_buf, docs_buf_bytes));
-    f.docs_buf = docs_buf;
     const size_t fws_bytes = gdn_chunk_fwd_workspace_bytes(&f);
     void *fws = NULL;
     if (fws_bytes) CUDA_CHECK(cudaMalloc(&fws, fws_bytes));
@@ -201,7 +197,6 @@ int main(int argc, char **argv) {
     p.fwd = f;
     p.fwd.o = NULL;
     p.fwd.workspace = NULL;
-    p.fwd.docs_buf = NULL;
     // the backward's workspace: the largest of the variants' (with keeps or without)
     size_t ws_bytes = gdn_chunk_bwd_workspace_bytes(&p);
     p.fwd.keep_g = keep_g; p.fwd.keep_dt = keep_dt;
@@ -270,7 +265,7 @@ int main(int argc, char **argv) {
             CUDA_CHECK(cudaFree(x));
     for (void *x : {(void *)o, (void *)dq, (void *)dk, (void *)dv, (void *)dg, (void *)db, ws})
         CUDA_CHECK(cudaFree(x));
-    for (void *x : {plan_mem, docs_buf, fws, (void *)keep_g, keep_dt})
+    for (void *x : {plan_mem, fws, (void *)keep_g, keep_dt})
         if (x) CUDA_CHECK(cudaFree(x));
     printf("gdn_docs_bench: %d check failures\n", fails);
     return fails ? 1 : 0;

@@ -36,9 +36,11 @@ typedef struct {
                               // kept for the backward: h_states (saved chunk-start states) or
                               // keep_g and keep_dt (the replay's; their keep_ready is implied),
                               // NULL = recompute the states into the workspace; docs (the same
-                              // plan the forward ran with: h_states, keep_g, keep_dt are then in
-                              // its padded layout; gdn_cuda.h, gdn_docs) or chunk_reset. Not read:
-                              // o, ht, workspace, docs_buf, dv_block, p_from_prep, keep_ready.
+                              // plan the forward ran with: h_states, keep_g, keep_dt are then on
+                              // its padded chunk grid; the token tensors, dO and the gradients
+                              // included, keep their (B,T) rows; gdn_cuda.h, gdn_docs) or
+                              // chunk_reset (with chunk_tok, chunk_len). Not read: o, ht,
+                              // workspace, dv_block, p_from_prep, keep_ready.
     const void *dO;           // (B,T,H,Dv) gradient of o
     const float *dht;         // (B,H,Dk,Dv) gradient of the final state, NULL = zero
     void *dq, *dk, *dv;       // written (=), same layout and dtype as q, k, v
@@ -57,7 +59,7 @@ typedef struct {
 } gdn_bwd_params;
 
 // Device scratch the backward needs for p's shapes, dtype, mode and h_states (bytes); with
-// fwd.docs also the padded inputs and gradients (gathered and scattered through it).
+// fwd.docs that of the plan's padded chunk grid.
 size_t gdn_chunk_bwd_workspace_bytes(const gdn_bwd_params *p);
 // Public entry: checks shapes, dtype, pointers and the workspace size, then launches (async on
 // p->stream; the workspace must stay allocated until the stream has run the backward).

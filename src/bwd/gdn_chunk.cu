@@ -298,41 +298,18 @@ void gdn_bwd_check_ptr(const void *ptr, size_t align, const char *name) {
                 "offsets (the workspace at 256)", name, ptr, align);
 }
 
-// With documents (fwd.docs->any): the backward runs on the padded rows (T -> Tp) with the plan's
-// reset flags, its inputs gathered and its token gradients scattered through the tail of the
-// workspace (after the padded backward's own part: inner), carved here
-struct docs_bwd_plan {
-    size_t q, k, v, dO, dq, dk, dv, g, beta, dg, dbeta, inner, total;
-};
+// With documents (fwd.docs->any): the backward runs on the plan's padded chunk grid (T -> Tp)
+// with its reset flags, each chunk's tokens read and its gradients written where they are
+// (chunk_tok, chunk_len: no copies)
 gdn_bwd_params gdn_bwd_padded(const gdn_bwd_params *p) {
     gdn_bwd_params f = *p;
-    f.fwd.T = p->fwd.docs->Tp;
+    const gdn_docs *d = p->fwd.docs;
+    f.fwd.T = d->Tp;
     f.fwd.docs = NULL;
-    f.fwd.docs_buf = NULL;
-    f.fwd.chunk_reset = p->fwd.docs->reset;
+    f.fwd.chunk_reset = d->reset;
+    f.fwd.chunk_tok = d->chunk_tok;
+    f.fwd.chunk_len = d->chunk_len;
     return f;
-}
-docs_bwd_plan gdn_bwd_docs_plan(const gdn_bwd_params *p) {
-    const gdn_bwd_params f = gdn_bwd_padded(p);
-    const size_t n = (size_t)p->fwd.B * p->fwd.docs->Tp * p->fwd.H;
-    const size_t es = p->fwd.dtype == GDN_DTYPE_FP32 ? 4 : 2;
-    const size_t bk = align256(n * p->fwd.Dk * es), bv = align256(n * p->fwd.Dv * es);
-    const size_t bg = align256(n * 4);
-    docs_bwd_plan w;
-    w.inner = align256(gdn_bwd_plan(&f).total);
-    w.q = w.inner;
-    w.k = w.q + bk;
-    w.v = w.k + bk;
-    w.dO = w.v + bv;
-    w.dq = w.dO + bv;
-    w.dk = w.dq + bk;
-    w.dv = w.dk + bk;
-    w.g = w.dv + bv;
-    w.beta = w.g + bg;
-    w.dg = w.beta + bg;
-    w.dbeta = w.dg + bg;
-    w.total = w.dbeta + bg;
-    return w;
 }
 bool gdn_bwd_has_docs(const gdn_bwd_params *p) { return p->fwd.docs && p->fwd.docs->any; }
 
@@ -340,7 +317,10 @@ bool gdn_bwd_has_docs(const gdn_bwd_params *p) { return p->fwd.docs && p->fwd.do
 
 extern "C" size_t gdn_chunk_bwd_workspace_bytes(const gdn_bwd_params *p) {
     if (!p) gdn_die("gdn_chunk_bwd_workspace_bytes: params is NULL");
-    if (gdn_bwd_has_docs(p)) return gdn_bwd_docs_plan(p).total;
+    if (gdn_bwd_has_docs(p)) {
+        const gdn_bwd_params f = gdn_bwd_padded(p);
+        return gdn_bwd_plan(&f).total;
+    }
     return gdn_bwd_plan(p).total;
 }
 
@@ -356,7 +336,8 @@ extern "C" int gdn_chunk_bwd_dv_block(const gdn_bwd_params *p) {
     return 16;
 }
 
-// the backward on p's rows as they are (no document plan; fwd.chunk_reset as given)
+// the backward on p's chunk grid (no document plan; fwd.chunk_reset, chunk_tok, chunk_len as
+// given)
 static void gdn_chunk_bwd_rows(const gdn_bwd_params *p) {
     if (p->fwd.B < 1 || p->fwd.H < 1 || p->fwd.T < 0)
         gdn_die("gdn_chunk_bwd: bad shape B %d T %d H %d (B, H >= 1, T >= 0)", p->fwd.B, p->fwd.T,
@@ -404,6 +385,10 @@ static void gdn_chunk_bwd_rows(const gdn_bwd_params *p) {
     if (p->dht) gdn_bwd_check_ptr(p->dht, 8, "dht");
     if (p->dh0) gdn_bwd_check_ptr(p->dh0, 8, "dh0");
     if (p->fwd.h_states) gdn_bwd_check_ptr(p->fwd.h_states, 16, "h_states");
+    if (!p->fwd.chunk_tok != !p->fwd.chunk_len)
+        gdn_die("gdn_chunk_bwd: fwd.chunk_tok %p with fwd.chunk_len %p\nHINT: both or neither (the "
+                "document plan's tables)", (const void *)p->fwd.chunk_tok,
+                (const void *)p->fwd.chunk_len);
     if (!p->fwd.h_states) {
         if (p->fwd.keep_g) gdn_bwd_check_ptr(p->fwd.keep_g, 16, "fwd.keep_g");
         if (p->fwd.keep_dt) gdn_bwd_check_ptr(p->fwd.keep_dt, 16, "fwd.keep_dt");
@@ -462,62 +447,20 @@ static void gdn_chunk_bwd_rows(const gdn_bwd_params *p) {
     }
 }
 
-// With documents: q, k, v, g, beta, dO gathered into the padded rows, the backward there with
-// the plan's reset flags (its chunk-start states saved, replayed or recomputed in that layout),
-// dq, dk, dv, dg, dbeta scattered back (gdn_cuda.h, gdn_docs)
+// With documents: the backward on the plan's chunk grid (its chunk-start states saved,
+// replayed or recomputed on that grid), q, k, v, g, beta, dO read and dq, dk, dv, dg, dbeta
+// written in the rows' own layout (gdn_cuda.h, gdn_docs)
 static void gdn_chunk_bwd_docs(const gdn_bwd_params *p) {
     const gdn_docs *d = p->fwd.docs;
     const gdn_fwd_params &f = p->fwd;
     if (d->B != f.B || d->T != f.T)
         gdn_die("gdn_chunk_bwd: document plan for B %d T %d, params B %d T %d\nHINT: make the plan "
                 "(gdn_docs_init) for this batch's shape", d->B, d->T, f.B, f.T);
-    if (f.chunk_reset)
-        gdn_die("gdn_chunk_bwd: fwd.chunk_reset with a document plan\nHINT: the plan sets its own");
-    gdn_bwd_check_ptr(f.q, 16, "q");
-    gdn_bwd_check_ptr(f.k, 16, "k");
-    gdn_bwd_check_ptr(f.v, 16, "v");
-    gdn_bwd_check_ptr(p->dO, 16, "dO");
-    gdn_bwd_check_ptr(p->dq, 16, "dq");
-    gdn_bwd_check_ptr(p->dk, 16, "dk");
-    gdn_bwd_check_ptr(p->dv, 16, "dv");
-    if (f.mode.gate) gdn_bwd_check_ptr(f.g, 4, "g (gate on)");
-    if (f.mode.delta) gdn_bwd_check_ptr(f.beta, 4, "beta (delta on)");
-    const docs_bwd_plan w = gdn_bwd_docs_plan(p);
-    gdn_bwd_check_ptr(p->workspace, 256, "workspace");
-    if (p->workspace_bytes < w.total)
-        gdn_die("gdn_chunk_bwd: workspace of %zu bytes, %zu needed (documents)\nHINT: size it "
-                "with gdn_chunk_bwd_workspace_bytes() on these params (docs set)",
-                p->workspace_bytes, w.total);
-    unsigned char *ws = (unsigned char *)p->workspace;
-    const size_t es = f.dtype == GDN_DTYPE_FP32 ? 4 : 2;
-    const size_t rk = (size_t)f.H * f.Dk * es, rv = (size_t)f.H * f.Dv * es, rg = (size_t)f.H * 4;
-    const bool want_dg = f.mode.gate && p->dg, want_db = f.mode.delta && p->dbeta;
-    gdn_bwd_params in = gdn_bwd_padded(p);
-    in.fwd.q = ws + w.q;
-    in.fwd.k = ws + w.k;
-    in.fwd.v = ws + w.v;
-    in.fwd.g = f.mode.gate ? (const float *)(ws + w.g) : NULL;
-    in.fwd.beta = f.mode.delta ? (const float *)(ws + w.beta) : NULL;
-    in.dO = ws + w.dO;
-    in.dq = ws + w.dq;
-    in.dk = ws + w.dk;
-    in.dv = ws + w.dv;
-    in.dg = want_dg ? (float *)(ws + w.dg) : NULL;
-    in.dbeta = want_db ? (float *)(ws + w.dbeta) : NULL;
-    in.workspace_bytes = w.inner;
-    const cudaStream_t s = f.stream;
-    gdn_docs_gather(d, ws + w.q, f.q, rk, s);
-    gdn_docs_gather(d, ws + w.k, f.k, rk, s);
-    gdn_docs_gather(d, ws + w.v, f.v, rv, s);
-    gdn_docs_gather(d, ws + w.dO, p->dO, rv, s);
-    if (f.mode.gate) gdn_docs_gather(d, ws + w.g, f.g, rg, s);
-    if (f.mode.delta) gdn_docs_gather(d, ws + w.beta, f.beta, rg, s);
+    if (f.chunk_reset || f.chunk_tok || f.chunk_len)
+        gdn_die("gdn_chunk_bwd: fwd.chunk_reset, chunk_tok or chunk_len with a document plan\n"
+                "HINT: the plan sets its own");
+    const gdn_bwd_params in = gdn_bwd_padded(p);
     gdn_chunk_bwd_rows(&in);
-    gdn_docs_scatter(d, p->dq, ws + w.dq, rk, s);
-    gdn_docs_scatter(d, p->dk, ws + w.dk, rk, s);
-    gdn_docs_scatter(d, p->dv, ws + w.dv, rv, s);
-    if (want_dg) gdn_docs_scatter(d, p->dg, ws + w.dg, rg, s);
-    if (want_db) gdn_docs_scatter(d, p->dbeta, ws + w.dbeta, rg, s);
 }
 
 extern "C" void gdn_chunk_bwd(const gdn_bwd_params *p) {

@@ -10,6 +10,7 @@
 
 #include "gdn_bwd_cuda.h"
 #include "../cuda/mma.cuh"
+#include "../fwd/gdn_chunk_rows.cuh"
 
 namespace {
 

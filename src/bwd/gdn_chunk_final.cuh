@@ -360,14 +360,15 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g4 = lane >> 2, t4 = lane & 3, mw = warp & 3, ch = warp >> 2, m0 = mw * 16;
     const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
-    const int t0 = n * C, nvalid = min(C, T - t0);
+    const int H = p.H, DV = p.Dv, NC = a.NC;
+    const gdn_rows cr = gdn_chunk_rows(p, b, n);
+    const int nvalid = cr.nvalid;  // the chunk's token rows (the rest: zeros, never stored)
     const bool gate = p.mode.gate;
     bool delta = p.mode.delta;
     // the wgmma kernel runs only with delta on (gdn_bwd_final_launch): its -γdV H^T goes with
     // every sub-block
     if constexpr (WGMMA) delta = true;
-    const size_t row0 = ((size_t)b * T + t0) * H + h;
+    const size_t row0 = cr.tok * H + h;  // token row of the chunk's first token, head h
     const size_t cix = ((size_t)b * H + h) * NC + n;
     const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
     const size_t esz = ESZ;

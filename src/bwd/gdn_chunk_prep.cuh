@@ -106,10 +106,11 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     const gdn_fwd_params &p = a.p.fwd;  // shapes and inputs; a.p: the gradients
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
     const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
-    const int t0 = n * C, nvalid = min(C, T - t0);
+    const int H = p.H, DV = p.Dv, NC = a.NC;
+    const gdn_rows cr = gdn_chunk_rows(p, b, n);
+    const int nvalid = cr.nvalid;
     const bool delta = p.mode.delta, gate = p.mode.gate;
-    const size_t row0 = ((size_t)b * T + t0) * H + h;  // token row of (b, t0, h)
+    const size_t row0 = cr.tok * H + h;  // token row of the chunk's first token, head h
     const size_t cix = ((size_t)b * H + h) * NC + n;     // chunk tile index
     const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
     const size_t esz = NP == 1 ? 2 : 4;
@@ -263,10 +264,11 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep_rc_kernel(const __grid_co
     const gdn_fwd_params &p = a.p.fwd;  // shapes and inputs; a.p: the gradients
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
     const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, H = p.H, NC = a.NC;
-    const int t0 = n * C, nvalid = min(C, T - t0);
+    const int H = p.H, NC = a.NC;
+    const gdn_rows cr = gdn_chunk_rows(p, b, n);
+    const int nvalid = cr.nvalid;
     const bool delta = p.mode.delta, gate = p.mode.gate;
-    const size_t row0 = ((size_t)b * T + t0) * H + h;  // token row of (b, t0, h)
+    const size_t row0 = cr.tok * H + h;  // token row of the chunk's first token, head h
     const size_t cix = ((size_t)b * H + h) * NC + n;     // chunk tile index
     const size_t rsk = (size_t)H * DK;
     const size_t esz = NP == 1 ? 2 : 4;

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g4 = lane >> 2, t4 = lane & 3;
     const int v0 = blockIdx.x * DVB, h = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, H = p.H, DV = p.Dv, NC = a.NC;
+    const int H = p.H, DV = p.Dv, NC = a.NC;
     const bool delta = p.mode.delta, gate = p.mode.gate;
     const size_t bh = (size_t)b * H + h;
     const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
@@ -112,8 +112,9 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
     // (PIPE) chunk n's K and g (group A), Q and W (group C): the parts of load_chunk, the same
     // copies
     auto load_kg = [&](int n) {
-        const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
-        const size_t row0 = ((size_t)b * T + t0) * H + h;
+        const gdn_rows cr = gdn_chunk_rows(p, b, n);
+        const int nv = cr.nvalid, st = stage(n);
+        const size_t row0 = cr.tok * H + h;
         load_in_rows<NP>(sm, st + L::K, L::PBK, L::QK_PL,
                          (const unsigned char *)p.k + row0 * DK * esz, rsk, C, DK, nv, tid, NTHR);
         if (tid < C) {
@@ -123,8 +124,9 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         }
     };
     auto load_qw = [&](int n) {
-        const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
-        const size_t row0 = ((size_t)b * T + t0) * H + h;
+        const gdn_rows cr = gdn_chunk_rows(p, b, n);
+        const int nv = cr.nvalid, st = stage(n);
+        const size_t row0 = cr.tok * H + h;
         load_in_rows<NP>(sm, st + L::Q, L::PBK, L::QK_PL,
                          (const unsigned char *)p.q + row0 * DK * esz, rsk, C, DK, nv, tid, NTHR);
         if (delta) {
@@ -136,8 +138,9 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         }
     };
     auto load_chunk = [&](int n) {
-        const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
-        const size_t row0 = ((size_t)b * T + t0) * H + h;
+        const gdn_rows cr = gdn_chunk_rows(p, b, n);
+        const int nv = cr.nvalid, st = stage(n);
+        const size_t row0 = cr.tok * H + h;
         load_in_rows<NP>(sm, st + L::Q, L::PBK, L::QK_PL,
                          (const unsigned char *)p.q + row0 * DK * esz, rsk, C, DK, nv, tid, NTHR);
         load_in_rows<NP>(sm, st + L::K, L::PBK, L::QK_PL,
@@ -158,8 +161,9 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
     // (PF) chunk n's dΔ_loc rows (all C, as the register loads read them) and dO rows (zero
     // past the sequence end) of columns [v0, v0 + DVB), raw, into its set
     auto load_dd_do = [&](int n) {
-        const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
-        const size_t row0 = ((size_t)b * T + t0) * H + h;
+        const gdn_rows cr = gdn_chunk_rows(p, b, n);
+        const int nv = cr.nvalid, st = stage(n);
+        const size_t row0 = cr.tok * H + h;
         if constexpr (SD)  // (SD) P of chunk n, all C rows
             cp_rows16<C, C * 2, NTHR>(sb + st + L::DDR, L::PDD,
                                       (const unsigned char *)(a.Pp + (bh * NC + n) * C * C),
@@ -236,8 +240,9 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
             }
             cp_async_commit();
         }
-        const int t0 = n * C, nv = min(C, T - t0), st = stage(n);
-        const size_t row0 = ((size_t)b * T + t0) * H + h, cix = bh * NC + n;
+        const gdn_rows cr = gdn_chunk_rows(p, b, n);
+        const int nv = cr.nvalid, st = stage(n);
+        const size_t row0 = cr.tok * H + h, cix = bh * NC + n;
         const smat sQ{sb + st + L::Q, L::PBK, L::QK_PL}, sK{sb + st + L::K, L::PBK, L::QK_PL};
         const smat sW{sb + st + L::W, L::PBK, L::QK_PL};
         // this thread's dΔ_loc and dO pairs (rows 16 warp + g4 (+8), cols nt 8 + 2 t4); (SD: none

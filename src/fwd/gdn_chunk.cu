@@ -49,6 +49,7 @@
 
 #include "../cuda/mma.cuh"
 #include "../core/cuda_check.h"
+#include "gdn_chunk_rows.cuh"
 
 namespace {
 
@@ -298,17 +299,18 @@ __device__ __forceinline__ void load_cc(unsigned char *sm, int dst, const __nv_b
         cp_async16(smem_u32(sm + dst + (r * PCC + c) * 2), src + r * C + c, 16);
     }
 }
-// g and beta of the chunk at token t0 (4-byte copies: consecutive tokens are H floats apart);
-// tokens >= T and switched-off inputs are zero-filled (gate off: G = 0)
+// g and beta of the chunk whose first token row (head h included) is row0 (4-byte copies:
+// consecutive tokens are H floats apart); rows >= nvalid and switched-off inputs are zero-filled
+// (gate off: G = 0)
 __device__ __forceinline__ void load_gb(unsigned char *sm, int dst, const gdn_fwd_params &p,
-                                        size_t tok0, int t0, int tid) {
+                                        size_t row0, int nvalid, int tid) {
     if (tid >= 2 * C) return;
-    const int r = tid & (C - 1), t = t0 + r;
+    const int r = tid & (C - 1);
     const bool isg = tid < C;
     const float *src = isg ? p.g : p.beta;
-    const bool ok = t < p.T && (isg ? p.mode.gate : p.mode.delta);
+    const bool ok = r < nvalid && (isg ? p.mode.gate : p.mode.delta);
     cp_async4(smem_u32(sm + dst + ((isg ? 0 : C) + r) * 4),
-              ok ? src + tok0 + (size_t)t * p.H : (const float *)p.q, ok ? 4 : 0);
+              ok ? src + row0 + (size_t)r * p.H : (const float *)p.q, ok ? 4 : 0);
 }
 // G_r = log2(e) (g_1 + .. + g_r) over the chunk into this warp's copy G[C]
 __device__ __forceinline__ void gate_cumsum(const float *gsrc, float *G, int lane) {
@@ -458,15 +460,17 @@ gdn_chunk_prep_kernel(const __grid_constant__ gdn_fwd_params p) {
     extern __shared__ __align__(128) unsigned char sm[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, H = p.H, NC = (T + C - 1) / C, t0 = n * C;
+    const int T = p.T, H = p.H, NC = (T + C - 1) / C;
     const bool want_t = p.mode.delta, want_p = p.p_from_prep == 1;
-    const size_t tok0 = (size_t)b * T * H + h;
-    const __nv_bfloat16 *kg = (const __nv_bfloat16 *)p.k + (tok0 + (size_t)t0 * H) * DK;
-    const __nv_bfloat16 *qg = (const __nv_bfloat16 *)p.q + (tok0 + (size_t)t0 * H) * DK;
+    const gdn_rows cr = gdn_chunk_rows(p, b, n);
+    const size_t row0 = cr.tok * H + h;  // token row of the chunk's first token, head h
+    const __nv_bfloat16 *kg = (const __nv_bfloat16 *)p.k + row0 * DK;
+    const __nv_bfloat16 *qg = (const __nv_bfloat16 *)p.q + row0 * DK;
     if (want_t || want_p)
-        load_tile<DK, false, PBQ, L::QK_PL, 128>(sm, L::K, kg, (size_t)H * DK, T - t0, tid);
-    if (want_p) load_tile<DK, false, PBQ, L::QK_PL, 128>(sm, L::Q, qg, (size_t)H * DK, T - t0, tid);
-    load_gb(sm, L::GB, p, tok0, t0, tid);
+        load_tile<DK, false, PBQ, L::QK_PL, 128>(sm, L::K, kg, (size_t)H * DK, cr.nvalid, tid);
+    if (want_p)
+        load_tile<DK, false, PBQ, L::QK_PL, 128>(sm, L::Q, qg, (size_t)H * DK, cr.nvalid, tid);
+    load_gb(sm, L::GB, p, row0, cr.nvalid, tid);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
@@ -538,11 +542,12 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
     const bool delta = p.mode.delta;
     const bool p_pre = PRE && p.p_from_prep == 1;  // the launcher resolved it to 1 or 2
     const size_t rowk = (size_t)H * DK, rowv = (size_t)H * DV;  // token strides
-    const size_t tok0 = (size_t)b * T * H + h;                    // row of (b, 0, h)
-    const Tin *qg = (const Tin *)p.q + tok0 * DK;
-    const Tin *kg = (const Tin *)p.k + tok0 * DK;
-    const Tin *vg = (const Tin *)p.v + tok0 * DV + dv0;
-    Tin *og = (Tin *)p.o + tok0 * DV + dv0;
+    // the token rows of chunk n (gdn_chunk_rows), head h: the chunk's first row and its count
+    auto rows_of = [&](int n, size_t &row0) {
+        const gdn_rows cr = gdn_chunk_rows(p, b, n);
+        row0 = cr.tok * H + h;
+        return cr.nvalid;
+    };
     const size_t state0 = ((size_t)b * H + h) * DK * DV;         // (b, h) state offset
     const size_t cc = (size_t)C * C, wsblk = ((size_t)b * H + h) * NC;
     const __nv_bfloat16 *ws = (const __nv_bfloat16 *)p.workspace;
@@ -586,13 +591,14 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
     };
     // all inputs of chunk n (fused: Q only for n == 0, later Q's come after P4)
     auto load_chunk = [&](int n, bool with_q, bool with_k) {
-        const int t0 = n * C;
+        size_t row0;
+        const int nv = rows_of(n, row0);
         if (OUT && with_q)
-            load_tile<DK, F32, PBQ, L::QK_PL, NTH>(sm, L::Qs(n), qg + (size_t)t0 * rowk, rowk,
-                                                   T - t0, tid);
+            load_tile<DK, F32, PBQ, L::QK_PL, NTH>(sm, L::Qs(n), (const Tin *)p.q + row0 * DK,
+                                                   rowk, nv, tid);
         if (with_k)
-            load_tile<DK, F32, PBQ, L::QK_PL, NTH>(sm, L::Ks(n), kg + (size_t)t0 * rowk, rowk,
-                                                   T - t0, tid);
+            load_tile<DK, F32, PBQ, L::QK_PL, NTH>(sm, L::Ks(n), (const Tin *)p.k + row0 * DK,
+                                                   rowk, nv, tid);
         if constexpr (PRE) {  // G (log2 cumsum) from the prep kernel; beta is only in T
             if (tid < C / 4)
                 cp_async16(smem_u32(sm + L::GB + ((n & 1) * 2 * C + tid * 4) * 4),
@@ -600,7 +606,7 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
             if (delta) load_cc<NTH>(sm, L::T(n), wsT + n * cc, tid);
             if (OUT && p_pre) load_cc<NTH>(sm, L::Ps(n), wsP + n * cc, tid);
         } else {
-            load_gb(sm, L::GB + (n & 1) * 2 * C * 4, p, tok0, t0, tid);
+            load_gb(sm, L::GB + (n & 1) * 2 * C * 4, p, row0, nv, tid);
         }
     };
     // V rows of this warp's P2 tile straight into registers (they only feed P2's epilogue);
@@ -608,12 +614,15 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
     constexpr bool VPRE = DVB <= 32;
     Tin2 vr[NV][2];
     auto load_v = [&](int n) {
+        size_t row0;
+        const int nv = rows_of(n, row0);
+        const Tin *vg = (const Tin *)p.v + row0 * DV + dv0;
 #pragma unroll
         for (int j = 0; j < NV; ++j)
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
-                const int r = n * C + wl * 16 + g + hr * 8;
-                if (r < T)
+                const int r = wl * 16 + g + hr * 8;
+                if (r < nv)
                     vr[j][hr] = *(const Tin2 *)(vg + (size_t)r * rowv + j * 8 + 2 * t4);
                 else
                     vr[j][hr] = Tin2{};
@@ -627,7 +636,6 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
     }
 
     for (int n = 0; n < NC; ++n) {
-        const int t0 = n * C, nvalid = min(C, T - t0);
         cp_async_wait_all();
         __syncthreads();  // chunk n's inputs are in; every read of chunk n-1 is done
         if (n + 1 < NC) load_chunk(n + 1, PRE, L::KST == 2);
@@ -748,17 +756,21 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
         }
         if constexpr (!PRE && OUT) {
             if (n + 1 < NC) {  // Q's buffer is free now
-                load_tile<DK, F32, PBQ, L::QK_PL, NTH>(sm, L::Q, qg + (size_t)(t0 + C) * rowk,
-                                                       rowk, T - t0 - C, tid);
+                size_t row1;
+                const int nv1 = rows_of(n + 1, row1);
+                load_tile<DK, F32, PBQ, L::QK_PL, NTH>(sm, L::Q, (const Tin *)p.q + row1 * DK,
+                                                       rowk, nv1, tid);
                 cp_async_commit();
             }
         }
 
         // ---- P5: O += P Δ -> global (OUT); S' = gamma_C S + Δ~^T K --------------------------
         if constexpr (PRE) {  // Δ~ rows of this warp group's columns as the update reads them
-            if (p.keep_dt) {
-                __nv_bfloat16 *dst = (__nv_bfloat16 *)p.keep_dt + (tok0 + (size_t)t0 * H) * DV + dv0;
-                for (int i = tid & 127; i < nvalid * (DVB / 8); i += 128) {
+            if (p.keep_dt) {  // on the chunk grid: all of its rows below T
+                const int t0 = n * C, grid_rows = min(C, T - t0);
+                const size_t grow0 = ((size_t)b * T + t0) * H + h;
+                __nv_bfloat16 *dst = (__nv_bfloat16 *)p.keep_dt + grow0 * DV + dv0;
+                for (int i = tid & 127; i < grid_rows * (DVB / 8); i += 128) {
                     const int r = i / (DVB / 8), c = (i % (DVB / 8)) * 8;
                     *(uint4 *)(dst + (size_t)r * rowv + c) = *(const uint4 *)(sm + offDT + r * PBV + c * 2);
                 }
@@ -776,11 +788,14 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
                     mma_p<1>(oacc[2 * np + 1], pa, db);
                 }
             }
+            size_t orow0;
+            const int nv = rows_of(n, orow0);
+            Tin *og = (Tin *)p.o + orow0 * DV + dv0;
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
                 const int r = wl * 16 + g + hr * 8;
-                if (r < nvalid) {
-                    Tin *orow = og + (size_t)(t0 + r) * rowv;
+                if (r < nv) {
+                    Tin *orow = og + (size_t)r * rowv;
 #pragma unroll
                     for (int j = 0; j < NV; ++j) {
                         Tin2 v;
@@ -817,9 +832,11 @@ gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
         if constexpr (L::KST == 1) {
             if (n + 1 < NC) {
                 __syncthreads();  // every warp is done with K of chunk n
+                size_t row1;
+                const int nv1 = rows_of(n + 1, row1);
                 load_tile<DK, F32, PBQ, L::QK_PL, NTH>(sm, L::Ks(n + 1),
-                                                       kg + (size_t)(t0 + C) * rowk, rowk,
-                                                       T - t0 - C, tid);
+                                                       (const Tin *)p.k + row1 * DK, rowk, nv1,
+                                                       tid);
                 cp_async_commit();
             }
         }
@@ -856,7 +873,6 @@ __global__ void __launch_bounds__(2 * DVB) gdn_chunk_replay_kernel(const __grid_
     const int dv0 = blockIdx.x * DVB, h = blockIdx.y, b = blockIdx.z;
     const int T = p.T, H = p.H, DV = p.Dv, NC = (T + C - 1) / C;
     const size_t rowk = (size_t)H * DK, rowv = (size_t)H * DV, tok0 = (size_t)b * T * H + h;
-    const __nv_bfloat16 *kg = (const __nv_bfloat16 *)p.k + tok0 * DK;
     const __nv_bfloat16 *dtg = (const __nv_bfloat16 *)p.keep_dt + tok0 * DV + dv0;
     const float *Gg = p.keep_g + ((size_t)b * H + h) * NC * C;
     const size_t state0 = ((size_t)b * H + h) * DK * DV;
@@ -878,10 +894,12 @@ __global__ void __launch_bounds__(2 * DVB) gdn_chunk_replay_kernel(const __grid_
                 dst[(size_t)dk * DV + dv0 + dv] = sacc[j][e];
             }
     };
-    auto load_chunk = [&](int n) {
+    auto load_chunk = [&](int n) {  // K from the chunk's token rows, Δ~ from the grid's
         const int t0 = n * C;
-        load_tile<DK, false, PBQ, L::QK_PL, NTH>(sm, L::K + (n & 1) * L::QK_PL, kg + (size_t)t0 * rowk,
-                                                 rowk, T - t0, tid);
+        const gdn_rows cr = gdn_chunk_rows(p, b, n);
+        load_tile<DK, false, PBQ, L::QK_PL, NTH>(sm, L::K + (n & 1) * L::QK_PL,
+                                                 (const __nv_bfloat16 *)p.k + (cr.tok * H + h) * DK,
+                                                 rowk, cr.nvalid, tid);
         load_tile<DVB, false, PBV, L::V_PL, NTH>(sm, L::D + (n & 1) * L::V_PL, dtg + (size_t)t0 * rowv,
                                                  rowv, T - t0, tid);
     };
@@ -1000,7 +1018,7 @@ extern "C" int gdn_chunk_fwd_dv_block(const gdn_fwd_params *p) {
     return 16;
 }
 
-// p as its kernels see it: with documents, the padded rows (T -> docs->Tp)
+// p as its kernels see it: with documents, the padded chunk grid (T -> docs->Tp)
 static gdn_fwd_params gdn_fwd_padded(const gdn_fwd_params *pin) {
     gdn_fwd_params f = *pin;
     if (pin->docs && pin->docs->any) f.T = pin->docs->Tp;
@@ -1033,32 +1051,6 @@ extern "C" size_t gdn_chunk_fwd_h_states_bytes(const gdn_fwd_params *pin) {
     return (size_t)p.B * p.H * nc * p.Dk * p.Dv * sizeof(float);
 }
 
-// docs_buf carving (the padded q, k, v, g, beta, o), one table for the size query and the entry
-namespace {
-struct docs_fwd_plan {
-    size_t q, k, v, g, beta, o, total;
-};
-size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
-docs_fwd_plan gdn_fwd_docs_plan(const gdn_fwd_params *p) {
-    const size_t n = (size_t)p->B * p->docs->Tp * p->H;
-    const size_t es = p->dtype == GDN_DTYPE_FP32 ? 4 : 2;
-    docs_fwd_plan w;
-    w.q = 0;
-    w.k = w.q + align256(n * p->Dk * es);
-    w.v = w.k + align256(n * p->Dk * es);
-    w.g = w.v + align256(n * p->Dv * es);
-    w.beta = w.g + align256(n * 4);
-    w.o = w.beta + align256(n * 4);
-    w.total = w.o + align256(n * p->Dv * es);
-    return w;
-}
-}  // namespace
-
-extern "C" size_t gdn_chunk_fwd_docs_bytes(const gdn_fwd_params *p) {
-    if (!p->docs || !p->docs->any) return 0;
-    return gdn_fwd_docs_plan(p).total;
-}
-
 static void gdn_check_ptr(const void *ptr, size_t align, const char *name) {
     if (!ptr) gdn_die("gdn_chunk_fwd: %s is NULL", name);
     if ((uintptr_t)ptr % align)
@@ -1066,7 +1058,7 @@ static void gdn_check_ptr(const void *ptr, size_t align, const char *name) {
                 "offsets", name, ptr, align);
 }
 
-// the forward on p's rows as they are (no document plan; chunk_reset as given)
+// the forward on p's chunk grid (no document plan; chunk_reset, chunk_tok, chunk_len as given)
 static void gdn_chunk_fwd_rows(const gdn_fwd_params *pin) {
     gdn_fwd_params pp = *pin;
     gdn_fwd_params *p = &pp;
@@ -1092,6 +1084,9 @@ static void gdn_chunk_fwd_rows(const gdn_fwd_params *pin) {
     if (p->h0) gdn_check_ptr(p->h0, 4, "h0");
     if (p->ht) gdn_check_ptr(p->ht, 4, "ht");
     if (p->h_states) gdn_check_ptr(p->h_states, 4, "h_states");
+    if (!p->chunk_tok != !p->chunk_len)
+        gdn_die("gdn_chunk_fwd: chunk_tok %p with chunk_len %p\nHINT: both or neither (the "
+                "document plan's tables)", (const void *)p->chunk_tok, (const void *)p->chunk_len);
     const bool f32 = p->dtype == GDN_DTYPE_FP32;
     if (f32) p->workspace = NULL;  // the fp32 path recomputes T and P in the fused kernel
     if (p->workspace) gdn_check_ptr(p->workspace, 16, "workspace");
@@ -1180,42 +1175,22 @@ static void gdn_chunk_fwd_rows(const gdn_fwd_params *pin) {
     }
 }
 
-// With documents: the inputs gathered into the padded rows (docs_buf), the forward there with
-// the plan's reset flags, o scattered back (gdn_cuda.h, gdn_docs)
+// With documents: the forward on the plan's padded chunk grid (T -> Tp) with its reset flags,
+// each chunk's tokens read and o written where they are (chunk_tok, chunk_len; gdn_cuda.h,
+// gdn_docs)
 static void gdn_chunk_fwd_docs(const gdn_fwd_params *p) {
     const gdn_docs *d = p->docs;
     if (d->B != p->B || d->T != p->T)
         gdn_die("gdn_chunk_fwd: document plan for B %d T %d, params B %d T %d\nHINT: make the plan "
                 "(gdn_docs_init) for this batch's shape", d->B, d->T, p->B, p->T);
-    if (p->chunk_reset)
-        gdn_die("gdn_chunk_fwd: chunk_reset with a document plan\nHINT: the plan sets its own");
-    gdn_check_ptr(p->q, 16, "q");
-    gdn_check_ptr(p->k, 16, "k");
-    gdn_check_ptr(p->v, 16, "v");
-    if (p->mode.gate) gdn_check_ptr(p->g, 4, "g (gate on)");
-    if (p->mode.delta) gdn_check_ptr(p->beta, 4, "beta (delta on)");
-    if (p->o) gdn_check_ptr(p->o, 16, "o");
-    gdn_check_ptr(p->docs_buf, 256, "docs_buf (documents)");
-    const docs_fwd_plan w = gdn_fwd_docs_plan(p);
-    unsigned char *buf = (unsigned char *)p->docs_buf;
-    const size_t es = p->dtype == GDN_DTYPE_FP32 ? 4 : 2;
-    const size_t rk = (size_t)p->H * p->Dk * es, rv = (size_t)p->H * p->Dv * es, rg = (size_t)p->H * 4;
+    if (p->chunk_reset || p->chunk_tok || p->chunk_len)
+        gdn_die("gdn_chunk_fwd: chunk_reset, chunk_tok or chunk_len with a document plan\nHINT: "
+                "the plan sets its own");
     gdn_fwd_params f = gdn_fwd_padded(p);
-    f.docs_buf = NULL;
     f.chunk_reset = d->reset;
-    f.q = buf + w.q;
-    f.k = buf + w.k;
-    f.v = buf + w.v;
-    f.g = p->mode.gate ? (const float *)(buf + w.g) : NULL;
-    f.beta = p->mode.delta ? (const float *)(buf + w.beta) : NULL;
-    f.o = p->o ? buf + w.o : NULL;
-    gdn_docs_gather(d, buf + w.q, p->q, rk, p->stream);
-    gdn_docs_gather(d, buf + w.k, p->k, rk, p->stream);
-    gdn_docs_gather(d, buf + w.v, p->v, rv, p->stream);
-    if (p->mode.gate) gdn_docs_gather(d, buf + w.g, p->g, rg, p->stream);
-    if (p->mode.delta) gdn_docs_gather(d, buf + w.beta, p->beta, rg, p->stream);
+    f.chunk_tok = d->chunk_tok;
+    f.chunk_len = d->chunk_len;
     gdn_chunk_fwd_rows(&f);
-    if (p->o) gdn_docs_scatter(d, p->o, buf + w.o, rv, p->stream);
 }
 
 extern "C" void gdn_chunk_fwd(const gdn_fwd_params *p) {

@@ -36,50 +36,47 @@ typedef enum { GDN_DTYPE_BF16 = 0, GDN_DTYPE_FP32 = 1 } gdn_dtype;
 
 // Document starts (model.doc_reset; SPEC "Document resets in the model"): the state restarts
 // from zero at each document start (h0 applies to a row's first document only, dht to its last).
-// Design: split at the boundary. Every document is moved to start on a chunk boundary of a padded
-// row of Tp >= T tokens; the pad tokens have q = k = v = 0, g = 0, beta = 0, which leave the
-// state unchanged exactly (their Δ rows are T (V - K H) rows of zeros, gamma = 1, and they add
-// nothing to any product of a real token), and each chunk that begins a document (other than at
-// token 0) carries a reset flag: the scans zero the state before it (forward, replay, recompute)
-// and zero the state gradient flowing back across it (backward). A chunk never holds two
-// documents, so the kernels' chunk arithmetic is unchanged: no masks and no -inf gates (chosen
-// over masking A, P and the chunk-state terms per document inside a chunk: that needs surgery in
-// every kernel of the forward and the backward, this only at the scans' chunk steps). Cost:
-// fewer than 64 pad tokens per document start (the last document of a row is not padded), one
-// gather of the inputs and one scatter of the outputs.
+// Design: split at the boundary. Every document is placed to start on a chunk boundary of a
+// padded chunk grid of Tp >= T tokens a row; the pad tokens read as q = k = v = 0, g = 0,
+// beta = 0, which leave the state unchanged exactly (their Δ rows are T (V - K H) rows of zeros,
+// gamma = 1, and they add nothing to any product of a real token), and each chunk that begins a
+// document (other than at token 0) carries a reset flag: the scans zero the state before it
+// (forward, replay, recompute) and zero the state gradient flowing back across it (backward). A
+// chunk never holds two documents, so the kernels' chunk arithmetic is unchanged: no masks and no
+// -inf gates (chosen over masking A, P and the chunk-state terms per document inside a chunk:
+// that needs surgery in every kernel of the forward and the backward, this only at the scans'
+// chunk steps). The padded rows are never formed: chunk n of row b reads its tokens from the
+// rows' own (B,T) layout through the plan's table (chunk_tok, chunk_len: a run of at most 64
+// consecutive tokens of one document; rows past it load as zeros and are never stored). Cost:
+// fewer than 64 pad tokens of chunk work per document start (the last document of a row is not
+// padded), no copies.
 // A plan is made once per batch from the host's doc starts and shared by every GDN layer, the
 // forward and the backward: gdn_docs_padded_len, gdn_docs_bytes, gdn_docs_init.
 typedef struct {
     int B, T;                 // the rows' shape the plan was made for
     int Tp;                   // padded row length (T when any == 0)
     int any;                  // 0: no document starts after token 0 in any row: every op runs
-                              // its no-document path (bitwise today's); the maps are not set
-    const int32_t *pad_src;   // (B,Tp) device: the token t of row b at each padded position,
-                              // -1 = pad
-    const int32_t *src_pad;   // (B,T) device: the padded position of each token
+                              // its no-document path; the tables are not set
+    const int32_t *chunk_tok; // (B,NCp) device, NCp = ceil(Tp/64): the token row b T + t of the
+                              // rows' (B,T) layout that padded chunk n of row b starts at (b T
+                              // for a chunk of padding only)
+    const uint8_t *chunk_len; // (B,NCp) device: that chunk's tokens, consecutive from chunk_tok
+                              // (<= 64; 0 = padding only, at a row's end)
     const uint8_t *reset;     // (B,NCp) device, NCp = ceil(Tp/64): 1 = the state is zero at the
                               // start of that padded chunk (a document starts there, chunk > 0)
 } gdn_docs;
 
 // Checks doc_start (host, (B,T): the start s of the document of token t, s = 0 at t = 0, then
-// s == t (a new document) or the previous token's s; dies naming b, t otherwise) and returns the
-// padded row length Tp (T when no document starts after token 0).
+// s == t (a new document) or the previous token's s; dies naming b, t otherwise; B T < 2^31) and
+// returns the padded row length Tp (T when no document starts after token 0).
 int gdn_docs_padded_len(const int32_t *doc_start, int B, int T);
-// Device bytes of a plan's maps for B rows of T tokens padded to Tp (gdn_docs_padded_len's).
+// Device bytes of a plan's tables for B rows of T tokens padded to Tp (gdn_docs_padded_len's).
 size_t gdn_docs_bytes(int B, int T, int Tp);
-// Fills *d from doc_start (host, (B,T)): maps built on the host, copied into mem (device, 256-byte
+// Fills *d from doc_start (host, (B,T)): tables built on the host, copied into mem (device, 256-byte
 // aligned, >= gdn_docs_bytes(B, T, Tp) bytes; unused when any == 0) on stream, which is then
 // synchronised (the host staging is freed). mem must outlive every op that uses the plan.
 void gdn_docs_init(gdn_docs *d, const int32_t *doc_start, int B, int T, void *mem, size_t bytes,
                    cudaStream_t stream);
-// Token rows (row_bytes each, a multiple of 4) between the rows' layout (B,T) and the plan's
-// padded one (B,Tp): gather writes every padded row (zeros at pads), scatter every token row.
-// Used by gdn_chunk_fwd and gdn_chunk_bwd.
-void gdn_docs_gather(const gdn_docs *d, void *dst, const void *src, size_t row_bytes,
-                     cudaStream_t stream);
-void gdn_docs_scatter(const gdn_docs *d, void *dst, const void *src, size_t row_bytes,
-                      cudaStream_t stream);
-
 typedef struct {
     int B, T, H, Dk, Dv;     // Dk in {64, 128, 256}, Dv in {Dk, 2 Dk}, T >= 0
     gdn_mode mode;           // gate false: g ignored (may be NULL); delta false: beta ignored;
@@ -118,17 +115,22 @@ typedef struct {
                              // scan's own update on the same operands: the same bits; no
                              // workspace, no prep kernel)
     // Document starts: NULL (or docs->any == 0) = none, today's path. Else the plan for (B, T);
-    // the op gathers q, k, v, g, beta into docs_buf in the padded layout, runs there with the
-    // plan's reset flags and scatters o back. h_states, keep_g and keep_dt are then in the padded
-    // layout (T -> docs->Tp: NC = ceil(Tp/64) chunk-start states; size them with this p through
-    // gdn_chunk_fwd_h_states_bytes, gdn_chunk_fwd_keep_bytes); ht is the last document's end.
+    // the op runs on the plan's padded chunk grid with its reset flags, each chunk reading and
+    // writing its tokens of q, k, v, g, beta, o in place (no copies). h_states, keep_g and keep_dt
+    // are then on that grid (T -> docs->Tp: NC = ceil(Tp/64) chunk-start states, keep_dt rows
+    // (B,Tp,H,Dv); size them with this p through gdn_chunk_fwd_h_states_bytes,
+    // gdn_chunk_fwd_keep_bytes); ht is the last document's end.
     const gdn_docs *docs;
-    void *docs_buf;          // with docs->any: gdn_chunk_fwd_docs_bytes(p) bytes of device memory
-                             // (256-byte aligned), else ignored
+    // The chunk grid as the kernels see it, set by the docs path from the plan (all NULL with
+    // docs->any): T is then the grid's length (Tp), NC = ceil(T/64).
     const uint8_t *chunk_reset;  // (B,NC) device: 1 = the state is zero at the start of chunk n
-                             // (n > 0; chunk 0 starts from h0), NULL = none. For inputs already
-                             // laid out with documents on chunk boundaries; set by the docs path
-                             // (must be NULL with docs->any)
+                             // (n > 0; chunk 0 starts from h0), NULL = none (alone: for inputs
+                             // already laid out with documents on chunk boundaries)
+    const int32_t *chunk_tok;    // (B,NC) device: the token row (of q, k, v, g, beta, o, and the
+                             // backward's dO and gradients) where chunk n of row b starts, the
+                             // plan's chunk_tok; NULL = b T + 64 n (the rows as they are)
+    const uint8_t *chunk_len;    // (B,NC) device: the chunk's tokens (the plan's chunk_len); set
+                             // with chunk_tok
 } gdn_fwd_params;
 
 // Public entry: checks shapes, dtype, pointers (16-byte aligned q, k, v, o; o NULL only with
@@ -144,8 +146,6 @@ size_t gdn_chunk_fwd_workspace_bytes(const gdn_fwd_params *p);
 size_t gdn_chunk_fwd_keep_bytes(const gdn_fwd_params *p, size_t *g, size_t *dt);
 // Bytes of gdn_fwd_params.h_states: B H NC Dk Dv fp32, NC = ceil(T/64) (with docs: ceil(Tp/64)).
 size_t gdn_chunk_fwd_h_states_bytes(const gdn_fwd_params *p);
-// Bytes of gdn_fwd_params.docs_buf (0 without docs or with docs->any == 0).
-size_t gdn_chunk_fwd_docs_bytes(const gdn_fwd_params *p);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,9 @@
 // gdn_docs.cu — the document plan of the GDN chunk ops (gdn_cuda.h, gdn_docs): each document
-// of a row moved to start on a chunk boundary of a padded row, with a reset flag on the chunk
-// where it starts, and the token-row moves between the two layouts (gather before an op, scatter
-// after it). Row b's tokens keep their order; document i of the row starts at the padded
-// position P_i = roundup(P_{i-1} + len_{i-1}, 64) (P_0 = 0); Tp = max over rows of the end of
-// the row's last document (it is not padded).
+// of a row placed to start on a chunk boundary of a padded chunk grid, with a reset flag on the
+// chunk where it starts, and per padded chunk the run of the row's tokens it covers (the kernels
+// read and write the tokens there: the padded rows are never formed). Row b's tokens keep their
+// order; document i of the row starts at the padded position P_i = roundup(P_{i-1} + len_{i-1},
+// 64) (P_0 = 0); Tp = max over rows of the end of the row's last document (it is not padded).
 #include "gdn_cuda.h"
 
 #include <stdint.h>
@@ -18,40 +18,6 @@ constexpr int C = GDN_CHUNK;
 
 size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-// dst row (b, t) of Td rows a batch entry <- src row (b, map[b Td + t]) of Ts rows, or zeros
-// where the map says -1; units of U (4 or 16 bytes), `units` per row
-template <class U>
-__global__ void gdn_docs_move_kernel(U *dst, const U *src, const int32_t *map, int B, int Td,
-                                     int Ts, int units) {
-    const size_t n = (size_t)B * Td * units;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const size_t row = i / units, u = i % units;
-        const int b = (int)(row / Td);
-        const int m = map[row];
-        dst[i] = m >= 0 ? src[((size_t)b * Ts + m) * units + u] : U{};
-    }
-}
-
-void gdn_docs_move(void *dst, const void *src, const int32_t *map, int B, int Td, int Ts,
-                   size_t row_bytes, cudaStream_t stream) {
-    if (row_bytes % 4) gdn_die("gdn_docs: token rows of %zu bytes (a multiple of 4 expected)", row_bytes);
-    const size_t n = (size_t)B * Td * row_bytes;
-    if (n == 0) return;
-    const bool v16 = row_bytes % 16 == 0 && (uintptr_t)dst % 16 == 0 && (uintptr_t)src % 16 == 0;
-    const size_t units = row_bytes / (v16 ? 16 : 4), total = (size_t)B * Td * units;
-    const int threads = 256;
-    size_t blocks = (total + threads - 1) / threads;
-    if (blocks > 65536) blocks = 65536;  // grid-stride beyond
-    if (v16)
-        gdn_docs_move_kernel<int4><<<(unsigned)blocks, threads, 0, stream>>>(
-            (int4 *)dst, (const int4 *)src, map, B, Td, Ts, (int)units);
-    else
-        gdn_docs_move_kernel<int><<<(unsigned)blocks, threads, 0, stream>>>(
-            (int *)dst, (const int *)src, map, B, Td, Ts, (int)units);
-    CUDA_CHECK_LAUNCH();
-}
-
 // the padded length of row b (doc_start already checked)
 int gdn_docs_row_len(const int32_t *ds, int T) {
     int pos = 0;
@@ -62,11 +28,29 @@ int gdn_docs_row_len(const int32_t *ds, int T) {
     return pos;
 }
 
+// the tables' offsets in the plan's memory: chunk_tok (int32), chunk_len, reset (bytes), each
+// (B,NCp)
+struct docs_tables {
+    size_t tok, len, reset, total;
+};
+docs_tables gdn_docs_tables(int B, int Tp) {
+    const size_t ncp = ((size_t)Tp + C - 1) / C, n = (size_t)B * ncp;
+    docs_tables w;
+    w.tok = 0;
+    w.len = w.tok + align256(n * 4);
+    w.reset = w.len + align256(n);
+    w.total = w.reset + align256(n);
+    return w;
+}
+
 }  // namespace
 
 extern "C" int gdn_docs_padded_len(const int32_t *doc_start, int B, int T) {
     if (B < 1 || T < 0) gdn_die("gdn_docs: bad shape B %d T %d", B, T);
     if (T > 0 && !doc_start) gdn_die("gdn_docs: doc_start is NULL");
+    if ((size_t)B * T > INT32_MAX)
+        gdn_die("gdn_docs: B %d T %d: %zu tokens (the plan's token rows are int32)", B, T,
+                (size_t)B * T);
     int Tp = T;
     for (int b = 0; b < B; b++) {
         const int32_t *ds = doc_start + (size_t)b * T;
@@ -84,8 +68,8 @@ extern "C" int gdn_docs_padded_len(const int32_t *doc_start, int B, int T) {
 }
 
 extern "C" size_t gdn_docs_bytes(int B, int T, int Tp) {
-    const size_t ncp = ((size_t)Tp + C - 1) / C;
-    return align256((size_t)B * Tp * 4) + align256((size_t)B * T * 4) + align256((size_t)B * ncp);
+    (void)T;  // (the tables are per padded chunk)
+    return gdn_docs_tables(B, Tp).total;
 }
 
 extern "C" void gdn_docs_init(gdn_docs *d, const int32_t *doc_start, int B, int T, void *mem,
@@ -98,27 +82,28 @@ extern "C" void gdn_docs_init(gdn_docs *d, const int32_t *doc_start, int B, int 
     d->Tp = Tp;
     for (size_t i = 0; i < (size_t)B * T && !d->any; i++) d->any = doc_start[i] != 0;
     if (!d->any) return;
-    const size_t need = gdn_docs_bytes(B, T, Tp), ncp = ((size_t)Tp + C - 1) / C;
+    const docs_tables w = gdn_docs_tables(B, Tp);
+    const size_t need = w.total, ncp = ((size_t)Tp + C - 1) / C;
     if (!mem || bytes < need)
         gdn_die("gdn_docs_init: plan memory %p of %zu bytes, %zu needed\nHINT: size it with "
                 "gdn_docs_bytes(B, T, gdn_docs_padded_len(...))", mem, bytes, need);
     if ((uintptr_t)mem % 256) gdn_die("gdn_docs_init: plan memory %p is not 256-byte aligned", mem);
-    const size_t off_src = align256((size_t)B * Tp * 4), off_rs = off_src + align256((size_t)B * T * 4);
     unsigned char *h = (unsigned char *)gdn_malloc(need);
     memset(h, 0, need);
-    int32_t *pad_src = (int32_t *)h, *src_pad = (int32_t *)(h + off_src);
-    uint8_t *reset = h + off_rs;
-    for (size_t i = 0; i < (size_t)B * Tp; i++) pad_src[i] = -1;
+    int32_t *tok = (int32_t *)(h + w.tok);
+    uint8_t *len = h + w.len, *reset = h + w.reset;
     for (int b = 0; b < B; b++) {
         const int32_t *ds = doc_start + (size_t)b * T;
+        for (size_t n = 0; n < ncp; n++) tok[(size_t)b * ncp + n] = (int32_t)((size_t)b * T);
         int pos = 0;
         for (int t = 0; t < T; t++) {
             if (t > 0 && ds[t] == t) {
                 pos = (pos + C - 1) / C * C;
                 reset[(size_t)b * ncp + pos / C] = 1;
             }
-            pad_src[(size_t)b * Tp + pos] = t;
-            src_pad[(size_t)b * T + t] = pos;
+            const size_t ci = (size_t)b * ncp + pos / C;
+            if (pos % C == 0) tok[ci] = (int32_t)((size_t)b * T + t);  // a chunk's first token
+            len[ci]++;
             pos++;
         }
     }
@@ -126,17 +111,7 @@ extern "C" void gdn_docs_init(gdn_docs *d, const int32_t *doc_start, int B, int 
     CUDA_CHECK(cudaStreamSynchronize(stream));
     free(h);
     unsigned char *m = (unsigned char *)mem;
-    d->pad_src = (const int32_t *)m;
-    d->src_pad = (const int32_t *)(m + off_src);
-    d->reset = m + off_rs;
-}
-
-extern "C" void gdn_docs_gather(const gdn_docs *d, void *dst, const void *src, size_t row_bytes,
-                                cudaStream_t stream) {
-    gdn_docs_move(dst, src, d->pad_src, d->B, d->Tp, d->T, row_bytes, stream);
-}
-
-extern "C" void gdn_docs_scatter(const gdn_docs *d, void *dst, const void *src, size_t row_bytes,
-                                 cudaStream_t stream) {
-    gdn_docs_move(dst, src, d->src_pad, d->B, d->T, d->Tp, row_bytes, stream);
+    d->chunk_tok = (const int32_t *)(m + w.tok);
+    d->chunk_len = m + w.len;
+    d->reset = m + w.reset;
 }

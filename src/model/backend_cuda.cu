@@ -61,11 +61,11 @@ struct cuda_be_state {
     size_t dl_cap = 0;
     std::vector<std::pair<size_t, int>> dl_calls;
     bool attn_deterministic = true;                           // swa.deterministic
-    // documents (set_docs): the GDN plan of the current batch, its maps, the gather buffer
+    // documents (set_docs): the GDN plan of the current batch and its tables' memory
     gdn_docs docs{};
     bool docs_on = false;
-    void *docs_mem = nullptr, *docs_buf = nullptr;
-    size_t docs_mem_cap = 0, docs_buf_cap = 0;
+    void *docs_mem = nullptr;
+    size_t docs_mem_cap = 0;
 };
 cuda_be_state ST;
 
@@ -220,18 +220,18 @@ struct ops {
         CUDA_CHECK(cudaStreamSynchronize(STREAM));  // src may change once this returns
     }
     // Document starts (backend.h): the conv, RoPE and attention kernels take doc_start as it
-    // is; the GDN kernels take a plan made on the host (gdn_docs: documents moved onto chunk
-    // boundaries), built here once a batch from the host copy and used by every layer's forward
+    // is; the GDN kernels take a plan made on the host (gdn_docs: documents placed on chunk
+    // boundaries of a padded chunk grid), built here once a batch from the host copy and used by every layer's forward
     // and backward. With documents after token 0 the GDN backward recomputes its chunk states
     // (gdn.bwd_states = recompute for that batch): the model's keep and saved-state buffers are
-    // sized for rows of T tokens, the padded layout has Tp >= T.
+    // sized for rows of T tokens, the padded chunk grid has Tp >= T.
     static void set_docs(const int32_t *doc_start, int B, int T) {
         ST.docs_on = false;
         if (!doc_start) return;
         const int Tp = gdn_docs_padded_len(doc_start, B, T);
         const size_t bytes = gdn_docs_bytes(B, T, Tp);
         if (bytes > ST.docs_mem_cap || !ST.docs_mem) {
-            CUDA_CHECK(cudaDeviceSynchronize());  // the old maps may still be read
+            CUDA_CHECK(cudaDeviceSynchronize());  // the old tables may still be read
             CUDA_CHECK(cudaFree(ST.docs_mem));
             CUDA_CHECK(cudaMalloc(&ST.docs_mem, bytes > 0 ? bytes : 256));
             ST.docs_mem_cap = bytes;
@@ -246,15 +246,6 @@ struct ops {
             gdn_die("backend_cuda: the GDN op's batch (%d x %d) is not the documents' (%d x %d)",
                     op->B, op->T, ST.docs.B, ST.docs.T);
         return &ST.docs;
-    }
-    static void *docs_buf(size_t bytes) {
-        if (bytes > ST.docs_buf_cap || !ST.docs_buf) {
-            CUDA_CHECK(cudaDeviceSynchronize());
-            CUDA_CHECK(cudaFree(ST.docs_buf));
-            CUDA_CHECK(cudaMalloc(&ST.docs_buf, bytes > 0 ? bytes : 256));
-            ST.docs_buf_cap = bytes;
-        }
-        return ST.docs_buf;
     }
     static void zero(void *p, size_t n, be_class c) {
         if (n) CUDA_CHECK(cudaMemsetAsync(p, 0, n * elem(c), STREAM));
@@ -502,9 +493,7 @@ struct ops {
         p.o = op->o;
         p.stream = STREAM;
         p.docs = gdn_plan(op);
-        if (p.docs) {  // the backward recomputes the states (set_docs)
-            p.docs_buf = docs_buf(gdn_chunk_fwd_docs_bytes(&p));
-        } else {
+        if (!p.docs) {  // with documents the backward recomputes the states (set_docs)
             p.h_states = (float *)op->hs;  // gdn.bwd_states = saved: for the backward
             keep_carve(op, &p.keep_g, &p.keep_dt);  // replay: kept for the backward
         }

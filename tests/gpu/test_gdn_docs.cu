@@ -2,7 +2,14 @@
 // gdn_docs; issue 31): against the float64 token-level ops (gdn_token_fwd_cpu, gdn_token_bwd_cpu)
 // run on each document alone, a document [s, e) of row b being the (1, e - s) view of the
 // (B,T,H,D) tensors with zero state (h0 only for s = 0, dht only for e = T), and bitwise: a plan
-// whose rows hold one document each gives exactly the bits of the op without one.
+// whose rows hold one document each gives exactly the bits of the op without one, and row 2 (one
+// document, followed by chunks of padding only on the plan's grid) of the plan with documents
+// gives exactly the bits of that row without a plan (forward and backward: the chunks read
+// through the plan's table against the plain rows). The plan's tables are checked on the host
+// (every token in exactly one chunk, in order; a chunk within one document; resets where
+// documents start; the expected chunks of padding only and the document [65, 129) of row 0 that
+// fills its chunk exactly). The outputs are NaN-poisoned before each run: a token row a chunk
+// fails to store shows as non-finite.
 // Rows (T = 300): row 0 cut at 1, 2, 63, 64, 65, 129, 192 and 255 (documents of one token;
 // boundaries at chunk offsets 0, 1 and 63, and at tokens 63, 64, 65), row 1 at 65, 130 and 193,
 // row 2 one document (padded to the batch's length behind it). Heads: gates mixed (-g from 1e-4
@@ -43,6 +50,51 @@ static void make_doc_starts(int32_t *ds) {
             ds[b * T + t] = s;
         }
     }
+}
+
+// The plan's tables (gdn_docs: chunk_tok, chunk_len, reset) against doc_start: each row's chunks,
+// in order, cover its tokens 0..T-1 once, in runs of at most 64 consecutive tokens of one
+// document; a chunk that does not start a document follows a full one; a reset exactly where a
+// document after token 0 starts; chunks of padding only (len 0, no reset) only after the row's
+// tokens. Then the cases the rows were cut for: row 0's document [65, 129) fills chunk 5 exactly
+// and the next one starts at chunk 6 with no padding; row 2 (one document) ends in chunk 4 and
+// chunks 5.. are padding only (Tp > 320).
+static bool check_plan(const gdn_docs *d, const int32_t *ds) {
+    const int C = GDN_CHUNK, ncp = (d->Tp + C - 1) / C;
+    const size_t n = (size_t)d->B * ncp;
+    int32_t *tok = (int32_t *)gdn_malloc(n * 4);
+    uint8_t *len = (uint8_t *)gdn_malloc(n), *rst = (uint8_t *)gdn_malloc(n);
+    CUDA_CHECK(cudaMemcpy(tok, d->chunk_tok, n * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(len, d->chunk_len, n, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(rst, d->reset, n, cudaMemcpyDeviceToHost));
+    bool ok = d->B == B && d->T == T;
+    for (int b = 0; b < B && ok; b++) {
+        const int32_t *row = ds + (size_t)b * T;
+        int next = 0;  // the next token the chunks must cover
+        for (int c = 0; c < ncp && ok; c++) {
+            const size_t i = (size_t)b * ncp + c;
+            const int l = len[i], t = tok[i] - b * T;
+            if (l == 0) {  // padding only: after the row's tokens, a valid row to point at
+                ok = next == T && rst[i] == 0 && t == 0;
+                continue;
+            }
+            ok = l <= C && t == next && t + l <= T;
+            for (int u = t + 1; ok && u < t + l; u++) ok = row[u] == row[t];  // one document
+            const bool starts = row[t] == t;  // a document starts at this chunk's row 0
+            ok = ok && (rst[i] != 0) == (starts && t > 0);
+            if (ok && c > 0 && !starts) ok = len[i - 1] == C;
+            next = t + l;
+        }
+        ok = ok && next == T;
+    }
+    if (ok) {
+        ok = ncp >= 9 && tok[5] == 65 && len[5] == 64 && rst[5] && tok[6] == 129 && rst[6] &&
+             len[2 * ncp + 4] == T - 4 * C && len[2 * ncp + 5] == 0;
+    }
+    free(tok);
+    free(len);
+    free(rst);
+    return ok;
 }
 
 typedef struct {
@@ -203,9 +255,6 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
     f.dtype = dt;
     f.q = d_q; f.k = d_k; f.v = d_v; f.g = d_g; f.beta = d_beta; f.h0 = d_h0;
     f.docs = plan;
-    void *docs_buf = NULL;
-    CUDA_CHECK(cudaMalloc(&docs_buf, gdn_chunk_fwd_docs_bytes(&f) + 256));
-    f.docs_buf = docs_buf;
     const size_t bhs = gdn_chunk_fwd_h_states_bytes(&f), bws = gdn_chunk_fwd_workspace_bytes(&f);
     size_t bkg = 0, bkd = 0;
     gdn_chunk_fwd_keep_bytes(&f, &bkg, &bkd);
@@ -236,25 +285,35 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
         report(path ? "fwd docs, prep path (keep G, Δ~)" : "fwd docs, fused", e, fnames, 2, ftol,
                fin, fin ? "" : "  NONFINITE");
     }
-    // bitwise: a plan of one document per row (all starts 0) against no plan
+    // bitwise: a plan of one document per row (all starts 0) against no plan; and row 2 of the
+    // plan with documents (one document, chunks of padding only after it) against no plan
     {
-        gdn_fwd_params fa = f, fb = f;
+        gdn_fwd_params fa = f, fb = f, fc = f;
         fa.docs = NULL;
         fb.docs = plan_flat;
-        fa.o = o; fa.ht = ht; fa.workspace = fb.workspace = bf ? fws : NULL;
-        void *o2 = dev_out(bv);
-        float *ht2 = (float *)dev_out(bs);
+        fa.o = o; fa.ht = ht; fa.workspace = fb.workspace = fc.workspace = bf ? fws : NULL;
+        void *o2 = dev_out(bv), *o3 = dev_out(bv);
+        float *ht2 = (float *)dev_out(bs), *ht3 = (float *)dev_out(bs);
         fb.o = o2; fb.ht = ht2;
+        fc.o = o3; fc.ht = ht3;
         gdn_chunk_fwd(&fa);
         gdn_chunk_fwd(&fb);
+        gdn_chunk_fwd(&fc);
         CUDA_CHECK(cudaDeviceSynchronize());
-        unsigned char *s1 = snapshot(o, bv), *s2 = snapshot(o2, bv);
-        unsigned char *s3 = snapshot(ht, bs), *s4 = snapshot(ht2, bs);
+        unsigned char *s1 = snapshot(o, bv), *s2 = snapshot(o2, bv), *s5 = snapshot(o3, bv);
+        unsigned char *s3 = snapshot(ht, bs), *s4 = snapshot(ht2, bs), *s6 = snapshot(ht3, bs);
         const bool same = memcmp(s1, s2, bv) == 0 && memcmp(s3, s4, bs) == 0;
         report("fwd one document a row vs none", NULL, NULL, 0, 0, same, same ? "  same bits" : "  BITS DIFFER");
-        free(s1); free(s2); free(s3); free(s4);
+        const size_t rv = bv / B, rs = bs / B;  // row 2's bytes of o and ht
+        const bool same2 = memcmp(s1 + 2 * rv, s5 + 2 * rv, rv) == 0 &&
+                           memcmp(s3 + 2 * rs, s6 + 2 * rs, rs) == 0;
+        report("fwd row 2 (one document) vs none", NULL, NULL, 0, 0, same2,
+               same2 ? "  same bits" : "  BITS DIFFER");
+        free(s1); free(s2); free(s3); free(s4); free(s5); free(s6);
         CUDA_CHECK(cudaFree(o2));
         CUDA_CHECK(cudaFree(ht2));
+        CUDA_CHECK(cudaFree(o3));
+        CUDA_CHECK(cudaFree(ht3));
     }
 
     // ---- backward --------------------------------------------------------------------------
@@ -324,34 +383,39 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
                      st == 0 ? "" : same ? "  (same bits as recomputed)" : "  BITS DIFFER");
             report(what, e, bnames, 8, btol, fin && same, extra);
         }
-    // bitwise: a plan of one document per row against no plan
+    // bitwise: a plan of one document per row against no plan; row 2 of the plan with documents
+    // (states recomputed) against no plan
     {
-        gdn_bwd_params pa = p, pb = p;
+        gdn_bwd_params pa = p, pb = p, pc = p;
         pa.fwd.docs = NULL;
         pb.fwd.docs = plan_flat;
         pa.workspace_bytes = pb.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&pa);
         unsigned char *s1[6];
-        bool same = true;
-        for (int run = 0; run < 2; run++) {
+        bool same = true, same2 = true;
+        for (int run = 0; run < 3; run++) {
             for (int i = 0; i < 6; i++) CUDA_CHECK(cudaMemset(outs[i], 0xff, ob[i]));
-            gdn_chunk_bwd(run ? &pb : &pa);
+            gdn_chunk_bwd(run == 0 ? &pa : run == 1 ? &pb : &pc);
             CUDA_CHECK(cudaDeviceSynchronize());
             for (int i = 0; i < 6; i++) {
                 unsigned char *s = snapshot(outs[i], ob[i]);
+                const size_t rb = ob[i] / B;  // row 2's bytes (every output is b-major)
                 if (run == 0) {
                     s1[i] = s;
-                } else {
-                    same &= memcmp(s1[i], s, ob[i]) == 0;
-                    free(s);
-                    free(s1[i]);
+                    continue;
                 }
+                if (run == 1) same &= memcmp(s1[i], s, ob[i]) == 0;
+                else same2 &= memcmp(s1[i] + 2 * rb, s + 2 * rb, rb) == 0;
+                free(s);
+                if (run == 2) free(s1[i]);
             }
         }
         report("bwd one document a row vs none", NULL, NULL, 0, 0, same, same ? "  same bits" : "  BITS DIFFER");
+        report("bwd row 2 (one document) vs none", NULL, NULL, 0, 0, same2,
+               same2 ? "  same bits" : "  BITS DIFFER");
     }
 
     for (int i = 0; i < 6; i++) free(first[i]);
-    void *frees[] = {d_q, d_k, d_v, d_dO, d_g, d_beta, d_h0, d_dht, docs_buf, hs, o, ht,
+    void *frees[] = {d_q, d_k, d_v, d_dO, d_g, d_beta, d_h0, d_dht, hs, o, ht,
                      dq, dk, dv, dg, db, dh0, ws, kg, kd, fws};
     for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
         if (frees[i]) CUDA_CHECK(cudaFree(frees[i]));
@@ -388,6 +452,8 @@ int main(int argc, char **argv) {
         printf("test_gdn_docs: FAIL: unexpected plan\n");
         return 1;
     }
+    const bool plan_ok = check_plan(&plan, ds);
+    report("plan tables (chunk_tok, chunk_len, reset)", NULL, NULL, 0, 0, plan_ok, "");
     const tcase cases[] = {
         {64, 64, GDN_DTYPE_FP32},   {128, 128, GDN_DTYPE_FP32}, {256, 256, GDN_DTYPE_FP32},
         {64, 128, GDN_DTYPE_BF16},  {128, 128, GDN_DTYPE_BF16}, {256, 256, GDN_DTYPE_BF16},
