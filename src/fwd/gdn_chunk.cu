@@ -498,9 +498,14 @@ gdn_chunk_prep_kernel(const __grid_constant__ gdn_fwd_params p) {
     }
 }
 
-template <int DK, int NWG, bool F32>
+// CTAs per SM the register budget is held to; the states-only instance at Dk 64 with 16 value
+// columns to 4, the occupancy its shared memory allows (unbounded, ptxas takes 176 registers
+// since the chunk rows come from gdn_chunk_rows: 2 CTAs)
+template <int DK, int DVB, int NWG, bool F32, bool OUT>
 struct gdn_fwd_minblocks {
-    static constexpr int value = (NWG == 1 && !F32 && DK <= 128) ? 2 : 1;
+    static constexpr int value = (!OUT && !F32 && DK == 64 && DVB == 16)   ? 4
+                                 : (NWG == 1 && !F32 && DK <= 128) ? 2
+                                                                   : 1;
 };
 
 // Document resets (chunk_reset, gdn_cuda.h): whether the state after chunk n of row b (the
@@ -520,7 +525,7 @@ __device__ __forceinline__ void zero_state(float (&s)[N][4]) {
 // ---- the recurrence kernel ---------------------------------------------------------------------
 // OUT: o computed and stored; false: chunk-start states (and ht) only
 template <int DK, int DVB, int NWG, bool F32, bool PRE, bool OUT>
-__global__ void __launch_bounds__(128 * NWG, (gdn_fwd_minblocks<DK, NWG, F32>::value))
+__global__ void __launch_bounds__(128 * NWG, (gdn_fwd_minblocks<DK, DVB, NWG, F32, OUT>::value))
 gdn_chunk_fwd_kernel(const __grid_constant__ gdn_fwd_params p) {
     using L = gdn_fwd_layout<DK, DVB, NWG, F32, PRE, OUT>;
     using Tin = typename std::conditional<F32, float, __nv_bfloat16>::type;
@@ -858,6 +863,13 @@ static int gdn_smem_optin() {  // shared memory a block may opt in to on this de
 // accumulator: the warp tiling may differ from the scan's). One warp per 16 value columns (a
 // state m-tile) x all Dk columns; K and Δ~ of chunk n+1 are in flight while chunk n updates. No
 // dependent products: a stream of the state writes and the K, Δ~ reads.
+// CTAs per SM the replay's register budget is held to at Dk 64 and 128: the occupancy it had
+// before the chunk rows came from gdn_chunk_rows (unbounded, ptxas then takes 232 registers at
+// Dk 128: 2 CTAs)
+template <int DK>
+struct gdn_replay_minblocks {
+    static constexpr int value = DK == 64 ? 4 : DK == 128 ? 3 : 1;
+};
 template <int DK, int DVB>
 struct gdn_replay_layout {
     static constexpr int NW = DVB / 16, PQK = DK + 8, PV = DVB + 8;
@@ -865,7 +877,7 @@ struct gdn_replay_layout {
     static constexpr int K = 0, D = 2 * QK_PL, BYTES = D + 2 * V_PL;  // 2 stages each
 };
 template <int DK, int DVB>
-__global__ void __launch_bounds__(2 * DVB) gdn_chunk_replay_kernel(const __grid_constant__ gdn_fwd_params p) {
+__global__ void __launch_bounds__(2 * DVB, (gdn_replay_minblocks<DK>::value)) gdn_chunk_replay_kernel(const __grid_constant__ gdn_fwd_params p) {
     using L = gdn_replay_layout<DK, DVB>;
     constexpr int NTH = 32 * L::NW, PBQ = L::PQK * 2, PBV = L::PV * 2, NSW = DK / 8;
     extern __shared__ __align__(128) unsigned char sm[];
