@@ -77,6 +77,7 @@ size_t gdn_docs_bytes(int B, int T, int Tp);
 // synchronised (the host staging is freed). mem must outlive every op that uses the plan.
 void gdn_docs_init(gdn_docs *d, const int32_t *doc_start, int B, int T, void *mem, size_t bytes,
                    cudaStream_t stream);
+
 typedef struct {
     int B, T, H, Dk, Dv;     // Dk in {64, 128, 256}, Dv in {Dk, 2 Dk}, T >= 0
     gdn_mode mode;           // gate false: g ignored (may be NULL); delta false: beta ignored;
