@@ -5,18 +5,16 @@
 #   FLA_KERNEL <name> calls_per_fwdbwd <c> us_per_call <t> us_per_fwdbwd <c*t>
 # then "FLA_KERNEL_TOTAL us_per_fwdbwd <sum>". With --ncu it skips the profiler and runs one more
 # fwd+bwd inside the NVTX range "ncu", for `ncu --nvtx --nvtx-include ncu/` to profile only that
-# call (not the autotuning launches). The Hopper dg guard is bypassed for timing only, as in
-# fla_gdn_bwd.py: fla's gradients under this Triton are not compared with anything.
-#   python3 bench/fla_gdn_kernels.py [SHAPE_INDEX] [--ncu] [--calls N]
+# call (not the autotuning launches). --backend as in fla_gdn_bwd.py (fla_inputs.use_backend).
+#   python3 bench/fla_gdn_kernels.py [SHAPE_INDEX] [--ncu] [--calls N] [--backend NAME]
 import sys
 from collections import defaultdict
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import fla.ops.common.chunk_o as fla_chunk_o
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-from fla_inputs import SHAPES, inputs
+from fla_inputs import SHAPES, inputs, positional, use_backend
 
 
 def main():
@@ -25,9 +23,9 @@ def main():
     calls = 10
     if "--calls" in args:
         calls = int(args[args.index("--calls") + 1])
-    pos = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] != "--calls")]
+    pos = positional(args)
     si = int(pos[0]) if pos else 3
-    fla_chunk_o.TRITON_ABOVE_3_7_1 = True  # guard bypass, timing only (see the header)
+    backend, note = use_backend()
     torch.manual_seed(0)
     B, T, H, K, V = SHAPES[si]
     q, k, v, g, beta = inputs(B, T, H, K, V, "cuda")
@@ -64,7 +62,7 @@ def main():
         if t > 0 and e.key not in ("", None):
             tot[e.key] += t  # us
             cnt[e.key] += e.count
-    print(f"fla_gdn_kernels: {shape}, {calls} fwd+bwd calls, {torch.cuda.get_device_name()}", flush=True)
+    print(f"fla_gdn_kernels: {shape}, {calls} fwd+bwd calls, {torch.cuda.get_device_name()}{note}", flush=True)
     total = 0.0
     for name in sorted(tot, key=lambda n: -tot[n]):
         per_call = tot[name] / cnt[name]
@@ -72,7 +70,7 @@ def main():
         total += per_fb
         print(f"FLA_KERNEL {name[:90]} calls_per_fwdbwd {cnt[name] / calls:g} us_per_call {per_call:.1f} "
               f"us_per_fwdbwd {per_fb:.1f}")
-    print(f"FLA_KERNEL_TOTAL {shape} us_per_fwdbwd {total:.1f}", flush=True)
+    print(f"FLA_KERNEL_TOTAL {shape} us_per_fwdbwd {total:.1f} backend {backend}", flush=True)
 
 
 if __name__ == "__main__":
