@@ -23,15 +23,13 @@ gdn_binaries() {
     for t in "$@"; do [ -x "$b/$t" ] || { echo "no $b/$t: see $log"; return 1; }; done
 }
 
-# kernel_bench_vs_fla NAME BUILD_DIR BIN FLA_TAG HEADER ROW [FLA_ARGS...]: the GDN kernel benchmark
+# kernel_bench_vs_fla NAME BUILD_DIR BIN FLA_TAG HEADER ROW: the GDN kernel benchmark
 # bench/NAME_bench.cu (BIN, default BUILD_DIR/NAME_bench, compiled against BUILD_DIR's static
 # libraries when not there yet) into OUT/NAME_bench.log, fla's timing of the same shapes
-# (bench/fla_NAME.py FLA_ARGS, FLA_TIMEOUT s) into OUT/fla_NAME.log, then the table of the two
+# (bench/fla_NAME.py, FLA_TIMEOUT s) into OUT/fla_NAME.log, then the table of the two
 # (kernel_bench_table NAME FLA_TAG HEADER ROW). OUT is $OUT, else /tmp.
 kernel_bench_vs_fla() {
     local name=$1 build=$2 bin=${3:-$2/$1_bench} out=${OUT:-/tmp} root
-    local tag=$4 header=$5 row=$6
-    shift 6
     root=$(pwd)
     if [ ! -x "$bin" ]; then
         nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I"$root/src" \
@@ -41,12 +39,12 @@ kernel_bench_vs_fla() {
     "$bin" | tee "$out/${name}_bench.log"
     if [ -d "$root/fla" ]; then
         (PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" \
-             timeout "${FLA_TIMEOUT:-400}" python3 "bench/fla_${name}.py" "$@") | tee "$out/fla_${name}.log" || true
+             timeout "${FLA_TIMEOUT:-400}" python3 "bench/fla_${name}.py") | tee "$out/fla_${name}.log" || true
     else
         echo "no ./fla: fla not timed" | tee "$out/fla_${name}.log"
     fi
     # table: best of the two rounds for us and for fla
-    kernel_bench_table "$name" "$tag" "$header" "$row"
+    kernel_bench_table "$name" "$4" "$5" "$6"
 }
 
 # kernel_bench_table NAME FLA_TAG HEADER ROW: the markdown table of OUT/NAME_bench.log's RESULT

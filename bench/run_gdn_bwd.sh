@@ -1,17 +1,82 @@
 #!/usr/bin/env bash
-# run_gdn_bwd.sh — the GDN chunk forward + backward benchmark next to fla's, in one GPU call,
-# printing a markdown table (shape, variant, our fwd+bwd ms, fla fwd+bwd ms, ratio, memory).
-# Run from the repo root on the GPU machine after building the libraries
-# (cmake --build BUILD --target gdn_cuda gdn):
-#   bench/run_gdn_bwd.sh [BUILD_DIR] [BACKEND]     logs go to $OUT (or /tmp)
-# fla's source must be at ./fla (bench/README.md); BACKEND (default triton) is fla's path,
-# bench/fla_inputs.py use_backend: triton, tilelang (fla's shipped Hopper path) or flashqla
-# (FlashQLA, dk = dv = 128 only), the last two with their packages installed. The bench binary is
-# compiled here with nvcc against the built static libraries unless $GDN_BWD_BENCH names one.
+# run_gdn_bwd.sh — the GDN chunk forward + backward benchmark next to fla and FlashQLA, in one GPU
+# call, printing markdown tables (bench/gdn_bwd.md). Run from the repo root on the GPU machine
+# after building the libraries (cmake --build BUILD --target gdn_cuda gdn):
+#   bench/run_gdn_bwd.sh [BUILD_DIR]        logs and tables go to $OUT (or /tmp)
+# fla's source must be at ./fla (bench/README.md). fla's paths (bench/fla_inputs.py use_backend):
+# triton always; tilelang (fla's shipped Hopper path, the anchor) when the tilelang package
+# imports; flashqla (FlashQLA, dk = dv = 128 shapes only) when flash_qla imports too. Each path
+# runs once in parallel first (Triton and TileLang compile into their caches), then every
+# program alone: our bench, fla_gdn_bwd.py per path, fla_gdn_kernels.py per path at the
+# fla-220m layer (shape 3) and shape 0. FLA_TIMEOUT (default 400) bounds each fla program.
+# The bench binary is compiled here with nvcc against the built static libraries unless
+# $GDN_BWD_BENCH names one.
 set -euo pipefail
-# shellcheck source=bench/lib.sh
-cd "$(dirname "$0")/.." && . bench/lib.sh
-kernel_bench_vs_fla gdn_bwd "${1:-build-dev}" "${GDN_BWD_BENCH:-}" FLA_FWDBWD \
-  "| shape | variant | scan dv_block | fwd+bwd ms (round 1, 2) | fwd ms | bwd ms | fla fwd+bwd ms | ratio | extra MiB (ws) | fla extra MiB | check |" \
-  'printf "| %s | %s | %s | %s, %s | %s | %s | %s | %s | %s (%s) | %s | %s |\n", s, f[3], f[5], f[7], f[8], f[10], f[12], fm, r, f[16], f[14], fmm, f[nf]' \
-  --backend "${2:-triton}"
+cd "$(dirname "$0")/.."
+build=${1:-build-dev}
+out=${OUT:-/tmp}
+root=$(pwd)
+bin=${GDN_BWD_BENCH:-$build/gdn_bwd_bench}
+if [ ! -x "$bin" ]; then
+    # as bench/lib.sh's kernel_bench_vs_fla compiles the kernel benches (libgdn's CPU ops use OpenMP)
+    nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I"$root/src" \
+         "$root/bench/gdn_bwd_bench.cu" "$build/libgdn_cuda.a" "$build/libgdn.a" \
+         -Xcompiler -fopenmp -lgomp -lpthread -lm -o "$bin"
+fi
+export PYTHONUNBUFFERED=1 PYTHONPATH="$root:$root/bench${PYTHONPATH:+:$PYTHONPATH}"
+fla_run() {  # fla_run LOG ARGS...: one fla program, bounded, never failing the runner
+    local log=$1
+    shift
+    timeout "${FLA_TIMEOUT:-400}" python3 "$@" >"$log" 2>&1 || echo "python3 $*: exit $?" >>"$log"
+}
+
+backends=()
+if [ -d "$root/fla" ]; then
+    backends=(triton)
+    if python3 -c "import tilelang" >/dev/null 2>&1; then
+        backends+=(tilelang)
+        python3 -c "import flash_qla" >/dev/null 2>&1 && backends+=(flashqla)
+    fi
+    echo "fla paths: ${backends[*]}"
+    for b in "${backends[@]}"; do  # warm-up, in parallel
+        fla_run "$out/fla_warm_$b.log" bench/fla_gdn_bwd.py --backend "$b" &
+    done
+    wait
+else
+    echo "no ./fla: fla not timed"
+fi
+
+"$bin" | tee "$out/gdn_bwd_bench.log"
+for b in "${backends[@]}"; do
+    fla_run "$out/fla_gdn_bwd_$b.log" bench/fla_gdn_bwd.py --backend "$b"
+    grep -E "^FLA_(FWDBWD|AGREE)|exit" "$out/fla_gdn_bwd_$b.log" || true
+done
+for b in "${backends[@]}"; do
+    for s in 3 0; do
+        fla_run "$out/fla_gdn_kernels_${b}_$s.log" bench/fla_gdn_kernels.py "$s" --backend "$b"
+        grep -E "^FLA_KERNEL_TOTAL|exit" "$out/fla_gdn_kernels_${b}_$s.log" || true
+    done
+done
+
+fla_logs=()
+for b in "${backends[@]}"; do fla_logs+=("$out/fla_gdn_bwd_$b.log"); done
+# the table: best of the two rounds for us and for each fla path; ratio against the anchor
+# (tilelang when it ran, else triton)
+awk '
+  $1 == "FLA_FWDBWD" { b = $NF; t = ($4 < $5 ? $4 : $5); fla[b, $2] = t; fwd[b, $2] = $7; mem[b, $2] = $9; seen[b] = 1 }
+  $1 == "RESULT" { n++; row[n] = $0 }
+  END {
+    anchor = ("tilelang" in seen) ? "tilelang" : "triton"
+    print "| shape | variant | fwd+bwd ms (round 1, 2) | fwd ms | bwd ms | extra MiB | fla Triton ms | fla TileLang ms | FlashQLA ms | ratio to fla " anchor " | fla / FlashQLA extra MiB | check |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    for (i = 1; i <= n; i++) {
+      nf = split(row[i], f, " "); s = f[2]; best = (f[7] < f[8] ? f[7] : f[8])
+      c1 = ((("triton", s) in fla) ? fla["triton", s] " (" fwd["triton", s] ")" : "-")
+      c2 = ((("tilelang", s) in fla) ? fla["tilelang", s] " (" fwd["tilelang", s] ")" : "-")
+      c3 = ((("flashqla", s) in fla) ? fla["flashqla", s] " (" fwd["flashqla", s] ")" : "-")
+      r = (((anchor, s) in fla) ? sprintf("%.3f", best / fla[anchor, s]) : "-")
+      m = ((anchor, s) in mem ? mem[anchor, s] : "-") " / " ((("flashqla", s) in mem) ? mem["flashqla", s] : "-")
+      printf "| %s | %s | %s, %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s, f[3], f[7], f[8], f[10],
+             f[12], f[16], c1, c2, c3, r, m, f[nf]
+    }
+  }' "$out/gdn_bwd_bench.log" "${fla_logs[@]}" | tee "$out/gdn_bwd_table.md"
