@@ -1,7 +1,7 @@
 # fla_gdn_varlen.py — times flash-linear-attention's chunk_gated_delta_rule forward + backward (fla
 # as is, its source carried in ./fla, never committed) on packed documents through its varlen
 # path, at one fla-220m GDN layer's tokens (B16 T2048 H4 dk128 dv256), next to gdn_docs_bench.cu:
-#   python3 bench/fla_gdn_varlen.py RUN...     in one process, one line each, RUN being
+#   python3 bench/fla_gdn_varlen.py [--backend NAME] RUN...   in one process, one line each, RUN being
 #     none                   rows of (B, T), no cu_seqlens
 #     VARIANT=CU_SEQLENS     inputs (1, B*T, H, D) and cu_seqlens read from the file
 #                            gdn_docs_bench --docs-out wrote (int32 little-endian boundaries over
@@ -12,9 +12,8 @@
 # torch.autograd.grad for q, k, v, g, beta. fla builds its chunk indices from cu_seqlens inside
 # the call (cached on the tensor, as in a training step that reuses it). Median of
 # triton.testing.do_bench, twice.
-# fla's backward refuses this Triton on Hopper (its guard in fla/ops/common/chunk_o.py: wrong dg
-# for Triton 3.4 to 3.7.0). The guard is bypassed HERE, FOR TIMING ONLY: fla's gradients under
-# this Triton are not trusted and not compared with anything.
+# --backend triton (default) | tilelang picks fla's path (fla_inputs.use_backend; the triton path
+# bypasses fla's Hopper dg guard for timing only; FlashQLA does not run at dv 256).
 # Prints "FLA_DOCS <variant> fwdbwd_ms <m1> <m2> fwd_ms <f> docs <n>".
 import struct
 import sys
@@ -22,9 +21,8 @@ import sys
 import torch
 import triton
 
-import fla.ops.common.chunk_o as fla_chunk_o
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-from fla_inputs import SHAPES, bench_start, inputs
+from fla_inputs import SHAPES, bench_start, inputs, positional, use_backend
 
 
 def read_cu_seqlens(path, n_tokens):
@@ -77,15 +75,15 @@ def time_run(variant, path, dev):
 
 def main():
     runs = []
-    for arg in sys.argv[1:]:
+    for arg in positional(sys.argv[1:]):
         variant, _, path = arg.partition("=")
         if not variant or (arg != "none" and not path):
             sys.exit(f"fla_gdn_varlen: {arg}: expected none or VARIANT=CU_SEQLENS_FILE")
         runs.append((variant, path or None))
     if not runs:
-        sys.exit("usage: fla_gdn_varlen.py none | VARIANT=CU_SEQLENS_FILE ...")
-    fla_chunk_o.TRITON_ABOVE_3_7_1 = True  # guard bypass, timing only (see the header)
-    bench_start("fla_gdn_varlen", " (Hopper dg guard bypassed for timing)")
+        sys.exit("usage: fla_gdn_varlen.py [--backend NAME] none | VARIANT=CU_SEQLENS_FILE ...")
+    backend, note = use_backend()
+    bench_start("fla_gdn_varlen", note)
     for variant, path in runs:
         time_run(variant, path, "cuda")
 

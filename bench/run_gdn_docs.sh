@@ -5,8 +5,9 @@
 # Prints a markdown table (variant, mean doc, our fwd+bwd ms, fla's, ratio, our cost against our
 # no-documents default). Run from the repo root on the GPU machine after building the libraries
 # (cmake --build BUILD --target gdn_cuda gdn):
-#   bench/run_gdn_docs.sh [BUILD_DIR]        logs, the cu_seqlens files and the table go to $OUT
-#                                            (or /tmp)
+#   bench/run_gdn_docs.sh [BUILD_DIR] [BACKEND]   logs, the cu_seqlens files and the table go to
+#                                                 $OUT (or /tmp); BACKEND: fla's path, triton
+#                                                 (default) or tilelang (bench/fla_inputs.py)
 # fla's source must be at ./fla (bench/README.md); fla is given FLA_TIMEOUT s (default 150) for
 # all its runs. The bench binary is compiled here with nvcc against the built static libraries
 # unless $GDN_DOCS_BENCH names one.
@@ -36,7 +37,7 @@ done
 fla_log=$out/fla_gdn_varlen.log
 if [ -d "$root/fla" ]; then
     (PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" \
-         timeout "${FLA_TIMEOUT:-150}" python3 bench/fla_gdn_varlen.py "${fla_runs[@]}") | tee "$fla_log" || true
+         timeout "${FLA_TIMEOUT:-150}" python3 bench/fla_gdn_varlen.py --backend "${2:-triton}" "${fla_runs[@]}") | tee "$fla_log" || true
 else
     echo "no ./fla: fla not timed" | tee "$fla_log"
 fi
