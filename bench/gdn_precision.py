@@ -35,6 +35,8 @@ Structures: "today" is the present three-kernel backward on the recompute path (
 W^T dΔ (dD.scan); the final kernel forms dΔ again with dS as hi + lo; prep's W comes from the
 fp32 Linv. "b2" is the fused backward: one dΔ a chunk (K dS formed once, dS.dD), rounded per use
 (dD.chain for W^T dΔ); T and W from the kept Linv (Linv.store).
+"b2tok" is b2 with dg in the per-token form fla and FlashQLA use (each token's dG_r, then a
+reverse cumsum in fp32), in place of the closed form.
 
 Cases: test_gdn_bwd's own inputs (its Philox streams, reproduced here: the bf16 cases on the
 recompute path with gate and delta on), a grid (T 256 / 320 / 1024, Dk 64 / 128, Dv 128 / 256,
@@ -45,6 +47,7 @@ redrawn at other --seed values. dq, dk, dv are rounded to bf16 as the kernel wri
 Usage (from the repository root; numpy only; OPENBLAS_NUM_THREADS=1 with --jobs 2 on 2 cores):
   python3 bench/gdn_precision.py --check                   # exact emulation vs the reference (10 s)
   python3 bench/gdn_precision.py --suite calib --jobs 2    # today's planes on test_gdn_bwd's inputs
+  python3 bench/gdn_precision.py --suite dgform --hard 100  # the peers' single planes and per-token dg (90 s)
   python3 bench/gdn_precision.py --suite study --seeds 0,1,2,3 --hard 96 --with-tests \
       --validate 200 --jobs 2 --json OUT                   # drops, raises, ranking, greedy sets (20 min)
   python3 bench/gdn_precision.py --table OUT               # its per case group tables
@@ -534,7 +537,16 @@ def emulate(cs, Hs, cfg, structure="b2", acc32=True, solve32=True, out_bf16=True
     cross = np.where(LOW, F, 0.0).sum(-2)  # sum_{i >= s} sum_{j < s} M_ij
     suf = np.cumsum(Pr[..., ::-1], -1)[..., ::-1]
     pre = np.concatenate([np.zeros(U.shape[:-1] + (1,)), np.cumsum(U, -1)[..., :-1]], -1)
-    dg = f(gC[..., None] * hd[..., None] + cross + suf + pre)
+    if structure == "b2tok":
+        # the per-token form of fla and FlashQLA: each token's dG_r (its own terms, row minus
+        # column sums of M, and at the chunk's last token the terms of G_C), then a reverse
+        # cumsum in fp32; terms of pairs inside [s, C) are added and subtracted again
+        dG = f(f(Pr - U) + f(M.sum(-1) - M.sum(-2)))
+        dG[..., -1] = f(dG[..., -1] + f(gC * hd + U.sum(-1)))
+        rc = np.cumsum(dG[..., ::-1].astype(np.float32), -1, dtype=np.float32)[..., ::-1]
+        dg = rc.astype(np.float64) if acc32 else np.cumsum(dG[..., ::-1], -1)[..., ::-1]
+    else:
+        dg = f(gC[..., None] * hd[..., None] + cross + suf + pre)
 
     BH, T = cs.BH, cs.T
 
@@ -829,9 +841,11 @@ def main():
     ap.add_argument("--ref", default=os.path.join(here, "..", "..", "shared", "reference", "gdn_chunk_reference.py"),
                     help="path of gdn_chunk_reference.py (default ../shared/reference/ from the repository)")
     ap.add_argument("--check", action="store_true", help="exact emulation (no rounding, float64) vs the reference")
-    ap.add_argument("--suite", choices=["calib", "study", "candidates", "robust"],
-                    help="calib: today's planes on test_gdn_bwd's inputs; study: the B2 drops, ranking and greedy "
-                         "sets; candidates: chosen plane sets on fresh draws; robust: a greedy on 400-odd redraws")
+    ap.add_argument("--suite", choices=["calib", "dgform", "study", "candidates", "robust"],
+                    help="calib: today's planes on test_gdn_bwd's inputs; dgform: the peers' single planes and "
+                         "per-token dg against ours on those inputs and case 86 redrawn (--hard N); study: the B2 "
+                         "drops, ranking and greedy sets; candidates: chosen plane sets on fresh draws; robust: a "
+                         "greedy on 400-odd redraws")
     ap.add_argument("--seeds", default="0,1,2", help="grid seeds (study)")
     ap.add_argument("--no-big", action="store_true", help="skip the T1024 dk128 dv256 grid case")
     ap.add_argument("--tests", default=",".join(str(i) for i in TEST_CASES),
@@ -869,6 +883,8 @@ def main():
             e = errors(emulate(cs, Hs, exact, "b2", acc32=False, solve32=False, out_bf16=False), ref)
             print(f"check {cs.name}: exact emulation vs reference: "
                   + " ".join(f"{k} {e[k]:.1e}" for k in ("dq", "dk", "dv", "dg", "dg_head", "dbeta", "db_head", "dh0")))
+            e = errors(emulate(cs, Hs, exact, "b2tok", acc32=False, solve32=False, out_bf16=False), ref)
+            print(f"check {cs.name}: exact emulation, per-token dg: dg {e['dg']:.1e} dg_head {e['dg_head']:.1e}")
             e = errors(emulate(cs, Hs, exact, "b2", acc32=True, solve32=True, out_bf16=False), ref)
             print(f"check {cs.name}: fp32 products and solve only: "
                   + " ".join(f"{k} {e[k]:.1e}" for k in ("dq", "dk", "dv", "dg", "dg_head", "dbeta", "db_head", "dh0")))
@@ -877,6 +893,34 @@ def main():
             print(f"check {cs.name}: bf16 forward states only: "
                   + " ".join(f"{k} {e[k]:.1e}" for k in ("dq", "dk", "dv", "dg", "dg_head", "dbeta", "db_head", "dh0")))
         print(f"check: {time.time() - T0:.1f} s")
+        return
+
+    if a.suite == "dgform":
+        idx = [int(x) for x in a.tests.split(",") if x]
+        cases = [test_case(i, int(sd)) for sd in a.test_seeds.split(",") for i in idx]
+        cases += [test_case(86, sd) for sd in range(1, a.hard + 1)]
+        rn = Runner(cases, a.ref, a.fwd, a.jobs)
+        print(f"# dgform: {len(cases)} cases ({len(idx)} test_gdn_bwd inputs, case 86 at {a.hard} seeds), "
+              f"setup {rn.setup_s:.1f} s, fwd={a.fwd}")
+        peer = single_everywhere()
+        peer["H.store"] = "1"  # the peers keep the states as one bf16 plane
+        rows = [("B2, planes as today, closed-form dg", TODAY, "b2"),
+                ("B2, planes as today, per-token dg", TODAY, "b2tok"),
+                ("one plane everywhere, bf16 H, closed-form dg", peer, "b2"),
+                ("one plane everywhere, bf16 H, per-token dg (the peers' design)", peer, "b2tok")]
+        print("\n| structure | worst dg head | worst dbeta head | worst other | cases over 1e-2 |")
+        print("|---|---|---|---|---|")
+        for name, cfg, st in rows:
+            errs = rn.run(cfg, st)
+            w = worst(errs)
+            over = sum(1 for e in errs if not passes(worst([e])))
+            print(f"| {name} | {w['dg_head']:.2e} | {w['db_head']:.2e} | {w['other']:.2e} | {over} of {len(errs)} |",
+                  flush=True)
+            out[name] = [dict(case=cs.name, **e) for cs, e in zip(cases, errs)]
+        if a.json:
+            json.dump(out, open(a.json, "w"), indent=1)
+        rn.close()
+        print(f"\ntotal {time.time() - T0:.1f} s")
         return
 
     if a.suite == "calib":
