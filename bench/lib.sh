@@ -23,6 +23,17 @@ gdn_binaries() {
     for t in "$@"; do [ -x "$b/$t" ] || { echo "no $b/$t: see $log"; return 1; }; done
 }
 
+# kernel_bench_build NAME BUILD_DIR BIN: compiles bench/NAME_bench.cu into BIN against BUILD_DIR's
+# static libraries (sm_90a; libgdn's CPU ops use OpenMP) unless BIN is already there.
+kernel_bench_build() {
+    local name=$1 build=$2 bin=$3 root
+    root=$(pwd)
+    [ -x "$bin" ] && return 0
+    nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I"$root/src" \
+         "$root/bench/${name}_bench.cu" "$build/libgdn_cuda.a" "$build/libgdn.a" \
+         -Xcompiler -fopenmp -lgomp -lpthread -lm -o "$bin"
+}
+
 # kernel_bench_vs_fla NAME BUILD_DIR BIN FLA_TAG HEADER ROW: the GDN kernel benchmark
 # bench/NAME_bench.cu (BIN, default BUILD_DIR/NAME_bench, compiled against BUILD_DIR's static
 # libraries when not there yet) into OUT/NAME_bench.log, fla's timing of the same shapes
@@ -31,11 +42,7 @@ gdn_binaries() {
 kernel_bench_vs_fla() {
     local name=$1 build=$2 bin=${3:-$2/$1_bench} out=${OUT:-/tmp} root
     root=$(pwd)
-    if [ ! -x "$bin" ]; then
-        nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I"$root/src" \
-             "$root/bench/${name}_bench.cu" "$build/libgdn_cuda.a" "$build/libgdn.a" \
-             -Xcompiler -fopenmp -lgomp -lpthread -lm -o "$bin"   # libgdn's CPU ops use OpenMP
-    fi
+    kernel_bench_build "$name" "$build" "$bin"
     "$bin" | tee "$out/${name}_bench.log"
     if [ -d "$root/fla" ]; then
         (PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" \

@@ -12,17 +12,13 @@
 # The bench binary is compiled here with nvcc against the built static libraries unless
 # $GDN_BWD_BENCH names one.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+cd "$(dirname "$0")/.." && . bench/lib.sh
 build=${1:-build-dev}
 out=${OUT:-/tmp}
 root=$(pwd)
 bin=${GDN_BWD_BENCH:-$build/gdn_bwd_bench}
-if [ ! -x "$bin" ]; then
-    # as bench/lib.sh's kernel_bench_vs_fla compiles the kernel benches (libgdn's CPU ops use OpenMP)
-    nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I"$root/src" \
-         "$root/bench/gdn_bwd_bench.cu" "$build/libgdn_cuda.a" "$build/libgdn.a" \
-         -Xcompiler -fopenmp -lgomp -lpthread -lm -o "$bin"
-fi
+kernel_bench_build gdn_bwd "$build" "$bin"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$root:$root/bench${PYTHONPATH:+:$PYTHONPATH}"
 fla_run() {  # fla_run LOG ARGS...: one fla program, bounded, never failing the runner
     local log=$1

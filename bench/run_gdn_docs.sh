@@ -12,17 +12,13 @@
 # all its runs. The bench binary is compiled here with nvcc against the built static libraries
 # unless $GDN_DOCS_BENCH names one.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+cd "$(dirname "$0")/.." && . bench/lib.sh
 build=${1:-build-dev}
 out=${OUT:-/tmp}
 root=$(pwd)
 bin=${GDN_DOCS_BENCH:-$build/gdn_docs_bench}
-if [ ! -x "$bin" ]; then
-    # as bench/lib.sh's kernel_bench_vs_fla compiles the kernel benches (libgdn's CPU ops use OpenMP)
-    nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I"$root/src" \
-         "$root/bench/gdn_docs_bench.cu" "$build/libgdn_cuda.a" "$build/libgdn.a" \
-         -Xcompiler -fopenmp -lgomp -lpthread -lm -o "$bin"
-fi
+kernel_bench_build gdn_docs "$build" "$bin"
 
 log=$out/gdn_docs_bench.log
 : >"$log"
