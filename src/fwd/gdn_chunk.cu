@@ -499,8 +499,8 @@ gdn_chunk_prep_kernel(const __grid_constant__ gdn_fwd_params p) {
 }
 
 // CTAs per SM the register budget is held to; the states-only instance at Dk 64 with 16 value
-// columns to 4, the occupancy its shared memory allows (unbounded, ptxas takes 176 registers
-// since the chunk rows come from gdn_chunk_rows: 2 CTAs)
+// columns to 4, the occupancy its shared memory allows (unbounded, ptxas takes 176 registers:
+// 2 CTAs)
 template <int DK, int DVB, int NWG, bool F32, bool OUT>
 struct gdn_fwd_minblocks {
     static constexpr int value = (!OUT && !F32 && DK == 64 && DVB == 16)   ? 4
@@ -863,9 +863,8 @@ static int gdn_smem_optin() {  // shared memory a block may opt in to on this de
 // accumulator: the warp tiling may differ from the scan's). One warp per 16 value columns (a
 // state m-tile) x all Dk columns; K and Δ~ of chunk n+1 are in flight while chunk n updates. No
 // dependent products: a stream of the state writes and the K, Δ~ reads.
-// CTAs per SM the replay's register budget is held to at Dk 64 and 128: the occupancy it had
-// before the chunk rows came from gdn_chunk_rows (unbounded, ptxas then takes 232 registers at
-// Dk 128: 2 CTAs)
+// CTAs per SM the replay's register budget is held to at Dk 64 and 128 (unbounded, ptxas takes
+// 232 registers at Dk 128: 2 CTAs)
 template <int DK>
 struct gdn_replay_minblocks {
     static constexpr int value = DK == 64 ? 4 : DK == 128 ? 3 : 1;

@@ -221,10 +221,10 @@ struct ops {
     }
     // Document starts (backend.h): the conv, RoPE and attention kernels take doc_start as it
     // is; the GDN kernels take a plan made on the host (gdn_docs: documents placed on chunk
-    // boundaries of a padded chunk grid), built here once a batch from the host copy and used by every layer's forward
-    // and backward. With documents after token 0 the GDN backward recomputes its chunk states
-    // (gdn.bwd_states = recompute for that batch): the model's keep and saved-state buffers are
-    // sized for rows of T tokens, the padded chunk grid has Tp >= T.
+    // boundaries of a padded chunk grid), built here once a batch from the host copy and used
+    // by every layer's forward and backward. With documents after token 0 the GDN backward
+    // recomputes its chunk states (gdn.bwd_states = recompute for that batch): the model's keep
+    // and saved-state buffers are sized for rows of T tokens, the padded chunk grid has Tp >= T.
     static void set_docs(const int32_t *doc_start, int B, int T) {
         ST.docs_on = false;
         if (!doc_start) return;
