@@ -17,7 +17,7 @@ import triton
 from torch.profiler import ProfilerActivity, profile
 
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-from fla_inputs import bench_start, inputs, selected_shapes, use_backend
+from fla_inputs import bench_start, inputs, rel_l2, selected_shapes, use_backend
 
 
 def kernel_names(fn):
@@ -30,10 +30,6 @@ def kernel_names(fn):
         if e.device_type.name == "CUDA" and e.name not in names:
             names.append(e.name)
     return names
-
-
-def rel_l2(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
 
 
 def against_tilelang(fwdbwd_outputs):

@@ -63,6 +63,13 @@ def use_backend(argv=None):
     return name, note + ")"
 
 
+def rel_l2(a, b):
+    """|a - b| / |b| in float64 (0 when both are zero, inf when only b is)."""
+    a, b = a.double(), b.double()
+    num, den = (a - b).norm().item(), b.norm().item()
+    return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
+
+
 def inputs(B, T, H, K, V, dev="cuda"):
     q = F.normalize(torch.randn(B, T, H, K, device=dev, dtype=torch.float32), p=2, dim=-1).bfloat16()
     k = F.normalize(torch.randn(B, T, H, K, device=dev, dtype=torch.float32), p=2, dim=-1).bfloat16()

@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from fla_inputs import use_backend
+from fla_inputs import rel_l2, use_backend
 
 BOUND = 1e-2
 D = 128
@@ -86,11 +86,6 @@ def peer(fn, q, k, v, g, beta, do, s0, dst, scale):
     return o.detach(), grads
 
 
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item() if b.norm() > 0 else float(a.norm() > 0) * math.inf
-
-
 def rel_head(a, b):
     """Worst relative L2 over (b, h) slices of a (B, T, H) tensor."""
     a, b = a.double(), b.double()
@@ -124,9 +119,9 @@ def main():
         inp = draw(B, T, H, regimes, bm, h0, dht, gen, dev)
         ro, rg = reference(*inp, scale)
         po, pg = peer(chunk_gated_delta_rule, *inp, scale)
-        errs = {"o": rel(po, ro)}
+        errs = {"o": rel_l2(po, ro)}
         for nm, a, b in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), pg, rg):
-            errs[nm] = rel(a, b)
+            errs[nm] = rel_l2(a, b)
         errs["dg_head"] = rel_head(pg[3], rg[3])
         errs["dbeta_head"] = rel_head(pg[4], rg[4])
         ok = all(e <= BOUND for e in errs.values())  # False for NaN
