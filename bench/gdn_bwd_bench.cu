@@ -2,14 +2,15 @@
 // at the shapes of BENCHMARKS.md and of one fla-220m layer (shape 3), bf16, inputs drawn as there (q, k L2-normalised rows,
 // g = logsigmoid(N(0,1) + 3), beta = sigmoid(U(0,1))), dO ~ N(0,1), d(final state) ~ N(0,1).
 // Three variants, one per gdn.bwd_states: "recompute" = forward (o, ht) + backward that
-// recomputes the chunk-start states, "replay" = forward (with its workspace) that also keeps the
+// recomputes the chunk-start states, "replay" = forward that also keeps the
 // gate cumsums and Δ~ rows + backward that replays the states from them (the default), and
 // "states" = forward that also stores them (saved) + backward that reads them. Before timing, each variant's gradients (NaN-poisoned first) are
 // checked on one head against the float64 token-level backward (gdn_token_bwd_cpu, run on a CPU
 // thread while the GPU is timed). Timing: CUDA events around fwd+bwd, 3 warm-up runs, two
 // rounds of 20 runs alternating between two input sets (each > 10x the L2), median per round.
+// Every variant's forward gets its prep workspace, as the model's does.
 // Memory: what the fwd+bwd allocates beyond its inputs (q, k, v, g, beta, dO, dht): o, ht,
-// the gradients, the backward's workspace, (replay) the forward's workspace and the kept G and
+// the gradients, the backward's workspace, the forward's workspace, (replay) the kept G and
 // Δ~, (states) the saved states. Prints one "RESULT"
 // line per (shape, variant); run_gdn_bwd.sh joins them with fla's. Built by run_gdn_bwd.sh.
 #include <algorithm>
@@ -107,7 +108,7 @@ int main(int argc, char **argv) {
         enum { NVAR = 3 };
         auto set_variant = [&](int var) {
             f.h_states = var == 2 ? hs : NULL;
-            f.workspace = var == 1 ? fws : NULL;
+            f.workspace = fws;  // the model gives the forward its workspace in every variant
             f.keep_g = var == 1 ? keep_g : NULL;
             f.keep_dt = var == 1 ? keep_dt : NULL;
             p.fwd.h_states = f.h_states;
@@ -208,7 +209,8 @@ int main(int argc, char **argv) {
             const bool ok = worst <= 1e-2;
             fails += !ok;
             const double ws_mib = (double)(var == 2 ? ws_st : ws_re) / 1048576.0;
-            const double kept = var == 2 ? (double)hs_bytes : var == 1 ? (double)(keep_bytes + fws_bytes) : 0.0;
+            const double kept = (var == 2 ? (double)hs_bytes : var == 1 ? (double)keep_bytes : 0.0) +
+                                (double)fws_bytes;
             const double extra = outs_mib + ws_mib + kept / 1048576.0;
             const double best = std::min(times[var][0], times[var][1]);
             printf("RESULT B%d_T%d_H%d_dk%d_dv%d %s dvb %d ms %.4f %.4f fwd_ms %.4f bwd_ms %.4f "
