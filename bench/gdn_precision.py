@@ -151,12 +151,13 @@ SITES = {
 
 # The present kernels (recompute path, bf16 inputs, Dk <= 128), read from src/bwd/*.cuh:
 # prep_rc: P, T, diag(γ)K, W one plane (NP = 1), Linv -> global hi + lo;
-# scan: dS (st_pair<NP>), γdO, -dΔ one plane; final: T (from Linv hi + lo), H, dS, Y, dΔ, Δ,
-# Δh, dT, Z, Linv hi + lo; dQK, X, -γdV one plane (NP).
+# scan: dS (st_pair<NP>), γdO, -dΔ one plane; final: T (from Linv hi + lo), Y, dΔ, Δ, Δh, dT,
+# Z, Linv hi + lo, H in K H and dS in K dS hi + lo; dQK, X, -γdV, and H, dS in dO H^T,
+# Δh dS^T, -γdV H^T one plane (final_layout::NPH).
 TODAY = {
     "P": "1", "dS.dD": "2", "gdO": "1", "W": "1", "dD.chain": "1", "T.W": "1", "gK": "1",
     "H.KH": "2", "T.D": "2", "Y.D": "2", "T.dV": "2", "dD.dV": "2", "dD.dT": "2", "Y.dT": "2",
-    "D.dP": "2", "H.dq": "2", "Dh": "2", "dS.dk": "2", "dV": "1", "H.dk": "2", "dT.Z": "2",
+    "D.dP": "2", "H.dq": "1", "Dh": "2", "dS.dk": "1", "dV": "1", "H.dk": "1", "dT.Z": "2",
     "T.Z": "2", "Linv.dA": "2", "Z": "2", "Linv.db": "2", "dT.db": "2", "dQK": "1", "X": "1",
     "Linv.store": "2", "H.store": "f", "dS.scan": "1", "dD.scan": "1",
 }

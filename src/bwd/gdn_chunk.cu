@@ -64,11 +64,12 @@
 // split into bf16 hi + lo planes (NP = 2). With bf16 inputs (NP = 1) the inputs Q, K, V, dO are
 // exact as one plane, and the intermediates that dg and dbeta rest on are hi + lo planes too
 // (products of one-plane inputs with them take 2 mmas, of two such operands 3): prep: H in
-// K H, KHg, Linv; final: Linv, T, Y, dΔ, Δ, Δh = diag(hdec) Δ, H, dH', dT, Z. Still one bf16
-// plane with bf16 inputs: W, T, diag(gamma) K, P in prep; dH', gamma dO, -dΔ in the scan; dQK,
-// X, -γdV in the final kernel (a float64 emulation of every rounding point, on the test inputs,
-// ranks these below the ones above for dg; the final kernel has no shared memory left for them
-// at Dk >= 128, and the scan, the sequential part, keeps one plane).
+// K H, KHg, Linv; final: Linv, T, Y, dΔ, Δ, Δh = diag(hdec) Δ, dT, Z, and H, dH' in K H and
+// K dH'. Still one bf16 plane with bf16 inputs: W, T, diag(gamma) K, P in prep; dH', gamma dO,
+// -dΔ in the scan; dQK, X, -γdV, and H, dH' in dO H^T, Δh dH'^T, -γdV H^T in the final kernel
+// (a float64 emulation of every rounding point, bench/gdn_precision.py, ranks these below the
+// ones above for dg and dbeta; the final kernel has no shared memory left for more planes at
+// Dk >= 128, and the scan, the sequential part, keeps one plane).
 // Workspace (gdn_chunk_bwd_workspace_bytes) holds, per chunk: Hs, dH' (fp32 Dk x Dv), dΔ (fp32
 // C x Dv), P|AK (fp32 C x C), Linv (2 planes C x C), W (NP planes C x Dk), KHg (2 planes C x
 // Dv); on the recompute path only Hs, dH', P (one bf16 plane C x C), Linv and W.

@@ -49,6 +49,12 @@ struct final_layout {
     static constexpr int PBC = (C + 8) * 2, CC_PL = C * PBC;
     static constexpr int PF = C + 4;                             // fp32 pitch
     static constexpr int PBV = (VB + 8) * 2, V_PL = C * PBV, HB_PL = DKH * PBV;
+    // Planes of H and dH' as the B operand of the dq and dk H-products (dO H^T, Δh dH'^T,
+    // -γdV H^T): with bf16 inputs the hi plane alone. The float64 emulation of every rounding
+    // point (bench/gdn_precision.py, docs/gdn_kernels.md) ranks these three uses among the least
+    // harmful to dg and dbeta; H and dH' stay hi + lo in K H and K dH' (in dΔ), which rank
+    // among the most. fp32 inputs keep both planes (their 1e-4 bound).
+    static constexpr int NPH = NP == 1 ? 1 : 2;
     // Whole kernel. Intermediates are hi + lo planes also for bf16 inputs (dg and dbeta rest on
     // them); only operands that are bf16 inputs (Q, K, dO) and dQK, X, -γdV have NP planes.
     static constexpr int TT = 0;                                  // T = Linv diag(beta) (2)
@@ -220,8 +226,9 @@ __device__ __forceinline__ void wg_fence_proxy() {
 // ldmatrix A fragments): aQ += dO H_e^T, aK += Δh dH'^T, aK += -γdV_e H_e^T. aQ, aK in the
 // mma.sync tiling are the warpgroup's m64n64 accumulators element for element (acc[nt][e] =
 // d[4 nt + e]: row 16 mw + g + 8 (e >> 1), column q0 + 8 nt + 2 t + (e & 1)), so the code
-// around them is the mma.sync kernel's. Per k-step the planes go in mma_p's order (A lo x B hi,
-// A hi x B lo, A hi x B hi). Two orders differ from the mma.sync path: -γdV_e H_e^T follows its own
+// around them is the mma.sync kernel's. B (H, dH') is its hi plane alone (final_layout::NPH);
+// per k-step the planes go in mma_p's order (A lo x B hi, A hi x B hi; dO Δ^T, dΔ Y^T: A lo x
+// B hi, A hi x B lo, A hi x B hi). Two orders differ from the mma.sync path: -γdV_e H_e^T follows its own
 // sub-block's Δh dH'^T (there: both Δh dH'^T of the VG group, then both -γdV H^T, issued under a
 // condition, which makes ptxas serialise the wgmmas), and one wgmma sums its 16-deep products
 // differently from mma.sync: the results are close, not bitwise. The C x C products too, in the
@@ -264,22 +271,18 @@ __device__ __forceinline__ void final_wg_hprod(float (&aQ)[8][4], float (&aK)[8]
     wgm::fence_regs(t16);
     wgm::fence();
     // k-step s of plane pl of a panel: columns 32 pl + 16 s, i.e. desc_k's k-step 2 pl + s
+    // H and dH' as B of these three: the hi plane (k-step s) alone (final_layout::NPH)
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {  // dO H^T
-        wgm::mma_rs<64, 0>(q32, fo[s][0], wgm::desc_k<R>(hbe, q0, 2 + s), 1);
+    for (int s = 0; s < 2; ++s)  // dO H^T
         wgm::mma_rs<64, 0>(q32, fo[s][0], wgm::desc_k<R>(hbe, q0, s), 1);
-    }
 #pragma unroll
     for (int s = 0; s < 2; ++s) {  // Δh dH'^T
         wgm::mma_rs<64, 0>(k32, fd[s][1], wgm::desc_k<R>(dhb, q0, s), 1);
-        wgm::mma_rs<64, 0>(k32, fd[s][0], wgm::desc_k<R>(dhb, q0, 2 + s), 1);
         wgm::mma_rs<64, 0>(k32, fd[s][0], wgm::desc_k<R>(dhb, q0, s), 1);
     }
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {  // -γdV H^T
-        wgm::mma_rs<64, 0>(k32, fg[s][0], wgm::desc_k<R>(hbe, q0, 2 + s), 1);
+    for (int s = 0; s < 2; ++s)  // -γdV H^T
         wgm::mma_rs<64, 0>(k32, fg[s][0], wgm::desc_k<R>(hbe, q0, s), 1);
-    }
 #pragma unroll
     for (int s = 0; s < 2; ++s) {  // dO Δ^T
         wgm::mma_rs<32, 0>(p16, fo[s][0], wgm::desc_k<C>(dlp, n0, 2 + s), 1);
@@ -800,14 +803,14 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     }
                 }
                 const smat sHB{sb + (uint32_t)hbo, L::PBV, L::HB_PL};
-                wmm<NP, false, false, NQ, 2>(aQ, sDO, sHB, m0, q0, 0, VB, lane);    // dO H^T
-                wmm<2, false, false, NQ>(aK, sDH, sDHB, m0, q0, 0, VB, lane);        // Δh dH'^T
+                wmm<NP, false, false, NQ, L::NPH>(aQ, sDO, sHB, m0, q0, 0, VB, lane);  // dO H^T
+                wmm<2, false, false, NQ, L::NPH>(aK, sDH, sDHB, m0, q0, 0, VB, lane);  // Δh dH'^T
                 if (delta && e == PAIR - 1)  // -γdV H^T of the VG group's sub-blocks, in order
 #pragma unroll 1
                     for (int x = 0; x < PAIR; ++x) {
                         const smat sG{sb + L::DVG + x * NP * L::V_PL, L::PBV, L::V_PL};
                         const smat sH{sb + L::HB + x * 2 * L::HB_PL, L::PBV, L::HB_PL};
-                        wmm<NP, false, false, NQ, 2>(aK, sG, sH, m0, q0, 0, VB, lane);
+                        wmm<NP, false, false, NQ, L::NPH>(aK, sG, sH, m0, q0, 0, VB, lane);
                     }
             }
         }
