@@ -8,7 +8,8 @@
 # imports; flashqla (FlashQLA, dk = dv = 128 shapes only) when flash_qla imports too. Each path
 # runs once in parallel first (Triton and TileLang compile into their caches), then every
 # program alone: our bench, fla_gdn_bwd.py per path, fla_gdn_kernels.py per path at the
-# fla-220m layer (shape 3) and shape 0. FLA_TIMEOUT (default 400) bounds each fla program.
+# fla-220m layer (shape 3) and shape 0. FLA_TIMEOUT (default 400) bounds each fla program;
+# FLA_PATHS (e.g. "tilelang") keeps only those of the importable paths.
 # The bench binary is compiled here with nvcc against the built static libraries unless
 # $GDN_BWD_BENCH names one.
 set -euo pipefail
@@ -32,6 +33,11 @@ if [ -d "$root/fla" ]; then
     if python3 -c "import tilelang" >/dev/null 2>&1; then
         backends+=(tilelang)
         python3 -c "import flash_qla" >/dev/null 2>&1 && backends+=(flashqla)
+    fi
+    if [ -n "${FLA_PATHS:-}" ]; then
+        kept=()
+        for b in "${backends[@]}"; do [[ " $FLA_PATHS " == *" $b "* ]] && kept+=("$b"); done
+        backends=("${kept[@]}")
     fi
     echo "fla paths: ${backends[*]}"
     for b in "${backends[@]}"; do  # warm-up, in parallel
