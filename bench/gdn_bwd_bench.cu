@@ -13,6 +13,8 @@
 // the gradients, the backward's workspace, the forward's workspace, (replay) the kept G and
 // Δ~, (states) the saved states. Prints one "RESULT"
 // line per (shape, variant); run_gdn_bwd.sh joins them with fla's. Built by run_gdn_bwd.sh.
+//   gdn_bwd_bench [--shape N] [--quick [--variant recompute|replay|states]]
+// (--quick: each variant's fwd + bwd launched once, unchecked and untimed, for a profiler.)
 #include <algorithm>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +42,24 @@ int main(int argc, char **argv) {
     const bench_args args = bench_start("gdn_bwd_bench", argc, argv);
     const int only = args.only;
     const bool quick = args.quick;  // one fwd + bwd per variant
+    enum { NVAR = 3 };  // variant 0 recompute, 1 replay, 2 states (saved)
+    const char *vname[NVAR] = {"recompute", "replay", "states"};
+    int vonly = -1;  // --variant NAME with --quick: that variant alone (a profile of one)
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--variant")) {
+            for (int v = 0; v < NVAR; v++)
+                if (!strcmp(argv[i + 1], vname[v])) vonly = v;
+            if (vonly < 0) {
+                fprintf(stderr, "gdn_bwd_bench: --variant %s: not one of recompute, replay, states\n",
+                        argv[i + 1]);
+                return 2;
+            }
+        }
+    if (vonly >= 0 && !quick) {
+        fprintf(stderr, "gdn_bwd_bench: --variant goes with --quick (the timed run checks and "
+                        "times every variant)\n");
+        return 2;
+    }
     int fails = 0;
     for (int si = 0; si < 4; si++) {
         if (only >= 0 && si != only) continue;
@@ -104,8 +124,6 @@ int main(int argc, char **argv) {
             p.dO = s.dO; p.dht = s.dht;
         };
 
-        // variant 0 recompute, 1 replay, 2 states (saved)
-        enum { NVAR = 3 };
         auto set_variant = [&](int var) {
             f.h_states = var == 2 ? hs : NULL;
             f.workspace = fws;  // the model gives the forward its workspace in every variant
@@ -119,6 +137,7 @@ int main(int argc, char **argv) {
         if (quick) {
             set_inputs(in[0]);
             for (int var = 0; var < NVAR; var++) {
+                if (vonly >= 0 && var != vonly) continue;
                 set_variant(var);
                 gdn_chunk_fwd(&f);
                 gdn_chunk_bwd(&p);
@@ -156,7 +175,6 @@ int main(int argc, char **argv) {
         std::thread th([&R] { gdn_token_bwd_cpu(&R.p); });
 
         // per variant: a checked run (poisoned outputs, input set 0), then the timing
-        const char *vname[NVAR] = {"recompute", "replay", "states"};
         std::vector<std::vector<double>> got[NVAR];
         double times[NVAR][2];
         for (int var = 0; var < NVAR; var++) {

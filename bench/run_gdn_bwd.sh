@@ -8,8 +8,9 @@
 # imports; flashqla (FlashQLA, dk = dv = 128 shapes only) when flash_qla imports too. Each path
 # runs once in parallel first (Triton and TileLang compile into their caches), then every
 # program alone: our bench, fla_gdn_bwd.py per path, fla_gdn_kernels.py per path at the
-# fla-220m layer (shape 3) and shape 0. FLA_TIMEOUT (default 400) bounds each fla program;
-# FLA_PATHS (e.g. "tilelang") keeps only those of the importable paths.
+# fla-220m layer (shape 3) and shape 0, then ours per kernel at those shapes (ncu, when
+# installed). FLA_TIMEOUT (default 400) bounds each fla program; FLA_PATHS (e.g. "tilelang")
+# keeps only those of the importable paths.
 # The bench binary is compiled here with nvcc against the built static libraries unless
 # $GDN_BWD_BENCH names one.
 set -euo pipefail
@@ -59,6 +60,28 @@ for b in "${backends[@]}"; do
         grep -E "^FLA_KERNEL_TOTAL|exit" "$out/fla_gdn_kernels_${b}_$s.log" || true
     done
 done
+# ours per kernel, same shapes: Nsight Compute on the replay variant (the model's path), GPU
+# clocks as they run, into OUT/gdn_bwd_kernels.md (shape, kernel, us, MB moved)
+if command -v ncu >/dev/null 2>&1; then
+    {
+        echo "| shape | kernel | us | MB |"
+        echo "|---|---|---|---|"
+        for s in 3 0; do
+            ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes.sum -k regex:gdn \
+                "$bin" --shape "$s" --quick --variant replay >"$out/ncu_ours_$s.log" 2>&1 ||
+                echo "| $s | ncu: exit $? ($out/ncu_ours_$s.log) | | |"
+            awk -v shape="$s" '
+              /Context [0-9]+, Stream/ { n = $0; sub(/^ *(void )?(<unnamed>::)?/, "", n); sub(/[<(].*/, "", n); name = n }
+              $1 == "dram__bytes.sum" { gsub(/,/, "", $3); mb = $3 + 0; if ($2 == "Gbyte") mb *= 1000; if ($2 == "Kbyte") mb /= 1000 }
+              $1 == "gpu__time_duration.sum" {
+                gsub(/,/, "", $3); us = $3 + 0; if ($2 == "ms") us *= 1000; if ($2 == "ns") us /= 1000
+                printf "| %s | %s | %.1f | %.0f |\n", shape, name, us, mb; tot += us; mbt += mb }
+              END { if (tot > 0) printf "| %s | **sum** | **%.1f** | %.0f |\n", shape, tot, mbt }' "$out/ncu_ours_$s.log"
+        done
+    } | tee "$out/gdn_bwd_kernels.md"
+else
+    echo "no ncu: ours per kernel not measured"
+fi
 
 fla_logs=()
 for b in "${backends[@]}"; do fla_logs+=("$out/fla_gdn_bwd_$b.log"); done
