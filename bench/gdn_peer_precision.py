@@ -24,9 +24,9 @@ BOUND = 1e-2
 D = 128
 
 
-def draw(B, T, H, regimes, beta_mode, h0, dht, gen, dev):
-    """Inputs as test_gdn_bwd draws them; regimes: 'mixed' or 'mws' (head h gets mixed / weak /
-    strong by h % 3). q, k, v rounded to bf16 (the reference reads the rounded values)."""
+def draw(B, T, H, regimes, beta_mode, h0, dht, gen):
+    """Inputs as test_gdn_bwd draws them, on the CPU; regimes: 'mixed' or 'mws' (head h gets mixed
+    / weak / strong by h % 3). q, k, v rounded to bf16 (the reference reads the rounded values)."""
     def normal(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
@@ -47,8 +47,7 @@ def draw(B, T, H, regimes, beta_mode, h0, dht, gen, dev):
     beta = {"low": 0.05 * w, "high": 0.95 + 0.05 * w}.get(beta_mode, w)
     s0 = 0.5 * normal(B, H, D, D) if h0 else None
     dst = normal(B, H, D, D) if dht else None
-    to = lambda x: None if x is None else x.to(dev)
-    return (to(q), to(k), to(v), to(g.float()), to(beta.float()), to(do), to(s0), to(dst))
+    return (q, k, v, g.float(), beta.float(), do, s0, dst)
 
 
 def reference(q, k, v, g, beta, do, s0, dst, scale):
@@ -122,9 +121,10 @@ def main():
         sys.exit(f"gdn_peer_precision: no case {only!r} (cases: {', '.join(c[0] for c in CASES)})")
     passed, worst_gh, ran = 0, 0.0, 0
     for name, B, T, H, regimes, bm, h0, dht in CASES:
-        inp = draw(B, T, H, regimes, bm, h0, dht, gen, dev)  # (drawn for every case: a case's
-        if only is not None and name != only:                #  inputs do not depend on --case)
+        inp = draw(B, T, H, regimes, bm, h0, dht, gen)  # (drawn for every case: a case's inputs
+        if only is not None and name != only:           #  do not depend on --case)
             continue
+        inp = [None if x is None else x.to(dev) for x in inp]
         ran += 1
         ro, rg = reference(*inp, scale)
         po, pg = peer(chunk_gated_delta_rule, *inp, scale)
