@@ -10,7 +10,11 @@
 # program alone: our bench, fla_gdn_bwd.py per path, fla_gdn_kernels.py per path at the
 # fla-220m layer (shape 3) and shape 0, then ours per kernel at those shapes (ncu, when
 # installed). FLA_TIMEOUT (default 400) bounds each fla program; FLA_PATHS (e.g. "tilelang")
-# keeps only those of the importable paths.
+# keeps only those of the importable paths. fla's compiled kernels and autotuning choices
+# (Triton's and TileLang's caches, a cold warm-up takes minutes) go to OUT/fla_cache.tar.xz with
+# FLA_CACHE_OUT=1, right after the warm-up, and an earlier call's archive is unpacked first with
+# FLA_CACHE_IN=FILE (a path from the repo root); FLA_WARM_ONLY=1 stops after the warm-up (a
+# call that only fills the caches).
 # The bench binary is compiled here with nvcc against the built static libraries unless
 # $GDN_BWD_BENCH names one.
 set -euo pipefail
@@ -20,7 +24,6 @@ build=${1:-build-dev}
 out=${OUT:-/tmp}
 root=$(pwd)
 bin=${GDN_BWD_BENCH:-$build/gdn_bwd_bench}
-kernel_bench_build gdn_bwd "$build" "$bin"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$root:$root/bench${PYTHONPATH:+:$PYTHONPATH}"
 fla_run() {  # fla_run LOG ARGS...: one fla program, bounded, never failing the runner
     local log=$1
@@ -28,6 +31,18 @@ fla_run() {  # fla_run LOG ARGS...: one fla program, bounded, never failing the 
     timeout "${FLA_TIMEOUT:-400}" python3 "$@" >"$log" 2>&1 || echo "python3 $*: exit $?" >>"$log"
 }
 
+# fla's caches in one directory, kept or filled across calls (FLA_CACHE_IN / FLA_CACHE_OUT)
+cache=$(mktemp -d)
+trap 'rm -rf "$cache"' EXIT
+export TRITON_CACHE_DIR="$cache/triton" TILELANG_CACHE_DIR="$cache/tilelang" TRITON_CACHE_AUTOTUNING=1
+mkdir -p "$TRITON_CACHE_DIR" "$TILELANG_CACHE_DIR"
+if [ -n "${FLA_CACHE_IN:-}" ]; then
+    if tar xJf "$FLA_CACHE_IN" -C "$cache"; then
+        echo "fla: caches from $FLA_CACHE_IN (compiled kernels and autotuning choices)"
+    else
+        echo "fla: cannot read $FLA_CACHE_IN: cold caches"
+    fi
+fi
 backends=()
 if [ -d "$root/fla" ]; then
     backends=(triton)
@@ -45,10 +60,22 @@ if [ -d "$root/fla" ]; then
         fla_run "$out/fla_warm_$b.log" bench/fla_gdn_bwd.py --backend "$b" &
     done
     wait
+    if [ -n "${FLA_CACHE_OUT:-}" ]; then
+        if tar cJf "$out/fla_cache.tar.xz" -C "$cache" triton tilelang; then
+            echo "fla: caches saved to $out/fla_cache.tar.xz, $(du -k "$out/fla_cache.tar.xz" | cut -f1) KiB"
+        else
+            echo "fla: caches not saved (tar exit $?)"
+        fi
+    fi
+    if [ -n "${FLA_WARM_ONLY:-}" ]; then
+        echo "FLA_WARM_ONLY: stopping after the warm-up"
+        exit 0
+    fi
 else
     echo "no ./fla: fla not timed"
 fi
 
+kernel_bench_build gdn_bwd "$build" "$bin"
 "$bin" | tee "$out/gdn_bwd_bench.log"
 for b in "${backends[@]}"; do
     fla_run "$out/fla_gdn_bwd_$b.log" bench/fla_gdn_bwd.py --backend "$b"
