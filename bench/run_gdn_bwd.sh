@@ -31,11 +31,16 @@ fla_run() {  # fla_run LOG ARGS...: one fla program, bounded, never failing the 
     timeout "${FLA_TIMEOUT:-400}" python3 "$@" >"$log" 2>&1 || echo "python3 $*: exit $?" >>"$log"
 }
 
-# fla's caches in one directory, kept or filled across calls (FLA_CACHE_IN / FLA_CACHE_OUT)
-cache=$(mktemp -d)
-trap 'rm -rf "$cache"' EXIT
-export TRITON_CACHE_DIR="$cache/triton" TILELANG_CACHE_DIR="$cache/tilelang" TRITON_CACHE_AUTOTUNING=1
-mkdir -p "$TRITON_CACHE_DIR" "$TILELANG_CACHE_DIR"
+# fla's caches: Triton's and TileLang's own (their defaults, which persist on the machine) unless
+# FLA_CACHE_IN / FLA_CACHE_OUT carry them between machines: then one directory of both, with the
+# autotuning choices kept in it too
+cache=
+if [ -n "${FLA_CACHE_IN:-}${FLA_CACHE_OUT:-}" ]; then
+    cache=$(mktemp -d)
+    trap 'rm -rf "$cache"' EXIT
+    export TRITON_CACHE_DIR="$cache/triton" TILELANG_CACHE_DIR="$cache/tilelang" TRITON_CACHE_AUTOTUNING=1
+    mkdir -p "$TRITON_CACHE_DIR" "$TILELANG_CACHE_DIR"
+fi
 if [ -n "${FLA_CACHE_IN:-}" ]; then
     if tar xJf "$FLA_CACHE_IN" -C "$cache"; then
         echo "fla: caches from $FLA_CACHE_IN (compiled kernels and autotuning choices)"
