@@ -937,6 +937,29 @@ static void cfg_append(cfg_buf *b, const char *fmt, ...) {
     b->len += (size_t)w;
 }
 
+// text as "; " comment lines of at most width characters, broken at spaces (a word longer than
+// a line stands alone on its line)
+static void cfg_append_comment(cfg_buf *b, const char *text, int width) {
+    const int room = width - 2;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        int n = (int)strlen(p);
+        if (n > room) {
+            int cut = room;
+            while (cut > 0 && p[cut] != ' ') cut--;
+            if (cut == 0) {  // one long word: up to the next space
+                cut = room;
+                while (p[cut] && p[cut] != ' ') cut++;
+            }
+            n = cut;
+        }
+        cfg_append(b, "; %.*s\n", n, p);
+        p += n;
+    }
+}
+
 char *config_to_string(const gdn_config *c) {
     cfg_buf b = {0};
     char value[CFG_STR + 64], line[CFG_STR + 512];
@@ -947,9 +970,14 @@ char *config_to_string(const gdn_config *c) {
             const cfg_key *k = &cfg_keys[i];
             if (strcmp(k->section, cfg_sections[s]) != 0) continue;
             cfg_fmt_value(k, c, value, sizeof value);
-            // "key = value ; help", the help left out where the line would not fit inih's buffer
+            // "key = value ; help"; where that line would not fit inih's buffer, the help goes
+            // above the key as comment lines of at most 96 characters
             int w = snprintf(line, sizeof line, "%-16s = %-12s ; %s", k->key, value, k->help);
-            if (w < 0 || w > CFG_LINE_MAX) snprintf(line, sizeof line, "%s = %s", k->key, value);
+            if (w < 0 || w > CFG_LINE_MAX) {
+                cfg_append_comment(&b, k->help, 96);
+                w = snprintf(line, sizeof line, "%-16s = %s", k->key, value);
+                if (w < 0 || w > CFG_LINE_MAX) snprintf(line, sizeof line, "%s = %s", k->key, value);
+            }
             cfg_append(&b, "%s\n", line);
         }
     }
