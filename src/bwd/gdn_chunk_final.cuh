@@ -345,6 +345,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     constexpr int VB = L::VB, PAIR = L::PAIR, VG = L::VG, ESZ = L::ESZ;
     constexpr int DKH = L::DKH, NKH = DK / DKH, NTV = VB / 8, NQ = DKH / 16;
     constexpr bool RC = L::RC;
+    constexpr int HBP = RC || NP == 2 ? 2 : 1;  // planes of the H, dH' blocks (mma.sync kernel)
     static_assert(!RC || NKH == 1, "final: the recompute path takes all key columns in one pass");
     // H, dH' conversion and <H, dH'>: thread t takes rows t/TPG + (256/TPG) k (k < NHG), columns
     // 4 (t%TPG).. of each VG group, i.e. in one sub-block of the group (all of them when PAIR is
@@ -569,8 +570,10 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
                     const float4 dv = *(const float4 *)(sm + L::SDH + so);
                     hdh += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
                     const float xh[4] = {hv.x, hv.y, hv.z, hv.w}, xd[4] = {dv.x, dv.y, dv.z, dv.w};
-                    st_run<2, 4>(sm, hbo + po, L::HB_PL, xh);
-                    st_run<2, 4>(sm, L::DHB + po, L::HB_PL, xd);
+                    // the lo planes only where K H and K dH' read them (RC) or fp32 inputs
+                    // (their H products take both); else the hi plane alone, the same bits
+                    st_run<HBP, 4>(sm, hbo + po, L::HB_PL, xh);
+                    st_run<HBP, 4>(sm, L::DHB + po, L::HB_PL, xd);
                 }
             }
             if (PAIR == 1 || hq * 4 / VB != e) {

@@ -869,11 +869,22 @@ template <int DK>
 struct gdn_replay_minblocks {
     static constexpr int value = DK == 64 ? 4 : DK == 128 ? 3 : 1;
 };
+// Stages (chunks in flight: K, Δ~ and the chunk-end gate cumsum each): a chunk's work (its
+// products, the state's stores) is short against a load's latency, so a CTA keeps NST - 1
+// chunks of loads ahead of the one it updates. Dk 64: three, within the 4 CTAs an SM its
+// registers allow; Dk 128: four (106 KB, 2 CTAs an SM), which grids of few (b, h) pairs with
+// long sequences need (a CTA an SM, latency-bound); Dk 256: two (86 KB, 2 CTAs an SM).
+template <int DK>
+struct gdn_replay_stages {
+    static constexpr int value = DK == 64 ? 3 : DK == 128 ? 4 : 2;
+};
 template <int DK, int DVB>
 struct gdn_replay_layout {
+    static constexpr int NST = gdn_replay_stages<DK>::value;
     static constexpr int NW = DVB / 16, PQK = DK + 8, PV = DVB + 8;
     static constexpr int QK_PL = C * PQK * 2, V_PL = C * PV * 2;
-    static constexpr int K = 0, D = 2 * QK_PL, BYTES = D + 2 * V_PL;  // 2 stages each
+    static constexpr int K = 0, D = NST * QK_PL, GC = D + NST * V_PL;  // GC: 16 bytes a stage
+    static constexpr int BYTES = GC + NST * 16;
 };
 template <int DK, int DVB>
 __global__ void __launch_bounds__(2 * DVB, (gdn_replay_minblocks<DK>::value)) gdn_chunk_replay_kernel(const __grid_constant__ gdn_fwd_params p) {
@@ -905,35 +916,37 @@ __global__ void __launch_bounds__(2 * DVB, (gdn_replay_minblocks<DK>::value)) gd
                 dst[(size_t)dk * DV + dv0 + dv] = sacc[j][e];
             }
     };
-    auto load_chunk = [&](int n) {  // K from the chunk's token rows, Δ~ from the grid's
-        const int t0 = n * C;
+    auto load_chunk = [&](int n) {  // K from the chunk's token rows, Δ~ from the grid's, G_C
+        const int t0 = n * C, st = n % L::NST;
         const gdn_rows cr = gdn_chunk_rows(p, b, n);
-        load_tile<DK, false, PBQ, L::QK_PL, NTH>(sm, L::K + (n & 1) * L::QK_PL,
+        load_tile<DK, false, PBQ, L::QK_PL, NTH>(sm, L::K + st * L::QK_PL,
                                                  (const __nv_bfloat16 *)p.k + (cr.tok * H + h) * DK,
                                                  rowk, cr.nvalid, tid);
-        load_tile<DVB, false, PBV, L::V_PL, NTH>(sm, L::D + (n & 1) * L::V_PL, dtg + (size_t)t0 * rowv,
+        load_tile<DVB, false, PBV, L::V_PL, NTH>(sm, L::D + st * L::V_PL, dtg + (size_t)t0 * rowv,
                                                  rowv, T - t0, tid);
+        if (tid == 0) cp_async4(sbase + L::GC + st * 16, Gg + (size_t)n * C + C - 1, 4);
     };
-    float gnext = 0.f;
-    if (NC > 0) {
-        load_chunk(0);
+    // prologue: chunks 0 .. NST - 2, a commit group each (empty past the last chunk), so that
+    // chunk n's group is the (NST - 1)-th newest at the top of iteration n
+#pragma unroll
+    for (int n = 0; n < L::NST - 1; ++n) {
+        if (n < NC) load_chunk(n);
         cp_async_commit();
-        gnext = Gg[C - 1];
     }
     for (int n = 0; n < NC; ++n) {
-        cp_async_wait_all();
-        __syncthreads();  // chunk n's K and Δ~ are in; every read of chunk n-1 is done
-        if (n + 1 < NC) load_chunk(n + 1);
+        cp_async_wait<L::NST - 2>();
+        __syncthreads();  // chunk n's K, Δ~, G_C are in; every read of chunk n-1 is done
+        if (n + L::NST - 1 < NC) load_chunk(n + L::NST - 1);  // into chunk n-1's stage
         cp_async_commit();
-        const float Gc = gnext;
-        if (n + 1 < NC) gnext = Gg[(size_t)(n + 1) * C + C - 1];
+        const int st = n % L::NST;
+        const float Gc = *(const float *)(sm + L::GC + st * 16);
         if (p.h_states) store_state_global(p.h_states + (((size_t)b * H + h) * NC + n) * DK * DV);
         const float gc = exp2f(Gc);
 #pragma unroll
         for (int j = 0; j < NSW; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) sacc[j][e] *= gc;
-        const uint32_t ds = sbase + L::D + (n & 1) * L::V_PL, ks = sbase + L::K + (n & 1) * L::QK_PL;
+        const uint32_t ds = sbase + L::D + st * L::V_PL, ks = sbase + L::K + st * L::QK_PL;
 #pragma unroll
         for (int kk = 0; kk < C / 16; ++kk) {
             uint32_t da[1][4];
