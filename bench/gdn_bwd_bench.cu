@@ -13,8 +13,10 @@
 // the gradients, the backward's workspace, the forward's workspace, (replay) the kept G and
 // Δ~, (states) the saved states. Prints one "RESULT"
 // line per (shape, variant); run_gdn_bwd.sh joins them with fla's. Built by run_gdn_bwd.sh.
-//   gdn_bwd_bench [--shape N] [--quick [--variant recompute|replay|states]]
-// (--quick: each variant's fwd + bwd launched once, unchecked and untimed, for a profiler.)
+//   gdn_bwd_bench [--shape N] [--seg-chunks N] [--quick [--variant recompute|replay|states]]
+// (--quick: each variant's fwd + bwd launched once, unchecked and untimed, for a profiler;
+// --seg-chunks: the backward's chunks per segment, gdn_bwd_params.seg_chunks, 0 = its choice.)
+// Before each shape's RESULT lines, one "SEGMENTS <shape> seg_chunks N of NC" line.
 #include <algorithm>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,6 +47,17 @@ int main(int argc, char **argv) {
     enum { NVAR = 3 };  // variant 0 recompute, 1 replay, 2 states (saved)
     const char *vname[NVAR] = {"recompute", "replay", "states"};
     int vonly = -1;  // --variant NAME with --quick: that variant alone (a profile of one)
+    int seg_chunks = 0;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--seg-chunks")) {
+            char *end = NULL;
+            const long v = strtol(argv[i + 1], &end, 10);
+            if (!*argv[i + 1] || *end || v < 0 || v > 1 << 20) {
+                fprintf(stderr, "gdn_bwd_bench: --seg-chunks %s: not a count >= 0\n", argv[i + 1]);
+                return 2;
+            }
+            seg_chunks = (int)v;
+        }
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--variant")) {
             for (int v = 0; v < NVAR; v++)
@@ -98,6 +111,9 @@ int main(int argc, char **argv) {
         p.fwd = f;
         p.fwd.o = NULL; p.fwd.ht = NULL;
         p.dq = dq; p.dk = dk; p.dv = dv; p.dg = dg; p.dbeta = db; p.dh0 = dh0;
+        p.seg_chunks = seg_chunks;
+        printf("SEGMENTS B%d_T%d_H%d_dk%d_dv%d seg_chunks %d of %d\n", B, T, H, Dk, Dv,
+               gdn_chunk_bwd_seg_chunks(&p), NC);
         const size_t ws_re = gdn_chunk_bwd_workspace_bytes(&p);
         p.fwd.h_states = hs;
         const size_t ws_st = gdn_chunk_bwd_workspace_bytes(&p);

@@ -56,6 +56,10 @@ typedef struct {
     bool final_mma_sync;      // true: the mma.sync final kernel also where the wgmma one would
                               // run (bf16, Dk 128, delta on, sm_90a); tests cover the portable
                               // path with it on Hopper
+    int seg_chunks;           // chunks per segment: prep, scan and final run once per segment,
+                              // last segment first, so the per-chunk workspace (dH', Linv, W,
+                              // ...) holds one segment; 0 = choose (at most 4 segments of at
+                              // least 16 chunks), else >= 1. Every value gives the same bits.
 } gdn_bwd_params;
 
 // Device scratch the backward needs for p's shapes, dtype, mode and h_states (bytes); with
@@ -66,6 +70,9 @@ size_t gdn_chunk_bwd_workspace_bytes(const gdn_bwd_params *p);
 void gdn_chunk_bwd(const gdn_bwd_params *p);
 // The value-column block the scan uses for p (p->dv_block when set).
 int gdn_chunk_bwd_dv_block(const gdn_bwd_params *p);
+// The chunks per segment the backward uses for p (p->seg_chunks when set, at most the chunks
+// per sequence).
+int gdn_chunk_bwd_seg_chunks(const gdn_bwd_params *p);
 
 #ifdef __cplusplus
 }

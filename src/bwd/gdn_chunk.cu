@@ -101,7 +101,7 @@ void set_smem(K kern, int bytes) {
 // gdn_bwd_prep_rc_kernel on the recompute path (bf16, Dk <= 128), gdn_bwd_prep_kernel off it
 template <int DK, int NP>
 void gdn_bwd_prep_launch(const bwd_args &a) {
-    const dim3 grid(a.NC, a.p.fwd.H, a.p.fwd.B);
+    const dim3 grid(a.NS, a.p.fwd.H, a.p.fwd.B);
     if constexpr (recompute_path(DK, NP)) {
         using L2 = prep_rc_layout<DK, NP>;
         static bool attr2_done = false;
@@ -187,7 +187,7 @@ void gdn_bwd_final_launch_path(const bwd_args &a) {
         set_smem(gdn_bwd_final_kernel<DK, NP, WGMMA>, L::BYTES);
         attr_done = true;
     }
-    const dim3 grid(a.NC, a.p.fwd.H, a.p.fwd.B);
+    const dim3 grid(a.NS, a.p.fwd.H, a.p.fwd.B);
     gdn_bwd_final_kernel<DK, NP, WGMMA><<<grid, 256, L::BYTES, a.p.fwd.stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
@@ -253,28 +253,40 @@ bool gdn_bwd_rc(const gdn_bwd_params *p) {  // the kernels' recompute_path
     return recompute_path(p->fwd.Dk, p->fwd.dtype == GDN_DTYPE_FP32 ? 2 : 1);
 }
 size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
-// Workspace carving: one table, walked by the size query and by the entry alike.
+// Chunks per segment (gdn_bwd_params.seg_chunks; 0 = choose): the chunks split into at most
+// SEG_MAX segments of at least SEG_MIN chunks. Each segment is one prep, scan and final launch
+// on the segment's chunks, so the per-chunk workspace holds one segment: fewer segments, fewer
+// launches; more, less memory. Every choice gives the same bits.
+constexpr int SEG_MIN = 16, SEG_MAX = 4;
+int seg_chunks(const gdn_bwd_params *p, int NC) {
+    if (p->seg_chunks > 0) return p->seg_chunks < NC ? p->seg_chunks : (NC > 0 ? NC : 1);
+    int s = NC / SEG_MIN;
+    s = s < 1 ? 1 : s > SEG_MAX ? SEG_MAX : s;
+    return NC > 0 ? (NC + s - 1) / s : 1;
+}
+// Workspace carving: one table, walked by the size query and by the entry alike. The states
+// (Hs) cover every chunk; the per-chunk region from off_dhs covers one segment of seg chunks,
+// then the carry (the state gradient between segments) when there is more than one. The
+// states-only forward (recompute or replay) borrows the region from off_dhs before prep fills
+// it: total is at least off_dhs + its workspace.
 struct ws_plan {
-    size_t off_hs, off_dhs, off_dd, off_pa, off_lv, off_wp, off_kp, total;
+    size_t off_hs, off_dhs, off_dd, off_pa, off_lv, off_wp, off_kp, off_carry, total;
+    int seg;  // chunks per segment
 };
 ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
-    const size_t NC = (size_t)(p->fwd.T + GDN_CHUNK - 1) / GDN_CHUNK;
-    const size_t nch = (size_t)p->fwd.B * p->fwd.H * NC, C2 = (size_t)GDN_CHUNK;
+    const int NCi = (p->fwd.T + GDN_CHUNK - 1) / GDN_CHUNK;
+    const size_t NC = (size_t)NCi, bh = (size_t)p->fwd.B * p->fwd.H, C2 = (size_t)GDN_CHUNK;
     const size_t NP = p->fwd.dtype == GDN_DTYPE_FP32 ? 2 : 1;
     const size_t Dk = p->fwd.Dk, Dv = p->fwd.Dv;
     const bool rc = gdn_bwd_rc(p);
     ws_plan w;
+    w.seg = seg_chunks(p, NCi);
+    const size_t nch = bh * (size_t)w.seg;  // the segment's chunk tiles
     size_t o = 0;
     w.off_hs = o;
-    if (!p->fwd.h_states) o += align256(nch * Dk * Dv * 4);
+    if (!p->fwd.h_states) o += align256(bh * NC * Dk * Dv * 4);
     w.off_dhs = o;
-    size_t dhs = nch * Dk * Dv * 4;
-    if (rc && !p->fwd.h_states) {  // the forward's workspace lives here until prep starts
-        const gdn_fwd_params f = states_fwd_params(p, NULL);
-        const size_t fws = gdn_chunk_fwd_workspace_bytes(&f);  // > dhs only at Dk = Dv = 64
-        dhs = dhs > fws ? dhs : fws;
-    }
-    o += align256(dhs);
+    o += align256(nch * Dk * Dv * 4);
     w.off_dd = o;
     if (!rc) o += align256(nch * C2 * Dv * 4);
     w.off_pa = o;  // (recompute path: prep_rc's bf16 P plane for the scan)
@@ -287,6 +299,13 @@ ws_plan gdn_bwd_plan(const gdn_bwd_params *p) {
         o += align256(nch * NP * C2 * Dk * 2);
         w.off_kp = o;
         if (!rc) o += align256(nch * 2 * C2 * Dv * 2);
+    }
+    w.off_carry = o;
+    if ((size_t)w.seg < NC) o += align256(bh * Dk * Dv * 4);
+    if (!p->fwd.h_states) {
+        const gdn_fwd_params f = states_fwd_params(p, NULL);
+        const size_t fws = align256(gdn_chunk_fwd_workspace_bytes(&f));
+        if (w.off_dhs + fws > o) o = w.off_dhs + fws;
     }
     w.total = o;
     return w;
@@ -325,6 +344,12 @@ extern "C" size_t gdn_chunk_bwd_workspace_bytes(const gdn_bwd_params *p) {
     return gdn_bwd_plan(p).total;
 }
 
+extern "C" int gdn_chunk_bwd_seg_chunks(const gdn_bwd_params *p) {
+    if (!p) gdn_die("gdn_chunk_bwd_seg_chunks: params is NULL");
+    const gdn_bwd_params f = gdn_bwd_has_docs(p) ? gdn_bwd_padded(p) : *p;
+    return gdn_bwd_plan(&f).seg;
+}
+
 extern "C" int gdn_chunk_bwd_dv_block(const gdn_bwd_params *p) {
     if (p->dv_block) return p->dv_block;
     if (p->fwd.dtype == GDN_DTYPE_FP32) return 16;
@@ -361,6 +386,9 @@ static void gdn_chunk_bwd_rows(const gdn_bwd_params *p) {
     if (dvb != 16 && dvb != 32 && !(dvb == 64 && p->fwd.Dk <= 128))
         gdn_die("gdn_chunk_bwd: dv_block %d not supported with Dk %d\nHINT: 16, 32, or 64 when "
                 "Dk <= 128", dvb, p->fwd.Dk);
+    if (p->seg_chunks < 0)
+        gdn_die("gdn_chunk_bwd: seg_chunks %d\nHINT: 0 (choose) or the chunks per segment (>= 1)",
+                p->seg_chunks);
     const ws_plan w = gdn_bwd_plan(p);
     if (p->fwd.T == 0) {  // no tokens: dh0 = dht
         if (p->dh0) {
@@ -419,31 +447,33 @@ static void gdn_chunk_bwd_rows(const gdn_bwd_params *p) {
         gdn_fwd_params f = states_fwd_params(p, hs);
         // The forward's prep path (T, G once per chunk-head, then the scan) needs a workspace;
         // without one it runs fused, redoing them in every value-block CTA (3.1 vs 1.4 ms at B1
-        // T32768 H16, bench/gdn_fwd.md). Lend it a region the backward fills only later: on the
-        // recompute path the dH' region (sized for it by gdn_bwd_plan); else dH' (written by
-        // the scan) or PA..Kp (written by prep), whichever is large enough.
-        const size_t need = gdn_chunk_fwd_workspace_bytes(&f);
-        if (rc) {
-            if (need > 0) f.workspace = ws + w.off_dhs;
-        } else {
-            if (need > 0 && w.off_dd - w.off_dhs >= need)
-                f.workspace = ws + w.off_dhs;
-            else if (need > 0 && w.total - w.off_pa >= need)
-                f.workspace = ws + w.off_pa;
-        }
+        // T32768 H16, bench/gdn_fwd.md). It borrows the region the backward fills only later
+        // (from off_dhs; gdn_bwd_plan sized it to fit).
+        if (gdn_chunk_fwd_workspace_bytes(&f) > 0) f.workspace = ws + w.off_dhs;
         gdn_chunk_fwd(&f);
     }
-    if (f32) {
-        switch (p->fwd.Dk) {
-        case 64: gdn_bwd_run<64, 2>(a, dvb); break;
-        case 128: gdn_bwd_run<128, 2>(a, dvb); break;
-        default: gdn_bwd_run<256, 2>(a, dvb); break;
-        }
-    } else {
-        switch (p->fwd.Dk) {
-        case 64: gdn_bwd_run<64, 1>(a, dvb); break;
-        case 128: gdn_bwd_run<128, 1>(a, dvb); break;
-        default: gdn_bwd_run<256, 1>(a, dvb); break;
+    // The segments, last first: each one's scan starts from the gradient the one after it left
+    // (the carry; the caller's dht for the last) and leaves its own for the one before (the
+    // caller's dh0 for the first)
+    float *carry = (float *)(ws + w.off_carry);
+    const int nseg = (a.NC + w.seg - 1) / w.seg;
+    for (int s = nseg - 1; s >= 0; --s) {
+        a.c0 = s * w.seg;
+        a.NS = a.NC - a.c0 < w.seg ? a.NC - a.c0 : w.seg;
+        a.p.dht = s == nseg - 1 ? p->dht : carry;
+        a.p.dh0 = s == 0 ? p->dh0 : carry;
+        if (f32) {
+            switch (p->fwd.Dk) {
+            case 64: gdn_bwd_run<64, 2>(a, dvb); break;
+            case 128: gdn_bwd_run<128, 2>(a, dvb); break;
+            default: gdn_bwd_run<256, 2>(a, dvb); break;
+            }
+        } else {
+            switch (p->fwd.Dk) {
+            case 64: gdn_bwd_run<64, 1>(a, dvb); break;
+            case 128: gdn_bwd_run<128, 1>(a, dvb); break;
+            default: gdn_bwd_run<256, 1>(a, dvb); break;
+            }
         }
     }
 }

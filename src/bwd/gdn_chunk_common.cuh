@@ -30,23 +30,35 @@ __host__ __device__ constexpr bool recompute_path(int DK, int NP) { return NP ==
 
 // Everything a kernel reads: the caller's params and the carved workspace.
 struct bwd_args {
-    gdn_bwd_params p;
+    gdn_bwd_params p;    // the caller's, with dht and dh0 those of the segment (the carry
+                         // between segments, gdn_chunk.cu)
     int NC;              // chunks per sequence
-    const float *Hs;     // (B,H,NC,Dk,Dv) chunk-start states (forward or recomputed)
-    float *dHs;          // (B,H,NC,Dk,Dv) gradient of each chunk's end state (scan -> final)
-    float *dD;           // (B,H,NC,C,Dv) dΔ_loc (prep) -> dΔ (scan) -> read by final; NULL
-                         // on the recompute path (dΔ_loc, dΔ formed by each kernel)
-    float *PA;           // (B,H,NC,C,C) lower incl. diag: Gam ⊙ QK^T; strictly upper [j][i]:
+    int c0, NS;          // the segment: chunks c0 .. c0 + NS - 1 of every sequence (prep and
+                         // final: grid.x = NS; the scan walks them in reverse)
+    const float *Hs;     // (B,H,NC,Dk,Dv) chunk-start states (forward or recomputed), all chunks
+    // The per-chunk workspace below holds the segment's chunks only: chunk n of (b, h) at tile
+    // (b H + h) NS + n - c0 (seg_tile), shapes (B,H,NS,...)
+    float *dHs;          // (Dk,Dv) gradient of each chunk's end state (scan -> final)
+    float *dD;           // (C,Dv) dΔ_loc (prep) -> dΔ (scan) -> read by final; NULL on the
+                         // recompute path (dΔ_loc, dΔ formed by each kernel)
+    float *PA;           // (C,C) lower incl. diag: Gam ⊙ QK^T; strictly upper [j][i]:
                          // (Gam ⊙ KK^T)_ij (prep -> final); NULL on the recompute path
-    bf16 *Lv;            // (B,H,NC,2,C,C) Linv hi + lo planes, any dtype (prep -> final)
-    bf16 *Wp;            // (B,H,NC,NP,C,Dk) W planes (prep -> scan)
-    bf16 *Kp;            // (B,H,NC,2,C,Dv) KHg = diag(gamma) K H hi + lo planes, any dtype
-                         // (prep -> final, which forms Y = V - KHg in fp32 and takes
-                         // gamma k.dKg = -KHg.dV from it); NULL on the recompute path
-    bf16 *Pp;            // (B,H,NC,C,C) P = Gam ⊙ QK^T, the bf16 mma operand as prep_rc
-                         // formed it (prep_rc -> scan, which forms dΔ_loc = P^T dO from it);
-                         // NULL off the recompute path
+    bf16 *Lv;            // (2,C,C) Linv hi + lo planes, any dtype (prep -> final)
+    bf16 *Wp;            // (NP,C,Dk) W planes (prep -> scan)
+    bf16 *Kp;            // (2,C,Dv) KHg = diag(gamma) K H hi + lo planes, any dtype (prep ->
+                         // final, which forms Y = V - KHg in fp32 and takes gamma k.dKg =
+                         // -KHg.dV from it); NULL on the recompute path
+    bf16 *Pp;            // (C,C) P = Gam ⊙ QK^T, the bf16 mma operand as prep_rc formed it
+                         // (prep_rc -> scan, which forms dΔ_loc = P^T dO from it); NULL off
+                         // the recompute path
 };
+// Chunk n's tile in the segment's workspace (seg_tile) and in the states (state_tile)
+__device__ __forceinline__ size_t seg_tile(const bwd_args &a, size_t bh, int n) {
+    return bh * a.NS + (n - a.c0);
+}
+__device__ __forceinline__ size_t state_tile(const bwd_args &a, size_t bh, int n) {
+    return bh * a.NC + n;
+}
 
 // ---- input / output element pairs (bf16 when NP == 1, fp32 when NP == 2) --------------------
 template <int NP>

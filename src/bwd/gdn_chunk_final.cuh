@@ -363,8 +363,8 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     const gdn_fwd_params &p = a.p.fwd;  // shapes and inputs; a.p: the gradients
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g4 = lane >> 2, t4 = lane & 3, mw = warp & 3, ch = warp >> 2, m0 = mw * 16;
-    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int H = p.H, DV = p.Dv, NC = a.NC;
+    const int n = a.c0 + blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int H = p.H, DV = p.Dv;
     const gdn_rows cr = gdn_chunk_rows(p, b, n);
     const int nvalid = cr.nvalid;  // the chunk's token rows (the rest: zeros, never stored)
     const bool gate = p.mode.gate;
@@ -373,7 +373,8 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     // every sub-block
     if constexpr (WGMMA) delta = true;
     const size_t row0 = cr.tok * H + h;  // token row of the chunk's first token, head h
-    const size_t cix = ((size_t)b * H + h) * NC + n;
+    const size_t cix = seg_tile(a, (size_t)b * H + h, n);    // the workspace's tile
+    const size_t hix = state_tile(a, (size_t)b * H + h, n);  // the chunk-start state's
     const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
     const size_t esz = ESZ;
     const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;
@@ -419,7 +420,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
         if constexpr (!RC)
             cp_rows16<C, VB * 4, 256>(sb + L::SDD, VB * 4, (const unsigned char *)(dDg + vn),
                                       (size_t)DV * 4, C, tid);
-        const size_t ho = cix * DK * DV + (size_t)kn * DKH * DV + vn;
+        const size_t ho = hix * DK * DV + (size_t)kn * DKH * DV + vn;
         cp_rows16<DKH, VB * 4, 256>(sb + L::SH, VB * 4, (const unsigned char *)(a.Hs + ho),
                                     (size_t)DV * 4, DKH, tid);
         if constexpr (!RC) cp_dh(kn, vn);
@@ -429,7 +430,7 @@ __global__ void __launch_bounds__(256, 1) gdn_bwd_final_kernel(const __grid_cons
     auto stageA = [&](int kn, int vn) {
         cp_rows16<C, VB * ESZ, 256>(sb + L::SDO, VB * ESZ, dog + vn * esz, rsv * esz, nvalid,
                                     tid);
-        const size_t ho = cix * DK * DV + (size_t)kn * DKH * DV + vn;
+        const size_t ho = hix * DK * DV + (size_t)kn * DKH * DV + vn;
         cp_rows16<DKH, VB * 4, 256>(sb + L::SH, VB * 4, (const unsigned char *)(a.Hs + ho),
                                     (size_t)DV * 4, DKH, tid);
         cp_dh(kn, vn);

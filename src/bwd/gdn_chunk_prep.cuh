@@ -105,13 +105,13 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_fwd_params &p = a.p.fwd;  // shapes and inputs; a.p: the gradients
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
-    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int H = p.H, DV = p.Dv, NC = a.NC;
+    const int n = a.c0 + blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int H = p.H, DV = p.Dv;
     const gdn_rows cr = gdn_chunk_rows(p, b, n);
     const int nvalid = cr.nvalid;
     const bool delta = p.mode.delta, gate = p.mode.gate;
     const size_t row0 = cr.tok * H + h;  // token row of the chunk's first token, head h
-    const size_t cix = ((size_t)b * H + h) * NC + n;     // chunk tile index
+    const size_t cix = seg_tile(a, (size_t)b * H + h, n);  // the workspace's tile
     const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
     const size_t esz = NP == 1 ? 2 : 4;
     const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     // ---- per value block: KHg = diag(gamma) K H (H as hi + lo), dΔ_loc = P^T dO ----------------
     for (int v0 = 0; v0 < DV; v0 += VB) {
         if (delta)
-            cvt_rows_f32<L::HP>(sm, L::HB, L::PBV, L::HB_PL, a.Hs + cix * DK * DV + v0, DV, DK,
+            cvt_rows_f32<L::HP>(sm, L::HB, L::PBV, L::HB_PL, a.Hs + state_tile(a, (size_t)b * H + h, n) * DK * DV + v0, DV, DK,
                                 VB, DK, tid, 128);
         load_in_rows<NP>(sm, L::DO, L::PBV, L::DO_PL, dog + v0 * esz, rsv, C, VB, nvalid, tid,
                          128);
@@ -263,13 +263,13 @@ __global__ void __launch_bounds__(128, 4) gdn_bwd_prep_rc_kernel(const __grid_co
     extern __shared__ __align__(128) unsigned char sm[];
     const gdn_fwd_params &p = a.p.fwd;  // shapes and inputs; a.p: the gradients
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, m0 = warp * 16;
-    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int H = p.H, NC = a.NC;
+    const int n = a.c0 + blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int H = p.H;
     const gdn_rows cr = gdn_chunk_rows(p, b, n);
     const int nvalid = cr.nvalid;
     const bool delta = p.mode.delta, gate = p.mode.gate;
     const size_t row0 = cr.tok * H + h;  // token row of the chunk's first token, head h
-    const size_t cix = ((size_t)b * H + h) * NC + n;     // chunk tile index
+    const size_t cix = seg_tile(a, (size_t)b * H + h, n);  // the workspace's tile
     const size_t rsk = (size_t)H * DK;
     const size_t esz = NP == 1 ? 2 : 4;
     const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;

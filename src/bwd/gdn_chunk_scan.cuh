@@ -5,7 +5,11 @@
 //   dH = gamma_C dH' + (diag(gamma) Q)^T dO - W^T dΔ     -> the previous chunk's dH'
 // It writes dH' of every chunk (read by the final kernel) and, off the recompute path, dΔ over
 // dΔ_loc. The initial-state gradient dh0 is the dH left after chunk 0. A chunk that starts a
-// document (fwd.chunk_reset) passes dH' = 0 to the chunk before it.
+// document (fwd.chunk_reset) passes dH' = 0 to the chunk before it. One launch walks one
+// segment of chunks (bwd_args c0, NS): it starts from dht (the gradient of the segment's end
+// state: the caller's dht for the last segment, else the carry the launch after it left) and
+// leaves the dH before its first chunk in dh0 (the caller's for chunk 0, else the carry); each
+// thread reads and writes the same elements, so dht and dh0 may be one buffer.
 #pragma once
 #include "gdn_chunk_common.cuh"
 
@@ -96,6 +100,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
     const int g4 = lane >> 2, t4 = lane & 3;
     const int v0 = blockIdx.x * DVB, h = blockIdx.y, b = blockIdx.z;
     const int H = p.H, DV = p.Dv, NC = a.NC;
+    const int c0 = a.c0, c1 = a.c0 + a.NS;  // the segment's chunks, walked from c1 - 1 down
     const bool delta = p.mode.delta, gate = p.mode.gate;
     const size_t bh = (size_t)b * H + h;
     const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
@@ -130,7 +135,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         load_in_rows<NP>(sm, st + L::Q, L::PBK, L::QK_PL,
                          (const unsigned char *)p.q + row0 * DK * esz, rsk, C, DK, nv, tid, NTHR);
         if (delta) {
-            const bf16 *Wg = a.Wp + (bh * NC + n) * NP * C * DK;
+            const bf16 *Wg = a.Wp + seg_tile(a, bh, n) * NP * C * DK;
 #pragma unroll
             for (int pl = 0; pl < NP; ++pl)
                 cp_rows_bf16(sb + st + L::W + pl * L::QK_PL, L::PBK, Wg + (size_t)pl * C * DK, DK,
@@ -146,7 +151,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         load_in_rows<NP>(sm, st + L::K, L::PBK, L::QK_PL,
                          (const unsigned char *)p.k + row0 * DK * esz, rsk, C, DK, nv, tid, NTHR);
         if (delta) {
-            const bf16 *Wg = a.Wp + (bh * NC + n) * NP * C * DK;
+            const bf16 *Wg = a.Wp + seg_tile(a, bh, n) * NP * C * DK;
 #pragma unroll
             for (int pl = 0; pl < NP; ++pl)
                 cp_rows_bf16(sb + st + L::W + pl * L::QK_PL, L::PBK, Wg + (size_t)pl * C * DK, DK,
@@ -166,11 +171,11 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         const size_t row0 = cr.tok * H + h;
         if constexpr (SD)  // (SD) P of chunk n, all C rows
             cp_rows16<C, C * 2, NTHR>(sb + st + L::DDR, L::PDD,
-                                      (const unsigned char *)(a.Pp + (bh * NC + n) * C * C),
+                                      (const unsigned char *)(a.Pp + seg_tile(a, bh, n) * C * C),
                                       (size_t)C * 2, C, tid);
         else
             cp_rows16<C, DVB * 4, NTHR>(sb + st + L::DDR, L::PDD,
-                                        (const unsigned char *)(dd_loc(bh * NC + n) + v0),
+                                        (const unsigned char *)(dd_loc(seg_tile(a, bh, n)) + v0),
                                         (size_t)DV * 4, C, tid);
         cp_rows16<C, DVB * 2 * NP, NTHR>(sb + st + L::DOR, L::PDO,
                                          (const unsigned char *)a.p.dO + (row0 * DV + v0) * esz,
@@ -215,26 +220,26 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
     };
     store_dh_planes();
     if constexpr (PIPE) {
-        if (NC > 0) {
-            load_kg(NC - 1);
+        if (c1 > c0) {
+            load_kg(c1 - 1);
             cp_async_commit();  // A
-            load_dd_do(NC - 1);
+            load_dd_do(c1 - 1);
             cp_async_commit();  // B
-            load_qw(NC - 1);
+            load_qw(c1 - 1);
             cp_async_commit();  // C
         }
-    } else if (NC > 0) {
-        load_chunk(NC - 1);
-        if constexpr (L::PF) load_dd_do(NC - 1);
+    } else if (c1 > c0) {
+        load_chunk(c1 - 1);
+        if constexpr (L::PF) load_dd_do(c1 - 1);
         cp_async_commit();
     }
 
-    for (int n = NC - 1; n >= 0; --n) {
+    for (int n = c1 - 1; n >= c0; --n) {
         if constexpr (PIPE) cp_async_wait<1>();  // A and B of chunk n (C may be in flight)
         else cp_async_wait_all();
         __syncthreads();  // chunk n's Q, K, W, g (and dΔ_loc, dO) are in; dH' planes are visible
         if constexpr (!PIPE) {
-            if (L::S == 2 && n > 0) {
+            if (L::S == 2 && n > c0) {
                 load_chunk(n - 1);
                 if constexpr (L::PF) load_dd_do(n - 1);
             }
@@ -242,7 +247,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         }
         const gdn_rows cr = gdn_chunk_rows(p, b, n);
         const int nv = cr.nvalid, st = stage(n);
-        const size_t row0 = cr.tok * H + h, cix = bh * NC + n;
+        const size_t row0 = cr.tok * H + h, cix = seg_tile(a, bh, n);
         const smat sQ{sb + st + L::Q, L::PBK, L::QK_PL}, sK{sb + st + L::K, L::PBK, L::QK_PL};
         const smat sW{sb + st + L::W, L::PBK, L::QK_PL};
         // this thread's dΔ_loc and dO pairs (rows 16 warp + g4 (+8), cols nt 8 + 2 t4); (SD: none
@@ -286,7 +291,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         }
         __syncthreads();  // dH' planes are no longer read: the region takes gamma dO and -dΔ
         if constexpr (PIPE) {  // K and g of this chunk are no longer read
-            if (n > 0) load_kg(n - 1);
+            if (n > c0) load_kg(n - 1);
             cp_async_commit();  // A
         }
 #pragma unroll
@@ -310,7 +315,7 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
             }
         if constexpr (PIPE) cp_async_wait<1>();  // C of chunk n (A of n - 1 may be in flight)
         __syncthreads();  // (PF) this chunk's dΔ_loc and dO rows are no longer read
-        if (L::PF && L::S == 1 && n > 0) load_dd_do(n - 1);  // committed with load_chunk below
+        if (L::PF && L::S == 1 && n > c0) load_dd_do(n - 1);  // committed with load_chunk below
         if constexpr (PIPE) cp_async_commit();                // (PIPE: on its own) B
 
         // (2) dH = gamma_C dH' + Q^T (diag(gamma) dO) + W^T (-dΔ)
@@ -338,9 +343,9 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(const __grid_constant
         }
         store_dh_planes();
         if constexpr (PIPE) {
-            if (n > 0) load_qw(n - 1);
+            if (n > c0) load_qw(n - 1);
             cp_async_commit();  // C
-        } else if (L::S == 1 && n > 0) {
+        } else if (L::S == 1 && n > c0) {
             load_chunk(n - 1);
             cp_async_commit();
         }

@@ -12,7 +12,8 @@
 // the layout that runs two CTAs per SM on large grids), gives bitwise the same gradients; with the
 // forward's saved chunk-start states (fwd.h_states) and, bf16, with the states replayed from what
 // the forward kept (fwd.keep_g, fwd.keep_dt) the gradients are bitwise those of the recomputing
-// path. Sweeps T in {1, 63, 64, 65, 300, 4096}, Dk in {64, 128, 256}, Dv in {Dk, 2Dk}, gate off,
+// path; the backward in segments of (NC + 2) / 3 chunks (seg_chunks) gives bitwise the
+// gradients of its own choice. Sweeps T in {1, 63, 64, 65, 300, 4096}, Dk in {64, 128, 256}, Dv in {Dk, 2Dk}, gate off,
 // delta off, neg eigval, every scan value block. Exit 77 without a GPU.
 // Usage: test_gdn_bwd [--seed N] [--mma-sync] [--hash]
 //   --mma-sync  the whole test on the mma.sync final kernel (final_mma_sync: the portable path,
@@ -260,6 +261,21 @@ static void run_case(const tcase *c, uint64_t seed) {
     download(gb, o_db, N, GDN_DTYPE_FP32);
     download(gh, o_dh0, ns, GDN_DTYPE_FP32);
 
+    // in segments of (NC + 2) / 3 chunks (at T = 65 two of one chunk, at T = 300 of 2, 2 and 1):
+    // the same bits as the backward's own choice (one segment up to 31 chunks, 4 at T = 4096),
+    // in a workspace no larger
+    bool seg_bitwise = true;
+    int seg = 0;
+    if (NC >= 2) {
+        gdn_bwd_params ps = p;
+        ps.scan_stages = 0;
+        ps.seg_chunks = (NC + 2) / 3;
+        seg = gdn_chunk_bwd_seg_chunks(&ps);
+        const size_t wss = gdn_chunk_bwd_workspace_bytes(&ps);
+        if (wss > wsb) gdn_die("workspace in segments of %d (%zu) larger than the choice's (%zu)", seg, wss, wsb);
+        ps.workspace_bytes = wss;
+        seg_bitwise = bwd_same_bits(&ps, c, outs, obytes, snap, wsb);
+    }
     // with the forward's chunk-start states (saved), and replayed from what it kept (bf16: G and
     // Δ~, a forward with a workspace): the same bits as the recomputing path
     if (c->states) {
@@ -349,18 +365,19 @@ static void run_case(const tcase *c, uint64_t seed) {
         ebh = rel_per_head(gb, rb, B, T, H);
     }
     const double errs[8] = {eq, ek, ev, eg, egh, eb, ebh, eh};
-    bool ok = bad == 0 && tails && bitwise && states_bitwise;
+    bool ok = bad == 0 && tails && bitwise && states_bitwise && seg_bitwise;
     for (int i = 0; i < 8; i++) ok &= errs[i] <= tol;  // false for NaN
     char mode[40];
     snprintf(mode, sizeof mode, "%s%s%s%s%s", c->gate ? "" : "nogate ", c->delta ? "" : "nodelta ",
              c->neg ? "neg " : "", c->bm == B_LOW ? "b~0 " : c->bm == B_HIGH ? "b~1 " : "",
              c->gm == G_HEADS ? "m/w/s " : "");
     printf("%-4s B%-2d T%-5d H%-3d dk%-3d dv%-3d dvb%-2d %-20s %-2s %-3s | dq %.1e dk %.1e dv %.1e "
-           "dg %.1e (head %.1e) db %.1e (head %.1e) dh0 %.1e%s%s%s%s%s  %s\n",
+           "dg %.1e (head %.1e) db %.1e (head %.1e) dh0 %.1e%s%s%s%s%s%s  %s\n",
            dt == GDN_DTYPE_BF16 ? "bf16" : "fp32", B, T, H, Dk, Dv, dvb, mode[0] ? mode : "default",
            h0 ? "h0" : "-", dht ? "dht" : "-", eq, ek, ev, eg, egh, eb, ebh, eh,
            bad ? "  NONFINITE" : "", tails ? "" : "  OVERRUN", bitwise ? "" : "  NONDETERMINISTIC",
            states_bitwise ? "" : "  STATES-DIFFER", c->states ? "  (states: same bits)" : "",
+           !seg_bitwise ? "  SEGMENTS-DIFFER" : seg ? "  (segments: same bits)" : "",
            ok ? "pass" : "FAIL");
     if (hash_mode) {
         char label[192];

@@ -17,7 +17,8 @@
 // (64, 64), (64, 128), (128, 128), (256, 256); bf16 (fused and prep-path forwards) and fp32.
 // Backward: the chunk-start states recomputed, saved by the forward (fwd.h_states) and, bf16,
 // replayed from what the forward kept (keep_g, keep_dt): each against the reference, and the
-// three bitwise equal; bf16 Dk 128 also with the mma.sync final kernel (final_mma_sync).
+// three bitwise equal, and equal to the recomputing path in segments of 2 chunks (seg_chunks);
+// bf16 Dk 128 also with the mma.sync final kernel (final_mma_sync).
 // Pass: relative L2 <= 5e-3 (bf16) / 1e-4 (fp32) for o and ht; <= 1e-2 / 1e-4 for dq, dk, dv,
 // dg, dbeta, dh0 and per (b, h) for dg and dbeta; nothing non-finite (outputs NaN-poisoned before
 // each run). Exit 77 without a GPU. Usage: test_gdn_docs [--seed N]
@@ -336,16 +337,21 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
     double *gq = dalloc(nk), *gk = dalloc(nk), *gv = dalloc(nv), *gg = dalloc(N), *gb = dalloc(N);
     double *gh = dalloc(ns);
     unsigned char *first[6] = {NULL};
-    // states: 0 recompute, 1 saved, 2 replay (bf16); mma: the mma.sync final kernel (bf16 Dk 128)
+    // states: 0 recompute, 1 saved, 2 replay (bf16); then recompute in segments of 2 chunks
+    // (seg_chunks: segment ends inside and at the ends of documents); mma: the mma.sync final
+    // kernel (bf16 Dk 128)
     const int nmodes = bf ? 3 : 2;
     const bool mma_too = bf && Dk == 128;
     for (int mma = 0; mma < (mma_too ? 2 : 1); mma++)
-        for (int st = 0; st < nmodes; st++) {
+        for (int st = 0; st <= nmodes; st++) {
             gdn_bwd_params pp = p;
             pp.final_mma_sync = mma != 0;
             pp.fwd.h_states = st == 1 ? hs : NULL;
-            pp.fwd.keep_g = st == 2 ? kg : NULL;
-            pp.fwd.keep_dt = st == 2 ? kd : NULL;
+            pp.fwd.keep_g = st == 2 && st < nmodes ? kg : NULL;
+            pp.fwd.keep_dt = st == 2 && st < nmodes ? kd : NULL;
+            pp.seg_chunks = st == nmodes ? 2 : 0;
+            if (gdn_chunk_bwd_workspace_bytes(&pp) > wsb)
+                gdn_die("test_gdn_docs: workspace in segments of 2 larger than the choice's");
             for (int i = 0; i < 6; i++) CUDA_CHECK(cudaMemset(outs[i], 0xff, ob[i]));
             CUDA_CHECK(cudaMemset(ws, 0xff, wsb));
             gdn_chunk_bwd(&pp);
@@ -376,7 +382,10 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
                                  rel_l2(gh, rh, ns)};
             char what[64];
             snprintf(what, sizeof what, "bwd docs, states %s%s",
-                     st == 0 ? "recomputed" : st == 1 ? "saved" : "replayed",
+                     st == nmodes ? "recomputed, segments of 2"
+                     : st == 0    ? "recomputed"
+                     : st == 1    ? "saved"
+                                  : "replayed",
                      mma ? ", mma.sync final" : "");
             char extra[64];
             snprintf(extra, sizeof extra, "%s%s", fin ? "" : "  NONFINITE",
