@@ -487,6 +487,7 @@ static void setup_backend(run *r) {
         r->be = backend_gpu_get(!strcmp(r->cfg.precision, "bf16"));
         backend_gpu_set_attention_deterministic(r->cfg.swa_deterministic);
         backend_gpu_set_gemm_tune(r->cfg.gemm_tune);
+        backend_gpu_set_gdn_bwd_segment_chunks(r->cfg.gdn_bwd_segment_chunks);
     }
     if (r->args.profile_steps > 0) r->be = backend_profiled(r->be);  // a decorator: same name, same sizes
     if (r->args.profile_events) {

@@ -386,7 +386,7 @@ static void test_roundtrip(const gdn_config *valid) {
     check("and writes the same text again", strcmp(text, text2) == 0);
     int nkeys = 0;  // lines that are not blank, a [section] or a comment
     for (const char *q = text; *q; q = strchr(q, '\n') + 1) nkeys += *q != '\n' && *q != '[' && *q != ';';
-    check("every key written (83 key lines)", nkeys == 83);
+    check("every key written (84 key lines)", nkeys == 84);
 
     char *p = tpath("written.ini");
     remember(p);
@@ -461,6 +461,7 @@ static void test_bounds(void) {
         {"gdn.head_dim=1025", "allowed: an integer in [1, 1024]"},
         {"gdn.expand_v=65", "allowed: a number in (0, 64]"},
         {"gdn.conv_size=257", "allowed: an integer in [1, 256]"},
+        {"gdn.bwd_segment_chunks=-1", "--set gdn.bwd_segment_chunks: -1 is out of range; allowed: an integer in [0, 1048576]"},
         {"swa.head_dim=2048", "allowed: an even integer in [2, 1024]"},
         {"swa.window=2147483647", "allowed: an integer in [1, 16777216]"},
         {"train.steps=1000000001", "allowed: an integer in [1, 1000000000]"},

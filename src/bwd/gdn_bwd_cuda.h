@@ -58,8 +58,9 @@ typedef struct {
                               // path with it on Hopper
     int seg_chunks;           // chunks per segment: prep, scan and final run once per segment,
                               // last segment first, so the per-chunk workspace (dH', Linv, W,
-                              // ...) holds one segment; 0 = choose (at most 4 segments of at
-                              // least 16 chunks), else >= 1. Every value gives the same bits.
+                              // ...) holds one segment; 0 = one segment (the whole sequence),
+                              // else >= 1 (gdn.bwd_segment_chunks). Every value gives the same
+                              // bits; each segment boundary costs time (bench/gdn_bwd.md).
 } gdn_bwd_params;
 
 // Device scratch the backward needs for p's shapes, dtype, mode and h_states (bytes); with

@@ -253,16 +253,13 @@ bool gdn_bwd_rc(const gdn_bwd_params *p) {  // the kernels' recompute_path
     return recompute_path(p->fwd.Dk, p->fwd.dtype == GDN_DTYPE_FP32 ? 2 : 1);
 }
 size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
-// Chunks per segment (gdn_bwd_params.seg_chunks; 0 = choose): the chunks split into at most
-// SEG_MAX segments of at least SEG_MIN chunks. Each segment is one prep, scan and final launch
-// on the segment's chunks, so the per-chunk workspace holds one segment: fewer segments, fewer
-// launches; more, less memory. Every choice gives the same bits.
-constexpr int SEG_MIN = 16, SEG_MAX = 4;
+// Chunks per segment (gdn_bwd_params.seg_chunks; 0 = the whole sequence in one). Each segment
+// is one prep, scan and final launch on its chunks, so the per-chunk workspace holds one
+// segment: less memory for more launches, each boundary costing about one final kernel's drain
+// and one scan's fill (bench/gdn_bwd.md). Every choice gives the same bits.
 int seg_chunks(const gdn_bwd_params *p, int NC) {
-    if (p->seg_chunks > 0) return p->seg_chunks < NC ? p->seg_chunks : (NC > 0 ? NC : 1);
-    int s = NC / SEG_MIN;
-    s = s < 1 ? 1 : s > SEG_MAX ? SEG_MAX : s;
-    return NC > 0 ? (NC + s - 1) / s : 1;
+    if (NC < 1) return 1;
+    return p->seg_chunks > 0 && p->seg_chunks < NC ? p->seg_chunks : NC;
 }
 // Workspace carving: one table, walked by the size query and by the entry alike. The states
 // (Hs) cover every chunk; the per-chunk region from off_dhs covers one segment of seg chunks,

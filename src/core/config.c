@@ -104,6 +104,7 @@ static const cfg_key cfg_keys[] = {
     {"gdn", "allow_neg_eigval", CFG_BOOL, F(gdn_allow_neg_eigval), 0, 0, 0, "false", NULL, "beta in (0, 2)"},
     {"gdn", "chunk_size", CFG_INT, F(gdn_chunk_size), 1, 256, 0, "64", NULL, "tokens per chunk"},
     {"gdn", "bwd_states", CFG_MODE, F(gdn_bwd_states), 0, 0, CFG_NAMES_ONLY, "replay", "replay|recompute|saved", "the backward's chunk-start states: replay (from the forward's gate cumsums and rows, ~v's size a layer), recompute (a second forward scan, nothing kept), saved (kept, B*H*ceil(T/64)*dk*dv fp32 a layer; fastest)"},
+    {"gdn", "bwd_segment_chunks", CFG_INT, F(gdn_bwd_segment_chunks), 0, 1 << 20, 0, "0", NULL, "GPU: the GDN backward in segments of this many 64-token chunks, each segment's workspace reused by the next (0: the whole sequence at once; fewer chunks, less memory and more time; the same bits)"},
     {"swa", "n_heads", CFG_INT, F(swa_n_heads), 1, 4096, 0, "2", NULL, "attention heads"},
     {"swa", "head_dim", CFG_INT, F(swa_head_dim), 2, 1024, CFG_EVEN, "32", NULL, "even (RoPE pairs)"},
     {"swa", "window", CFG_INT, F(swa_window), 1, 16777216, 0, "64", NULL, ">= seq_len: full attention"},
@@ -1021,7 +1022,7 @@ const char *config_key_default(const char *section, const char *key) {
 // other key (the model and its maths, the data, train.seed, AdamW's betas, eps and weight
 // decay) must agree, so that the weights, the moments and the data position keep their meaning.
 //   how the run executes: device, precision, threads, recompute, head_chunk_rows, gemm_tune,
-//     gdn.bwd_states, swa.deterministic, every [dist] key;
+//     gdn.bwd_states, gdn.bwd_segment_chunks, swa.deterministic, every [dist] key;
 //   how long it runs and how it is watched: steps, eval_every, eval_batches, ckpt_every,
 //     keep_checkpoints, sample_every, sample_tokens, out_dir, overwrite, every [log] key;
 //   the bad-step policy's thresholds: skip_zscore, max_skips (skip_window is stored state: the
@@ -1032,7 +1033,8 @@ const char *config_key_default(const char *section, const char *key) {
 //     a blow-up, and the schedule's end moves with train.steps anyway).
 static const char *const resumable_keys[] = {
     "train.device", "train.precision", "train.threads", "train.recompute",
-    "train.head_chunk_rows", "train.gemm_tune", "gdn.bwd_states", "swa.deterministic",
+    "train.head_chunk_rows", "train.gemm_tune", "gdn.bwd_states", "gdn.bwd_segment_chunks",
+    "swa.deterministic",
     "train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
     "train.keep_checkpoints", "train.skip_zscore", "train.max_skips",
     "train.sample_every", "train.sample_tokens",

@@ -63,6 +63,7 @@ typedef struct {
     bool gdn_allow_neg_eigval; //                                              default false
     int gdn_chunk_size;      // 1..256                                         default 64
     gdn_bwd_states_mode gdn_bwd_states; // replay | recompute | saved                default replay
+    int gdn_bwd_segment_chunks; // GPU backward's chunks per segment, 0 = whole sequence  default 0
     // [swa]
     int swa_n_heads;         // >= 1                                           default 2
     int swa_head_dim;        // >= 2, even                                     default 32

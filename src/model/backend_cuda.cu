@@ -61,6 +61,7 @@ struct cuda_be_state {
     size_t dl_cap = 0;
     std::vector<std::pair<size_t, int>> dl_calls;
     bool attn_deterministic = true;                           // swa.deterministic
+    int gdn_bwd_seg = 0;                                      // gdn.bwd_segment_chunks
     // documents (set_docs): the GDN plan of the current batch and its tables' memory
     gdn_docs docs{};
     bool docs_on = false;
@@ -554,6 +555,7 @@ struct ops {
         p.dv = op->dv;
         p.dg = (float *)op->dg;
         p.dbeta = (float *)op->dbeta;
+        p.seg_chunks = ST.gdn_bwd_seg;
         p.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&p);
         p.workspace = workspace(p.workspace_bytes);
         gdn_chunk_bwd(&p);
@@ -666,6 +668,7 @@ extern "C" double backend_cuda_peak_flops(bool bf16, char *name, size_t namelen)
 }
 
 extern "C" void backend_cuda_set_attention_deterministic(bool on) { ST.attn_deterministic = on; }
+extern "C" void backend_cuda_set_gdn_bwd_segment_chunks(int chunks) { ST.gdn_bwd_seg = chunks; }
 
 extern "C" void backend_cuda_set_gemm_tune(bool on) { cuda_linear_set_tune(on); }
 

@@ -19,6 +19,9 @@ void backend_cuda_set_attention_deterministic(bool on);
 // train.gemm_tune: cuBLASLt algorithm tuning on (the default) or off (gemm.h cuda_linear_set_tune;
 // the same bits either way).
 void backend_cuda_set_gemm_tune(bool on);
+// gdn.bwd_segment_chunks: the GDN backward's chunks per segment (gdn_bwd_params.seg_chunks; 0,
+// the default: the whole sequence at once; the same bits either way).
+void backend_cuda_set_gdn_bwd_segment_chunks(int chunks);
 // Number of usable CUDA devices (0 when none or no driver); never fails. train.device = auto.
 int backend_cuda_devices(void);
 // Datasheet dense peak FLOP/s of the current device (bf16 or fp32), 0 when unknown; its name.

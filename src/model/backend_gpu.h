@@ -57,6 +57,16 @@ static inline void backend_gpu_set_gemm_tune(bool on) {
 #endif
 }
 
+// gdn.bwd_segment_chunks (backend_cuda_set_gdn_bwd_segment_chunks); nothing without the CUDA
+// backend.
+static inline void backend_gpu_set_gdn_bwd_segment_chunks(int chunks) {
+#ifdef GDN_HAVE_CUDA
+    backend_cuda_set_gdn_bwd_segment_chunks(chunks);
+#else
+    (void)chunks;
+#endif
+}
+
 // Datasheet dense peak FLOP/s of the current device and its name (backend_cuda_peak_flops);
 // 0 and "" without the CUDA backend.
 static inline double backend_gpu_peak_flops(bool bf16, char *name, size_t namelen) {

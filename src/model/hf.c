@@ -55,6 +55,7 @@ static const struct {
     {"gdn", "allow_neg_eigval", "fla allow_neg_eigval"},
     {"gdn", "chunk_size", "ignored: how the kernel tiles time, not what it computes"},
     {"gdn", "bwd_states", "ignored: a backward memory choice"},
+    {"gdn", "bwd_segment_chunks", "ignored: a backward memory choice"},
     {"swa", "n_heads", "fla attn.num_heads (and num_kv_heads)"},
     {"swa", "head_dim", "refused unless n_heads x head_dim = d_model: fla's attention head_dim "
                         "is hidden_size / num_heads"},

@@ -18,7 +18,8 @@
 //   (3), (4) the same 200 steps with train.recompute = full and = light, and with
 //       gdn.bwd_states = saved (the backward reads the forward's chunk-start states) and
 //       = recompute (it forms them again; the default replays them): each bitwise
-//       equal to the run without; (3b) light against off on 3 layers GSG with all dropouts,
+//       equal to the run without, and gdn.bwd_segment_chunks = 1 bitwise equal to the default;
+//       (3b) light against off on 3 layers GSG with all dropouts,
 //       40 steps, bitwise; the same 200 steps with GEMM algorithm tuning off, and with tuning
 //       taking the last certified candidate instead of the fastest (cuda_linear_tune_pick_last:
 //       every plan with a certified candidate leaves the heuristic's first choice, whatever the
@@ -338,6 +339,19 @@ int main(int argc, char **argv) {
         bool v_w = same_bits(gv.master, g1.master) && same_bits(gv.params, g1.params);
         printf("  %s == without, bitwise: losses %s, final weights %s\n", var.first, v_loss ? "pass" : "FAIL",
                v_w ? "pass" : "FAIL");
+        gc_checks += 2;
+        gc_failures += !v_loss + !v_w;
+    }
+    // gdn.bwd_segment_chunks = 1 (the GDN backward one chunk at a time, the state gradient carried
+    // between the launches): the same 200 steps, bitwise the default run (the whole sequence)
+    {
+        backend_cuda_set_gdn_bwd_segment_chunks(1);
+        train_result gs = train(c, backend_cuda_get(true), B, steps, seed);
+        backend_cuda_set_gdn_bwd_segment_chunks(0);
+        bool v_loss = same_bits(gs.loss, g1.loss);
+        bool v_w = same_bits(gs.master, g1.master) && same_bits(gs.params, g1.params);
+        printf("  gdn.bwd_segment_chunks = 1 == 0, bitwise: losses %s, final weights %s\n",
+               v_loss ? "pass" : "FAIL", v_w ? "pass" : "FAIL");
         gc_checks += 2;
         gc_failures += !v_loss + !v_w;
     }
