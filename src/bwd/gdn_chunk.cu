@@ -72,7 +72,10 @@
 // Dk >= 128, and the scan, the sequential part, keeps one plane).
 // Workspace (gdn_chunk_bwd_workspace_bytes) holds, per chunk: Hs, dH' (fp32 Dk x Dv), dΔ (fp32
 // C x Dv), P|AK (fp32 C x C), Linv (2 planes C x C), W (NP planes C x Dk), KHg (2 planes C x
-// Dv); on the recompute path only Hs, dH', P (one bf16 plane C x C), Linv and W.
+// Dv); on the recompute path only Hs, dH', P (one bf16 plane C x C), Linv and W. Hs covers every
+// chunk; the rest one segment's (seg_chunks: prep, scan and final once per segment, last first,
+// the state gradient between them in a (B,H,Dk,Dv) carry), so fewer chunks a segment, less
+// memory and more launches.
 #include "gdn_bwd_cuda.h"
 
 #include <stdint.h>
