@@ -15,7 +15,7 @@
 // line per (shape, variant); run_gdn_bwd.sh joins them with fla's. Built by run_gdn_bwd.sh.
 //   gdn_bwd_bench [--shape N] [--seg-chunks N] [--quick [--variant recompute|replay|states]]
 // (--quick: each variant's fwd + bwd launched once, unchecked and untimed, for a profiler;
-// --seg-chunks: the backward's chunks per segment, gdn_bwd_params.seg_chunks, 0 = its choice.)
+// --seg-chunks: the backward's chunks per segment, gdn_bwd_params.seg_chunks, 0 = one segment.)
 // Before each shape's RESULT lines, one "SEGMENTS <shape> seg_chunks N of NC" line.
 #include <algorithm>
 #include <stdint.h>
@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     enum { NVAR = 3 };  // variant 0 recompute, 1 replay, 2 states (saved)
     const char *vname[NVAR] = {"recompute", "replay", "states"};
     int vonly = -1;  // --variant NAME with --quick: that variant alone (a profile of one)
-    int seg_chunks = 0;
+    int seg_chunks = 0;  // --seg-chunks N
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--seg-chunks")) {
             char *end = NULL;
@@ -57,9 +57,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             seg_chunks = (int)v;
-        }
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--variant")) {
+        } else if (!strcmp(argv[i], "--variant")) {
             for (int v = 0; v < NVAR; v++)
                 if (!strcmp(argv[i + 1], vname[v])) vonly = v;
             if (vonly < 0) {

@@ -387,7 +387,8 @@ static void gdn_chunk_bwd_rows(const gdn_bwd_params *p) {
         gdn_die("gdn_chunk_bwd: dv_block %d not supported with Dk %d\nHINT: 16, 32, or 64 when "
                 "Dk <= 128", dvb, p->fwd.Dk);
     if (p->seg_chunks < 0)
-        gdn_die("gdn_chunk_bwd: seg_chunks %d\nHINT: 0 (choose) or the chunks per segment (>= 1)",
+        gdn_die("gdn_chunk_bwd: seg_chunks %d\nHINT: 0 (one segment, the whole sequence) or the "
+                "chunks per segment (>= 1)",
                 p->seg_chunks);
     const ws_plan w = gdn_bwd_plan(p);
     if (p->fwd.T == 0) {  // no tokens: dh0 = dht

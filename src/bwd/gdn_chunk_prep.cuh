@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     const int nvalid = cr.nvalid;
     const bool delta = p.mode.delta, gate = p.mode.gate;
     const size_t row0 = cr.tok * H + h;  // token row of the chunk's first token, head h
-    const size_t cix = seg_tile(a, (size_t)b * H + h, n);  // the workspace's tile
+    const size_t cix = seg_tile(a, (size_t)b * H + h, n);    // the workspace's tile
+    const size_t hix = state_tile(a, (size_t)b * H + h, n);  // the chunk-start state's
     const size_t rsk = (size_t)H * DK, rsv = (size_t)H * DV;
     const size_t esz = NP == 1 ? 2 : 4;
     const unsigned char *qg = (const unsigned char *)p.q + row0 * DK * esz;
@@ -193,8 +194,8 @@ __global__ void __launch_bounds__(128) gdn_bwd_prep_kernel(const __grid_constant
     // ---- per value block: KHg = diag(gamma) K H (H as hi + lo), dΔ_loc = P^T dO ----------------
     for (int v0 = 0; v0 < DV; v0 += VB) {
         if (delta)
-            cvt_rows_f32<L::HP>(sm, L::HB, L::PBV, L::HB_PL, a.Hs + state_tile(a, (size_t)b * H + h, n) * DK * DV + v0, DV, DK,
-                                VB, DK, tid, 128);
+            cvt_rows_f32<L::HP>(sm, L::HB, L::PBV, L::HB_PL, a.Hs + hix * DK * DV + v0, DV, DK, VB,
+                                DK, tid, 128);
         load_in_rows<NP>(sm, L::DO, L::PBV, L::DO_PL, dog + v0 * esz, rsv, C, VB, nvalid, tid,
                          128);
         cp_async_commit();

@@ -13,7 +13,8 @@
 // forward's saved chunk-start states (fwd.h_states) and, bf16, with the states replayed from what
 // the forward kept (fwd.keep_g, fwd.keep_dt) the gradients are bitwise those of the recomputing
 // path; the backward in segments of (NC + 2) / 3 chunks (seg_chunks) gives bitwise the
-// gradients of its own choice. Sweeps T in {1, 63, 64, 65, 300, 4096}, Dk in {64, 128, 256}, Dv in {Dk, 2Dk}, gate off,
+// gradients of one segment (the default). Sweeps T in {1, 63, 64, 65, 300, 4096}, Dk in {64,
+// 128, 256}, Dv in {Dk, 2Dk}, gate off,
 // delta off, neg eigval, every scan value block. Exit 77 without a GPU.
 // Usage: test_gdn_bwd [--seed N] [--mma-sync] [--hash]
 //   --mma-sync  the whole test on the mma.sync final kernel (final_mma_sync: the portable path,
@@ -269,7 +270,7 @@ static void run_case(const tcase *c, uint64_t seed) {
         gdn_bwd_params ps = p;
         ps.scan_stages = 0;
         ps.seg_chunks = (NC + 2) / 3;
-        seg = gdn_chunk_bwd_seg_chunks(&ps);
+        seg = ps.seg_chunks;
         ps.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&ps);
         if (ps.workspace_bytes > wsb) CUDA_CHECK(cudaMalloc(&ps.workspace, ps.workspace_bytes));
         seg_bitwise = bwd_same_bits(&ps, c, outs, obytes, snap, ps.workspace_bytes);

@@ -344,12 +344,13 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
     const bool mma_too = bf && Dk == 128;
     for (int mma = 0; mma < (mma_too ? 2 : 1); mma++)
         for (int st = 0; st <= nmodes; st++) {
+            const bool segmented = st == nmodes;  // the states recomputed, in segments
             gdn_bwd_params pp = p;
             pp.final_mma_sync = mma != 0;
             pp.fwd.h_states = st == 1 ? hs : NULL;
-            pp.fwd.keep_g = st == 2 && st < nmodes ? kg : NULL;
-            pp.fwd.keep_dt = st == 2 && st < nmodes ? kd : NULL;
-            pp.seg_chunks = st == nmodes ? 2 : 0;
+            pp.fwd.keep_g = st == 2 && !segmented ? kg : NULL;
+            pp.fwd.keep_dt = st == 2 && !segmented ? kd : NULL;
+            pp.seg_chunks = segmented ? 2 : 0;
             pp.workspace_bytes = gdn_chunk_bwd_workspace_bytes(&pp);
             if (pp.workspace_bytes > wsb) CUDA_CHECK(cudaMalloc(&pp.workspace, pp.workspace_bytes));
             for (int i = 0; i < 6; i++) CUDA_CHECK(cudaMemset(outs[i], 0xff, ob[i]));
@@ -382,7 +383,7 @@ static void run_case(const tcase *c, uint64_t seed, const int32_t *ds, const gdn
                                  rel_l2(gh, rh, ns)};
             char what[64];
             snprintf(what, sizeof what, "bwd docs, states %s%s",
-                     st == nmodes ? "recomputed, segments of 2"
+                     segmented    ? "recomputed, segments of 2"
                      : st == 0    ? "recomputed"
                      : st == 1    ? "saved"
                                   : "replayed",
